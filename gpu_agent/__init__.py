@@ -1,0 +1,1 @@
+"""Per-node daemon sampling the GPU (NVML) and the serving engine's metrics."""

@@ -1,0 +1,1 @@
+"""streamscope: observability for LLM token streams."""

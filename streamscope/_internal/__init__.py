@@ -1,0 +1,1 @@
+"""Implementation modules; the public surface is re-exported from ``streamscope``."""

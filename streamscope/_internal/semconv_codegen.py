@@ -1,0 +1,88 @@
+"""Generate ``streamscope/semconv.py`` from ``schema/conventions/streaming.yaml``.
+
+Run ``python -m streamscope._internal.semconv_codegen`` after editing the registry; the test suite renders
+the module again and fails if the committed file differs, so code and YAML cannot drift.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from streamscope._internal.schema_files import conventions_file
+
+TARGET = Path(__file__).resolve().parent.parent / "semconv.py"
+
+
+def _constant(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", name).upper()
+
+
+def _doc(attr: dict[str, Any]) -> str:
+    parts = [attr["brief"].rstrip(".") + "."]
+    facts = [f"type {attr['type']}"]
+    if attr.get("unit"):
+        facts.append(f"unit {attr['unit']}")
+    level = attr["requirement"].replace("_", " ")
+    if attr.get("condition"):
+        level += f" ({attr['condition']})"
+    facts.append(level)
+    facts.append("sides: " + ", ".join(attr["sides"]))
+    facts.append("OTel GenAI semconv" if attr["origin"] == "semconv" else "streamscope extension")
+    parts.append("; ".join(facts) + ".")
+    return " ".join(parts)
+
+
+def render(registry: dict[str, Any]) -> str:
+    """The Python source of the constants module for ``registry`` (the parsed YAML)."""
+    lines = [
+        '"""Names of the streamscope streaming span conventions.',
+        "",
+        "GENERATED from schema/conventions/streaming.yaml by streamscope._internal.semconv_codegen;",
+        "do not edit by hand.",
+        '"""',
+        "",
+        "from typing import Final",
+        "",
+        f"REGISTRY_VERSION: Final = {registry['registry_version']}",
+        f'SEMCONV_VERSION: Final = "{registry["semconv_version"]}"',
+        "",
+    ]
+    for attr in registry["attributes"]:
+        const = _constant(attr["name"])
+        lines.append(f'{const}: Final = "{attr["name"]}"')
+        lines.append(f'"""{_doc(attr)}"""')
+        if "enum" in attr:
+            values = ", ".join(f'"{v}"' for v in attr["enum"])
+            lines.append(f"{const}_VALUES: Final = ({values})")
+        lines.append("")
+    (event,) = registry["events"]
+    lines.append(f'CHUNK_EVENT: Final = "{event["name"]}"')
+    lines.append(f'"""{event["brief"]}"""')
+    lines.append("")
+    arrays = ", ".join(_constant(a) for a in registry["encodings"]["packed"]["arrays"])
+    lines.append(f"PACKED_ARRAYS: Final = ({arrays})")
+    lines.append('"""The packed encoding\'s parallel arrays, in their canonical order."""')
+    event_attrs = ", ".join(_constant(a) for a in event["attributes"])
+    lines.append(f"CHUNK_EVENT_ATTRIBUTES: Final = ({event_attrs})")
+    lines.append('"""The chunk event\'s attributes, in the same order as PACKED_ARRAYS after the offset."""')
+    lines.append("")
+    return "\n".join(lines)
+
+
+def load_registry(path: Path | None = None) -> dict[str, Any]:
+    return yaml.safe_load((path or conventions_file()).read_text())
+
+
+def main() -> int:
+    TARGET.write_text(render(load_registry()))
+    print(f"wrote {TARGET}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

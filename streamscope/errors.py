@@ -1,0 +1,37 @@
+"""One exception tree for the whole product.
+
+    StreamscopeError
+     ├── ConfigError            a setting or DSN is wrong; the message says which and how to fix it
+     ├── DecodeError            an OTLP body could not be decoded (the collector answers 400)
+     ├── SchemaMismatch         the store's tables differ from schema/ (run `streamscope migrate`)
+     └── WriteError             the store refused or failed a write
+          └── RetryableWriteError   the store is unreachable or busy; the same write may succeed later
+
+Driver exceptions are translated into this tree in ``ingest.store`` and nowhere else.
+"""
+
+from __future__ import annotations
+
+
+class StreamscopeError(Exception):
+    """Root of every error streamscope raises on purpose."""
+
+
+class ConfigError(StreamscopeError):
+    """A setting, option or DSN is invalid."""
+
+
+class DecodeError(StreamscopeError):
+    """An OTLP request body could not be decoded."""
+
+
+class SchemaMismatch(StreamscopeError):
+    """The store's schema is not the one this version of streamscope writes."""
+
+
+class WriteError(StreamscopeError):
+    """The store failed a write."""
+
+
+class RetryableWriteError(WriteError):
+    """The store is unavailable or overloaded; retrying the same write may succeed."""

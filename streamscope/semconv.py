@@ -1,0 +1,118 @@
+"""Names of the streamscope streaming span conventions.
+
+GENERATED from schema/conventions/streaming.yaml by streamscope._internal.semconv_codegen;
+do not edit by hand.
+"""
+
+from typing import Final
+
+REGISTRY_VERSION: Final = 1
+SEMCONV_VERSION: Final = "1.41.0"
+
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+"""The operation requested of the model. type string; required; sides: client, server, browser, gateway; OTel GenAI semconv."""
+
+GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
+"""The provider (or serving engine) as identified by the emitter. type string; required; sides: client, server, browser, gateway; OTel GenAI semconv."""
+
+GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
+"""The model the request asked for. type string; conditionally required (if available); sides: client, server, browser, gateway; OTel GenAI semconv."""
+
+GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
+"""The model that produced the response, as reported by the provider. type string; recommended; sides: client, server, browser, gateway; OTel GenAI semconv."""
+
+GEN_AI_RESPONSE_ID: Final = "gen_ai.response.id"
+"""The provider's response id; the fallback key joining sides when trace context was lost. type string; recommended; sides: client, server, browser, gateway; OTel GenAI semconv."""
+
+GEN_AI_REQUEST_STREAM: Final = "gen_ai.request.stream"
+"""Set to true because the response was streamed. type boolean; conditionally required (always true on stream spans); sides: client, server, browser, gateway; OTel GenAI semconv."""
+
+GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: Final = "gen_ai.response.time_to_first_chunk"
+"""Seconds from the request to the first chunk carrying content. type double; unit s; recommended; sides: client, server, browser, gateway; OTel GenAI semconv."""
+
+GEN_AI_RESPONSE_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
+"""Why generation stopped, one entry per choice. type string[]; recommended; sides: client, server, browser, gateway; OTel GenAI semconv."""
+
+GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+"""Prompt tokens as reported by the provider. type int; unit {token}; recommended; sides: client, server; OTel GenAI semconv."""
+
+GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+"""Generated tokens as reported by the provider. type int; unit {token}; recommended; sides: client, server; OTel GenAI semconv."""
+
+SERVER_ADDRESS: Final = "server.address"
+"""The host the client streamed from. type string; recommended; sides: client, browser; OTel GenAI semconv."""
+
+SERVER_PORT: Final = "server.port"
+"""The port the client streamed from. type int; conditionally required (if server.address is set); sides: client, browser; OTel GenAI semconv."""
+
+ERROR_TYPE: Final = "error.type"
+"""The class of error that ended the stream. type string; conditionally required (if the stream ended in an error); sides: client, server, browser, gateway; OTel GenAI semconv."""
+
+HTTP_ROUTE: Final = "http.route"
+"""The route template that served the stream. type string; recommended; sides: server, gateway; OTel GenAI semconv."""
+
+STREAMSCOPE_SIDE: Final = "streamscope.side"
+"""Where the chunk times were observed; marks the span as a stream span. type string; required; sides: client, server, browser, gateway; streamscope extension."""
+STREAMSCOPE_SIDE_VALUES: Final = ("client", "server", "browser", "gateway")
+
+STREAMSCOPE_ENCODING: Final = "streamscope.encoding"
+"""How the chunk timeline is carried (see encodings below). type string; required; sides: client, server, browser, gateway; streamscope extension."""
+STREAMSCOPE_ENCODING_VALUES: Final = ("packed", "events")
+
+STREAMSCOPE_TRANSPORT: Final = "streamscope.transport"
+"""The streaming transport. type string; recommended; sides: client, server, browser, gateway; streamscope extension."""
+STREAMSCOPE_TRANSPORT_VALUES: Final = ("sse", "websocket", "grpc", "chunked")
+
+STREAMSCOPE_OUTCOME: Final = "streamscope.outcome"
+"""How the stream ended; cancelled means our side stopped it, disconnected means the peer went away. type string; required; sides: client, server, browser, gateway; streamscope extension."""
+STREAMSCOPE_OUTCOME_VALUES: Final = ("completed", "cancelled", "error", "timeout", "disconnected")
+
+STREAMSCOPE_FIRST_BYTE_OFFSET_US: Final = "streamscope.first_byte_offset_us"
+"""Microseconds from span start to the first byte of the response body (received, or sent on the server). type int; unit us; recommended; sides: client, server, browser, gateway; streamscope extension."""
+
+STREAMSCOPE_CANCEL_OFFSET_US: Final = "streamscope.cancel_offset_us"
+"""Microseconds from span start to the cancel or disconnect. type int; unit us; conditionally required (if streamscope.outcome is cancelled or disconnected); sides: client, server, browser, gateway; streamscope extension."""
+
+STREAMSCOPE_TOKENS_AFTER_CANCEL: Final = "streamscope.tokens_after_cancel"
+"""Tokens the server generated after the client cancelled or went away (the cancellation tax). type int; unit {token}; recommended; sides: server; streamscope extension."""
+
+STREAMSCOPE_TOKENS_ESTIMATED: Final = "streamscope.tokens_estimated"
+"""True when chunk token counts are estimates because the provider did not report them per chunk. type boolean; recommended; sides: client, server, browser, gateway; streamscope extension."""
+
+STREAMSCOPE_ENGINE_REQUEST_ID: Final = "streamscope.engine.request_id"
+"""The serving engine's request id, to join with engine logs. type string; recommended; sides: server; streamscope extension."""
+
+STREAMSCOPE_NODE_NAME: Final = "streamscope.node.name"
+"""The serving node, named as its GPU agent names it, to join stalls with that node's samples. type string; recommended; sides: server; streamscope extension."""
+
+STREAMSCOPE_REPETITION_SCORE: Final = "streamscope.repetition_score"
+"""Share (0 to 1) of repeated text in the tail of the stream; high values flag stuck generation loops. type double; recommended; sides: client, server, browser, gateway; streamscope extension."""
+
+STREAMSCOPE_CHUNKS_OFFSET_US: Final = "streamscope.chunks.offset_us"
+"""Microseconds from span start to each chunk's arrival (client, browser) or emission (server); non-decreasing. type int[]; unit us; required (in the packed encoding); sides: client, server, browser, gateway; streamscope extension."""
+
+STREAMSCOPE_CHUNKS_TOKENS: Final = "streamscope.chunks.tokens"
+"""Tokens in each chunk. type int[]; unit {token}; required (in the packed encoding); sides: client, server, browser, gateway; streamscope extension."""
+
+STREAMSCOPE_CHUNKS_CONTENT_BYTES: Final = "streamscope.chunks.content_bytes"
+"""UTF-8 bytes of generated content in each chunk; 0 marks a chunk without content (role, ping, usage). type int[]; unit By; required (in the packed encoding); sides: client, server, browser, gateway; streamscope extension."""
+
+STREAMSCOPE_CHUNKS_WIRE_BYTES: Final = "streamscope.chunks.wire_bytes"
+"""Bytes each chunk took on the wire, framing included; 0 when unknown. type int[]; unit By; recommended (in the packed encoding); sides: client, server, browser, gateway; streamscope extension."""
+
+STREAMSCOPE_CHUNK_TOKENS: Final = "streamscope.chunk.tokens"
+"""Tokens in this chunk. type int; unit {token}; required (on streamscope.chunk events); sides: client, server, browser, gateway; streamscope extension."""
+
+STREAMSCOPE_CHUNK_CONTENT_BYTES: Final = "streamscope.chunk.content_bytes"
+"""UTF-8 bytes of generated content in this chunk; 0 marks a chunk without content. type int; unit By; required (on streamscope.chunk events); sides: client, server, browser, gateway; streamscope extension."""
+
+STREAMSCOPE_CHUNK_WIRE_BYTES: Final = "streamscope.chunk.wire_bytes"
+"""Bytes this chunk took on the wire, framing included; 0 when unknown. type int; unit By; recommended (on streamscope.chunk events); sides: client, server, browser, gateway; streamscope extension."""
+
+CHUNK_EVENT: Final = "streamscope.chunk"
+"""One chunk; the event time is its arrival (client, browser) or emission (server)."""
+
+PACKED_ARRAYS: Final = (STREAMSCOPE_CHUNKS_OFFSET_US, STREAMSCOPE_CHUNKS_TOKENS, STREAMSCOPE_CHUNKS_CONTENT_BYTES, STREAMSCOPE_CHUNKS_WIRE_BYTES)
+"""The packed encoding's parallel arrays, in their canonical order."""
+CHUNK_EVENT_ATTRIBUTES: Final = (STREAMSCOPE_CHUNK_TOKENS, STREAMSCOPE_CHUNK_CONTENT_BYTES, STREAMSCOPE_CHUNK_WIRE_BYTES)
+"""The chunk event's attributes, in the same order as PACKED_ARRAYS after the offset."""
