@@ -1,0 +1,90 @@
+"""Arrow schemas of the blocks ingest writes: one per table, in the tables' column order.
+
+They mirror schema/migrations (a test compares them with the DDL the migrations create); columns with a
+DEFAULT in the DDL (``ingested_at``) are filled by the store and absent here.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+_LC = pa.dictionary(pa.int32(), pa.string())
+_TIME = pa.timestamp("us", tz="UTC")
+_ATTRS = pa.map_(pa.string(), pa.string())
+
+STREAMS = pa.schema(
+    [
+        ("tenant", _LC),
+        ("start_time", _TIME),
+        ("duration_us", pa.uint64()),
+        ("trace_id", pa.string()),
+        ("span_id", pa.string()),
+        ("parent_span_id", pa.string()),
+        ("service", _LC),
+        ("side", _LC),
+        ("span_name", _LC),
+        ("operation", _LC),
+        ("provider", _LC),
+        ("request_model", _LC),
+        ("response_model", _LC),
+        ("response_id", pa.string()),
+        ("server_address", _LC),
+        ("server_port", pa.uint16()),
+        ("route", _LC),
+        ("transport", _LC),
+        ("encoding", _LC),
+        ("outcome", _LC),
+        ("error_type", _LC),
+        ("finish_reasons", pa.list_(pa.string())),
+        ("node_name", _LC),
+        ("engine_request_id", pa.string()),
+        ("input_tokens", pa.uint32()),
+        ("output_tokens", pa.uint32()),
+        ("chunk_count", pa.uint32()),
+        ("content_chunks", pa.uint32()),
+        ("tokens", pa.uint32()),
+        ("tokens_estimated", pa.bool_()),
+        ("content_bytes", pa.uint64()),
+        ("wire_bytes", pa.uint64()),
+        ("ttfb_us", pa.uint64()),
+        ("ttft_us", pa.uint64()),
+        ("gap_p50_us", pa.uint32()),
+        ("gap_p95_us", pa.uint32()),
+        ("gap_p99_us", pa.uint32()),
+        ("gap_max_us", pa.uint32()),
+        ("jitter_ratio", pa.float32()),
+        ("stall_count", pa.uint32()),
+        ("stall_threshold_us", pa.uint32()),
+        ("timeline_truncated", pa.bool_()),
+        ("cancel_offset_us", pa.uint64()),
+        ("tokens_after_cancel", pa.uint32()),
+        ("repetition_score", pa.float32()),
+        ("attributes", _ATTRS),
+        ("resource_attributes", _ATTRS),
+    ]
+)
+
+CHUNK_KINDS = ("lead", "first", "content", "aside")
+"""Values of chunks.kind, in the order of their Enum8 codes."""
+KIND_LEAD, KIND_FIRST, KIND_CONTENT, KIND_ASIDE = range(4)
+
+CHUNKS = pa.schema(
+    [
+        ("tenant", _LC),
+        ("start_time", _TIME),
+        ("trace_id", _LC),
+        ("span_id", _LC),
+        ("service", _LC),
+        ("side", _LC),
+        ("provider", _LC),
+        ("model", _LC),
+        ("seq", pa.uint32()),
+        ("kind", pa.int8()),
+        ("gap_us", pa.uint32()),
+        ("tokens", pa.uint16()),
+        ("content_bytes", pa.uint32()),
+        ("wire_bytes", pa.uint32()),
+    ]
+)
+
+TABLES: dict[str, pa.Schema] = {"streams": STREAMS, "chunks": CHUNKS}

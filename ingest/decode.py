@@ -1,0 +1,382 @@
+"""OTLP trace requests to column blocks for ``streams`` and ``chunks``; no I/O, nothing of ClickHouse.
+
+A span is a stream span when it carries ``streamscope.side``; other spans are counted and ignored. A stream
+span's chunk timeline comes from the packed arrays when ``streamscope.chunks.offset_us`` is present, else
+from its ``streamscope.chunk`` events. Spans with a malformed timeline are rejected with a reason, which the
+collector returns in ``partial_success``; the rest of the request is kept.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from ingest import columns
+from ingest.int_arrays import NotAnIntArray, decode_int_array
+from ingest.timeline import build_timeline, stream_stats
+from streamscope import semconv as sc
+
+# Attributes that become columns (or chunk arrays) and so stay out of the ``attributes`` map.
+_PROMOTED = frozenset(
+    {
+        sc.GEN_AI_OPERATION_NAME, sc.GEN_AI_PROVIDER_NAME, sc.GEN_AI_REQUEST_MODEL, sc.GEN_AI_RESPONSE_MODEL,
+        sc.GEN_AI_RESPONSE_ID, sc.GEN_AI_RESPONSE_FINISH_REASONS, sc.GEN_AI_USAGE_INPUT_TOKENS,
+        sc.GEN_AI_USAGE_OUTPUT_TOKENS, sc.SERVER_ADDRESS, sc.SERVER_PORT, sc.ERROR_TYPE, sc.HTTP_ROUTE,
+        sc.STREAMSCOPE_SIDE, sc.STREAMSCOPE_ENCODING, sc.STREAMSCOPE_TRANSPORT, sc.STREAMSCOPE_OUTCOME,
+        sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US, sc.STREAMSCOPE_CANCEL_OFFSET_US, sc.STREAMSCOPE_TOKENS_AFTER_CANCEL,
+        sc.STREAMSCOPE_TOKENS_ESTIMATED, sc.STREAMSCOPE_ENGINE_REQUEST_ID, sc.STREAMSCOPE_NODE_NAME,
+        sc.STREAMSCOPE_REPETITION_SCORE, *sc.PACKED_ARRAYS,
+    }
+)
+_LIMITS = {  # largest value each per-chunk column can store
+    sc.STREAMSCOPE_CHUNKS_TOKENS: np.iinfo(np.uint16).max,
+    sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES: np.iinfo(np.uint32).max,
+    sc.STREAMSCOPE_CHUNKS_WIRE_BYTES: np.iinfo(np.uint32).max,
+}
+_MAX_REASONS_REPORTED = 5
+
+
+@dataclass(frozen=True)
+class Rejection:
+    trace_id: str
+    span_id: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"span {self.span_id or '?'} of trace {self.trace_id or '?'}: {self.reason}"
+
+
+@dataclass
+class DecodedBatch:
+    """What one export request contributes: a block per table, and what was left out and why."""
+
+    streams: pa.Table
+    chunks: pa.Table
+    spans_ignored: int = 0
+    rejected: list[Rejection] = field(default_factory=list)
+
+    @property
+    def stream_count(self) -> int:
+        return self.streams.num_rows
+
+    def rejection_message(self) -> str:
+        """One English sentence for ``partial_success.error_message``; empty when nothing was rejected."""
+        if not self.rejected:
+            return ""
+        shown = "; ".join(str(r) for r in self.rejected[:_MAX_REASONS_REPORTED])
+        more = len(self.rejected) - _MAX_REASONS_REPORTED
+        suffix = f"; and {more} more" if more > 0 else ""
+        return f"rejected {len(self.rejected)} stream span(s): {shown}{suffix}"
+
+
+class _SpanRejected(Exception):
+    pass
+
+
+@dataclass
+class _Stream:
+    """One accepted stream span before vectorisation: scalars plus its four chunk arrays."""
+
+    row: dict[str, Any]
+    offsets: np.ndarray
+    tokens: np.ndarray
+    content_bytes: np.ndarray
+    wire_bytes: np.ndarray
+    first_byte_us: int | None
+
+
+def decode_traces(request: ExportTraceServiceRequest, *, tenant: str, stall_threshold_us: int) -> DecodedBatch:
+    """Decode every stream span in ``request`` for ``tenant``."""
+    accepted: list[_Stream] = []
+    rejected: list[Rejection] = []
+    ignored = 0
+    for resource_spans in request.resource_spans:
+        resource = _attribute_map(resource_spans.resource.attributes)
+        service = str(resource.get("service.name", ""))
+        resource_strings = _stringified(resource)
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                attrs = {kv.key: kv.value for kv in span.attributes}
+                if sc.STREAMSCOPE_SIDE not in attrs:
+                    ignored += 1
+                    continue
+                try:
+                    accepted.append(_decode_span(span, attrs, tenant, service, resource_strings))
+                except _SpanRejected as exc:
+                    rejected.append(Rejection(span.trace_id.hex(), span.span_id.hex(), str(exc)))
+    streams, chunks = _blocks(accepted, stall_threshold_us)
+    return DecodedBatch(streams=streams, chunks=chunks, spans_ignored=ignored, rejected=rejected)
+
+
+def _decode_span(
+    span: Span, attrs: dict[str, AnyValue], tenant: str, service: str, resource: dict[str, str]
+) -> _Stream:
+    if len(span.trace_id) != 16 or len(span.span_id) != 8 or not any(span.trace_id) or not any(span.span_id):
+        raise _SpanRejected("invalid trace or span id")
+    if span.end_time_unix_nano < span.start_time_unix_nano:
+        raise _SpanRejected("span ends before it starts")
+    scalars = {key: _scalar(value) for key, value in attrs.items() if key not in sc.PACKED_ARRAYS}
+    side = str(scalars[sc.STREAMSCOPE_SIDE])
+    if side not in sc.STREAMSCOPE_SIDE_VALUES:
+        raise _SpanRejected(f"streamscope.side must be one of {', '.join(sc.STREAMSCOPE_SIDE_VALUES)}, not {side!r}")
+    if sc.STREAMSCOPE_CHUNKS_OFFSET_US in attrs:
+        encoding = "packed"
+        offsets, tokens, content, wire = _packed_arrays(attrs)
+        truncated = False
+    else:
+        if scalars.get(sc.STREAMSCOPE_ENCODING) == "packed":
+            raise _SpanRejected(
+                f"packed encoding without {sc.STREAMSCOPE_CHUNKS_OFFSET_US}"
+                f" ({span.dropped_attributes_count} attributes dropped by the sender)"
+            )
+        encoding = "events"
+        offsets, tokens, content, wire = _event_arrays(span)
+        truncated = span.dropped_events_count > 0
+    first_byte = scalars.get(sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US)
+    request_model = str(scalars.get(sc.GEN_AI_REQUEST_MODEL, ""))
+    response_model = str(scalars.get(sc.GEN_AI_RESPONSE_MODEL, ""))
+    row: dict[str, Any] = {
+        "tenant": tenant,
+        "start_time": span.start_time_unix_nano // 1000,
+        "duration_us": (span.end_time_unix_nano - span.start_time_unix_nano) // 1000,
+        "trace_id": span.trace_id.hex(),
+        "span_id": span.span_id.hex(),
+        "parent_span_id": span.parent_span_id.hex(),
+        "service": service,
+        "side": side,
+        "span_name": span.name,
+        "operation": _text(scalars, sc.GEN_AI_OPERATION_NAME),
+        "provider": _text(scalars, sc.GEN_AI_PROVIDER_NAME),
+        "request_model": request_model,
+        "response_model": response_model,
+        "model": response_model or request_model,
+        "response_id": _text(scalars, sc.GEN_AI_RESPONSE_ID),
+        "server_address": _text(scalars, sc.SERVER_ADDRESS),
+        "server_port": _bounded_int(scalars, sc.SERVER_PORT, 65535) or 0,
+        "route": _text(scalars, sc.HTTP_ROUTE),
+        "transport": _text(scalars, sc.STREAMSCOPE_TRANSPORT),
+        "encoding": encoding,
+        "outcome": _text(scalars, sc.STREAMSCOPE_OUTCOME) or "completed",
+        "error_type": _text(scalars, sc.ERROR_TYPE),
+        "finish_reasons": _string_list(scalars.get(sc.GEN_AI_RESPONSE_FINISH_REASONS)),
+        "node_name": _text(scalars, sc.STREAMSCOPE_NODE_NAME),
+        "engine_request_id": _text(scalars, sc.STREAMSCOPE_ENGINE_REQUEST_ID),
+        "input_tokens": _bounded_int(scalars, sc.GEN_AI_USAGE_INPUT_TOKENS, 2**32 - 1),
+        "output_tokens": _bounded_int(scalars, sc.GEN_AI_USAGE_OUTPUT_TOKENS, 2**32 - 1),
+        "tokens_estimated": bool(scalars.get(sc.STREAMSCOPE_TOKENS_ESTIMATED, False)),
+        "timeline_truncated": truncated,
+        "cancel_offset_us": _bounded_int(scalars, sc.STREAMSCOPE_CANCEL_OFFSET_US, 2**63 - 1),
+        "tokens_after_cancel": _bounded_int(scalars, sc.STREAMSCOPE_TOKENS_AFTER_CANCEL, 2**32 - 1),
+        "repetition_score": _float(scalars.get(sc.STREAMSCOPE_REPETITION_SCORE)),
+        "attributes": {k: _stringify(v) for k, v in scalars.items() if k not in _PROMOTED},
+        "resource_attributes": resource,
+    }
+    return _Stream(
+        row=row,
+        offsets=offsets,
+        tokens=tokens,
+        content_bytes=content,
+        wire_bytes=wire,
+        first_byte_us=_bounded_int(scalars, sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US, 2**63 - 1)
+        if first_byte is not None
+        else None,
+    )
+
+
+def _packed_arrays(attrs: dict[str, AnyValue]) -> tuple[np.ndarray, ...]:
+    arrays = []
+    for name in sc.PACKED_ARRAYS:
+        if name not in attrs:
+            if name == sc.STREAMSCOPE_CHUNKS_WIRE_BYTES:  # recommended, not required: 0 = unknown
+                arrays.append(np.zeros_like(arrays[0]))
+                continue
+            raise _SpanRejected(f"packed encoding without {name}")
+        try:
+            arrays.append(decode_int_array(attrs[name]))
+        except NotAnIntArray as exc:
+            raise _SpanRejected(f"{name}: {exc}") from None
+    lengths = {len(a) for a in arrays}
+    if len(lengths) > 1:
+        sizes = ", ".join(f"{name.rsplit('.', 1)[1]} {len(a)}" for name, a in zip(sc.PACKED_ARRAYS, arrays))
+        raise _SpanRejected(f"chunk arrays of unequal length ({sizes})")
+    _check_timeline(*arrays)
+    return tuple(arrays)
+
+
+def _event_arrays(span: Span) -> tuple[np.ndarray, ...]:
+    chunk_events = [e for e in span.events if e.name == sc.CHUNK_EVENT]
+    chunk_events.sort(key=lambda e: e.time_unix_nano)
+    times = np.fromiter((e.time_unix_nano for e in chunk_events), dtype=np.uint64, count=len(chunk_events))
+    if times.size and int(times[0]) < span.start_time_unix_nano:
+        raise _SpanRejected("negative chunk offset: a chunk event precedes the span start")
+    offsets = ((times - np.uint64(span.start_time_unix_nano)) // np.uint64(1000)).astype(np.int64)
+    values = np.zeros((3, len(chunk_events)), dtype=np.int64)
+    for i, event in enumerate(chunk_events):
+        for kv in event.attributes:
+            if kv.key in sc.CHUNK_EVENT_ATTRIBUTES:
+                if kv.value.WhichOneof("value") != "int_value":
+                    raise _SpanRejected(f"chunk event {i}: {kv.key} must be an integer")
+                values[sc.CHUNK_EVENT_ATTRIBUTES.index(kv.key), i] = kv.value.int_value
+    tokens, content, wire = values
+    _check_timeline(offsets, tokens, content, wire)
+    return offsets, tokens, content, wire
+
+
+def _check_timeline(offsets: np.ndarray, tokens: np.ndarray, content: np.ndarray, wire: np.ndarray) -> None:
+    if offsets.size == 0:
+        return
+    if offsets.min() < 0:
+        raise _SpanRejected("negative chunk offset")
+    if np.any(np.diff(offsets) < 0):
+        raise _SpanRejected("chunk offsets are not in order")
+    for name, values in zip(sc.PACKED_ARRAYS[1:], (tokens, content, wire)):
+        if values.min() < 0 or values.max() > _LIMITS[name]:
+            raise _SpanRejected(f"{name} out of range 0..{_LIMITS[name]}")
+
+
+def _blocks(streams: list[_Stream], stall_threshold_us: int) -> tuple[pa.Table, pa.Table]:
+    lengths = np.fromiter((s.offsets.size for s in streams), dtype=np.int64, count=len(streams))
+    offsets, tokens, content, wire = (
+        np.concatenate([getattr(s, name) for s in streams]) if streams else np.empty(0, dtype=np.int64)
+        for name in ("offsets", "tokens", "content_bytes", "wire_bytes")
+    )
+    timeline = build_timeline(lengths, offsets, content)
+    stats = stream_stats(lengths, offsets, tokens, content, wire, timeline, stall_threshold_us)
+    rows = [s.row for s in streams]
+
+    first_byte = np.ma.masked_all(len(streams), dtype=np.int64)
+    for i, s in enumerate(streams):
+        first_byte[i] = s.first_byte_us if s.first_byte_us is not None else stats.first_chunk_us[i]
+    derived = {
+        "chunk_count": pa.array(lengths, pa.uint32()),
+        "content_chunks": pa.array(stats.content_chunks),
+        "tokens": pa.array(stats.tokens, pa.uint32()),
+        "content_bytes": pa.array(stats.content_bytes),
+        "wire_bytes": pa.array(stats.wire_bytes),
+        "ttfb_us": _masked(first_byte, pa.uint64()),
+        "ttft_us": _masked(stats.ttft_us, pa.uint64()),
+        "gap_p50_us": _masked(stats.gap_quantiles_us[0.5], pa.uint32()),
+        "gap_p95_us": _masked(stats.gap_quantiles_us[0.95], pa.uint32()),
+        "gap_p99_us": _masked(stats.gap_quantiles_us[0.99], pa.uint32()),
+        "gap_max_us": _masked(stats.gap_max_us, pa.uint32()),
+        "jitter_ratio": _masked(stats.jitter_ratio, pa.float32()),
+        "stall_count": pa.array(stats.stall_count),
+        "stall_threshold_us": pa.array(np.full(len(streams), stall_threshold_us, dtype=np.uint32)),
+    }
+    stream_columns = []
+    for name in columns.STREAMS.names:
+        if name in derived:
+            stream_columns.append(derived[name])
+        else:
+            arrow_type = columns.STREAMS.field(name).type
+            stream_columns.append(pa.array([r[name] for r in rows], type=_plain(arrow_type)).cast(arrow_type))
+    streams_block = pa.Table.from_arrays(stream_columns, schema=columns.STREAMS)
+
+    per_stream = timeline.stream.astype(np.int32)
+
+    def repeated(key: str) -> pa.DictionaryArray:
+        """The stream's value on each of its chunks, as indices into a dictionary of distinct values."""
+        encoded = pa.array([r[key] for r in rows], pa.string()).dictionary_encode()
+        return pa.DictionaryArray.from_arrays(encoded.indices.take(per_stream), encoded.dictionary)
+
+    starts = np.fromiter((r["start_time"] for r in rows), dtype=np.int64, count=len(rows))
+    chunks_block = pa.Table.from_arrays(
+        [
+            repeated("tenant"),
+            pa.array(starts[per_stream], pa.timestamp("us", tz="UTC")),
+            repeated("trace_id"),
+            repeated("span_id"),
+            repeated("service"),
+            repeated("side"),
+            repeated("provider"),
+            repeated("model"),
+            pa.array(timeline.seq),
+            pa.array(timeline.kind),
+            pa.array(timeline.gap_us),
+            pa.array(tokens.astype(np.uint16)),
+            pa.array(content.astype(np.uint32)),
+            pa.array(wire.astype(np.uint32)),
+        ],
+        schema=columns.CHUNKS,
+    )
+    return streams_block, chunks_block
+
+
+def _masked(values: np.ma.MaskedArray, arrow_type: pa.DataType) -> pa.Array:
+    return pa.array(np.ma.getdata(values), mask=np.ma.getmaskarray(values)).cast(arrow_type)
+
+
+def _plain(arrow_type: pa.DataType) -> pa.DataType:
+    """Build dictionary columns from plain strings, then cast."""
+    return arrow_type.value_type if pa.types.is_dictionary(arrow_type) else arrow_type
+
+
+def _scalar(value: AnyValue) -> Any:
+    kind = value.WhichOneof("value")
+    if kind == "array_value":
+        return [_scalar(v) for v in value.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: _scalar(kv.value) for kv in value.kvlist_value.values}
+    if kind == "bytes_value":
+        return value.bytes_value.hex()
+    return getattr(value, kind) if kind else None
+
+
+def _attribute_map(attributes: Iterable[KeyValue]) -> dict[str, Any]:
+    return {kv.key: _scalar(kv.value) for kv in attributes}
+
+
+def _stringify(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, separators=(",", ":"))
+    return "" if value is None else str(value)
+
+
+def _stringified(attributes: dict[str, Any]) -> dict[str, str]:
+    return {k: _stringify(v) for k, v in attributes.items()}
+
+
+def _text(scalars: dict[str, Any], key: str) -> str:
+    value = scalars.get(key)
+    return "" if value is None else _stringify(value)
+
+
+def _string_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return [_stringify(v) for v in value]
+    return [_stringify(value)]
+
+
+def _bounded_int(scalars: dict[str, Any], key: str, largest: int) -> int | None:
+    value = scalars.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value > largest:
+        raise _SpanRejected(f"{key} must be an integer in 0..{largest}, not {value!r}")
+    return int(value)
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def concat(batches: Sequence[DecodedBatch]) -> DecodedBatch:
+    """One batch holding the rows of ``batches``, for one insert per table."""
+    return DecodedBatch(
+        streams=pa.concat_tables([b.streams for b in batches]),
+        chunks=pa.concat_tables([b.chunks for b in batches]),
+        spans_ignored=sum(b.spans_ignored for b in batches),
+        rejected=[r for b in batches for r in b.rejected],
+    )

@@ -1,0 +1,75 @@
+"""Decode an OTLP ``ArrayValue`` of integers to a numpy array without a Python object per element.
+
+A packed chunk timeline arrives as ``ArrayValue{values: [AnyValue{int_value: v}, ...]}``. On the wire every
+element is ``0x0a <len> 0x18 <varint>``: three bytes below 0x80, then a varint whose last byte is the only
+one below 0x80. So every element holds exactly four bytes below 0x80, which locates all elements at once
+with numpy. Anything else (doubles, mixed types, unknown fields) takes the per-element path, which accepts
+integral doubles, as a JavaScript SDK may send, and rejects the rest.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+_ELEMENT_TAG = 0x0A  # ArrayValue.values, length-delimited
+_INT_TAG = 0x18  # AnyValue.int_value, varint
+_MAX_VARINT_BYTES = 10
+
+
+class NotAnIntArray(ValueError):
+    """The value is not an array of integers."""
+
+
+def decode_int_array(value: AnyValue) -> np.ndarray:
+    """The integers in ``value`` as int64; raises NotAnIntArray for anything else."""
+    if value.WhichOneof("value") != "array_value":
+        raise NotAnIntArray(f"expected an array of integers, got {value.WhichOneof('value') or 'nothing'}")
+    fast = _decode_wire(value.array_value.SerializeToString())
+    return fast if fast is not None else _decode_elements(value)
+
+
+def _decode_wire(raw: bytes) -> np.ndarray | None:
+    """Vectorised decode of the serialised ArrayValue; None when the layout is not the plain one."""
+    if not raw:
+        return np.empty(0, dtype=np.int64)
+    data = np.frombuffer(raw, dtype=np.uint8)
+    low = np.flatnonzero(data < 0x80)
+    if low.size % 4:
+        return None
+    tag, length, int_tag, last = low.reshape(-1, 4).T
+    plain = (
+        tag[0] == 0
+        and last[-1] == data.size - 1
+        and np.array_equal(tag[1:], last[:-1] + 1)
+        and np.array_equal(length, tag + 1)
+        and np.array_equal(int_tag, length + 1)
+        and bool(np.all(data[tag] == _ELEMENT_TAG))
+        and bool(np.all(data[int_tag] == _INT_TAG))
+        and np.array_equal(data[length].astype(np.int64), last - length)
+    )
+    if not plain:
+        return None
+    first = int_tag + 1
+    width = last - int_tag
+    if width.max() > _MAX_VARINT_BYTES:
+        return None
+    result = np.zeros(first.size, dtype=np.uint64)
+    for k in range(int(width.max())):
+        present = k < width
+        byte = data[np.where(present, first + k, 0)].astype(np.uint64) & np.uint64(0x7F)
+        result |= np.where(present, byte << np.uint64(7 * k), np.uint64(0))
+    return result.view(np.int64)
+
+
+def _decode_elements(value: AnyValue) -> np.ndarray:
+    out = np.empty(len(value.array_value.values), dtype=np.int64)
+    for i, element in enumerate(value.array_value.values):
+        kind = element.WhichOneof("value")
+        if kind == "int_value":
+            out[i] = element.int_value
+        elif kind == "double_value" and element.double_value.is_integer():
+            out[i] = int(element.double_value)
+        else:
+            raise NotAnIntArray(f"element {i} is {kind or 'empty'}, not an integer")
+    return out

@@ -1,0 +1,53 @@
+"""Write decoded blocks to ClickHouse: one Arrow insert per table, chunks before streams.
+
+Knows ClickHouse and nothing of OTLP. At start it checks that the tables' columns are the ones ingest
+builds (the blocks' Arrow schemas), so a store that was not migrated fails loudly instead of mid-write.
+"""
+
+from __future__ import annotations
+
+from clickhouse_connect.driver.client import Client
+
+from ingest import columns, store
+from ingest.decode import DecodedBatch
+from streamscope.errors import SchemaMismatch
+
+
+def table_columns(client: Client, table: str) -> list[str]:
+    """The columns of ``table`` that a writer must supply (those without a DEFAULT), in order."""
+    rows = client.query(
+        "SELECT name FROM system.columns WHERE database = currentDatabase() AND table = {table:String} "
+        "AND default_kind = '' ORDER BY position",
+        parameters={"table": table},
+    ).result_rows
+    return [name for (name,) in rows]
+
+
+class ClickHouseWriter:
+    """Synchronous writer; ``write`` returns once the store has the rows."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        with store.translated_errors():
+            for table, schema in columns.TABLES.items():
+                found = table_columns(client, table)
+                if found != schema.names:
+                    raise SchemaMismatch(
+                        f"table {table} has columns {found or 'none'}, expected {schema.names}: "
+                        "run `streamscope migrate` with this version of streamscope"
+                    )
+
+    def write(self, batch: DecodedBatch) -> None:
+        """Insert the batch's rows; raises WriteError or RetryableWriteError."""
+        with store.translated_errors():
+            # Chunks first: a stream row is the marker that its chunks are complete.
+            if batch.chunks.num_rows:
+                self._client.insert_arrow("chunks", batch.chunks)
+            if batch.streams.num_rows:
+                self._client.insert_arrow("streams", batch.streams)
+
+    def ping(self) -> bool:
+        try:
+            return bool(self._client.ping())
+        except Exception:
+            return False
