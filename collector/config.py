@@ -1,0 +1,27 @@
+"""The collector's settings, resolved once at start."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from streamscope import env
+
+DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024  # the OTLP specification's recommended limit
+
+
+@dataclass(frozen=True)
+class CollectorConfig:
+    storage_dsn: str = field(default_factory=env.default_storage_dsn)
+    host: str = "127.0.0.1"
+    http_port: int = 4318
+    grpc_port: int | None = 4317
+    """None disables OTLP/gRPC."""
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    """Largest request body accepted, measured after decompression (HTTP 413 / gRPC RESOURCE_EXHAUSTED)."""
+    stall_threshold_us: int = field(default_factory=env.stall_threshold_us)
+    tenant: str = "default"
+    """Tenant stored on every row until authentication maps credentials to tenants."""
+    write_timeout_s: float = 30.0
+    """How long a request waits for its rows to reach the store before it is answered 503."""
+    migrate: bool = True
+    """Apply pending migrations at start."""

@@ -1,0 +1,157 @@
+"""Run the collector: open and migrate the store, then serve OTLP over HTTP and gRPC.
+
+``Collector.start()`` serves from background threads and returns, so the demo and the tests can run one
+in-process; ``streamscope collector`` calls ``serve_forever()``. While it runs with the embedded engine it
+leaves ``collector.json`` in the data directory, telling other commands to query through its HTTP API.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+from pathlib import Path
+
+import uvicorn
+
+from collector.config import CollectorConfig
+from collector.grpc_server import start_grpc_server
+from collector.http_app import create_app
+from collector.pipeline import TracePipeline
+from ingest import migrations, sql, store
+from ingest.group_commit import GroupCommitWriter
+from ingest.writer import ClickHouseWriter
+
+log = logging.getLogger(__name__)
+DISCOVERY_FILE = "collector.json"
+
+
+class Collector:
+    def __init__(self, config: CollectorConfig) -> None:
+        self.config = config
+        self.target = store.parse_dsn(config.storage_dsn)
+        self.http_port: int | None = None
+        self.grpc_port: int | None = None
+        self._writer: GroupCommitWriter | None = None
+        self._http: uvicorn.Server | None = None
+        self._http_thread: threading.Thread | None = None
+        self._grpc = None
+        self._clients: list = []
+        self.pipeline: TracePipeline | None = None
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{_connectable(self.config.host)}:{self.http_port}"
+
+    @property
+    def grpc_endpoint(self) -> str:
+        return f"{_connectable(self.config.host)}:{self.grpc_port}"
+
+    def start(self) -> Collector:
+        write_client = store.connect(self.target)
+        query_client = store.connect(self.target)
+        self._clients = [write_client, query_client]
+        if self.config.migrate:
+            applied = migrations.migrate(write_client)
+            for migration in applied:
+                log.info("applied migration %s", migration.path.name)
+        self._writer = GroupCommitWriter(ClickHouseWriter(write_client))
+        self.pipeline = TracePipeline(
+            self._writer,
+            stall_threshold_us=self.config.stall_threshold_us,
+            write_timeout_s=self.config.write_timeout_s,
+        )
+        app = create_app(
+            self.pipeline,
+            self.config,
+            ready=lambda: bool(store.call(query_client.ping)),
+            sql=lambda query: sql.query_json(query_client, query),
+        )
+        self._start_http(app)
+        if self.config.grpc_port is not None:
+            self._grpc, self.grpc_port = start_grpc_server(
+                self.pipeline,
+                host=self.config.host,
+                port=self.config.grpc_port,
+                tenant=self.config.tenant,
+                max_request_bytes=self.config.max_request_bytes,
+            )
+        self._write_discovery()
+        return self
+
+    def _start_http(self, app) -> None:
+        family = socket.AF_INET6 if ":" in self.config.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.config.host, self.config.http_port))
+        self.http_port = sock.getsockname()[1]
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="otlp-http", daemon=True)
+        thread.start()
+        while not server.started:
+            if not thread.is_alive():
+                raise OSError(f"OTLP/HTTP server failed to start on {self.config.host}:{self.http_port}")
+            thread.join(0.01)
+        self._http, self._http_thread = server, thread
+
+    def stop(self) -> None:
+        """Stop accepting, answer what is in flight, write what is queued, release the store."""
+        if self._grpc is not None:
+            self._grpc.stop(grace=5).wait()
+        if self._http is not None and self._http_thread is not None:
+            self._http.should_exit = True
+            self._http_thread.join()
+        if self._writer is not None:
+            self._writer.shutdown()
+        for client in self._clients:
+            client.close()
+        self._remove_discovery()
+
+    def serve_forever(self) -> None:
+        """Start, then block until SIGINT or SIGTERM."""
+        stop = threading.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
+        self.start()
+        log.info("collector listening: OTLP/HTTP %s, OTLP/gRPC %s", self.http_url, self.grpc_port or "off")
+        try:
+            stop.wait()
+        finally:
+            self.stop()
+
+    def _discovery_path(self) -> Path | None:
+        return self.target.path / DISCOVERY_FILE if self.target.embedded and self.target.path else None
+
+    def _write_discovery(self) -> None:
+        path = self._discovery_path()
+        if path:
+            path.write_text(json.dumps({"pid": os.getpid(), "http_url": self.http_url}))
+
+    def _remove_discovery(self) -> None:
+        path = self._discovery_path()
+        if path:
+            path.unlink(missing_ok=True)
+
+
+def running_collector_url(target: store.StoreTarget) -> str | None:
+    """The HTTP URL of a live collector that owns ``target``'s embedded directory, if there is one."""
+    if not target.embedded or target.path is None:
+        return None
+    path = target.path / DISCOVERY_FILE
+    try:
+        info = json.loads(path.read_text())
+        os.kill(int(info["pid"]), 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return str(info["http_url"])
+
+
+def _connectable(host: str) -> str:
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host

@@ -1,0 +1,68 @@
+"""Parse OTLP export request bodies: binary protobuf, or JSON under the OTLP JSON rules.
+
+OTLP JSON differs from the standard proto3 mapping: trace and span ids are hex strings (not base64) and
+enums are integers; 64-bit integers may be strings or numbers; unknown fields are ignored. The JSON is
+rewritten to the proto3 form (ids to base64) and handed to protobuf's own parser, so both encodings come out
+as the same message type.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any, TypeVar
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError as ProtobufDecodeError
+from google.protobuf.message import Message
+
+from streamscope.errors import DecodeError
+
+M = TypeVar("M", bound=Message)
+
+_ID_FIELDS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id")
+
+
+def parse_protobuf(body: bytes, message_type: type[M]) -> M:
+    try:
+        return message_type.FromString(body)
+    except (ProtobufDecodeError, RuntimeError, ValueError) as exc:
+        raise DecodeError(f"body is not a valid {message_type.DESCRIPTOR.name} protobuf: {exc}") from None
+
+
+def parse_json(body: bytes, message_type: type[M]) -> M:
+    try:
+        document = json.loads(body)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise DecodeError(f"body is not valid JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise DecodeError(f"body must be a JSON object ({message_type.DESCRIPTOR.name}), not {type(document).__name__}")
+    try:
+        _hex_ids_to_base64(document)
+        return json_format.ParseDict(document, message_type(), ignore_unknown_fields=True)
+    except (json_format.ParseError, ValueError, TypeError, RecursionError) as exc:
+        raise DecodeError(f"body is not a valid OTLP JSON {message_type.DESCRIPTOR.name}: {exc}") from None
+
+
+def _hex_ids_to_base64(node: Any) -> None:
+    """Rewrite every id field, at any depth, from OTLP's hex to proto3 JSON's base64, in place."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, dict):
+            for key, value in current.items():
+                if key in _ID_FIELDS and isinstance(value, str):
+                    try:
+                        current[key] = base64.b64encode(bytes.fromhex(value)).decode()
+                    except ValueError:
+                        raise ValueError(f"{key} {value[:40]!r} is not a hex string") from None
+                elif isinstance(value, (dict, list)):
+                    stack.append(value)
+        elif isinstance(current, list):
+            stack.extend(v for v in current if isinstance(v, (dict, list)))
+
+
+def to_json(message: Message) -> bytes:
+    """A response message in OTLP JSON (lowerCamelCase keys, int64 as strings)."""
+    return json_format.MessageToJson(message, indent=None).encode()
+
