@@ -1,0 +1,196 @@
+"""What each provider's stream events mean: the content they carry, exact token counts where reported, and
+the stream-level facts (response id and model, finish reasons, usage, errors).
+
+One reader per wire format, each stateful for one stream. Payloads may be parsed JSON (raw SSE) or the
+OpenAI SDK's typed objects; ``_get`` reads both, so the same reader serves both wrappers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class EventFacts:
+    text: str = ""
+    """Generated content carried by this event (text, reasoning, tool-call arguments)."""
+    exact_tokens: int | None = None
+    """Tokens in this event when the provider reported them; None means estimate from the text."""
+    done: bool = False
+    """The provider's end-of-stream event."""
+
+
+@dataclass
+class StreamFacts:
+    response_id: str | None = None
+    response_model: str | None = None
+    finish_reasons: list[str] = field(default_factory=list)
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    error_type: str | None = None
+
+
+class StreamFormat(Protocol):
+    provider: str
+    facts: StreamFacts
+
+    def read(self, event_type: str, payload: Any) -> EventFacts: ...
+
+
+def _get(obj: Any, key: str) -> Any:
+    if obj is None:
+        return None
+    if isinstance(obj, dict):
+        return obj.get(key)
+    return getattr(obj, key, None)
+
+
+def estimate_tokens(text: str) -> int:
+    """About four bytes of UTF-8 per token: a documented estimate, marked as one on the span."""
+    return max(1, round(len(text.encode()) / 4)) if text else 0
+
+
+class OpenAIChat:
+    """Chat Completions chunks (``chat.completion.chunk``), also served by vLLM, SGLang and TGI.
+
+    Per-chunk tokens are exact when every chunk carries cumulative usage (vLLM's continuous usage stats);
+    a usage-only final chunk (``stream_options.include_usage``) gives exact totals only.
+    """
+
+    provider = "openai"
+
+    def __init__(self) -> None:
+        self.facts = StreamFacts()
+        self._completion_tokens = 0
+
+    def read(self, event_type: str, payload: Any) -> EventFacts:
+        if payload is None:  # [DONE]
+            return EventFacts(done=True)
+        facts = self.facts
+        facts.response_id = _get(payload, "id") or facts.response_id
+        facts.response_model = _get(payload, "model") or facts.response_model
+        error = _get(payload, "error")
+        if error:
+            facts.error_type = str(_get(error, "type") or _get(error, "code") or "error")
+            return EventFacts(done=True)
+        parts: list[str] = []
+        for choice in _get(payload, "choices") or ():
+            delta = _get(choice, "delta")
+            for key in ("content", "reasoning_content", "reasoning", "refusal"):
+                value = _get(delta, key)
+                if isinstance(value, str):
+                    parts.append(value)
+            for call in _get(delta, "tool_calls") or ():
+                arguments = _get(_get(call, "function"), "arguments")
+                if isinstance(arguments, str):
+                    parts.append(arguments)
+            reason = _get(choice, "finish_reason")
+            if reason:
+                facts.finish_reasons.append(str(reason))
+        text = "".join(parts)
+        exact = None
+        usage = _get(payload, "usage")
+        if usage is not None:
+            facts.input_tokens = _get(usage, "prompt_tokens")
+            total = _get(usage, "completion_tokens")
+            if isinstance(total, int):
+                facts.output_tokens = total
+                if text:
+                    exact = total - self._completion_tokens
+                self._completion_tokens = total
+        return EventFacts(text=text, exact_tokens=exact)
+
+
+class OpenAIResponses:
+    """Responses API events (``response.output_text.delta`` ... ``response.completed``)."""
+
+    provider = "openai"
+    _DELTAS = frozenset(
+        {
+            "response.output_text.delta",
+            "response.refusal.delta",
+            "response.reasoning_text.delta",
+            "response.reasoning_summary_text.delta",
+            "response.function_call_arguments.delta",
+            "response.custom_tool_call_input.delta",
+        }
+    )
+    _ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+    def __init__(self) -> None:
+        self.facts = StreamFacts()
+
+    def read(self, event_type: str, payload: Any) -> EventFacts:
+        kind = _get(payload, "type") or event_type
+        facts = self.facts
+        if kind in self._DELTAS:
+            delta = _get(payload, "delta")
+            return EventFacts(text=delta if isinstance(delta, str) else "")
+        response = _get(payload, "response")
+        if response is not None:
+            facts.response_id = _get(response, "id") or facts.response_id
+            facts.response_model = _get(response, "model") or facts.response_model
+        if kind in self._ENDS:
+            usage = _get(response, "usage")
+            facts.input_tokens = _get(usage, "input_tokens")
+            facts.output_tokens = _get(usage, "output_tokens")
+            reason = _get(_get(response, "incomplete_details"), "reason")
+            facts.finish_reasons.append(str(reason or _get(response, "status") or kind.rsplit(".", 1)[1]))
+            if kind == "response.failed":
+                facts.error_type = str(_get(_get(response, "error"), "code") or "response_failed")
+            return EventFacts(done=True)
+        if kind == "error":
+            facts.error_type = str(_get(payload, "code") or "error")
+            return EventFacts(done=True)
+        return EventFacts()
+
+
+class AnthropicMessages:
+    """Messages API stream: message_start, content_block_start/delta/stop, message_delta, message_stop, ping."""
+
+    provider = "anthropic"
+    _DELTA_FIELDS = {"text_delta": "text", "thinking_delta": "thinking", "input_json_delta": "partial_json"}
+
+    def __init__(self) -> None:
+        self.facts = StreamFacts()
+
+    def read(self, event_type: str, payload: Any) -> EventFacts:
+        kind = _get(payload, "type") or event_type
+        facts = self.facts
+        if kind == "content_block_delta":
+            delta = _get(payload, "delta")
+            text = _get(delta, self._DELTA_FIELDS.get(_get(delta, "type"), ""))
+            return EventFacts(text=text if isinstance(text, str) else "")
+        if kind == "message_start":
+            message = _get(payload, "message")
+            facts.response_id = _get(message, "id")
+            facts.response_model = _get(message, "model")
+            facts.input_tokens = _get(_get(message, "usage"), "input_tokens")
+        elif kind == "message_delta":
+            reason = _get(_get(payload, "delta"), "stop_reason")
+            if reason:
+                facts.finish_reasons.append(str(reason))
+            output = _get(_get(payload, "usage"), "output_tokens")
+            if isinstance(output, int):
+                facts.output_tokens = output
+        elif kind == "message_stop":
+            return EventFacts(done=True)
+        elif kind == "error":
+            facts.error_type = str(_get(_get(payload, "error"), "type") or "error")
+            return EventFacts(done=True)
+        return EventFacts()
+
+
+FORMATS: dict[str, type[OpenAIChat] | type[OpenAIResponses] | type[AnthropicMessages]] = {
+    "openai-chat": OpenAIChat,
+    "openai-responses": OpenAIResponses,
+    "anthropic": AnthropicMessages,
+}
+
+
+def make_format(name: str) -> StreamFormat:
+    try:
+        return FORMATS[name]()
+    except KeyError:
+        raise ValueError(f"unknown stream format {name!r}: use one of {', '.join(FORMATS)}") from None

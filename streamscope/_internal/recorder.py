@@ -1,0 +1,282 @@
+"""StreamRecorder: one streamed response's chunk timeline, emitted as one span when the stream ends.
+
+Per chunk it only appends four integers to lists (the hot path); the span, its attributes and the
+metrics are built once, at ``finish``. Application code calls these methods, so none of them raises:
+a failure is logged once and the stream is dropped from telemetry, never from the application.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Mapping, MutableMapping
+from types import TracebackType
+from typing import Any, Literal
+
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.util.types import AttributeValue
+
+from streamscope import env
+from streamscope import semconv as sc
+from streamscope._internal import instruments
+
+Side = Literal["client", "server", "browser", "gateway"]
+Outcome = Literal["completed", "cancelled", "error", "timeout", "disconnected"]
+Encoding = Literal["packed", "events"]
+
+MAX_CHUNKS = 1_000_000
+"""Chunks kept per stream at most; later ones are counted in streamscope.chunks_dropped, not stored."""
+_TEXT_TAIL_CHUNKS = 256  # chunks of text kept for the repetition score
+_KINDS = {"client": trace.SpanKind.CLIENT, "browser": trace.SpanKind.CLIENT}
+
+log = logging.getLogger("streamscope")
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str, *args: object) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        log.warning(message, *args, exc_info=True)
+
+
+_default_encoding: Encoding = "events" if os.environ.get(env.STREAMSCOPE_ENCODING) == "events" else "packed"
+
+
+def set_default_encoding(encoding: Encoding) -> None:
+    """The encoding recorders use when none is passed (``setup`` calls this)."""
+    global _default_encoding
+    if encoding not in sc.STREAMSCOPE_ENCODING_VALUES:
+        raise ValueError(f"encoding must be one of {sc.STREAMSCOPE_ENCODING_VALUES}, not {encoding!r}")
+    _default_encoding = encoding
+
+
+class StreamRecorder:
+    """Records one stream. Use as a context manager, or call ``start`` and ``finish`` yourself.
+
+    >>> with StreamRecorder(side="client", provider="openai", request_model="gpt-4o") as rec:
+    ...     for chunk in response:
+    ...         rec.chunk(tokens=1, content_bytes=len(text.encode()), wire_bytes=len(raw))
+    """
+
+    __slots__ = (
+        "_attributes", "_cancel_ns", "_content", "_dropped", "_encoding", "_finished", "_first_byte_ns",
+        "_kind", "_meter_provider", "_name", "_parent", "_side", "_span", "_start_ns", "_tail", "_times",
+        "_tokens", "_tokens_estimated", "_tracer", "_wall_start_ns", "_wire", "tokens_after_cancel",
+    )
+
+    def __init__(
+        self,
+        *,
+        side: Side,
+        provider: str,
+        request_model: str | None = None,
+        operation: str = "chat",
+        transport: str = "sse",
+        encoding: Encoding | None = None,
+        attributes: Mapping[str, AttributeValue] | None = None,
+        parent: otel_context.Context | None = None,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: Any | None = None,
+    ) -> None:
+        self._side = side
+        self._encoding = encoding or _default_encoding
+        self._name = f"{operation} {request_model}" if request_model else operation
+        self._kind = _KINDS.get(side, trace.SpanKind.SERVER)
+        self._attributes: dict[str, AttributeValue] = {
+            sc.STREAMSCOPE_SIDE: side,
+            sc.STREAMSCOPE_ENCODING: self._encoding,
+            sc.STREAMSCOPE_TRANSPORT: transport,
+            sc.GEN_AI_OPERATION_NAME: operation,
+            sc.GEN_AI_PROVIDER_NAME: provider,
+            sc.GEN_AI_REQUEST_STREAM: True,
+        }
+        if request_model:
+            self._attributes[sc.GEN_AI_REQUEST_MODEL] = request_model
+        if attributes:
+            self._attributes.update(attributes)
+        self._parent = parent
+        self._tracer = trace.get_tracer("streamscope", tracer_provider=tracer_provider)
+        self._meter_provider = meter_provider
+        self._times: list[int] = []
+        self._tokens: list[int] = []
+        self._content: list[int] = []
+        self._wire: list[int] = []
+        self._tail: deque[str] = deque(maxlen=_TEXT_TAIL_CHUNKS)
+        self._dropped = 0
+        self._first_byte_ns: int | None = None
+        self._cancel_ns: int | None = None
+        self._tokens_estimated = False
+        self._finished = False
+        self._span: trace.Span | None = None
+        self._start_ns = 0
+        self._wall_start_ns = 0
+        self.tokens_after_cancel: int | None = None
+        """Server side: tokens generated after the peer went away; set it before ``finish``."""
+
+    # --- lifecycle ---------------------------------------------------------------------------------------
+
+    def start(self) -> StreamRecorder:
+        """Start the clock and the span; call just before sending the request (or, on a server, on receipt)."""
+        self._wall_start_ns = time.time_ns()
+        self._start_ns = time.perf_counter_ns()
+        try:
+            self._span = self._tracer.start_span(
+                self._name,
+                context=self._parent,
+                kind=self._kind,
+                attributes=self._attributes,
+                start_time=self._wall_start_ns,
+            )
+        except Exception:
+            _warn_once("start", "streamscope: could not start a stream span; this stream is not recorded")
+        return self
+
+    @property
+    def span(self) -> trace.Span:
+        return self._span or trace.INVALID_SPAN
+
+    def inject(self, headers: MutableMapping[str, str]) -> MutableMapping[str, str]:
+        """Add W3C trace context (``traceparent``) for this stream's span to outgoing request headers."""
+        try:
+            propagate.inject(headers, context=trace.set_span_in_context(self.span, self._parent))
+        except Exception:
+            _warn_once("inject", "streamscope: could not inject trace context")
+        return headers
+
+    # --- the hot path ------------------------------------------------------------------------------------
+
+    def first_byte(self) -> None:
+        """Mark the first byte of the response body (received, or sent on a server); later calls are no-ops."""
+        if self._first_byte_ns is None:
+            self._first_byte_ns = time.perf_counter_ns()
+
+    def chunk(self, tokens: int = 0, content_bytes: int = 0, wire_bytes: int = 0, text: str | None = None) -> None:
+        """Record one chunk now. ``content_bytes`` 0 marks a chunk without content (role, ping, usage)."""
+        if len(self._times) >= MAX_CHUNKS:
+            self._dropped += 1
+            return
+        self._times.append(time.perf_counter_ns())
+        self._tokens.append(tokens)
+        self._content.append(content_bytes)
+        self._wire.append(wire_bytes)
+        if text:
+            self._tail.append(text)
+
+    # --- stream facts ------------------------------------------------------------------------------------
+
+    def set_attribute(self, key: str, value: AttributeValue) -> None:
+        self._attributes[key] = value
+
+    def mark_tokens_estimated(self) -> None:
+        """Say that per-chunk token counts are estimates (the provider did not report them per chunk)."""
+        self._tokens_estimated = True
+
+    def cancel(self) -> None:
+        """Mark the moment the stream was cancelled (or the peer went away); the first call counts."""
+        if self._cancel_ns is None:
+            self._cancel_ns = time.perf_counter_ns()
+
+    def finish(self, outcome: Outcome = "completed", *, error_type: str | None = None) -> None:
+        """End the stream and emit its span (and metrics on the client side). Only the first call counts."""
+        if self._finished:
+            return
+        self._finished = True
+        end_ns = time.perf_counter_ns()
+        if self._span is None:
+            return
+        try:
+            self._emit(outcome, error_type, end_ns)
+        except Exception:
+            _warn_once("finish", "streamscope: could not emit a stream span; this stream is not recorded")
+
+    def __enter__(self) -> StreamRecorder:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            self.finish("completed")
+        elif issubclass(exc_type, GeneratorExit):
+            self.cancel()
+            self.finish("cancelled")
+        else:
+            self.finish("error", error_type=exc_type.__qualname__)
+
+    # --- emission ----------------------------------------------------------------------------------------
+
+    def _offset_us(self, perf_ns: int) -> int:
+        return max(0, (perf_ns - self._start_ns) // 1000)
+
+    def _emit(self, outcome: Outcome, error_type: str | None, end_ns: int) -> None:
+        span = self._span
+        assert span is not None
+        start = self._start_ns
+        offsets = [(t - start) // 1000 for t in self._times]
+        attributes = self._attributes
+        attributes[sc.STREAMSCOPE_OUTCOME] = outcome
+        if error_type:
+            attributes[sc.ERROR_TYPE] = error_type
+        if self._first_byte_ns is not None:
+            attributes[sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US] = self._offset_us(self._first_byte_ns)
+        if self._cancel_ns is not None:
+            attributes[sc.STREAMSCOPE_CANCEL_OFFSET_US] = self._offset_us(self._cancel_ns)
+        if self.tokens_after_cancel is not None:
+            attributes[sc.STREAMSCOPE_TOKENS_AFTER_CANCEL] = self.tokens_after_cancel
+        if self._tokens_estimated:
+            attributes[sc.STREAMSCOPE_TOKENS_ESTIMATED] = True
+        if self._dropped:
+            attributes["streamscope.chunks_dropped"] = self._dropped
+        content_offsets = [o for o, c in zip(offsets, self._content) if c > 0]
+        if content_offsets:
+            attributes[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = content_offsets[0] / 1e6
+        score = repetition_score(" ".join(self._tail))
+        if score is not None:
+            attributes[sc.STREAMSCOPE_REPETITION_SCORE] = score
+        if self._encoding == "packed":
+            attributes[sc.STREAMSCOPE_CHUNKS_OFFSET_US] = offsets
+            attributes[sc.STREAMSCOPE_CHUNKS_TOKENS] = self._tokens
+            attributes[sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES] = self._content
+            attributes[sc.STREAMSCOPE_CHUNKS_WIRE_BYTES] = self._wire
+        span.set_attributes(attributes)
+        if self._encoding == "events":
+            wall = self._wall_start_ns
+            for offset, tokens, content, wire in zip(offsets, self._tokens, self._content, self._wire):
+                span.add_event(
+                    sc.CHUNK_EVENT,
+                    {
+                        sc.STREAMSCOPE_CHUNK_TOKENS: tokens,
+                        sc.STREAMSCOPE_CHUNK_CONTENT_BYTES: content,
+                        sc.STREAMSCOPE_CHUNK_WIRE_BYTES: wire,
+                    },
+                    timestamp=wall + offset * 1000,
+                )
+        if outcome == "error":
+            span.set_status(trace.Status(trace.StatusCode.ERROR, error_type))
+        span.end(end_time=self._wall_start_ns + (end_ns - start))
+        if self._side in ("client", "browser") and content_offsets:
+            self._record_metrics(content_offsets)
+
+    def _record_metrics(self, content_offsets: list[int]) -> None:
+        first_chunk, per_chunk = instruments.streaming_histograms(self._meter_provider)
+        labels = {
+            key: self._attributes[key]
+            for key in (sc.GEN_AI_OPERATION_NAME, sc.GEN_AI_PROVIDER_NAME, sc.GEN_AI_REQUEST_MODEL,
+                        sc.GEN_AI_RESPONSE_MODEL, sc.SERVER_ADDRESS, sc.SERVER_PORT)
+            if key in self._attributes
+        }
+        first_chunk.record(content_offsets[0] / 1e6, labels)
+        for previous, current in zip(content_offsets, content_offsets[1:]):
+            per_chunk.record((current - previous) / 1e6, labels)
+
+
+def repetition_score(text: str, n: int = 3, minimum_words: int = 24) -> float | None:
+    """Share of repeated word ``n``-grams in ``text``: near 0 for prose, near 1 for a stuck loop."""
+    words = text.split()
+    if len(words) < minimum_words:
+        return None
+    grams = list(zip(*(words[i:] for i in range(n))))
+    return round(1.0 - len(set(grams)) / len(grams), 4)

@@ -1,0 +1,79 @@
+"""One call that points an application's OpenTelemetry tracing at a streamscope collector.
+
+Standard OTel variables keep their meaning (OTEL_SERVICE_NAME, OTEL_EXPORTER_OTLP_ENDPOINT,
+OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL, OTEL_EXPORTER_OTLP_HEADERS, ...);
+arguments win over them. The span event limit is raised so the events encoding keeps whole streams.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+
+from streamscope._internal.recorder import Encoding, set_default_encoding
+
+DEFAULT_ENDPOINT = "http://localhost:4318"
+EVENTS_PER_SPAN = 65_536
+"""Span event limit set unless OTEL_SPAN_EVENT_COUNT_LIMIT says otherwise (the SDK default is 128)."""
+
+
+def setup(
+    service_name: str | None = None,
+    *,
+    endpoint: str | None = None,
+    protocol: str | None = None,
+    encoding: Encoding | None = None,
+    headers: Mapping[str, str] | None = None,
+    resource_attributes: Mapping[str, str] | None = None,
+    set_global: bool = True,
+) -> TracerProvider:
+    """Configure tracing to export to the collector; returns the TracerProvider (made global by default).
+
+    ``endpoint`` is the collector's base URL (http://host:4318 for OTLP/HTTP, http://host:4317 for gRPC);
+    ``protocol`` is ``http/protobuf`` (default), ``http/json`` or ``grpc``.
+    """
+    if encoding is not None:
+        set_default_encoding(encoding)
+    attributes = dict(resource_attributes or {})
+    if service_name:
+        attributes["service.name"] = service_name
+    limits = SpanLimits(max_events=None if "OTEL_SPAN_EVENT_COUNT_LIMIT" in os.environ else EVENTS_PER_SPAN)
+    provider = TracerProvider(resource=Resource.create(attributes), span_limits=limits)
+    chosen = protocol or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"
+    )
+    provider.add_span_processor(BatchSpanProcessor(_exporter(chosen, endpoint, headers)))
+    if set_global:
+        trace.set_tracer_provider(provider)
+    return provider
+
+
+def _exporter(protocol: str, endpoint: str | None, headers: Mapping[str, str] | None) -> SpanExporter:
+    header_dict = dict(headers) if headers else None
+    if protocol == "grpc":
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+        except ImportError:
+            raise ImportError("protocol 'grpc' needs: pip install 'streamscope[grpc]'") from None
+        return GrpcExporter(endpoint=endpoint, headers=header_dict, insecure=_insecure(endpoint))
+    traces_url = f"{endpoint.rstrip('/')}/v1/traces" if endpoint else None
+    if protocol == "http/json":
+        try:
+            from opentelemetry.exporter.otlp.json.http.trace_exporter import OTLPSpanExporter as JsonExporter
+        except ImportError:
+            raise ImportError("protocol 'http/json' needs: pip install opentelemetry-exporter-otlp-json-http") from None
+        return JsonExporter(endpoint=traces_url, headers=header_dict)
+    if protocol != "http/protobuf":
+        raise ValueError(f"protocol must be http/protobuf, http/json or grpc, not {protocol!r}")
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter(endpoint=traces_url, headers=header_dict)
+
+
+def _insecure(endpoint: str | None) -> bool | None:
+    return endpoint.startswith("http://") if endpoint else None
