@@ -20,7 +20,7 @@ class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
         self._pipeline = pipeline
         self._tenant = tenant
 
-    def Export(self, request: ExportTraceServiceRequest, context: grpc.ServicerContext) -> ExportTraceServiceResponse:  # noqa: N802
+    def Export(self, request: ExportTraceServiceRequest, context: grpc.ServicerContext) -> ExportTraceServiceResponse:
         try:
             return self._pipeline.export(request, self._tenant).response()
         except RetryableWriteError as exc:

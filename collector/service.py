@@ -11,11 +11,8 @@ import json
 import logging
 import os
 import signal
-import socket
 import threading
 from pathlib import Path
-
-import uvicorn
 
 from collector.config import CollectorConfig
 from collector.grpc_server import start_grpc_server
@@ -24,6 +21,7 @@ from collector.pipeline import TracePipeline
 from ingest import migrations, sql, store
 from ingest.group_commit import GroupCommitWriter
 from ingest.writer import ClickHouseWriter
+from streamscope._internal.serving import BackgroundServer
 
 log = logging.getLogger(__name__)
 DISCOVERY_FILE = "collector.json"
@@ -36,10 +34,10 @@ class Collector:
         self.http_port: int | None = None
         self.grpc_port: int | None = None
         self._writer: GroupCommitWriter | None = None
-        self._http: uvicorn.Server | None = None
-        self._http_thread: threading.Thread | None = None
+        self._http: BackgroundServer | None = None
         self._grpc = None
         self._clients: list = []
+        self.query_client = None
         self.pipeline: TracePipeline | None = None
 
     @property
@@ -54,6 +52,7 @@ class Collector:
         write_client = store.connect(self.target)
         query_client = store.connect(self.target)
         self._clients = [write_client, query_client]
+        self.query_client = query_client
         if self.config.migrate:
             applied = migrations.migrate(write_client)
             for migration in applied:
@@ -70,7 +69,8 @@ class Collector:
             ready=lambda: bool(store.call(query_client.ping)),
             sql=lambda query: sql.query_json(query_client, query),
         )
-        self._start_http(app)
+        self._http = BackgroundServer(app, self.config.host, self.config.http_port, name="otlp-http").start()
+        self.http_port = self._http.port
         if self.config.grpc_port is not None:
             self._grpc, self.grpc_port = start_grpc_server(
                 self.pipeline,
@@ -82,28 +82,12 @@ class Collector:
         self._write_discovery()
         return self
 
-    def _start_http(self, app) -> None:
-        family = socket.AF_INET6 if ":" in self.config.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.config.host, self.config.http_port))
-        self.http_port = sock.getsockname()[1]
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="otlp-http", daemon=True)
-        thread.start()
-        while not server.started:
-            if not thread.is_alive():
-                raise OSError(f"OTLP/HTTP server failed to start on {self.config.host}:{self.http_port}")
-            thread.join(0.01)
-        self._http, self._http_thread = server, thread
-
     def stop(self) -> None:
         """Stop accepting, answer what is in flight, write what is queued, release the store."""
         if self._grpc is not None:
             self._grpc.stop(grace=5).wait()
-        if self._http is not None and self._http_thread is not None:
-            self._http.should_exit = True
-            self._http_thread.join()
+        if self._http is not None:
+            self._http.stop()
         if self._writer is not None:
             self._writer.shutdown()
         for client in self._clients:

@@ -1,1 +1,38 @@
-"""streamscope: observability for LLM token streams."""
+"""streamscope: observability for LLM token streams, from the GPU to the user's screen.
+
+The SDK records every chunk of a streamed response (arrival time, tokens, content and wire bytes) with no
+span operation per chunk, and emits one OpenTelemetry span per stream that a streamscope collector (or
+any OTLP backend) receives.
+"""
+
+from streamscope._internal.httpx_client import astream_sse, stream_sse
+from streamscope._internal.observer import StreamEvent
+from streamscope._internal.openai_client import instrument_openai
+from streamscope._internal.recorder import Encoding, Outcome, Side, StreamRecorder, set_default_encoding
+from streamscope._internal.setup import setup
+
+__all__ = [
+    "Encoding",
+    "Outcome",
+    "ServerChunk",
+    "ServerStream",
+    "Side",
+    "StreamEvent",
+    "StreamRecorder",
+    "astream_sse",
+    "instrument_openai",
+    "set_default_encoding",
+    "setup",
+    "stream_sse",
+]
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # The server helper needs Starlette, which the base install does not require.
+    if name in ("ServerStream", "ServerChunk"):
+        from streamscope._internal import server
+
+        return getattr(server, name)
+    raise AttributeError(f"module 'streamscope' has no attribute {name!r}")

@@ -31,6 +31,7 @@ class StreamObserver:
         self.recorder = recorder
         self.format = stream_format
         self.done = False
+        self.closed = False
         self._decoder = SSEDecoder()
 
     def on_bytes(self, data: bytes) -> list[StreamEvent]:
@@ -68,7 +69,13 @@ class StreamObserver:
             self.done = True
 
     def close(self, outcome: Outcome, error_type: str | None = None) -> None:
-        """Finish the recorder with the stream's facts; an error the provider reported makes it an error."""
+        """Finish the recorder with the stream's facts; an error the provider reported makes it an error.
+
+        Only the first call counts, so every exit path of a wrapper may call it.
+        """
+        if self.closed:
+            return
+        self.closed = True
         facts = self.format.facts
         recorder = self.recorder
         if facts.response_id:

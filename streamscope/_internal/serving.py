@@ -1,0 +1,37 @@
+"""Serve an ASGI app with uvicorn from a background thread, on a port chosen by the OS if asked (port 0)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import Any
+
+import uvicorn
+
+
+class BackgroundServer:
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, name: str = "http") -> None:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._socket = socket.socket(family, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind((host, port))
+        self.port: int = self._socket.getsockname()[1]
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, name=name, daemon=True
+        )
+
+    def start(self) -> BackgroundServer:
+        self._thread.start()
+        while not self._server.started:
+            if not self._thread.is_alive():
+                raise OSError(f"server {self._thread.name} failed to start on port {self.port}")
+            self._thread.join(0.01)
+        return self
+
+    def stop(self) -> None:
+        """Stop accepting, let in-flight requests finish, and join the thread."""
+        self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join()
+        self._socket.close()
