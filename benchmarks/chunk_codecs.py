@@ -81,8 +81,12 @@ def measure(client, data: dict[str, np.ndarray]) -> list[tuple[str, str, float]]
                 f"CREATE TABLE codec_probe (stream UInt32, seq UInt32, v {ch_type} CODEC({codec})) "
                 "ENGINE = MergeTree ORDER BY (stream, seq) SETTINGS min_bytes_for_wide_part = 0"
             )
-            client.insert("codec_probe", [data["stream"].astype(np.uint32), data["seq"], values],
-                          column_names=["stream", "seq", "v"], column_oriented=True)
+            client.insert(
+                "codec_probe",
+                [data["stream"].astype(np.uint32), data["seq"], values],
+                column_names=["stream", "seq", "v"],
+                column_oriented=True,
+            )
             client.command("OPTIMIZE TABLE codec_probe FINAL")
             size = client.query(
                 "SELECT sum(data_compressed_bytes) FROM system.columns "

@@ -84,10 +84,10 @@ def create_app(
         try:
             payload = await request.json()
         except ValueError:
-            return JSONResponse({"error": "body must be JSON: {\"query\": \"SELECT …\"}"}, status_code=400)
+            return JSONResponse({"error": 'body must be JSON: {"query": "SELECT …"}'}, status_code=400)
         query = payload.get("query") if isinstance(payload, dict) else None
         if not isinstance(query, str) or not query.strip():
-            return JSONResponse({"error": "body must be JSON: {\"query\": \"SELECT …\"}"}, status_code=400)
+            return JSONResponse({"error": 'body must be JSON: {"query": "SELECT …"}'}, status_code=400)
         try:
             return Response(await run_in_threadpool(sql, query), media_type=JSON)
         except RetryableWriteError as exc:

@@ -65,4 +65,3 @@ def _hex_ids_to_base64(node: Any) -> None:
 def to_json(message: Message) -> bytes:
     """A response message in OTLP JSON (lowerCamelCase keys, int64 as strings)."""
     return json_format.MessageToJson(message, indent=None).encode()
-

@@ -54,7 +54,7 @@ def _cli() -> click.Group:
 
     @click.group(
         context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
-        epilog="Example: streamscope demo   (then: streamscope sql \"SELECT side, count() FROM streams GROUP BY side\")",
+        epilog='Example: streamscope demo, then streamscope sql "SELECT side, count() FROM streams GROUP BY side"',
     )
     @click.version_option(__version__, prog_name="streamscope")
     def cli() -> None:
@@ -66,11 +66,17 @@ def _cli() -> click.Group:
     @click.option("--http-port", default=4318, show_default=True, type=click.IntRange(0, 65535), help="OTLP/HTTP port.")
     @click.option("--grpc-port", default=4317, show_default=True, type=click.IntRange(0, 65535), help="OTLP/gRPC port.")
     @click.option("--no-grpc", is_flag=True, help="Serve OTLP over HTTP only.")
-    @click.option("--max-request-mib", default=64, show_default=True, type=click.IntRange(1, 1024),
-                  help="Largest request body, after decompression.")
+    @click.option(
+        "--max-request-mib",
+        default=64,
+        show_default=True,
+        type=click.IntRange(1, 1024),
+        help="Largest request body, after decompression.",
+    )
     @_fail_plainly
-    def collector(storage_dsn: str | None, host: str, http_port: int, grpc_port: int, no_grpc: bool,
-                  max_request_mib: int) -> None:
+    def collector(
+        storage_dsn: str | None, host: str, http_port: int, grpc_port: int, no_grpc: bool, max_request_mib: int
+    ) -> None:
         """Receive OTLP traces and store stream spans in ClickHouse.
 
         \b
@@ -119,10 +125,14 @@ def _cli() -> click.Group:
     @cli.command()
     @click.argument("query")
     @storage_option
-    @click.option("--collector-url", envvar=env.STREAMSCOPE_COLLECTOR_URL, default=None, metavar="URL",
-                  help="Query through this collector instead of opening the store.")
-    @click.option("--format", "output", type=click.Choice(["table", "json", "tsv"]), default="table",
-                  show_default=True)
+    @click.option(
+        "--collector-url",
+        envvar=env.STREAMSCOPE_COLLECTOR_URL,
+        default=None,
+        metavar="URL",
+        help="Query through this collector instead of opening the store.",
+    )
+    @click.option("--format", "output", type=click.Choice(["table", "json", "tsv"]), default="table", show_default=True)
     @_fail_plainly
     def sql(query: str, storage_dsn: str | None, collector_url: str | None, output: str) -> None:
         """Run a read-only SQL query on the store.
@@ -141,8 +151,13 @@ def _cli() -> click.Group:
     @storage_option
     @click.option("--streams", default=200, show_default=True, type=click.IntRange(1, 100_000))
     @click.option("--concurrency", default=32, show_default=True, type=click.IntRange(1, 1024))
-    @click.option("--encoding", type=click.Choice(["packed", "events"]), default="packed", show_default=True,
-                  help="How the chunk timeline travels on the span.")
+    @click.option(
+        "--encoding",
+        type=click.Choice(["packed", "events"]),
+        default="packed",
+        show_default=True,
+        help="How the chunk timeline travels on the span.",
+    )
     @click.option("--seed", type=int, default=None, help="Seed the demo engine's randomness.")
     @_fail_plainly
     def demo(storage_dsn: str | None, streams: int, concurrency: int, encoding: str, seed: int | None) -> None:

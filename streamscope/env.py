@@ -52,5 +52,5 @@ def stall_threshold_us() -> int:
     except ValueError:
         from streamscope.errors import ConfigError
 
-        raise ConfigError(f"{STREAMSCOPE_STALL_THRESHOLD_MS}={raw!r} is not a number of milliseconds")
+        raise ConfigError(f"{STREAMSCOPE_STALL_THRESHOLD_MS}={raw!r} is not a number of milliseconds") from None
     return int(value * 1000)

@@ -8,7 +8,7 @@ OpenAI SDK's typed objects; ``_get`` reads both, so the same reader serves both 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +150,11 @@ class AnthropicMessages:
     """Messages API stream: message_start, content_block_start/delta/stop, message_delta, message_stop, ping."""
 
     provider = "anthropic"
-    _DELTA_FIELDS = {"text_delta": "text", "thinking_delta": "thinking", "input_json_delta": "partial_json"}
+    _DELTA_FIELDS: ClassVar[dict[str, str]] = {
+        "text_delta": "text",
+        "thinking_delta": "thinking",
+        "input_json_delta": "partial_json",
+    }
 
     def __init__(self) -> None:
         self.facts = StreamFacts()

@@ -89,8 +89,16 @@ def stream_sse(
 ) -> Iterator[Iterator[StreamEvent]]:
     """Send the request and yield an iterator over its events, recording the stream."""
     observer, request = _begin(
-        client, method, url, format=format, provider=provider, request_model=request_model,
-        operation=operation, encoding=encoding, attributes=attributes, tracer_provider=tracer_provider,
+        client,
+        method,
+        url,
+        format=format,
+        provider=provider,
+        request_model=request_model,
+        operation=operation,
+        encoding=encoding,
+        attributes=attributes,
+        tracer_provider=tracer_provider,
         request_kwargs=request_kwargs,
     )
     try:
@@ -137,8 +145,16 @@ async def astream_sse(
 ) -> AsyncIterator[AsyncIterator[StreamEvent]]:
     """The asyncio twin of ``stream_sse``."""
     observer, request = _begin(
-        client, method, url, format=format, provider=provider, request_model=request_model,
-        operation=operation, encoding=encoding, attributes=attributes, tracer_provider=tracer_provider,
+        client,
+        method,
+        url,
+        format=format,
+        provider=provider,
+        request_model=request_model,
+        operation=operation,
+        encoding=encoding,
+        attributes=attributes,
+        tracer_provider=tracer_provider,
         request_kwargs=request_kwargs,
     )
     try:

@@ -7,6 +7,7 @@ a failure is logged once and the stream is dropped from telemetry, never from th
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import time
@@ -62,9 +63,28 @@ class StreamRecorder:
     """
 
     __slots__ = (
-        "_attributes", "_cancel_ns", "_content", "_dropped", "_encoding", "_finished", "_first_byte_ns",
-        "_kind", "_meter_provider", "_name", "_parent", "_side", "_span", "_start_ns", "_tail", "_times",
-        "_tokens", "_tokens_estimated", "_tracer", "_wall_start_ns", "_wire", "tokens_after_cancel",
+        "_attributes",
+        "_cancel_ns",
+        "_content",
+        "_dropped",
+        "_encoding",
+        "_finished",
+        "_first_byte_ns",
+        "_kind",
+        "_meter_provider",
+        "_name",
+        "_parent",
+        "_side",
+        "_span",
+        "_start_ns",
+        "_tail",
+        "_times",
+        "_tokens",
+        "_tokens_estimated",
+        "_tracer",
+        "_wall_start_ns",
+        "_wire",
+        "tokens_after_cancel",
     )
 
     def __init__(
@@ -264,12 +284,18 @@ class StreamRecorder:
         first_chunk, per_chunk = instruments.streaming_histograms(self._meter_provider)
         labels = {
             key: self._attributes[key]
-            for key in (sc.GEN_AI_OPERATION_NAME, sc.GEN_AI_PROVIDER_NAME, sc.GEN_AI_REQUEST_MODEL,
-                        sc.GEN_AI_RESPONSE_MODEL, sc.SERVER_ADDRESS, sc.SERVER_PORT)
+            for key in (
+                sc.GEN_AI_OPERATION_NAME,
+                sc.GEN_AI_PROVIDER_NAME,
+                sc.GEN_AI_REQUEST_MODEL,
+                sc.GEN_AI_RESPONSE_MODEL,
+                sc.SERVER_ADDRESS,
+                sc.SERVER_PORT,
+            )
             if key in self._attributes
         }
         first_chunk.record(content_offsets[0] / 1e6, labels)
-        for previous, current in zip(content_offsets, content_offsets[1:]):
+        for previous, current in itertools.pairwise(content_offsets):
             per_chunk.record((current - previous) / 1e6, labels)
 
 

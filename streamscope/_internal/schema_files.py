@@ -16,9 +16,7 @@ def schema_dir() -> Path:
     for candidate in (_PACKAGE_DIR / "_schema", _PACKAGE_DIR.parent / "schema"):
         if (candidate / "migrations").is_dir():
             return candidate
-    raise FileNotFoundError(
-        f"streamscope schema files not found next to {_PACKAGE_DIR}; reinstall the package"
-    )
+    raise FileNotFoundError(f"streamscope schema files not found next to {_PACKAGE_DIR}; reinstall the package")
 
 
 def conventions_file() -> Path:

@@ -44,8 +44,10 @@ def setup(
         attributes["service.name"] = service_name
     limits = SpanLimits(max_events=None if "OTEL_SPAN_EVENT_COUNT_LIMIT" in os.environ else EVENTS_PER_SPAN)
     provider = TracerProvider(resource=Resource.create(attributes), span_limits=limits)
-    chosen = protocol or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get(
-        "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"
+    chosen = (
+        protocol
+        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
     )
     provider.add_span_processor(BatchSpanProcessor(_exporter(chosen, endpoint, headers)))
     if set_global:

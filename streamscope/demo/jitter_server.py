@@ -22,7 +22,10 @@ from fastapi.responses import JSONResponse
 
 from streamscope._internal.server import ServerStream
 
-_WORDS = ["the", "stream", "of", "tokens", "arrives", "at", "the", "screen", "in", "a", "rhythm", "that", "users", "feel", "long", "before", "any", "dashboard", "shows", "it", "a", "pause", "in", "the", "middle", "of", "an", "answer", "reads", "as", "a", "freeze", "even", "when", "the", "average", "looks", "healthy"]
+_WORDS = tuple(
+    "the stream of tokens arrives at the screen in a rhythm that users feel long before any dashboard shows "
+    "it a pause in the middle of an answer reads as a freeze even when the average looks healthy".split()
+)
 
 
 @dataclass(frozen=True)
@@ -89,8 +92,13 @@ async def _events(
 
     def chunk(delta: dict[str, Any], finish: str | None = None, usage: dict[str, int] | None = None) -> str:
         choices = [] if usage else [{"index": 0, "delta": delta, "finish_reason": finish}]
-        document = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model,
-                    "choices": choices}
+        document = {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": choices,
+        }
         if usage:
             document["usage"] = usage
         return f"data: {json.dumps(document, separators=(',', ':'))}\n\n"
@@ -116,7 +124,8 @@ def _completion(model: str, words: list[str]) -> dict[str, Any]:
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": " ".join(words)}, "finish_reason": "stop"}],
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": " ".join(words)}, "finish_reason": "stop"}
+        ],
         "usage": {"prompt_tokens": 12, "completion_tokens": len(words), "total_tokens": 12 + len(words)},
     }
-
