@@ -37,6 +37,11 @@ def _doc(attr: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+def _tuple(name: str, attributes: list[str]) -> list[str]:
+    """A tuple of constants, one per line, as ruff format lays it out."""
+    return [f"{name}: Final = (", *(f"    {_constant(a)}," for a in attributes), ")"]
+
+
 def render(registry: dict[str, Any]) -> str:
     """The Python source of the constants module for ``registry`` (the parsed YAML)."""
     lines = [
@@ -64,11 +69,9 @@ def render(registry: dict[str, Any]) -> str:
     lines.append(f'CHUNK_EVENT: Final = "{event["name"]}"')
     lines.append(f'"""{event["brief"]}"""')
     lines.append("")
-    arrays = ", ".join(_constant(a) for a in registry["encodings"]["packed"]["arrays"])
-    lines.append(f"PACKED_ARRAYS: Final = ({arrays})")
+    lines.extend(_tuple("PACKED_ARRAYS", registry["encodings"]["packed"]["arrays"]))
     lines.append('"""The packed encoding\'s parallel arrays, in their canonical order."""')
-    event_attrs = ", ".join(_constant(a) for a in event["attributes"])
-    lines.append(f"CHUNK_EVENT_ATTRIBUTES: Final = ({event_attrs})")
+    lines.extend(_tuple("CHUNK_EVENT_ATTRIBUTES", event["attributes"]))
     lines.append('"""The chunk event\'s attributes, in the same order as PACKED_ARRAYS after the offset."""')
     lines.append("")
     return "\n".join(lines)
