@@ -1,0 +1,165 @@
+"""Bad bodies get the OTLP status and a clear message, and the collector keeps serving afterwards."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import grpc
+import httpx
+import pytest
+from google.rpc.status_pb2 import Status
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+
+from streamscope import semconv as sc
+
+PROTOBUF = {"content-type": "application/x-protobuf"}
+
+
+def stream_span(span_byte: int, offsets: list[int], tokens: list[int] | None = None) -> Span:
+    def ints(values: list[int]) -> AnyValue:
+        return AnyValue(array_value=ArrayValue(values=[AnyValue(int_value=v) for v in values]))
+
+    tokens = tokens if tokens is not None else [1] * len(offsets)
+    return Span(
+        trace_id=bytes([span_byte]) * 16,
+        span_id=bytes([span_byte]) * 8,
+        name="chat m",
+        start_time_unix_nano=1_800_000_000_000_000_000,
+        end_time_unix_nano=1_800_000_001_000_000_000,
+        attributes=[
+            KeyValue(key=sc.STREAMSCOPE_SIDE, value=AnyValue(string_value="client")),
+            KeyValue(key=sc.STREAMSCOPE_CHUNKS_OFFSET_US, value=ints(offsets)),
+            KeyValue(key=sc.STREAMSCOPE_CHUNKS_TOKENS, value=ints(tokens)),
+            KeyValue(key=sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES, value=ints([4] * len(offsets))),
+        ],
+    )
+
+
+def request_of(*spans: Span) -> ExportTraceServiceRequest:
+    return ExportTraceServiceRequest(resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=list(spans))])])
+
+
+def good_body() -> bytes:
+    return request_of(stream_span(1, [10, 20, 30])).SerializeToString()
+
+
+def post(collector, body: bytes, headers: dict[str, str]) -> httpx.Response:
+    return httpx.post(f"{collector.http_url}/v1/traces", content=body, headers=headers, timeout=10)
+
+
+def assert_still_serving(collector) -> None:
+    response = post(collector, good_body(), PROTOBUF)
+    assert response.status_code == 200
+    assert ExportTraceServiceResponse.FromString(response.content) == ExportTraceServiceResponse()
+
+
+def status_message(response: httpx.Response) -> str:
+    if response.headers["content-type"].startswith("application/x-protobuf"):
+        return Status.FromString(response.content).message
+    return response.json()["message"]
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "headers", "code", "message"),
+    [
+        ("garbage", b"\xff\xfe not protobuf \x00\x01", PROTOBUF, 400, "not a valid ExportTraceServiceRequest"),
+        ("truncated", good_body()[:-7], PROTOBUF, 400, "not a valid ExportTraceServiceRequest"),
+        ("bad json", b'{"resourceSpans": [', {"content-type": "application/json"}, 400, "not valid JSON"),
+        ("json array", b"[1, 2]", {"content-type": "application/json"}, 400, "must be a JSON object"),
+        (
+            "json bad hex id",
+            json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz", "spanId": "00"}]}]}]}).encode(),
+            {"content-type": "application/json"},
+            400,
+            "not a hex string",
+        ),
+        ("wrong content type", b"hello", {"content-type": "text/plain"}, 415, "unsupported content type"),
+        ("no content type", b"hello", {}, 415, "unsupported content type"),
+        ("gzip that does not inflate", b"\x1f\x8b\x08\x00garbage", {**PROTOBUF, "content-encoding": "gzip"}, 400,
+         "gzip body"),
+        ("truncated gzip", gzip.compress(good_body())[:-12], {**PROTOBUF, "content-encoding": "gzip"}, 400, "gzip"),
+        ("unknown encoding", good_body(), {**PROTOBUF, "content-encoding": "br"}, 415, "unsupported content encoding"),
+        ("oversize body", b"\x00" * (1024 * 1024 + 1), PROTOBUF, 413, "exceeds the limit"),
+        ("gzip bomb", gzip.compress(b"\x00" * (8 * 1024 * 1024)), {**PROTOBUF, "content-encoding": "gzip"}, 413,
+         "after decompression"),
+    ],
+)
+def test_bad_http_bodies(collector, name, body, headers, code, message):
+    response = post(collector, body, headers)
+    assert response.status_code == code, response.text
+    assert message in status_message(response)
+    assert_still_serving(collector)
+
+
+def test_gzip_body_is_accepted(collector):
+    response = post(collector, gzip.compress(good_body()), {**PROTOBUF, "content-encoding": "gzip"})
+    assert response.status_code == 200
+    assert collector.query_client.query("SELECT count() FROM streams").result_rows[0][0] == 1
+
+
+def test_malformed_timelines_are_rejected_through_partial_success(collector):
+    body = request_of(
+        stream_span(1, [10, 20, 30]),
+        stream_span(2, [10, 5, 30]),  # unordered
+        stream_span(3, [-4, 20]),  # negative
+        stream_span(4, [10, 20, 30], tokens=[1, 1]),  # unequal lengths
+    ).SerializeToString()
+    response = post(collector, body, PROTOBUF)
+    assert response.status_code == 200
+    partial = ExportTraceServiceResponse.FromString(response.content).partial_success
+    assert partial.rejected_spans == 3
+    for reason in ("not in order", "negative chunk offset", "unequal length (offset_us 3, tokens 2"):
+        assert reason in partial.error_message
+    assert collector.query_client.query("SELECT span_id FROM streams").result_rows == [("01" * 8,)]
+
+
+def test_partial_success_in_json(collector):
+    document = {
+        "resourceSpans": [{"scopeSpans": [{"spans": [{
+            "traceId": "0a" * 16, "spanId": "0b" * 8, "name": "chat", "kind": 3,
+            "startTimeUnixNano": "1800000000000000000", "endTimeUnixNano": 1800000000500000000,
+            "attributes": [
+                {"key": sc.STREAMSCOPE_SIDE, "value": {"stringValue": "client"}},
+                {"key": sc.STREAMSCOPE_CHUNKS_OFFSET_US, "value": {"arrayValue": {"values": [{"intValue": "5"}]}}},
+                {"key": sc.STREAMSCOPE_CHUNKS_TOKENS, "value": {"arrayValue": {"values": [{"stringValue": "x"}]}}},
+                {"key": sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES, "value": {"arrayValue": {"values": [{"intValue": 3}]}}},
+            ],
+            "unknownField": {"ignored": True},
+        }]}]}]
+    }
+    response = post(collector, json.dumps(document).encode(), {"content-type": "application/json"})
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    partial = response.json()["partialSuccess"]
+    assert partial["rejectedSpans"] == "1"
+    assert "streamscope.chunks.tokens: element 0 is string_value, not an integer" in partial["errorMessage"]
+
+
+def test_empty_request_succeeds_without_partial_success(collector):
+    response = post(collector, b"", PROTOBUF)
+    assert response.status_code == 200
+    assert not ExportTraceServiceResponse.FromString(response.content).HasField("partial_success")
+
+
+def test_grpc_oversize_is_resource_exhausted_and_service_continues(collector):
+    with grpc.insecure_channel(collector.grpc_endpoint) as channel:
+        stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+        huge = request_of(stream_span(1, list(range(0, 400_000, 2))))
+        with pytest.raises(grpc.RpcError) as failure:
+            stub.Export(huge, timeout=10)
+        assert failure.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        response = stub.Export(request_of(stream_span(2, [1, 2, 3])), timeout=10)
+        assert not response.HasField("partial_success")
+    assert collector.query_client.query("SELECT count() FROM streams").result_rows[0][0] == 1
+
+
+def test_readiness_and_health(collector):
+    assert httpx.get(f"{collector.http_url}/healthz").json() == {"status": "ok"}
+    assert httpx.get(f"{collector.http_url}/readyz").status_code == 200

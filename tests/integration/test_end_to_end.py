@@ -1,0 +1,203 @@
+"""SDK → real OTel exporters (HTTP protobuf, HTTP JSON, gRPC) → collector over loopback → embedded ClickHouse."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+from opentelemetry.exporter.otlp.json.http.trace_exporter import OTLPSpanExporter as JsonExporter
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as ProtobufExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import streamscope._internal.recorder as recorder_module
+from streamscope import StreamRecorder
+from streamscope import semconv as sc
+from tests.clock import FakeClock
+
+EXPORTERS = {
+    "http-protobuf": lambda c: ProtobufExporter(endpoint=f"{c.http_url}/v1/traces"),
+    "http-json": lambda c: JsonExporter(endpoint=f"{c.http_url}/v1/traces"),
+    "grpc": lambda c: GrpcExporter(endpoint=c.grpc_endpoint, insecure=True),
+}
+
+
+def provider_for(collector, transport: str, service: str, max_events: int = 128):
+    """A TracerProvider exporting to ``collector`` and keeping a copy of every span it exported."""
+    copies = InMemorySpanExporter()
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": service}), span_limits=SpanLimits(max_events=max_events)
+    )
+    provider.add_span_processor(SimpleSpanProcessor(EXPORTERS[transport](collector)))
+    provider.add_span_processor(SimpleSpanProcessor(copies))
+    return provider, copies
+
+
+def record_stream(provider, encoding: str, chunks: list[tuple[int, int, int, int]], clock: FakeClock | None = None):
+    """Record (wait_us, tokens, content_bytes, wire_bytes) chunks; real sleeps unless a fake clock is given."""
+    recorder = StreamRecorder(
+        side="client", provider="openai", request_model="m-1", encoding=encoding, tracer_provider=provider
+    )
+    recorder.start()
+    for wait_us, tokens, content, wire in chunks:
+        if clock:
+            clock.advance_us(wait_us)
+        else:
+            time.sleep(wait_us / 1e6)
+        recorder.chunk(tokens, content, wire)
+    recorder.finish()
+
+
+def expected_gaps(offsets: list[int], content: list[int]) -> list[tuple[str, int]]:
+    """Reference definition of chunks.kind and chunks.gap_us, written plainly."""
+    rows, last_content, seen = [], 0, 0
+    for offset, size in zip(offsets, content):
+        if size > 0:
+            kind = "first" if seen == 0 else "content"
+            rows.append((kind, offset - last_content))
+            last_content, seen = offset, seen + 1
+        else:
+            rows.append(("lead" if seen == 0 else "aside", offset - last_content))
+    return rows
+
+
+def wait_for_rows(client, sql: str, expected: int, parameters=None, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if client.query(sql, parameters=parameters).result_rows[0][0] >= expected:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{sql} did not reach {expected}")
+
+
+@pytest.mark.parametrize("transport", sorted(EXPORTERS))
+def test_gaps_read_back_equal_to_what_the_client_recorded(collector, transport):
+    provider, copies = provider_for(collector, transport, f"svc-{transport}")
+    rng = random.Random(7)
+    chunks = [(rng.randint(1_000, 15_000), rng.choice([0, 1, 2]), 0, 40) for _ in range(3)]
+    chunks += [(rng.randint(500, 8_000), rng.randint(1, 3), rng.randint(1, 12), rng.randint(60, 200)) for _ in range(40)]
+    chunks.insert(20, (60_000, 0, 0, 9))  # a keep-alive in a pause: must not split the gap
+    record_stream(provider, "packed", chunks)
+    provider.shutdown()
+
+    (span,) = copies.get_finished_spans()
+    offsets = list(span.attributes[sc.STREAMSCOPE_CHUNKS_OFFSET_US])
+    content = list(span.attributes[sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES])
+    client = collector.query_client
+    rows = client.query(
+        "SELECT kind, gap_us, tokens, content_bytes, wire_bytes FROM chunks WHERE span_id = {s:String} ORDER BY seq",
+        parameters={"s": format(span.context.span_id, "016x")},
+    ).result_rows
+    assert [(k, g) for k, g, *_ in rows] == expected_gaps(offsets, content)
+    assert [r[2:] for r in rows] == [c[1:] for c in chunks]
+    timeline = client.query(
+        "SELECT offset_us FROM chunk_timeline WHERE span_id = {s:String} ORDER BY seq",
+        parameters={"s": format(span.context.span_id, "016x")},
+    ).result_rows
+    assert [o for (o,) in timeline] == offsets
+
+
+def test_per_stream_statistics_are_reproducible_in_sql(collector):
+    provider, copies = provider_for(collector, "http-protobuf", "stats")
+    rng = random.Random(3)
+    for _ in range(5):
+        chunks = [(rng.randint(100, 30_000), 1, rng.randint(1, 9), 80) for _ in range(rng.randint(2, 60))]
+        record_stream(provider, "packed", chunks, clock=_clock_for(rng))
+    provider.shutdown()
+    mismatches = collector.query_client.query(
+        """
+        SELECT count() FROM streams AS s
+        INNER JOIN (
+            SELECT span_id, quantileExact(0.5)(gap_us) AS p50, quantileExact(0.95)(gap_us) AS p95,
+                   quantileExact(0.99)(gap_us) AS p99, max(gap_us) AS mx, countIf(gap_us > 400000) AS stalls
+            FROM chunks WHERE kind = 'content' GROUP BY span_id
+        ) AS c ON c.span_id = s.span_id
+        WHERE NOT (s.gap_p50_us = c.p50 AND s.gap_p95_us = c.p95 AND s.gap_p99_us = c.p99
+                   AND s.gap_max_us = c.mx AND s.stall_count = c.stalls)
+        """
+    ).result_rows[0][0]
+    assert collector.query_client.query("SELECT count() FROM streams").result_rows[0][0] == 5
+    assert mismatches == 0
+
+
+def _clock_for(rng: random.Random):
+    clock = FakeClock(perf_ns=rng.randint(1, 10**12))
+    recorder_module.time = clock  # undone by the autouse fixture below
+    return clock
+
+
+@pytest.fixture(autouse=True)
+def _restore_recorder_clock():
+    yield
+    recorder_module.time = time
+
+
+@pytest.mark.parametrize("transport", ["http-protobuf", "grpc"])
+def test_packed_and_events_encodings_give_identical_rows(collector, transport):
+    provider, _ = provider_for(collector, transport, "enc", max_events=10_000)
+    rng = random.Random(11)
+    chunks = [(0, 0, 0, 30)] + [(rng.randint(1, 50_000), 1, rng.randint(1, 8), 90) for _ in range(200)]
+    chunks += [(1_000, 0, 0, 25)]
+    for encoding in ("packed", "events"):
+        clock = FakeClock()
+        recorder_module.time = clock
+        record_stream(provider, encoding, chunks, clock=clock)
+    provider.shutdown()
+    client = collector.query_client
+    chunk_rows = client.query(
+        "SELECT groupArray((seq, kind, gap_us, tokens, content_bytes, wire_bytes)) FROM "
+        "(SELECT * FROM chunks ORDER BY seq) GROUP BY span_id"
+    ).result_rows
+    assert len(chunk_rows) == 2 and chunk_rows[0] == chunk_rows[1]
+    assert len(chunk_rows[0][0]) == len(chunks)
+    ignored = ("span_id", "trace_id", "encoding", "ingested_at")
+    names = [n for (n,) in client.query("SELECT name FROM system.columns WHERE database = currentDatabase() "
+                                        "AND table = 'streams' ORDER BY position").result_rows if n not in ignored]
+    stream_rows = client.query(f"SELECT encoding, {', '.join(names)} FROM streams ORDER BY encoding").result_rows
+    assert [r[0] for r in stream_rows] == ["events", "packed"]
+    assert stream_rows[0][1:] == stream_rows[1][1:]
+
+
+@pytest.mark.parametrize("encoding", ["packed", "events"])
+def test_a_stream_longer_than_128_chunks_keeps_its_first_chunk(collector, encoding):
+    """The OTel SDK keeps 128 events per span by default and drops the oldest; setup() raises that limit."""
+    from streamscope._internal.setup import EVENTS_PER_SPAN
+
+    provider, _ = provider_for(collector, "http-protobuf", f"long-{encoding}", max_events=EVENTS_PER_SPAN)
+    clock = FakeClock()
+    recorder_module.time = clock
+    chunks = [(250_000, 1, 5, 70)] + [(20_000, 1, 4, 70)] * 299
+    record_stream(provider, encoding, chunks, clock=clock)
+    provider.shutdown()
+    client = collector.query_client
+    assert client.query("SELECT count(), min(seq) FROM chunks").result_rows[0] == (300, 0)
+    assert client.query("SELECT ttft_us, chunk_count, timeline_truncated FROM streams").result_rows[0] == (
+        250_000, 300, False,
+    )
+
+
+def test_events_dropped_by_the_sender_are_flagged_not_silently_wrong(collector):
+    """With the SDK's default limit the first chunks are lost; the stored stream says its timeline is truncated."""
+    provider, _ = provider_for(collector, "http-protobuf", "default-limits", max_events=128)
+    clock = FakeClock()
+    recorder_module.time = clock
+    record_stream(provider, "events", [(1_000, 1, 4, 60)] * 200, clock=clock)
+    provider.shutdown()
+    assert collector.query_client.query("SELECT chunk_count, timeline_truncated FROM streams").result_rows == [
+        (128, True)
+    ]
+
+
+def test_spans_that_are_not_streams_are_ignored(collector):
+    provider, _ = provider_for(collector, "http-protobuf", "plain")
+    tracer = provider.get_tracer("t")
+    with tracer.start_as_current_span("db query"):
+        pass
+    record_stream(provider, "packed", [(100, 1, 3, 10)])
+    provider.shutdown()
+    assert collector.pipeline.counts()["ignored_spans"] == 1
+    assert collector.query_client.query("SELECT count() FROM streams").result_rows[0][0] == 1
