@@ -180,3 +180,7 @@ def _cli() -> click.Group:
         )
 
     return cli
+
+
+if __name__ == "__main__":
+    main()

@@ -118,7 +118,11 @@ class StreamRecorder:
         if attributes:
             self._attributes.update(attributes)
         self._parent = parent
-        self._tracer = trace.get_tracer("streamscope", tracer_provider=tracer_provider)
+        try:
+            self._tracer = trace.get_tracer("streamscope", tracer_provider=tracer_provider)
+        except Exception:
+            _warn_once("tracer", "streamscope: the tracer provider failed; streams are not recorded")
+            self._tracer = trace.NoOpTracer()
         self._meter_provider = meter_provider
         self._times: list[int] = []
         self._tokens: list[int] = []

@@ -82,13 +82,23 @@ def status_message(response: httpx.Response) -> str:
         ),
         ("wrong content type", b"hello", {"content-type": "text/plain"}, 415, "unsupported content type"),
         ("no content type", b"hello", {}, 415, "unsupported content type"),
-        ("gzip that does not inflate", b"\x1f\x8b\x08\x00garbage", {**PROTOBUF, "content-encoding": "gzip"}, 400,
-         "gzip body"),
+        (
+            "gzip that does not inflate",
+            b"\x1f\x8b\x08\x00garbage",
+            {**PROTOBUF, "content-encoding": "gzip"},
+            400,
+            "gzip body",
+        ),
         ("truncated gzip", gzip.compress(good_body())[:-12], {**PROTOBUF, "content-encoding": "gzip"}, 400, "gzip"),
         ("unknown encoding", good_body(), {**PROTOBUF, "content-encoding": "br"}, 415, "unsupported content encoding"),
         ("oversize body", b"\x00" * (1024 * 1024 + 1), PROTOBUF, 413, "exceeds the limit"),
-        ("gzip bomb", gzip.compress(b"\x00" * (8 * 1024 * 1024)), {**PROTOBUF, "content-encoding": "gzip"}, 413,
-         "after decompression"),
+        (
+            "gzip bomb",
+            gzip.compress(b"\x00" * (8 * 1024 * 1024)),
+            {**PROTOBUF, "content-encoding": "gzip"},
+            413,
+            "after decompression",
+        ),
     ],
 )
 def test_bad_http_bodies(collector, name, body, headers, code, message):
@@ -122,17 +132,40 @@ def test_malformed_timelines_are_rejected_through_partial_success(collector):
 
 def test_partial_success_in_json(collector):
     document = {
-        "resourceSpans": [{"scopeSpans": [{"spans": [{
-            "traceId": "0a" * 16, "spanId": "0b" * 8, "name": "chat", "kind": 3,
-            "startTimeUnixNano": "1800000000000000000", "endTimeUnixNano": 1800000000500000000,
-            "attributes": [
-                {"key": sc.STREAMSCOPE_SIDE, "value": {"stringValue": "client"}},
-                {"key": sc.STREAMSCOPE_CHUNKS_OFFSET_US, "value": {"arrayValue": {"values": [{"intValue": "5"}]}}},
-                {"key": sc.STREAMSCOPE_CHUNKS_TOKENS, "value": {"arrayValue": {"values": [{"stringValue": "x"}]}}},
-                {"key": sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES, "value": {"arrayValue": {"values": [{"intValue": 3}]}}},
-            ],
-            "unknownField": {"ignored": True},
-        }]}]}]
+        "resourceSpans": [
+            {
+                "scopeSpans": [
+                    {
+                        "spans": [
+                            {
+                                "traceId": "0a" * 16,
+                                "spanId": "0b" * 8,
+                                "name": "chat",
+                                "kind": 3,
+                                "startTimeUnixNano": "1800000000000000000",
+                                "endTimeUnixNano": 1800000000500000000,
+                                "attributes": [
+                                    {"key": sc.STREAMSCOPE_SIDE, "value": {"stringValue": "client"}},
+                                    {
+                                        "key": sc.STREAMSCOPE_CHUNKS_OFFSET_US,
+                                        "value": {"arrayValue": {"values": [{"intValue": "5"}]}},
+                                    },
+                                    {
+                                        "key": sc.STREAMSCOPE_CHUNKS_TOKENS,
+                                        "value": {"arrayValue": {"values": [{"stringValue": "x"}]}},
+                                    },
+                                    {
+                                        "key": sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES,
+                                        "value": {"arrayValue": {"values": [{"intValue": 3}]}},
+                                    },
+                                ],
+                                "unknownField": {"ignored": True},
+                            }
+                        ]
+                    }
+                ]
+            }
+        ]
     }
     response = post(collector, json.dumps(document).encode(), {"content-type": "application/json"})
     assert response.status_code == 200

@@ -79,7 +79,9 @@ def test_gaps_read_back_equal_to_what_the_client_recorded(collector, transport):
     provider, copies = provider_for(collector, transport, f"svc-{transport}")
     rng = random.Random(7)
     chunks = [(rng.randint(1_000, 15_000), rng.choice([0, 1, 2]), 0, 40) for _ in range(3)]
-    chunks += [(rng.randint(500, 8_000), rng.randint(1, 3), rng.randint(1, 12), rng.randint(60, 200)) for _ in range(40)]
+    chunks += [
+        (rng.randint(500, 8_000), rng.randint(1, 3), rng.randint(1, 12), rng.randint(60, 200)) for _ in range(40)
+    ]
     chunks.insert(20, (60_000, 0, 0, 9))  # a keep-alive in a pause: must not split the gap
     record_stream(provider, "packed", chunks)
     provider.shutdown()
@@ -102,7 +104,7 @@ def test_gaps_read_back_equal_to_what_the_client_recorded(collector, transport):
 
 
 def test_per_stream_statistics_are_reproducible_in_sql(collector):
-    provider, copies = provider_for(collector, "http-protobuf", "stats")
+    provider, _ = provider_for(collector, "http-protobuf", "stats")
     rng = random.Random(3)
     for _ in range(5):
         chunks = [(rng.randint(100, 30_000), 1, rng.randint(1, 9), 80) for _ in range(rng.randint(2, 60))]
@@ -155,8 +157,13 @@ def test_packed_and_events_encodings_give_identical_rows(collector, transport):
     assert len(chunk_rows) == 2 and chunk_rows[0] == chunk_rows[1]
     assert len(chunk_rows[0][0]) == len(chunks)
     ignored = ("span_id", "trace_id", "encoding", "ingested_at")
-    names = [n for (n,) in client.query("SELECT name FROM system.columns WHERE database = currentDatabase() "
-                                        "AND table = 'streams' ORDER BY position").result_rows if n not in ignored]
+    names = [
+        n
+        for (n,) in client.query(
+            "SELECT name FROM system.columns WHERE database = currentDatabase() AND table = 'streams' ORDER BY position"
+        ).result_rows
+        if n not in ignored
+    ]
     stream_rows = client.query(f"SELECT encoding, {', '.join(names)} FROM streams ORDER BY encoding").result_rows
     assert [r[0] for r in stream_rows] == ["events", "packed"]
     assert stream_rows[0][1:] == stream_rows[1][1:]
@@ -176,7 +183,9 @@ def test_a_stream_longer_than_128_chunks_keeps_its_first_chunk(collector, encodi
     client = collector.query_client
     assert client.query("SELECT count(), min(seq) FROM chunks").result_rows[0] == (300, 0)
     assert client.query("SELECT ttft_us, chunk_count, timeline_truncated FROM streams").result_rows[0] == (
-        250_000, 300, False,
+        250_000,
+        300,
+        False,
     )
 
 

@@ -1,0 +1,117 @@
+"""The streamscope command, run as real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.integration.test_bad_input import good_body
+
+STREAMSCOPE = [sys.executable, "-m", "streamscope.cli"]
+
+
+def run(*args: str, env_extra: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200", **(env_extra or {})}
+    return subprocess.run([*STREAMSCOPE, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_migrate_then_up_to_date(tmp_path):
+    dsn = f"chdb://{tmp_path / 'store'}"
+    first = run("migrate", "--storage", dsn)
+    assert first.returncode == 0, first.stderr
+    assert "applied 0001_streams.sql" in first.stdout and "applied 0002_chunks.sql" in first.stdout
+    again = run("migrate", "--storage", dsn)
+    assert again.stdout.strip() == "schema is up to date"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("migrate", "--storage", "mysql://nope"), "unknown storage DSN"),
+        (("sql", "SELEC nonsense", "--storage", "chdb:///tmp/streamscope-cli-bad"), "Syntax error"),
+        (("sql", "SELECT 1", "--collector-url", "http://127.0.0.1:9"), "did not answer"),
+    ],
+)
+def test_mistakes_end_in_one_line_not_a_traceback(args, message):
+    result = run(*args)
+    assert result.returncode == 1
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_help_shows_an_example():
+    for command in ("collector", "migrate", "sql", "demo"):
+        result = run(command, "--help")
+        assert result.returncode == 0 and "Example:" in result.stdout
+
+
+@pytest.fixture
+def collector_process(tmp_path):
+    data = tmp_path / "store"
+    process = subprocess.Popen(
+        [*STREAMSCOPE, "collector", "--storage", f"chdb://{data}", "--http-port", "0", "--no-grpc"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    discovery = data / "collector.json"
+    deadline = time.monotonic() + 60
+    while not discovery.exists():
+        assert process.poll() is None, process.stdout.read()
+        assert time.monotonic() < deadline, "collector did not start"
+        time.sleep(0.1)
+    yield data, json.loads(discovery.read_text())["http_url"]
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=30)
+    assert process.returncode == 0
+    assert not discovery.exists()
+
+
+def test_sql_goes_through_the_collector_that_owns_the_embedded_store(collector_process):
+    data, url = collector_process
+    response = httpx.post(f"{url}/v1/traces", content=good_body(), headers={"content-type": "application/x-protobuf"})
+    assert response.status_code == 200
+    result = run("sql", "SELECT side, chunk_count FROM streams", "--storage", f"chdb://{data}", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [{"side": "client", "chunk_count": 3}]
+    refused = run("sql", "INSERT INTO streams (tenant) VALUES ('x')", "--storage", f"chdb://{data}")
+    assert refused.returncode == 1 and "readonly" in refused.stderr.lower()
+
+
+def test_demo_prints_the_distributions(tmp_path: Path):
+    result = run(
+        "demo",
+        "--streams",
+        "12",
+        "--concurrency",
+        "6",
+        "--seed",
+        "5",
+        "--storage",
+        f"chdb://{tmp_path / 'demo'}",
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr + result.stdout
+    lines = {
+        line.split("│")[1].strip(): line.split("│")[2].strip()
+        for line in result.stdout.splitlines()
+        if line.count("│") == 3
+    }
+    assert lines["streams"] == "12"
+    for metric in (
+        "TTFT p50 / p95",
+        "gap p50 / p95 / p99",
+        "p99 across streams of per-stream p99",
+        "streams with a gap over 400 ms",
+        "stored bytes per chunk",
+    ):
+        assert metric in lines
+    assert float(lines["stored bytes per chunk"]) > 0

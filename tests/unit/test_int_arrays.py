@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue
+
+from ingest import int_arrays
+from ingest.int_arrays import NotAnIntArray, decode_int_array
+
+INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+
+
+def array(*elements: AnyValue) -> AnyValue:
+    return AnyValue(array_value=ArrayValue(values=list(elements)))
+
+
+@given(st.lists(INT64, max_size=300))
+def test_wire_decoder_matches_protobuf_for_any_int64s(values):
+    value = array(*(AnyValue(int_value=v) for v in values))
+    wire = int_arrays._decode_wire(value.array_value.SerializeToString())
+    assert wire is not None, "plain int arrays must take the vectorised path"
+    assert wire.tolist() == values
+    assert decode_int_array(value).tolist() == values
+
+
+def test_integral_doubles_take_the_element_path():
+    value = array(AnyValue(double_value=3.0), AnyValue(int_value=4))
+    assert int_arrays._decode_wire(value.array_value.SerializeToString()) is None
+    assert decode_int_array(value).tolist() == [3, 4]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        array(AnyValue(string_value="7")),
+        array(AnyValue(double_value=2.5)),
+        array(AnyValue()),
+        AnyValue(int_value=3),
+        AnyValue(string_value="1,2,3"),
+    ],
+)
+def test_anything_but_integers_is_refused(value):
+    with pytest.raises(NotAnIntArray):
+        decode_int_array(value)
+
+
+def test_empty_array():
+    assert decode_int_array(array()).dtype == np.int64
+    assert decode_int_array(array()).size == 0

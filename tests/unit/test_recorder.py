@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import streamscope._internal.recorder as recorder_module
+from streamscope import StreamRecorder
+from streamscope import semconv as sc
+from streamscope._internal import instruments
+from tests.clock import FakeClock
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = FakeClock()
+    monkeypatch.setattr(recorder_module, "time", fake)
+    return fake
+
+
+@pytest.fixture
+def spans():
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+def test_semconv_streaming_histograms_with_their_buckets(clock, spans):
+    provider, _ = spans
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(metric_readers=[reader])
+    recorder = StreamRecorder(
+        side="client", provider="openai", request_model="m", tracer_provider=provider, meter_provider=meters
+    ).start()
+    clock.advance_us(5_000)
+    recorder.chunk(0, 0, 50)  # role chunk: no content
+    for wait in (300_000, 20_000, 30_000, 900_000):
+        clock.advance_us(wait)
+        recorder.chunk(1, 4, 90)
+    recorder.finish()
+    points = {
+        m.name: m.data.data_points[0]
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    }
+    first, per_chunk = points[instruments.TIME_TO_FIRST_CHUNK], points[instruments.TIME_PER_OUTPUT_CHUNK]
+    assert list(first.explicit_bounds) == list(instruments.DURATION_BUCKETS)
+    assert (first.count, first.sum) == (1, pytest.approx(0.305))
+    assert (per_chunk.count, per_chunk.sum) == (3, pytest.approx(0.95))
+    assert dict(first.attributes) == {
+        sc.GEN_AI_OPERATION_NAME: "chat",
+        sc.GEN_AI_PROVIDER_NAME: "openai",
+        sc.GEN_AI_REQUEST_MODEL: "m",
+    }
+
+
+def test_span_carries_the_packed_timeline_and_stream_facts(clock, spans):
+    provider, exporter = spans
+    with StreamRecorder(side="client", provider="anthropic", request_model="c", tracer_provider=provider) as rec:
+        clock.advance_us(1_000)
+        rec.first_byte()
+        clock.advance_us(2_000)
+        rec.chunk(2, 7, 100, text="hello")
+    (span,) = exporter.get_finished_spans()
+    attributes = span.attributes
+    assert span.name == "chat c"
+    assert attributes[sc.STREAMSCOPE_CHUNKS_OFFSET_US] == (3_000,)
+    assert attributes[sc.STREAMSCOPE_CHUNKS_TOKENS] == (2,)
+    assert attributes[sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US] == 1_000
+    assert attributes[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] == pytest.approx(0.003)
+    assert attributes[sc.STREAMSCOPE_OUTCOME] == "completed"
+    assert span.end_time - span.start_time == 3_000_000
+
+
+def test_an_exception_inside_is_an_error_outcome_and_propagates(clock, spans):
+    provider, exporter = spans
+    with pytest.raises(KeyError), StreamRecorder(side="client", provider="p", tracer_provider=provider):
+        raise KeyError("boom")
+    (span,) = exporter.get_finished_spans()
+    assert span.attributes[sc.STREAMSCOPE_OUTCOME] == "error"
+    assert span.attributes[sc.ERROR_TYPE] == "KeyError"
+
+
+def test_recorder_never_raises_into_the_application(clock, caplog):
+    class BrokenProvider(TracerProvider):
+        def get_tracer(self, *args, **kwargs):
+            raise RuntimeError("exporter misconfigured")
+
+    with StreamRecorder(side="client", provider="p", tracer_provider=BrokenProvider()) as recorder:
+        recorder.chunk(1, 1, 1)
+        recorder.inject({})
+    assert "streams are not recorded" in caplog.text
+
+
+def test_chunks_past_the_cap_are_counted_not_kept(clock, spans, monkeypatch):
+    monkeypatch.setattr(recorder_module, "MAX_CHUNKS", 3)
+    provider, exporter = spans
+    with StreamRecorder(side="server", provider="p", tracer_provider=provider) as rec:
+        for _ in range(5):
+            rec.chunk(1, 1, 1)
+    (span,) = exporter.get_finished_spans()
+    assert len(span.attributes[sc.STREAMSCOPE_CHUNKS_OFFSET_US]) == 3
+    assert span.attributes["streamscope.chunks_dropped"] == 2
+
+
+def test_repetition_score_flags_loops():
+    prose = "streams of tokens reach the reader one by one and each pause between them is felt " * 1
+    prose += "differently depending on where in the answer it lands and what the reader expected next"
+    assert recorder_module.repetition_score(prose) < 0.1
+    assert recorder_module.repetition_score("I will check that. " * 20) > 0.8
+    assert recorder_module.repetition_score("too short") is None

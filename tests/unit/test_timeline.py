@@ -1,0 +1,70 @@
+"""The vectorised timeline maths against a plain per-stream implementation."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ingest.columns import CHUNK_KINDS
+from ingest.timeline import build_timeline, stream_stats
+
+chunk = st.tuples(st.integers(0, 2_000_000), st.integers(0, 3))  # (wait µs, content bytes)
+stream = st.lists(chunk, max_size=40)
+
+
+def reference(chunks: list[tuple[int, int]], threshold: int):
+    offsets = np.cumsum([w for w, _ in chunks]).tolist() if chunks else []
+    kinds, gaps, itl, last, seen = [], [], [], 0, 0
+    for offset, (_, size) in zip(offsets, chunks):
+        if size:
+            kinds.append("first" if not seen else "content")
+            gaps.append(offset - last)
+            if seen:
+                itl.append(offset - last)
+            last, seen = offset, seen + 1
+        else:
+            kinds.append("lead" if not seen else "aside")
+            gaps.append(offset - last)
+    ordered = sorted(itl)
+
+    def q(level: float):
+        return ordered[min(int(level * len(ordered)), len(ordered) - 1)] if ordered else None
+
+    ttft = next((o for o, (_, s) in zip(offsets, chunks) if s), None)
+    stats = {
+        "p50": q(0.5),
+        "p95": q(0.95),
+        "p99": q(0.99),
+        "max": max(itl) if itl else None,
+        "stalls": sum(g > threshold for g in itl),
+        "ttft": ttft,
+        "content": sum(1 for _, s in chunks if s),
+    }
+    return offsets, kinds, gaps, stats
+
+
+def value(masked, i):
+    return None if np.ma.getmaskarray(masked)[i] else int(masked[i])
+
+
+@settings(max_examples=200)
+@given(st.lists(stream, max_size=8), st.integers(1, 1_000_000))
+def test_vectorised_timeline_equals_reference(streams, threshold):
+    lengths = np.array([len(s) for s in streams], dtype=np.int64)
+    refs = [reference(s, threshold) for s in streams]
+    offsets = np.array([o for r in refs for o in r[0]], dtype=np.int64)
+    content = np.array([size for s in streams for _, size in s], dtype=np.int64)
+    ones = np.ones(offsets.size, dtype=np.int64)
+    timeline = build_timeline(lengths, offsets, content)
+    stats = stream_stats(lengths, offsets, ones, content, ones, timeline, threshold)
+    assert [CHUNK_KINDS[k] for k in timeline.kind] == [k for r in refs for k in r[1]]
+    assert timeline.gap_us.tolist() == [g for r in refs for g in r[2]]
+    for i, (_, _, _, expected) in enumerate(refs):
+        assert value(stats.gap_quantiles_us[0.5], i) == expected["p50"]
+        assert value(stats.gap_quantiles_us[0.95], i) == expected["p95"]
+        assert value(stats.gap_quantiles_us[0.99], i) == expected["p99"]
+        assert value(stats.gap_max_us, i) == expected["max"]
+        assert value(stats.ttft_us, i) == expected["ttft"]
+        assert int(stats.stall_count[i]) == expected["stalls"]
+        assert int(stats.content_chunks[i]) == expected["content"]
