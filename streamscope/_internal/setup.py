@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from streamscope._internal.recorder import Encoding, set_default_encoding
 
 DEFAULT_ENDPOINT = "http://localhost:4318"
+COMPRESSION_VARIABLES = ("OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION")
 EVENTS_PER_SPAN = 65_536
 """Span event limit set unless OTEL_SPAN_EVENT_COUNT_LIMIT says otherwise (the SDK default is 128)."""
 
@@ -35,7 +36,9 @@ def setup(
     """Configure tracing to export to the collector; returns the TracerProvider (made global by default).
 
     ``endpoint`` is the collector's base URL (http://host:4318 for OTLP/HTTP, http://host:4317 for gRPC);
-    ``protocol`` is ``http/protobuf`` (default), ``http/json`` or ``grpc``.
+    ``protocol`` is ``http/protobuf`` (default), ``http/json`` or ``grpc``. Requests are gzipped unless
+    OTEL_EXPORTER_OTLP_[TRACES_]COMPRESSION says otherwise: packed timelines shrink about threefold
+    (benchmarks/wire_cost.py).
     """
     if encoding is not None:
         set_default_encoding(encoding)
@@ -55,26 +58,43 @@ def setup(
     return provider
 
 
+def _gzip_by_default() -> bool:
+    return not any(name in os.environ for name in COMPRESSION_VARIABLES)
+
+
 def _exporter(protocol: str, endpoint: str | None, headers: Mapping[str, str] | None) -> SpanExporter:
     header_dict = dict(headers) if headers else None
+    gzip = _gzip_by_default()
     if protocol == "grpc":
         try:
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
         except ImportError:
             raise ImportError("protocol 'grpc' needs: pip install 'streamscope[grpc]'") from None
-        return GrpcExporter(endpoint=endpoint, headers=header_dict, insecure=_insecure(endpoint))
+        import grpc
+
+        return GrpcExporter(
+            endpoint=endpoint,
+            headers=header_dict,
+            insecure=_insecure(endpoint),
+            compression=grpc.Compression.Gzip if gzip else None,
+        )
     traces_url = f"{endpoint.rstrip('/')}/v1/traces" if endpoint else None
     if protocol == "http/json":
         try:
             from opentelemetry.exporter.otlp.json.http.trace_exporter import OTLPSpanExporter as JsonExporter
         except ImportError:
             raise ImportError("protocol 'http/json' needs: pip install opentelemetry-exporter-otlp-json-http") from None
-        return JsonExporter(endpoint=traces_url, headers=header_dict)
+        from opentelemetry.exporter.otlp.common.http import Compression as JsonCompression
+
+        return JsonExporter(
+            endpoint=traces_url, headers=header_dict, compression=JsonCompression.GZIP if gzip else None
+        )
     if protocol != "http/protobuf":
         raise ValueError(f"protocol must be http/protobuf, http/json or grpc, not {protocol!r}")
+    from opentelemetry.exporter.otlp.proto.http import Compression
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    return OTLPSpanExporter(endpoint=traces_url, headers=header_dict)
+    return OTLPSpanExporter(endpoint=traces_url, headers=header_dict, compression=Compression.Gzip if gzip else None)
 
 
 def _insecure(endpoint: str | None) -> bool | None:
