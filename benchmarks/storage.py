@@ -61,11 +61,10 @@ def requests(streams: int, chunks: int, per_request: int = 200) -> list[ExportTr
             )
         )
     resource = Resource(attributes=[KeyValue(key="service.name", value=_text("bench"))])
+    batches = [spans[i : i + per_request] for i in range(0, len(spans), per_request)]
     return [
-        ExportTraceServiceRequest(
-            resource_spans=[ResourceSpans(resource=resource, scope_spans=[ScopeSpans(spans=spans[i : i + per_request])])]
-        )
-        for i in range(0, len(spans), per_request)
+        ExportTraceServiceRequest(resource_spans=[ResourceSpans(resource=resource, scope_spans=[ScopeSpans(spans=b)])])
+        for b in batches
     ]
 
 
@@ -96,8 +95,10 @@ def main() -> None:
         ).result_rows
     print(f"{rows:,} chunks in {stream_rows:,} streams")
     print(f"chunks: {total / rows:.3f} bytes per chunk on disk (compressed, all columns)")
-    print(f"streams: {stream_bytes / stream_rows:.1f} bytes per stream; "
-          f"{(total + stream_bytes) / rows:.3f} bytes per chunk counting both tables")
+    print(
+        f"streams: {stream_bytes / stream_rows:.1f} bytes per stream; "
+        f"{(total + stream_bytes) / rows:.3f} bytes per chunk counting both tables"
+    )
     print(f"{'column':16} {'bytes/chunk':>12}")
     for name, size in columns:
         print(f"{name:16} {size / rows:12.3f}")

@@ -69,7 +69,8 @@ def main() -> None:
             "json": encode_json(finished).to_json().encode(),
         }
         for name, body in bodies.items():
-            print(f"{encoding:9} {name:9} {len(body) / total_chunks:12.2f} {len(gzip.compress(body)) / total_chunks:17.2f}")
+            raw, packed = len(body) / total_chunks, len(gzip.compress(body)) / total_chunks
+            print(f"{encoding:9} {name:9} {raw:12.2f} {packed:17.2f}")
 
 
 if __name__ == "__main__":
