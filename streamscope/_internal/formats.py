@@ -63,6 +63,7 @@ class OpenAIChat:
     def __init__(self) -> None:
         self.facts = StreamFacts()
         self._completion_tokens = 0
+        self._continuous = False  # usage seen on a content chunk: every later increase belongs to its chunk
 
     def read(self, event_type: str, payload: Any) -> EventFacts:
         if payload is None:  # [DONE]
@@ -96,7 +97,8 @@ class OpenAIChat:
             total = _get(usage, "completion_tokens")
             if isinstance(total, int):
                 facts.output_tokens = total
-                if text:
+                self._continuous = self._continuous or bool(text)
+                if self._continuous:
                     exact = total - self._completion_tokens
                 self._completion_tokens = total
         return EventFacts(text=text, exact_tokens=exact)

@@ -47,7 +47,8 @@ def _start(kwargs: dict[str, Any], format_name: str, client: Any, encoding: Enco
 
 
 def _wrap(original: Callable[..., Any], format_name: str, client: Any, encoding: Encoding | None) -> Callable[..., Any]:
-    if inspect.iscoroutinefunction(original):
+    # the SDK wraps some methods (required_args) in plain functions: look at the function underneath
+    if inspect.iscoroutinefunction(inspect.unwrap(original)):
 
         async def create_async(*args: Any, **kwargs: Any) -> Any:
             if not kwargs.get("stream"):
