@@ -1,0 +1,40 @@
+"""docker-compose.yml is checked without a Docker engine: against the Compose Specification schema, and its
+collector command is the CLI's own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from ingest import store
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE_SCHEMA = ROOT.parent / "shared" / "reference" / "compose-spec.json"
+
+
+def compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def test_compose_file_follows_the_compose_specification():
+    schema = json.loads(COMPOSE_SCHEMA.read_text())
+    jsonschema.validate(compose(), schema)
+
+
+def test_collector_service_runs_the_collector_against_the_clickhouse_service():
+    services = compose()["services"]
+    command = services["collector"]["command"]
+    assert command[0] == "collector"
+    dsn = command[command.index("--storage") + 1]
+    target = store.parse_dsn(dsn)
+    assert target.host == "clickhouse" and "clickhouse" in services
+    environment = services["clickhouse"]["environment"]
+    assert (target.username, target.password, target.database) == (
+        environment["CLICKHOUSE_USER"],
+        environment["CLICKHOUSE_PASSWORD"],
+        environment["CLICKHOUSE_DB"],
+    )
+    assert services["collector"]["depends_on"]["clickhouse"]["condition"] == "service_healthy"
