@@ -390,10 +390,13 @@ def _float(value: Any) -> float | None:
 
 
 def concat(batches: Sequence[DecodedBatch]) -> DecodedBatch:
-    """One batch holding the rows of ``batches``, for one insert per table."""
+    """One batch holding the rows of ``batches``, for one insert per table.
+
+    Each batch has its own dictionaries; an Arrow IPC stream allows one per column, so they are unified.
+    """
     return DecodedBatch(
-        streams=pa.concat_tables([b.streams for b in batches]),
-        chunks=pa.concat_tables([b.chunks for b in batches]),
+        streams=pa.concat_tables([b.streams for b in batches]).unify_dictionaries(),
+        chunks=pa.concat_tables([b.chunks for b in batches]).unify_dictionaries(),
         spans_ignored=sum(b.spans_ignored for b in batches),
         rejected=[r for b in batches for r in b.rejected],
     )
