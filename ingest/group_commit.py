@@ -104,6 +104,7 @@ class GroupCommitWriter:
             log.warning("store refused a batch: %s", exc)
             group[0][1].set_exception(exc if isinstance(exc, WriteError) else WriteError(str(exc)))
             return
+        log.warning("a grouped insert of %d batches failed (%s); writing them one by one", len(group), exc)
         for batch, future in group:
             try:
                 self._sink.write(batch)
