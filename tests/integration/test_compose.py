@@ -12,7 +12,7 @@ import yaml
 from ingest import store
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPOSE_SCHEMA = ROOT.parent / "shared" / "reference" / "compose-spec.json"
+COMPOSE_SCHEMA = ROOT / "tests" / "fixtures" / "schemas" / "compose-spec.json"  # the Compose Specification's schema
 
 
 def compose() -> dict:
