@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -13,6 +14,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from collector.pipeline import TracePipeline
 from streamscope.errors import RetryableWriteError, WriteError
+
+log = logging.getLogger(__name__)
 
 
 class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
@@ -27,6 +30,9 @@ class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
             context.abort(grpc.StatusCode.UNAVAILABLE, f"{exc}; retry later")
         except WriteError as exc:
             context.abort(grpc.StatusCode.INTERNAL, str(exc))
+        except Exception:
+            log.exception("unexpected error handling an OTLP/gRPC export")
+            context.abort(grpc.StatusCode.INTERNAL, "internal error in the collector; the request was not stored")
         raise AssertionError("unreachable: context.abort raises")
 
 

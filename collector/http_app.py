@@ -8,6 +8,7 @@ in the request's encoding.
 
 from __future__ import annotations
 
+import logging
 import zlib
 from collections.abc import Callable
 
@@ -25,6 +26,7 @@ from streamscope.errors import DecodeError, RetryableWriteError, StreamscopeErro
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 RETRY_AFTER_S = "5"
+log = logging.getLogger(__name__)
 
 
 class _Refused(Exception):
@@ -39,8 +41,9 @@ def create_app(
     config: CollectorConfig,
     *,
     ready: Callable[[], bool],
-    sql: Callable[[str], bytes],
+    sql: Callable[[str], bytes] | None,
 ) -> FastAPI:
+    """The OTLP/HTTP app; ``sql`` (read-only queries) is served only when given, i.e. for an embedded store."""
     app = FastAPI(title="streamscope collector", docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.post("/v1/traces")
@@ -50,11 +53,10 @@ def create_app(
         try:
             if answer_type != media_type:
                 raise _Refused(415, f"unsupported content type {media_type or '(none)'!r}: use {PROTOBUF} or {JSON}")
+            encoding = _content_encoding(request)
             body = await _read_body(request, config.max_request_bytes)
-            if media_type == PROTOBUF:
-                message = parse_protobuf(body, ExportTraceServiceRequest)
-            else:
-                message = parse_json(body, ExportTraceServiceRequest)
+            # inflating and parsing take CPU time proportional to the body: off the event loop
+            message = await run_in_threadpool(_decode, body, encoding, media_type, config.max_request_bytes)
             result = await run_in_threadpool(pipeline.export, message, config.tenant)
         except _Refused as exc:
             return _status(answer_type, exc.status, str(exc), exc.headers)
@@ -64,6 +66,9 @@ def create_app(
             return _status(answer_type, 503, f"{exc}; retry later", {"Retry-After": RETRY_AFTER_S})
         except WriteError as exc:
             return _status(answer_type, 500, str(exc))
+        except Exception:
+            log.exception("unexpected error handling an OTLP/HTTP export")
+            return _status(answer_type, 500, "internal error in the collector; the request was not stored")
         response = result.response()
         if answer_type == PROTOBUF:
             return Response(response.SerializeToString(), media_type=PROTOBUF)
@@ -78,12 +83,18 @@ def create_app(
         ok = await run_in_threadpool(ready)
         return JSONResponse({"status": "ready" if ok else "store unavailable"}, status_code=200 if ok else 503)
 
+    if sql is not None:
+        _add_sql_route(app, sql)
+    return app
+
+
+def _add_sql_route(app: FastAPI, sql: Callable[[str], bytes]) -> None:
     @app.post("/api/v1/sql")
     async def run_sql(request: Request) -> Response:
         """Read-only SQL on the store, for `streamscope sql` while this process owns the embedded engine."""
         try:
             payload = await request.json()
-        except ValueError:
+        except (ValueError, RecursionError):
             return JSONResponse({"error": 'body must be JSON: {"query": "SELECT …"}'}, status_code=400)
         query = payload.get("query") if isinstance(payload, dict) else None
         if not isinstance(query, str) or not query.strip():
@@ -95,14 +106,16 @@ def create_app(
         except StreamscopeError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
 
-    return app
+
+def _content_encoding(request: Request) -> str:
+    encoding = request.headers.get("content-encoding", "identity").strip().lower() or "identity"
+    if encoding not in ("identity", "gzip"):
+        raise _Refused(415, f"unsupported content encoding {encoding!r}: use gzip or none")
+    return encoding
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
-    """The request body, decompressed, refusing past ``limit`` bytes at either stage."""
-    encoding = request.headers.get("content-encoding", "identity").strip().lower()
-    if encoding not in ("identity", "gzip", ""):
-        raise _Refused(415, f"unsupported content encoding {encoding!r}: use gzip or none")
+    """The request body as sent, refusing past ``limit`` bytes."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise _Refused(413, f"body of {declared} bytes exceeds the limit of {limit} bytes")
@@ -111,9 +124,15 @@ async def _read_body(request: Request, limit: int) -> bytes:
         received += part
         if len(received) > limit:
             raise _Refused(413, f"body exceeds the limit of {limit} bytes")
-    if encoding != "gzip":
-        return bytes(received)
-    return _gunzip(bytes(received), limit)
+    return bytes(received)
+
+
+def _decode(body: bytes, encoding: str, media_type: str, limit: int) -> ExportTraceServiceRequest:
+    if encoding == "gzip":
+        body = _gunzip(body, limit)
+    if media_type == PROTOBUF:
+        return parse_protobuf(body, ExportTraceServiceRequest)
+    return parse_json(body, ExportTraceServiceRequest)
 
 
 def _gunzip(data: bytes, limit: int) -> bytes:

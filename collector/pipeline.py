@@ -24,8 +24,6 @@ from streamscope.errors import RetryableWriteError
 
 @dataclass(frozen=True)
 class ExportResult:
-    accepted_streams: int
-    ignored_spans: int
     rejected_spans: int
     error_message: str
 
@@ -63,8 +61,6 @@ class TracePipeline:
                 rejected_spans=len(batch.rejected),
             )
         return ExportResult(
-            accepted_streams=batch.stream_count,
-            ignored_spans=batch.spans_ignored,
             rejected_spans=len(batch.rejected),
             error_message=batch.rejection_message(),
         )

@@ -67,7 +67,8 @@ class Collector:
             self.pipeline,
             self.config,
             ready=lambda: bool(store.call(query_client.ping)),
-            sql=lambda query: sql.query_json(query_client, query),
+            # the store's own server answers SQL directly; this route exists for the embedded engine only
+            sql=(lambda query: sql.query_json(query_client, query)) if self.target.embedded else None,
         )
         self._http = BackgroundServer(app, self.config.host, self.config.http_port, name="otlp-http").start()
         self.http_port = self._http.port

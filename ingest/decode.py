@@ -9,6 +9,8 @@ collector returns in ``partial_success``; the rest of the request is kept.
 from __future__ import annotations
 
 import json
+import logging
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +61,8 @@ _LIMITS = {  # largest value each per-chunk column can store
     sc.STREAMSCOPE_CHUNKS_WIRE_BYTES: np.iinfo(np.uint32).max,
 }
 _MAX_REASONS_REPORTED = 5
+_U32_MAX = 2**32 - 1
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,10 @@ def decode_traces(request: ExportTraceServiceRequest, *, tenant: str, stall_thre
                     accepted.append(_decode_span(span, attrs, tenant, service, resource_strings))
                 except _SpanRejected as exc:
                     rejected.append(Rejection(span.trace_id.hex(), span.span_id.hex(), str(exc)))
+                except Exception as exc:  # a decoder bug must cost one span, never the request
+                    log.exception("unexpected error decoding a stream span")
+                    reason = f"internal error decoding this span ({type(exc).__name__})"
+                    rejected.append(Rejection(span.trace_id.hex(), span.span_id.hex(), reason))
     streams, chunks = _blocks(accepted, stall_threshold_us)
     return DecodedBatch(streams=streams, chunks=chunks, spans_ignored=ignored, rejected=rejected)
 
@@ -157,6 +165,7 @@ def _decode_span(
         encoding = "events"
         offsets, tokens, content, wire = _event_arrays(span)
         truncated = span.dropped_events_count > 0
+    truncated = truncated or bool(_bounded_int(scalars, sc.STREAMSCOPE_CHUNKS_DROPPED, 2**63 - 1))
     first_byte = scalars.get(sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US)
     request_model = str(scalars.get(sc.GEN_AI_REQUEST_MODEL, ""))
     response_model = str(scalars.get(sc.GEN_AI_RESPONSE_MODEL, ""))
@@ -179,19 +188,19 @@ def _decode_span(
         "server_address": _text(scalars, sc.SERVER_ADDRESS),
         "server_port": _bounded_int(scalars, sc.SERVER_PORT, 65535) or 0,
         "route": _text(scalars, sc.HTTP_ROUTE),
-        "transport": _text(scalars, sc.STREAMSCOPE_TRANSPORT),
+        "transport": _enum(scalars, sc.STREAMSCOPE_TRANSPORT, sc.STREAMSCOPE_TRANSPORT_VALUES, ""),
         "encoding": encoding,
-        "outcome": _text(scalars, sc.STREAMSCOPE_OUTCOME) or "completed",
+        "outcome": _enum(scalars, sc.STREAMSCOPE_OUTCOME, sc.STREAMSCOPE_OUTCOME_VALUES, "completed"),
         "error_type": _text(scalars, sc.ERROR_TYPE),
         "finish_reasons": _string_list(scalars.get(sc.GEN_AI_RESPONSE_FINISH_REASONS)),
         "node_name": _text(scalars, sc.STREAMSCOPE_NODE_NAME),
         "engine_request_id": _text(scalars, sc.STREAMSCOPE_ENGINE_REQUEST_ID),
-        "input_tokens": _bounded_int(scalars, sc.GEN_AI_USAGE_INPUT_TOKENS, 2**32 - 1),
-        "output_tokens": _bounded_int(scalars, sc.GEN_AI_USAGE_OUTPUT_TOKENS, 2**32 - 1),
-        "tokens_estimated": bool(scalars.get(sc.STREAMSCOPE_TOKENS_ESTIMATED, False)),
+        "input_tokens": _bounded_int(scalars, sc.GEN_AI_USAGE_INPUT_TOKENS, _U32_MAX),
+        "output_tokens": _bounded_int(scalars, sc.GEN_AI_USAGE_OUTPUT_TOKENS, _U32_MAX),
+        "tokens_estimated": _flag(scalars, sc.STREAMSCOPE_TOKENS_ESTIMATED),
         "timeline_truncated": truncated,
         "cancel_offset_us": _bounded_int(scalars, sc.STREAMSCOPE_CANCEL_OFFSET_US, 2**63 - 1),
-        "tokens_after_cancel": _bounded_int(scalars, sc.STREAMSCOPE_TOKENS_AFTER_CANCEL, 2**32 - 1),
+        "tokens_after_cancel": _bounded_int(scalars, sc.STREAMSCOPE_TOKENS_AFTER_CANCEL, _U32_MAX),
         "repetition_score": _float(scalars.get(sc.STREAMSCOPE_REPETITION_SCORE)),
         "attributes": {k: _stringify(v) for k, v in scalars.items() if k not in _PROMOTED},
         "resource_attributes": resource,
@@ -257,6 +266,8 @@ def _check_timeline(offsets: np.ndarray, tokens: np.ndarray, content: np.ndarray
     for name, values in zip(sc.PACKED_ARRAYS[1:], (tokens, content, wire)):
         if values.min() < 0 or values.max() > _LIMITS[name]:
             raise _SpanRejected(f"{name} out of range 0..{_LIMITS[name]}")
+    if int(tokens.sum()) > _U32_MAX:
+        raise _SpanRejected(f"the stream's tokens add up to more than {_U32_MAX}")
 
 
 def _blocks(streams: list[_Stream], stall_threshold_us: int) -> tuple[pa.Table, pa.Table]:
@@ -377,16 +388,36 @@ def _string_list(value: Any) -> list[str]:
 
 
 def _bounded_int(scalars: dict[str, Any], key: str, largest: int) -> int | None:
+    """An integer attribute in 0..largest (an integral double counts); anything else rejects the span."""
     value = scalars.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value > largest:
+    integral = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value) and value.is_integer())
+    if isinstance(value, bool) or not integral or not 0 <= value <= largest:
         raise _SpanRejected(f"{key} must be an integer in 0..{largest}, not {value!r}")
     return int(value)
 
 
+def _enum(scalars: dict[str, Any], key: str, allowed: tuple[str, ...], default: str) -> str:
+    value = scalars.get(key)
+    if value is None:
+        return default
+    if value not in allowed:
+        raise _SpanRejected(f"{key} must be one of {', '.join(allowed)}, not {value!r}")
+    return str(value)
+
+
+def _flag(scalars: dict[str, Any], key: str) -> bool:
+    value = scalars.get(key, False)
+    if not isinstance(value, bool):
+        raise _SpanRejected(f"{key} must be a boolean, not {value!r}")
+    return value
+
+
 def _float(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 def concat(batches: Sequence[DecodedBatch]) -> DecodedBatch:

@@ -35,6 +35,8 @@ def parse_json(body: bytes, message_type: type[M]) -> M:
         document = json.loads(body)
     except (UnicodeDecodeError, ValueError) as exc:
         raise DecodeError(f"body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise DecodeError("body is not valid OTLP JSON: nested too deeply") from None
     if not isinstance(document, dict):
         raise DecodeError(f"body must be a JSON object ({message_type.DESCRIPTOR.name}), not {type(document).__name__}")
     try:

@@ -13,7 +13,7 @@ from clickhouse_connect.driver.client import Client
 
 from ingest import store
 
-READ_ONLY = {"readonly": 1}
+READ_ONLY = {"max_execution_time": 60, "readonly": 1}  # the limit first: readonly=1 then freezes settings
 
 
 def query_json(client: Client, sql: str) -> bytes:

@@ -82,7 +82,7 @@ def parse_dsn(dsn: str) -> StoreTarget:
 
 
 def _checked_database(name: str, dsn: str) -> str:
-    if not _DATABASE_NAME.match(name):
+    if not _DATABASE_NAME.fullmatch(name):
         raise ConfigError(f"database name {name!r} in DSN {dsn!r} must be letters, digits and underscores")
     return name
 
@@ -111,6 +111,7 @@ def _server_client(target: StoreTarget, database: str) -> Client:
         database=database,
         secure=target.secure,
         compress="lz4",
+        autogenerate_session_id=False,  # one client serves concurrent requests; sessions would lock
     )
 
 

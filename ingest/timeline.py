@@ -4,7 +4,8 @@ Input is every stream's chunks concatenated (``offsets``, ``content_bytes`` ...)
 each stream's chunk count; nothing loops over chunks in Python. Percentiles use ClickHouse's
 ``quantileExact`` definition (the element at index floor(level * n) of the sorted gaps), so
 ``SELECT quantileExact(0.99)(gap_us) FROM chunks WHERE kind = 'content' AND span_id = …`` reproduces
-the stored ``gap_p99_us`` exactly.
+the stored ``gap_p99_us`` exactly. Gaps are stored as UInt32 microseconds: a pause longer than 71 minutes is
+clamped to that maximum (and the chunk_timeline view's offsets after it are then short by the excess).
 """
 
 from __future__ import annotations

@@ -45,9 +45,3 @@ class ClickHouseWriter:
                 self._client.insert_arrow("chunks", batch.chunks)
             if batch.streams.num_rows:
                 self._client.insert_arrow("streams", batch.streams)
-
-    def ping(self) -> bool:
-        try:
-            return bool(self._client.ping())
-        except Exception:
-            return False

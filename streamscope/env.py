@@ -23,17 +23,11 @@ STREAMSCOPE_STALL_THRESHOLD_MS: Final = "STREAMSCOPE_STALL_THRESHOLD_MS"
 """A gap longer than this many milliseconds counts as a stall in per-stream statistics (default 400)."""
 
 STREAMSCOPE_COLLECTOR_URL: Final = "STREAMSCOPE_COLLECTOR_URL"
-"""Base URL of a running collector, for commands that query through it (default http://127.0.0.1:4318)."""
+"""Base URL of a running collector for `streamscope sql` to query through (found automatically when it owns
+the embedded store)."""
 
 DEFAULT_STALL_THRESHOLD_MS: Final = 400.0
-DEFAULT_COLLECTOR_URL: Final = "http://127.0.0.1:4318"
-
-
-def resolve(argument: str | None, variable: str, default: str) -> str:
-    """The first of: the explicit argument, the environment variable, the default."""
-    if argument:
-        return argument
-    return os.environ.get(variable) or default
+MAX_STALL_THRESHOLD_MS: Final = 4_294_967.0  # the largest gap a UInt32 of microseconds holds
 
 
 def default_data_dir() -> Path:
@@ -47,10 +41,12 @@ def default_storage_dsn() -> str:
 
 def stall_threshold_us() -> int:
     raw = os.environ.get(STREAMSCOPE_STALL_THRESHOLD_MS)
+    from streamscope.errors import ConfigError
+
     try:
         value = float(raw) if raw else DEFAULT_STALL_THRESHOLD_MS
     except ValueError:
-        from streamscope.errors import ConfigError
-
         raise ConfigError(f"{STREAMSCOPE_STALL_THRESHOLD_MS}={raw!r} is not a number of milliseconds") from None
+    if not 0 < value <= MAX_STALL_THRESHOLD_MS:
+        raise ConfigError(f"{STREAMSCOPE_STALL_THRESHOLD_MS} must be above 0 and at most {MAX_STALL_THRESHOLD_MS:g}")
     return int(value * 1000)

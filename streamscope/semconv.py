@@ -85,6 +85,9 @@ STREAMSCOPE_ENGINE_REQUEST_ID: Final = "streamscope.engine.request_id"
 STREAMSCOPE_NODE_NAME: Final = "streamscope.node.name"
 """The serving node, named as its GPU agent names it, to join stalls with that node's samples. type string; recommended; sides: server; streamscope extension."""
 
+STREAMSCOPE_CHUNKS_DROPPED: Final = "streamscope.chunks_dropped"
+"""Chunks the emitter did not keep (its per-stream cap); the stored timeline is then marked truncated. type int; conditionally required (if the emitter dropped chunks past its per-stream cap); sides: client, server, browser, gateway; streamscope extension."""
+
 STREAMSCOPE_REPETITION_SCORE: Final = "streamscope.repetition_score"
 """Share (0 to 1) of repeated text in the tail of the stream; high values flag stuck generation loops. type double; recommended; sides: client, server, browser, gateway; streamscope extension."""
 

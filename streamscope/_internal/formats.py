@@ -99,8 +99,8 @@ class OpenAIChat:
                 facts.output_tokens = total
                 self._continuous = self._continuous or bool(text)
                 if self._continuous:
-                    exact = total - self._completion_tokens
-                self._completion_tokens = total
+                    exact = max(0, total - self._completion_tokens)
+                self._completion_tokens = max(total, self._completion_tokens)
         return EventFacts(text=text, exact_tokens=exact)
 
 

@@ -4,8 +4,9 @@
         for event in events:
             ...  # event.payload is the parsed JSON
 
-Wire bytes are exact (each event's framing included); the time of each chunk is when the read that
-completed it returned. Leaving the ``with`` block before the end records the stream as cancelled.
+Wire bytes are each event's bytes in the response body, framing included (after transfer decoding: for a
+gzip-encoded body, the inflated size); the time of each chunk is when the read that completed it returned.
+Leaving the ``with`` block before the end records the stream as cancelled.
 """
 
 from __future__ import annotations
@@ -48,13 +49,25 @@ def _begin(
         attributes=attributes,
         tracer_provider=tracer_provider,
     )
-    request = client.build_request(method, url, **request_kwargs)
+    request = client.build_request(method, url, **_build_options(request_kwargs))
     recorder.set_attribute(sc.SERVER_ADDRESS, request.url.host)
     if request.url.port:
         recorder.set_attribute(sc.SERVER_PORT, request.url.port)
     recorder.start()
     recorder.inject(request.headers)
     return StreamObserver(recorder, stream_format), request
+
+
+_SEND_OPTIONS = ("auth", "follow_redirects")
+"""Keyword arguments of ``client.stream()`` that belong to ``send()`` rather than ``build_request()``."""
+
+
+def _build_options(request_kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in request_kwargs.items() if k not in _SEND_OPTIONS}
+
+
+def _send_options(request_kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in request_kwargs.items() if k in _SEND_OPTIONS}
 
 
 def _outcome_of(exc: BaseException) -> tuple[Outcome, str | None]:
@@ -102,7 +115,7 @@ def stream_sse(
         request_kwargs=request_kwargs,
     )
     try:
-        response = client.send(request, stream=True)
+        response = client.send(request, stream=True, **_send_options(request_kwargs))
     except BaseException as exc:
         observer.close(*_outcome_of(exc))
         raise
@@ -158,7 +171,7 @@ async def astream_sse(
         request_kwargs=request_kwargs,
     )
     try:
-        response = await client.send(request, stream=True)
+        response = await client.send(request, stream=True, **_send_options(request_kwargs))
     except BaseException as exc:
         observer.close(*_outcome_of(exc))
         raise

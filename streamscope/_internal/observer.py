@@ -7,13 +7,16 @@ objects) through ``on_payload``. At the end ``close`` copies the stream-level fa
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from streamscope import semconv as sc
-from streamscope._internal.formats import StreamFormat, estimate_tokens
+from streamscope._internal.formats import EventFacts, StreamFormat, estimate_tokens
 from streamscope._internal.recorder import Outcome, StreamRecorder
 from streamscope._internal.sse import SSEDecoder
+
+log = logging.getLogger("streamscope")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +35,7 @@ class StreamObserver:
         self.format = stream_format
         self.done = False
         self.closed = False
+        self._failed = False
         self._decoder = SSEDecoder()
 
     def on_bytes(self, data: bytes) -> list[StreamEvent]:
@@ -56,7 +60,19 @@ class StreamObserver:
         return StreamEvent(sse.event, sse.data, payload)
 
     def on_payload(self, event_type: str, payload: Any, wire_bytes: int = 0) -> None:
-        facts = self.format.read(event_type, payload)
+        """Record one parsed event. A payload the format reader cannot make sense of never reaches the
+        application as an exception: the chunk is kept without content and the problem logged once."""
+        try:
+            facts = self.format.read(event_type, payload)
+        except Exception:
+            if not self._failed:
+                self._failed = True
+                log.warning(
+                    "streamscope: unexpected %s event payload; its content is not counted",
+                    event_type or "stream",
+                    exc_info=True,
+                )
+            facts = EventFacts()
         text = facts.text
         if facts.exact_tokens is not None:
             tokens = facts.exact_tokens

@@ -94,7 +94,18 @@ class _Observed:
         return item
 
     def _failed(self, exc: BaseException) -> None:
-        self._observer.close("error", type(exc).__qualname__)
+        name = type(exc).__qualname__
+        if "Timeout" in name:  # APITimeoutError
+            self._observer.close("timeout", name)
+        elif "Connection" in name:  # APIConnectionError: the connection broke mid-stream
+            self._observer.close("disconnected", name)
+        else:
+            self._observer.close("error", name)
+
+    def _ended(self) -> None:
+        """The SDK's iterator ended: a stream without a finish reason or end event was cut short."""
+        facts = self._observer.format.facts
+        self._observer.close("completed" if facts.finish_reasons or self._observer.done else "disconnected")
 
     def __del__(self) -> None:
         # a stream dropped before its end was abandoned by the application
@@ -111,7 +122,7 @@ class ObservedStream(_Observed):
         try:
             item = next(self._stream)
         except StopIteration:
-            self._observer.close("completed")
+            self._ended()
             raise
         except BaseException as exc:
             self._failed(exc)
@@ -137,7 +148,7 @@ class ObservedAsyncStream(_Observed):
         try:
             item = await self._stream.__anext__()
         except StopAsyncIteration:
-            self._observer.close("completed")
+            self._ended()
             raise
         except BaseException as exc:
             self._failed(exc)

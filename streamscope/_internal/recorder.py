@@ -253,7 +253,7 @@ class StreamRecorder:
         if self._tokens_estimated:
             attributes[sc.STREAMSCOPE_TOKENS_ESTIMATED] = True
         if self._dropped:
-            attributes["streamscope.chunks_dropped"] = self._dropped
+            attributes[sc.STREAMSCOPE_CHUNKS_DROPPED] = self._dropped
         content_offsets = [o for o, c in zip(offsets, self._content) if c > 0]
         if content_offsets:
             attributes[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = content_offsets[0] / 1e6

@@ -17,7 +17,6 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from streamscope._internal.recorder import Encoding, set_default_encoding
 
-DEFAULT_ENDPOINT = "http://localhost:4318"
 COMPRESSION_VARIABLES = ("OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION")
 EVENTS_PER_SPAN = 65_536
 """Span event limit set unless OTEL_SPAN_EVENT_COUNT_LIMIT says otherwise (the SDK default is 128)."""
@@ -98,4 +97,5 @@ def _exporter(protocol: str, endpoint: str | None, headers: Mapping[str, str] | 
 
 
 def _insecure(endpoint: str | None) -> bool | None:
-    return endpoint.startswith("http://") if endpoint else None
+    """Plaintext unless the endpoint says https: a streamscope collector serves gRPC without TLS."""
+    return not endpoint.startswith("https://") if endpoint else None

@@ -17,6 +17,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
+from collector.config import CollectorConfig
+from collector.service import Collector
 from streamscope import semconv as sc
 
 PROTOBUF = {"content-type": "application/x-protobuf"}
@@ -196,3 +198,47 @@ def test_grpc_oversize_is_resource_exhausted_and_service_continues(collector):
 def test_readiness_and_health(collector):
     assert httpx.get(f"{collector.http_url}/healthz").json() == {"status": "ok"}
     assert httpx.get(f"{collector.http_url}/readyz").status_code == 200
+
+
+def attribute(key: str, value: AnyValue) -> KeyValue:
+    return KeyValue(key=key, value=value)
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [
+        (attribute(sc.GEN_AI_USAGE_OUTPUT_TOKENS, AnyValue(double_value=float("nan"))), "must be an integer"),
+        (attribute(sc.GEN_AI_USAGE_INPUT_TOKENS, AnyValue(double_value=3.7)), "must be an integer"),
+        (attribute(sc.STREAMSCOPE_OUTCOME, AnyValue(string_value="exploded")), "must be one of completed"),
+        (attribute(sc.STREAMSCOPE_TOKENS_ESTIMATED, AnyValue(string_value="false")), "must be a boolean"),
+    ],
+)
+def test_one_bad_attribute_rejects_its_span_and_keeps_the_others(collector, extra, reason):
+    bad = stream_span(2, [10, 20])
+    bad.attributes.append(extra)
+    response = post(collector, request_of(stream_span(1, [1, 2, 3]), bad).SerializeToString(), PROTOBUF)
+    assert response.status_code == 200
+    partial = ExportTraceServiceResponse.FromString(response.content).partial_success
+    assert partial.rejected_spans == 1 and reason in partial.error_message
+    assert collector.query_client.query("SELECT span_id FROM streams").result_rows == [("01" * 8,)]
+
+
+def test_token_totals_beyond_their_column_reject_the_span(storage_dsn):
+    roomy = Collector(CollectorConfig(storage_dsn=storage_dsn, http_port=0, grpc_port=None)).start()
+    try:
+        offsets = list(range(70_000))
+        huge = stream_span(2, offsets, tokens=[65_535] * len(offsets))
+        response = post(roomy, request_of(stream_span(1, [1, 2]), huge).SerializeToString(), PROTOBUF)
+        assert response.status_code == 200
+        partial = ExportTraceServiceResponse.FromString(response.content).partial_success
+        assert partial.rejected_spans == 1 and "tokens add up to more than" in partial.error_message
+        assert roomy.query_client.query("SELECT count() FROM streams").result_rows[0][0] == 1
+    finally:
+        roomy.stop()
+
+
+def test_deeply_nested_json_is_a_400(collector):
+    response = post(collector, b"[" * 100_000, {"content-type": "application/json"})
+    assert response.status_code == 400
+    assert "nested too deeply" in response.json()["message"]
+    assert_still_serving(collector)

@@ -10,6 +10,7 @@ import time
 import httpx
 import pytest
 from fastapi import FastAPI, Request
+from fastapi.responses import RedirectResponse
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -55,6 +56,10 @@ def engine():
                     generated_after_cancel["tokens"] = 7
 
         return stream.response(events())
+
+    @app.post("/moved")
+    async def moved() -> RedirectResponse:
+        return RedirectResponse("/v1/chat/completions", status_code=307)
 
     server = BackgroundServer(app).start()
     yield f"http://127.0.0.1:{server.port}", server_spans, generated_after_cancel
@@ -119,3 +124,17 @@ def test_a_client_that_goes_away_is_a_disconnect_with_the_cancellation_tax(engin
     assert server[sc.STREAMSCOPE_CANCEL_OFFSET_US] >= server[sc.STREAMSCOPE_CHUNKS_OFFSET_US][2]
     assert server[sc.STREAMSCOPE_TOKENS_AFTER_CANCEL] == generated["tokens"] == 7
     assert len(server[sc.STREAMSCOPE_CHUNKS_OFFSET_US]) < len(WORDS)
+
+
+def test_send_options_such_as_follow_redirects_are_honoured(engine):
+    url, _, _ = engine
+    client_provider, client_spans = provider_and_exporter()
+    with (
+        httpx.Client(base_url=url) as client,
+        streamscope.stream_sse(
+            client, "POST", "/moved", json={"model": "m"}, follow_redirects=True, tracer_provider=client_provider
+        ) as events,
+    ):
+        assert sum(1 for e in events if e.payload) == len(WORDS)
+    (span,) = client_spans.get_finished_spans()
+    assert span.attributes[sc.STREAMSCOPE_OUTCOME] == "completed"

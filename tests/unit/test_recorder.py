@@ -105,7 +105,7 @@ def test_chunks_past_the_cap_are_counted_not_kept(clock, spans, monkeypatch):
             rec.chunk(1, 1, 1)
     (span,) = exporter.get_finished_spans()
     assert len(span.attributes[sc.STREAMSCOPE_CHUNKS_OFFSET_US]) == 3
-    assert span.attributes["streamscope.chunks_dropped"] == 2
+    assert span.attributes[sc.STREAMSCOPE_CHUNKS_DROPPED] == 2
 
 
 def test_repetition_score_flags_loops():

@@ -1,0 +1,50 @@
+"""Malformed provider payloads never reach the application as exceptions."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from streamscope import StreamRecorder
+from streamscope import semconv as sc
+from streamscope._internal.formats import make_format
+from streamscope._internal.observer import StreamObserver
+
+ODD_PAYLOADS = {
+    "openai-chat": [b'data: {"choices": 1}\n\n', b'data: {"choices": [{"delta": {"tool_calls": 5}}]}\n\n'],
+    "openai-responses": [b'data: {"type": ["x"]}\n\n'],
+    "anthropic": [b'event: content_block_delta\ndata: {"type": "content_block_delta", "delta": {"type": []}}\n\n'],
+}
+
+
+@pytest.mark.parametrize("name", sorted(ODD_PAYLOADS))
+def test_odd_payloads_are_passed_through_and_counted_without_content(name, caplog):
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    observer = StreamObserver(
+        StreamRecorder(side="client", provider="p", tracer_provider=provider).start(), make_format(name)
+    )
+    good = b'data: {"choices": [{"delta": {"content": "hi"}}]}\n\n' if name == "openai-chat" else b""
+    events = []
+    with caplog.at_level(logging.WARNING, logger="streamscope"):
+        for body in [*ODD_PAYLOADS[name], good]:
+            events += observer.on_bytes(body)
+    observer.close("completed")
+    assert len(events) == len(ODD_PAYLOADS[name]) + (1 if good else 0)
+    (span,) = exporter.get_finished_spans()
+    content = list(span.attributes[sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES])
+    assert content == [0] * len(ODD_PAYLOADS[name]) + ([2] if good else [])
+    assert caplog.text.count("unexpected") == 1  # logged once per stream
+
+
+def test_usage_that_goes_down_never_gives_negative_tokens():
+    reader = make_format("openai-chat")
+    chunk = {"choices": [{"delta": {"content": "x"}}]}
+    first = reader.read("", {**chunk, "usage": {"completion_tokens": 5}})
+    second = reader.read("", {**chunk, "usage": {"completion_tokens": 3}})
+    assert (first.exact_tokens, second.exact_tokens) == (5, 0)
