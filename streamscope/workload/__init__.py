@@ -1,0 +1,1 @@
+"""The demo workload: a simulated serving engine, a network impairment proxy, scenarios and ground truth."""

@@ -1,0 +1,71 @@
+"""Ground truth: what the simulator and the proxy actually did to streams, cause by cause.
+
+Every record comes from an event that really happened (a preemption the scheduler performed, bytes the
+proxy really held back), never from what a scenario meant to inject, so attribution can be scored by
+joining its verdicts with these rows.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Protocol
+
+CAUSES = (
+    "prefill_interference",
+    "kv_pressure",
+    "spec_decode",
+    "network_buffering",
+    "connection",
+    "client_render",
+    "chunking_regression",
+)
+"""The stall taxonomy of DESIGN.md, plus chunking_regression (a change in tokens per chunk, not a stall)."""
+
+
+@dataclass(frozen=True)
+class GroundTruth:
+    cause: str
+    node: str
+    """The engine node, or the proxy, that did it."""
+    start_ns: int
+    """Wall-clock start of the window in which it delayed the stream (Unix ns)."""
+    end_ns: int
+    trace_id: str = ""
+    """Hex trace id of the affected stream (from its traceparent); empty when the request carried none."""
+    request_id: str = ""
+    """The engine's (or proxy's) id for the affected request."""
+    chunk_indices: tuple[int, ...] = ()
+    """Indices of the server-emitted SSE events it delayed (the engine's chunk numbering)."""
+    magnitude: float = 0.0
+    """How much: delay added in seconds, tokens per chunk after a chunking change, etc."""
+    detail: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.cause not in CAUSES:
+            raise ValueError(f"unknown ground-truth cause {self.cause!r}; one of {', '.join(CAUSES)}")
+
+
+class GroundTruthSink(Protocol):
+    def record(self, truth: GroundTruth) -> None: ...
+
+
+class MemorySink:
+    """Keeps records in memory (thread-safe); the load generator drains it into the store."""
+
+    def __init__(self) -> None:
+        self._records: list[GroundTruth] = []
+        self._lock = threading.Lock()
+
+    def record(self, truth: GroundTruth) -> None:
+        with self._lock:
+            self._records.append(truth)
+
+    def drain(self) -> list[GroundTruth]:
+        with self._lock:
+            records, self._records = self._records, []
+        return records
+
+    def snapshot(self) -> list[GroundTruth]:
+        with self._lock:
+            return list(self._records)
