@@ -237,7 +237,6 @@ class EngineNode:
             words = [rng.choice(_WORDS) for _ in range(tokens)]
             text = "".join((" " if sent + i else "") + w for i, w in enumerate(words))
             truth.event(index, delays)
-            delays.clear()
             index += 1
             sent += tokens
             return ServerChunk(event(text), tokens, len(text.encode()))
@@ -253,9 +252,13 @@ class EngineNode:
                 holding = (
                     output.burst_at_head and sent == 0 and pending < min(output.burst_at_head, sequence.max_tokens)
                 )
+                emitted = False
                 while not holding and pending >= output.tokens_per_chunk:
                     pending -= output.tokens_per_chunk
+                    emitted = True
                     yield content(output.tokens_per_chunk)
+                if emitted:  # every event cut from this batch carried its delays; held tokens keep theirs
+                    delays.clear()
                 batch = await anext(generation, None)
             if pending:
                 yield content(pending)

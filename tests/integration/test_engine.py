@@ -1,0 +1,223 @@
+"""The simulated engine over real sockets: the OpenAI streaming contract, /metrics, disconnects, ground truth."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from streamscope._internal.serving import BackgroundServer
+from streamscope.engine.app import EngineNode, NodeConfig, OutputConfig
+from streamscope.engine.scheduler import SchedulerConfig, SpecDecodeConfig
+from streamscope.workload.ground_truth import MemorySink
+
+
+class RunningNode:
+    def __init__(self, config: NodeConfig) -> None:
+        self.sink = MemorySink()
+        self.node = EngineNode(config, sink=self.sink)
+        self.server = BackgroundServer(self.node.app).start()
+        self.url = f"http://127.0.0.1:{self.server.port}"
+
+    def metrics(self) -> dict[str, float]:
+        text = httpx.get(f"{self.url}/metrics").text
+        return {
+            sample.name: sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if not sample.labels.get("le")
+            and not sample.labels.get("position")
+            and not sample.labels.get("finished_reason")
+        }
+
+
+@pytest.fixture
+def running() -> Iterator[callable]:
+    nodes: list[RunningNode] = []
+
+    def start(**overrides) -> RunningNode:
+        nodes.append(RunningNode(NodeConfig(**overrides)))
+        return nodes[-1]
+
+    yield start
+    for node in nodes:
+        node.server.stop()
+
+
+def sse_events(response: httpx.Response) -> list[str]:
+    return [line[len("data: ") :] for line in response.text.split("\n\n") if line.startswith("data: ")]
+
+
+def chat(max_tokens: int = 20, **extra) -> dict:
+    return {
+        "model": "sim-llm",
+        "messages": [{"role": "user", "content": "hello"}],
+        "max_tokens": max_tokens,
+        "stream": True,
+        **extra,
+    }
+
+
+def test_chat_stream_follows_the_openai_contract(running):
+    node = running(output=OutputConfig(tokens_per_chunk=1))
+    response = httpx.post(
+        f"{node.url}/v1/chat/completions", json=chat(12, stream_options={"include_usage": True}), timeout=30
+    )
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+    data = sse_events(response)
+    assert data[-1] == "[DONE]"
+    chunks = [json.loads(d) for d in data[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" and c["id"] == chunks[0]["id"] for c in chunks)
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    content = [c for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")]
+    assert len(content) == 12
+    assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 12
+
+
+def test_completions_streamed_and_whole(running):
+    node = running()
+    streamed = httpx.post(f"{node.url}/v1/completions", json={"prompt": "hi", "max_tokens": 7, "stream": True})
+    texts = [json.loads(d)["choices"][0]["text"] for d in sse_events(streamed)[:-1]]
+    assert sum(1 for t in texts if t) == 7
+    whole = httpx.post(f"{node.url}/v1/completions", json={"prompt": "hi", "max_tokens": 7}).json()
+    assert whole["object"] == "text_completion" and whole["usage"]["completion_tokens"] == 7
+    assert len(whole["choices"][0]["text"].split()) == 7
+    chat_whole = httpx.post(f"{node.url}/v1/chat/completions", json={**chat(5), "stream": False}).json()
+    assert chat_whole["choices"][0]["message"]["role"] == "assistant"
+    assert httpx.get(f"{node.url}/v1/models").json()["data"][0]["id"] == "sim-llm"
+    assert httpx.get(f"{node.url}/health").json()["status"] == "ok"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"messages": "hi"}, "messages must be a non-empty list"),
+        ({"messages": [{"role": "user", "content": "x"}], "max_tokens": -1}, "max_tokens must be"),
+        ({"messages": [{"role": "user", "content": "x"}], "sim": {"spec_collapse": "soon"}}, "spec_collapse"),
+        ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 10**7}, "more KV blocks than the engine has"),
+    ],
+)
+def test_bad_requests_get_a_400_with_a_message(running, body, message):
+    node = running()
+    response = httpx.post(f"{node.url}/v1/chat/completions", json=body)
+    assert response.status_code == 400 and message in response.json()["error"]["message"]
+    assert httpx.post(f"{node.url}/v1/chat/completions", json=chat(3)).status_code == 200
+
+
+def test_tokens_per_chunk_and_burst_at_head_shape_the_stream(running):
+    node = running(output=OutputConfig(tokens_per_chunk=4, burst_at_head=12))
+    started = time.perf_counter()
+    arrivals, sizes = [], []
+    with httpx.stream("POST", f"{node.url}/v1/chat/completions", json=chat(40), timeout=30) as response:
+        buffer = ""
+        for text in response.iter_text():
+            buffer += text
+            while "\n\n" in buffer:
+                event, buffer = buffer.split("\n\n", 1)
+                payload = event[len("data: ") :]
+                if payload != "[DONE]":
+                    content = json.loads(payload)["choices"][0]["delta"].get("content")
+                    if content:
+                        arrivals.append(time.perf_counter() - started)
+                        sizes.append(len(content.split()))
+    assert sizes == [4] * 10
+    head, tail = arrivals[:3], arrivals[3:]
+    assert head[-1] - head[0] < min(b - a for a, b in itertools.pairwise(tail))  # released together, then trickled
+
+
+def test_metrics_parse_and_preemptions_rise_under_kv_pressure(running):
+    node = running(scheduler=SchedulerConfig(num_blocks=60, block_size=16), output=OutputConfig(tokens_per_chunk=2))
+    before = node.metrics()
+    assert before["vllm:num_preemptions_total"] == 0
+
+    async def load() -> None:
+        async with httpx.AsyncClient(base_url=node.url, timeout=60) as client:
+            await asyncio.gather(
+                *(client.post("/v1/chat/completions", json=chat(200, sim={"prompt_tokens": 200})) for _ in range(6))
+            )
+
+    asyncio.run(load())
+    after = node.metrics()
+    assert after["vllm:num_preemptions_total"] > 0
+    assert after["vllm:generation_tokens_total"] == 6 * 200
+    assert after["vllm:prompt_tokens_total"] == 6 * 200
+    assert after["vllm:iteration_tokens_total_count"] > 0
+    assert after["vllm:inter_token_latency_seconds_count"] > 0
+    assert after["vllm:num_requests_running"] == 0
+    kv = [t for t in node.sink.snapshot() if t.cause == "kv_pressure"]
+    assert len(kv) >= after["vllm:num_preemptions_total"] * 0.5 and all(t.chunk_indices for t in kv)
+
+
+def test_sglang_flavor_exposes_sglang_names(running):
+    node = running(flavor="sglang")
+    httpx.post(f"{node.url}/v1/chat/completions", json=chat(5))
+    names = node.metrics()
+    assert names["sglang:generation_tokens_total"] == 5
+    assert "sglang:token_usage" in names and not any(n.startswith("vllm:") for n in names)
+
+
+def test_spec_decode_collapse_is_ground_truth_for_the_chunks_it_slowed(running):
+    node = running(
+        scheduler=SchedulerConfig(spec_decode=SpecDecodeConfig(draft_tokens=3)), output=OutputConfig(tokens_per_chunk=1)
+    )
+    httpx.post(f"{node.url}/v1/chat/completions", json=chat(120, sim={"spec_collapse": [40, 80]}), timeout=30)
+    (truth,) = [t for t in node.sink.snapshot() if t.cause == "spec_decode"]
+    # event 0 is the role chunk: token k travels in event k + 1
+    assert 38 <= truth.chunk_indices[0] <= 42 and 78 <= truth.chunk_indices[-1] <= 82
+    assert truth.end_ns > truth.start_ns
+    metrics = node.metrics()
+    assert metrics["vllm:spec_decode_num_drafts_total"] > 0
+    assert metrics["vllm:spec_decode_num_accepted_tokens_total"] < 3 * metrics["vllm:spec_decode_num_drafts_total"]
+
+
+def test_prefill_interference_is_ground_truth_for_decoding_streams(running):
+    node = running(
+        scheduler=SchedulerConfig(chunked_prefill=False, max_step_tokens=16384),
+        output=OutputConfig(tokens_per_chunk=1),
+        interference_threshold_s=0.05,
+    )
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient(base_url=node.url, timeout=60) as client:
+            victim = asyncio.create_task(client.post("/v1/chat/completions", json=chat(150)))
+            await asyncio.sleep(0.3)
+            await client.post("/v1/chat/completions", json=chat(2, sim={"prompt_tokens": 12000}))
+            await victim
+
+    asyncio.run(scenario())
+    interference = [t for t in node.sink.snapshot() if t.cause == "prefill_interference"]
+    assert len(interference) == 1 and interference[0].magnitude >= 0.2  # 12000 tokens x 0.02 ms
+
+
+def test_a_disconnect_stops_generation(running):
+    node = running(output=OutputConfig(tokens_per_chunk=1))
+    with httpx.stream("POST", f"{node.url}/v1/chat/completions", json=chat(2000), timeout=30) as response:
+        for i, _ in enumerate(response.iter_lines()):
+            if i > 10:
+                break
+    deadline = time.monotonic() + 5
+    while node.metrics()["vllm:num_requests_running"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    generated = node.metrics()["vllm:generation_tokens_total"]
+    time.sleep(0.3)
+    assert node.metrics()["vllm:generation_tokens_total"] == generated < 2000
+    assert node.metrics()["vllm:num_requests_running"] == 0
+
+
+def test_with_ignore_disconnect_the_engine_generates_to_the_end(running):
+    node = running(output=OutputConfig(tokens_per_chunk=1), ignore_disconnect=True)
+    with httpx.stream("POST", f"{node.url}/v1/chat/completions", json=chat(300), timeout=30) as response:
+        for i, _ in enumerate(response.iter_lines()):
+            if i > 10:
+                break
+    deadline = time.monotonic() + 20
+    while node.metrics()["vllm:generation_tokens_total"] < 300 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert node.metrics()["vllm:generation_tokens_total"] == 300
