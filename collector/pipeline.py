@@ -55,15 +55,12 @@ class TracePipeline:
             raise RetryableWriteError(f"store did not confirm the write within {self._write_timeout_s:g} s") from None
         with self._counts_lock:
             self._counts.update(
-                streams=batch.stream_count,
-                chunks=batch.chunks.num_rows,
-                ignored_spans=batch.spans_ignored,
+                streams=batch.rows("streams"),
+                chunks=batch.rows("chunks"),
+                ignored_spans=batch.ignored,
                 rejected_spans=len(batch.rejected),
             )
-        return ExportResult(
-            rejected_spans=len(batch.rejected),
-            error_message=batch.rejection_message(),
-        )
+        return ExportResult(rejected_spans=len(batch.rejected), error_message=batch.rejection_message("stream span"))
 
     def counts(self) -> dict[str, int]:
         """Totals since start: streams, chunks, ignored_spans, rejected_spans."""

@@ -87,4 +87,21 @@ CHUNKS = pa.schema(
     ]
 )
 
-TABLES: dict[str, pa.Schema] = {"streams": STREAMS, "chunks": CHUNKS}
+GROUND_TRUTH = pa.schema(
+    [
+        ("tenant", _LC),
+        ("start_time", _TIME),
+        ("end_time", _TIME),
+        ("cause", _LC),
+        ("node_name", _LC),
+        ("scenario", _LC),
+        ("trace_id", pa.string()),
+        ("request_id", pa.string()),
+        ("chunk_indices", pa.list_(pa.uint32())),
+        ("magnitude", pa.float64()),
+        ("service", _LC),
+        ("attributes", _ATTRS),
+    ]
+)
+
+TABLES: dict[str, pa.Schema] = {"chunks": CHUNKS, "streams": STREAMS, "ground_truth": GROUND_TRUTH}

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from ingest import columns
+from ingest.batch import DecodedBatch, Rejection
 from ingest.int_arrays import NotAnIntArray, decode_int_array
 from ingest.timeline import build_timeline, stream_stats
 from streamscope import semconv as sc
@@ -60,42 +61,8 @@ _LIMITS = {  # largest value each per-chunk column can store
     sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES: np.iinfo(np.uint32).max,
     sc.STREAMSCOPE_CHUNKS_WIRE_BYTES: np.iinfo(np.uint32).max,
 }
-_MAX_REASONS_REPORTED = 5
 _U32_MAX = 2**32 - 1
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Rejection:
-    trace_id: str
-    span_id: str
-    reason: str
-
-    def __str__(self) -> str:
-        return f"span {self.span_id or '?'} of trace {self.trace_id or '?'}: {self.reason}"
-
-
-@dataclass
-class DecodedBatch:
-    """What one export request contributes: a block per table, and what was left out and why."""
-
-    streams: pa.Table
-    chunks: pa.Table
-    spans_ignored: int = 0
-    rejected: list[Rejection] = field(default_factory=list)
-
-    @property
-    def stream_count(self) -> int:
-        return self.streams.num_rows
-
-    def rejection_message(self) -> str:
-        """One English sentence for ``partial_success.error_message``; empty when nothing was rejected."""
-        if not self.rejected:
-            return ""
-        shown = "; ".join(str(r) for r in self.rejected[:_MAX_REASONS_REPORTED])
-        more = len(self.rejected) - _MAX_REASONS_REPORTED
-        suffix = f"; and {more} more" if more > 0 else ""
-        return f"rejected {len(self.rejected)} stream span(s): {shown}{suffix}"
 
 
 class _SpanRejected(Exception):
@@ -132,13 +99,18 @@ def decode_traces(request: ExportTraceServiceRequest, *, tenant: str, stall_thre
                 try:
                     accepted.append(_decode_span(span, attrs, tenant, service, resource_strings))
                 except _SpanRejected as exc:
-                    rejected.append(Rejection(span.trace_id.hex(), span.span_id.hex(), str(exc)))
+                    rejected.append(Rejection(_subject(span), str(exc)))
                 except Exception as exc:  # a decoder bug must cost one span, never the request
                     log.exception("unexpected error decoding a stream span")
-                    reason = f"internal error decoding this span ({type(exc).__name__})"
-                    rejected.append(Rejection(span.trace_id.hex(), span.span_id.hex(), reason))
+                    rejected.append(
+                        Rejection(_subject(span), f"internal error decoding this span ({type(exc).__name__})")
+                    )
     streams, chunks = _blocks(accepted, stall_threshold_us)
-    return DecodedBatch(streams=streams, chunks=chunks, spans_ignored=ignored, rejected=rejected)
+    return DecodedBatch(blocks={"chunks": chunks, "streams": streams}, ignored=ignored, rejected=rejected)
+
+
+def _subject(span: Span) -> str:
+    return f"span {span.span_id.hex() or '?'} of trace {span.trace_id.hex() or '?'}"
 
 
 def _decode_span(
@@ -418,16 +390,3 @@ def _float(value: Any) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
-
-
-def concat(batches: Sequence[DecodedBatch]) -> DecodedBatch:
-    """One batch holding the rows of ``batches``, for one insert per table.
-
-    Each batch has its own dictionaries; an Arrow IPC stream allows one per column, so they are unified.
-    """
-    return DecodedBatch(
-        streams=pa.concat_tables([b.streams for b in batches]).unify_dictionaries(),
-        chunks=pa.concat_tables([b.chunks for b in batches]).unify_dictionaries(),
-        spans_ignored=sum(b.spans_ignored for b in batches),
-        rejected=[r for b in batches for r in b.rejected],
-    )

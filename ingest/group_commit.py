@@ -14,7 +14,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
 
-from ingest.decode import DecodedBatch, concat
+from ingest.batch import DecodedBatch, concat
 from streamscope.errors import RetryableWriteError, WriteError
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ class BlockSink(Protocol):
 @dataclass(frozen=True)
 class GroupCommitConfig:
     max_pending_rows: int = 2_000_000
-    """Rows (chunks + streams) queued at most; past this, writes fail fast with RetryableWriteError."""
+    """Rows (of every table) queued at most; past this, writes fail fast with RetryableWriteError."""
     max_group_rows: int = 1_000_000
     """Rows merged into one insert at most."""
 
@@ -116,4 +116,4 @@ class GroupCommitWriter:
 
 
 def _rows(batch: DecodedBatch) -> int:
-    return batch.streams.num_rows + batch.chunks.num_rows
+    return batch.total_rows

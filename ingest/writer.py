@@ -9,7 +9,7 @@ from __future__ import annotations
 from clickhouse_connect.driver.client import Client
 
 from ingest import columns, store
-from ingest.decode import DecodedBatch
+from ingest.batch import DecodedBatch
 from streamscope.errors import SchemaMismatch
 
 
@@ -38,10 +38,11 @@ class ClickHouseWriter:
                     )
 
     def write(self, batch: DecodedBatch) -> None:
-        """Insert the batch's rows; raises WriteError or RetryableWriteError."""
+        """Insert the batch's rows, table by table in the batch's order; raises WriteError or RetryableWriteError.
+
+        Trace batches put chunks before streams: a stream row is the marker that its chunks are complete.
+        """
         with store.translated_errors():
-            # Chunks first: a stream row is the marker that its chunks are complete.
-            if batch.chunks.num_rows:
-                self._client.insert_arrow("chunks", batch.chunks)
-            if batch.streams.num_rows:
-                self._client.insert_arrow("streams", batch.streams)
+            for table, block in batch.blocks.items():
+                if block.num_rows:
+                    self._client.insert_arrow(table, block)

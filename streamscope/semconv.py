@@ -112,6 +112,33 @@ STREAMSCOPE_CHUNK_CONTENT_BYTES: Final = "streamscope.chunk.content_bytes"
 STREAMSCOPE_CHUNK_WIRE_BYTES: Final = "streamscope.chunk.wire_bytes"
 """Bytes this chunk took on the wire, framing included; 0 when unknown. type int; unit By; recommended (on streamscope.chunk events); sides: client, server, browser, gateway; streamscope extension."""
 
+STREAMSCOPE_TRUTH_CAUSE: Final = "streamscope.truth.cause"
+"""The cause, from the stall taxonomy (plus chunking_regression, a change in tokens per chunk). type string; required; sides: simulator; streamscope extension."""
+STREAMSCOPE_TRUTH_CAUSE_VALUES: Final = (
+    "prefill_interference",
+    "kv_pressure",
+    "spec_decode",
+    "network_buffering",
+    "connection",
+    "client_render",
+    "chunking_regression",
+)
+
+STREAMSCOPE_TRUTH_END_UNIX_NANO: Final = "streamscope.truth.end_unix_nano"
+"""End of the window in which the cause delayed the stream (the record's time is its start). type int; unit ns; required; sides: simulator; streamscope extension."""
+
+STREAMSCOPE_TRUTH_REQUEST_ID: Final = "streamscope.truth.request_id"
+"""The engine's or the proxy's id of the affected request. type string; recommended; sides: simulator; streamscope extension."""
+
+STREAMSCOPE_TRUTH_CHUNK_INDICES: Final = "streamscope.truth.chunk_indices"
+"""Indices of the server-emitted SSE events the cause delayed (the server span's chunk numbering). type int[]; recommended; sides: simulator; streamscope extension."""
+
+STREAMSCOPE_TRUTH_MAGNITUDE: Final = "streamscope.truth.magnitude"
+"""How much (seconds of delay added, or tokens per chunk after a chunking change). type double; recommended; sides: simulator; streamscope extension."""
+
+STREAMSCOPE_TRUTH_SCENARIO: Final = "streamscope.truth.scenario"
+"""The scenario that was running. type string; recommended; sides: simulator; streamscope extension."""
+
 CHUNK_EVENT: Final = "streamscope.chunk"
 """One chunk; the event time is its arrival (client, browser) or emission (server)."""
 
@@ -128,3 +155,6 @@ CHUNK_EVENT_ATTRIBUTES: Final = (
     STREAMSCOPE_CHUNK_WIRE_BYTES,
 )
 """The chunk event's attributes, in the same order as PACKED_ARRAYS after the offset."""
+
+STREAMSCOPE_GROUND_TRUTH_EVENT: Final = "streamscope.ground_truth"
+"""Something the demo workload really did to a stream (a preemption, a prefill sharing the step, bytes a proxy held back); the record's time is the start of the window and its trace id the affected stream's."""

@@ -16,6 +16,7 @@ import yaml
 from streamscope._internal.schema_files import conventions_file
 
 TARGET = Path(__file__).resolve().parent.parent / "semconv.py"
+LINE_LENGTH = 120  # pyproject.toml [tool.ruff]
 
 
 def _constant(name: str) -> str:
@@ -42,6 +43,14 @@ def _tuple(name: str, attributes: list[str]) -> list[str]:
     return [f"{name}: Final = (", *(f"    {_constant(a)}," for a in attributes), ")"]
 
 
+def _strings(name: str, values: list[str]) -> list[str]:
+    """A tuple of string literals on one line, or one per line when that is too long (as ruff format does)."""
+    one_line = f"{name}: Final = ({', '.join(f'{chr(34)}{v}{chr(34)}' for v in values)})"
+    if len(one_line) <= LINE_LENGTH:
+        return [one_line]
+    return [f"{name}: Final = (", *(f'    "{v}",' for v in values), ")"]
+
+
 def render(registry: dict[str, Any]) -> str:
     """The Python source of the constants module for ``registry`` (the parsed YAML)."""
     lines = [
@@ -57,13 +66,12 @@ def render(registry: dict[str, Any]) -> str:
         f'SEMCONV_VERSION: Final = "{registry["semconv_version"]}"',
         "",
     ]
-    for attr in registry["attributes"]:
+    for attr in registry["attributes"] + registry.get("log_attributes", []):
         const = _constant(attr["name"])
         lines.append(f'{const}: Final = "{attr["name"]}"')
         lines.append(f'"""{_doc(attr)}"""')
         if "enum" in attr:
-            values = ", ".join(f'"{v}"' for v in attr["enum"])
-            lines.append(f"{const}_VALUES: Final = ({values})")
+            lines.extend(_strings(f"{const}_VALUES", attr["enum"]))
         lines.append("")
     (event,) = registry["events"]
     lines.append(f'CHUNK_EVENT: Final = "{event["name"]}"')
@@ -73,6 +81,10 @@ def render(registry: dict[str, Any]) -> str:
     lines.append('"""The packed encoding\'s parallel arrays, in their canonical order."""')
     lines.extend(_tuple("CHUNK_EVENT_ATTRIBUTES", event["attributes"]))
     lines.append('"""The chunk event\'s attributes, in the same order as PACKED_ARRAYS after the offset."""')
+    for log_event in registry.get("log_events", []):
+        lines.append("")
+        lines.append(f'{_constant(log_event["name"])}_EVENT: Final = "{log_event["name"]}"')
+        lines.append(f'"""{" ".join(log_event["brief"].split())}"""')
     lines.append("")
     return "\n".join(lines)
 

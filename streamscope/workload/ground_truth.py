@@ -11,15 +11,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Protocol
 
-CAUSES = (
-    "prefill_interference",
-    "kv_pressure",
-    "spec_decode",
-    "network_buffering",
-    "connection",
-    "client_render",
-    "chunking_regression",
-)
+from streamscope import semconv as sc
+
+CAUSES = sc.STREAMSCOPE_TRUTH_CAUSE_VALUES
 """The stall taxonomy of DESIGN.md, plus chunking_regression (a change in tokens per chunk, not a stall)."""
 
 

@@ -6,7 +6,8 @@ import threading
 
 import pytest
 
-from ingest.decode import DecodedBatch, decode_traces
+from ingest.batch import DecodedBatch
+from ingest.decode import decode_traces
 from ingest.group_commit import GroupCommitConfig, GroupCommitWriter
 from ingest.writer import ClickHouseWriter
 from streamscope.errors import RetryableWriteError, WriteError
@@ -29,7 +30,7 @@ class GatedWriter:
         self.gate.wait(10)
         if self.writer is not None:
             self.writer.write(decoded)
-        self.groups.append(decoded.streams.num_rows)  # only groups the store took
+        self.groups.append(decoded.rows("streams"))  # only groups the store took
 
 
 def test_queued_batches_are_written_together(store_client):
@@ -51,7 +52,7 @@ class RefusingSink:
         self.written: list[str] = []
 
     def write(self, decoded: DecodedBatch) -> None:
-        tenants = set(decoded.streams.column("tenant").to_pylist())
+        tenants = set(decoded.blocks["streams"].column("tenant").to_pylist())
         if "bad" in tenants:
             raise WriteError("store refused the request: bad rows")
         self.written.extend(sorted(tenants))

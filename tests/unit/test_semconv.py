@@ -8,7 +8,7 @@ from streamscope._internal.schema_files import conventions_file
 
 LEVELS = {"required", "conditionally_required", "recommended", "opt_in"}
 TYPES = {"string", "int", "double", "boolean", "string[]", "int[]"}
-SIDES = {"client", "server", "browser", "gateway"}
+SIDES = {"client", "server", "browser", "gateway", "simulator"}
 
 
 def test_generated_module_is_current():
@@ -20,9 +20,10 @@ def test_generated_module_is_current():
 
 def test_every_attribute_is_fully_described():
     registry = yaml.safe_load(conventions_file().read_text())
-    names = [a["name"] for a in registry["attributes"]]
+    every = registry["attributes"] + registry["log_attributes"]
+    names = [a["name"] for a in every]
     assert len(names) == len(set(names))
-    for attribute in registry["attributes"]:
+    for attribute in every:
         assert attribute["type"] in TYPES, attribute
         assert attribute["requirement"] in LEVELS, attribute
         assert set(attribute["sides"]) <= SIDES and attribute["sides"], attribute
@@ -35,6 +36,8 @@ def test_every_attribute_is_fully_described():
             assert attribute.get("condition"), attribute
     for name in registry["encodings"]["packed"]["arrays"] + registry["events"][0]["attributes"]:
         assert name in names
+    for event in registry["log_events"]:
+        assert set(event["attributes"]) <= set(names), event["name"]
 
 
 def test_packed_arrays_and_events_line_up():
