@@ -1,4 +1,4 @@
-"""OTLP/gRPC receiver: TraceService/Export over grpcio, calling the same pipeline as HTTP."""
+"""OTLP/gRPC receiver: TraceService/Export and LogsService/Export over grpcio, on the same pipeline as HTTP."""
 
 from __future__ import annotations
 
@@ -6,38 +6,47 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
+from google.protobuf.message import Message
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
 
-from collector.pipeline import TracePipeline
+from collector.pipeline import LOGS, TRACES, ExportPipeline, Signal
 from streamscope.errors import RetryableWriteError, WriteError
 
 log = logging.getLogger(__name__)
 
 
-class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self, pipeline: TracePipeline, tenant: str) -> None:
-        self._pipeline = pipeline
-        self._tenant = tenant
+def _export(pipeline: ExportPipeline, tenant: str, signal: Signal, request: Message, context: grpc.ServicerContext):
+    try:
+        return signal.response(pipeline.export(signal, request, tenant))
+    except RetryableWriteError as exc:
+        context.abort(grpc.StatusCode.UNAVAILABLE, f"{exc}; retry later")
+    except WriteError as exc:
+        context.abort(grpc.StatusCode.INTERNAL, str(exc))
+    except Exception:
+        log.exception("unexpected error handling an OTLP/gRPC %s export", signal.name)
+        context.abort(grpc.StatusCode.INTERNAL, "internal error in the collector; the request was not stored")
+    raise AssertionError("unreachable: context.abort raises")
 
-    def Export(self, request: ExportTraceServiceRequest, context: grpc.ServicerContext) -> ExportTraceServiceResponse:
-        try:
-            return self._pipeline.export(request, self._tenant).response()
-        except RetryableWriteError as exc:
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"{exc}; retry later")
-        except WriteError as exc:
-            context.abort(grpc.StatusCode.INTERNAL, str(exc))
-        except Exception:
-            log.exception("unexpected error handling an OTLP/gRPC export")
-            context.abort(grpc.StatusCode.INTERNAL, "internal error in the collector; the request was not stored")
-        raise AssertionError("unreachable: context.abort raises")
+
+class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
+    def __init__(self, pipeline: ExportPipeline, tenant: str) -> None:
+        self._pipeline, self._tenant = pipeline, tenant
+
+    def Export(self, request, context):
+        return _export(self._pipeline, self._tenant, TRACES, request, context)
+
+
+class LogsService(logs_service_pb2_grpc.LogsServiceServicer):
+    def __init__(self, pipeline: ExportPipeline, tenant: str) -> None:
+        self._pipeline, self._tenant = pipeline, tenant
+
+    def Export(self, request, context):
+        return _export(self._pipeline, self._tenant, LOGS, request, context)
 
 
 def start_grpc_server(
-    pipeline: TracePipeline, *, host: str, port: int, tenant: str, max_request_bytes: int, workers: int = 8
+    pipeline: ExportPipeline, *, host: str, port: int, tenant: str, max_request_bytes: int, workers: int = 8
 ) -> tuple[grpc.Server, int]:
     """Start serving; returns the server and the bound port (useful when ``port`` is 0).
 
@@ -48,6 +57,7 @@ def start_grpc_server(
         options=[("grpc.max_receive_message_length", max_request_bytes)],
     )
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(TraceService(pipeline, tenant), server)
+    logs_service_pb2_grpc.add_LogsServiceServicer_to_server(LogsService(pipeline, tenant), server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"cannot listen for OTLP/gRPC on {host}:{port}")

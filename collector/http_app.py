@@ -1,4 +1,4 @@
-"""OTLP/HTTP receiver (FastAPI): bytes in, the pipeline, the OTLP answer out.
+"""OTLP/HTTP receiver (FastAPI) for traces and logs: bytes in, the pipeline, the OTLP answer out.
 
 Status codes follow the OTLP specification: 200 (with partial_success when spans were rejected), 400 for a
 body that does not decode, 413 past the size limit measured after decompression, 415 for other content
@@ -10,22 +10,24 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
+from google.protobuf.message import Message
 from google.rpc.status_pb2 import Status
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from collector.config import CollectorConfig
-from collector.pipeline import TracePipeline
+from collector.pipeline import SIGNALS, ExportPipeline, Signal
 from ingest.otlp_body import parse_json, parse_protobuf, to_json
 from streamscope.errors import DecodeError, RetryableWriteError, StreamscopeError, WriteError
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 RETRY_AFTER_S = "5"
+M = TypeVar("M", bound=Message)
 log = logging.getLogger(__name__)
 
 
@@ -37,7 +39,7 @@ class _Refused(Exception):
 
 
 def create_app(
-    pipeline: TracePipeline,
+    pipeline: ExportPipeline,
     config: CollectorConfig,
     *,
     ready: Callable[[], bool],
@@ -46,33 +48,8 @@ def create_app(
     """The OTLP/HTTP app; ``sql`` (read-only queries) is served only when given, i.e. for an embedded store."""
     app = FastAPI(title="streamscope collector", docs_url=None, redoc_url=None, openapi_url=None)
 
-    @app.post("/v1/traces")
-    async def export_traces(request: Request) -> Response:
-        media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        answer_type = media_type if media_type in (PROTOBUF, JSON) else JSON
-        try:
-            if answer_type != media_type:
-                raise _Refused(415, f"unsupported content type {media_type or '(none)'!r}: use {PROTOBUF} or {JSON}")
-            encoding = _content_encoding(request)
-            body = await _read_body(request, config.max_request_bytes)
-            # inflating and parsing take CPU time proportional to the body: off the event loop
-            message = await run_in_threadpool(_decode, body, encoding, media_type, config.max_request_bytes)
-            result = await run_in_threadpool(pipeline.export, message, config.tenant)
-        except _Refused as exc:
-            return _status(answer_type, exc.status, str(exc), exc.headers)
-        except DecodeError as exc:
-            return _status(answer_type, 400, str(exc))
-        except RetryableWriteError as exc:
-            return _status(answer_type, 503, f"{exc}; retry later", {"Retry-After": RETRY_AFTER_S})
-        except WriteError as exc:
-            return _status(answer_type, 500, str(exc))
-        except Exception:
-            log.exception("unexpected error handling an OTLP/HTTP export")
-            return _status(answer_type, 500, "internal error in the collector; the request was not stored")
-        response = result.response()
-        if answer_type == PROTOBUF:
-            return Response(response.SerializeToString(), media_type=PROTOBUF)
-        return Response(to_json(response), media_type=JSON)
+    for signal in SIGNALS:
+        app.add_api_route(signal.path, _export_route(signal, pipeline, config), methods=["POST"])
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -107,6 +84,41 @@ def _add_sql_route(app: FastAPI, sql: Callable[[str], bytes]) -> None:
             return JSONResponse({"error": str(exc)}, status_code=400)
 
 
+def _export_route(
+    signal: Signal, pipeline: ExportPipeline, config: CollectorConfig
+) -> Callable[[Request], Awaitable[Response]]:
+    async def export(request: Request) -> Response:
+        media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        answer_type = media_type if media_type in (PROTOBUF, JSON) else JSON
+        try:
+            if answer_type != media_type:
+                raise _Refused(415, f"unsupported content type {media_type or '(none)'!r}: use {PROTOBUF} or {JSON}")
+            encoding = _content_encoding(request)
+            body = await _read_body(request, config.max_request_bytes)
+            # inflating and parsing take CPU time proportional to the body: off the event loop
+            message = await run_in_threadpool(
+                _decode, body, encoding, media_type, config.max_request_bytes, signal.request_type
+            )
+            result = await run_in_threadpool(pipeline.export, signal, message, config.tenant)
+        except _Refused as exc:
+            return _status(answer_type, exc.status, str(exc), exc.headers)
+        except DecodeError as exc:
+            return _status(answer_type, 400, str(exc))
+        except RetryableWriteError as exc:
+            return _status(answer_type, 503, f"{exc}; retry later", {"Retry-After": RETRY_AFTER_S})
+        except WriteError as exc:
+            return _status(answer_type, 500, str(exc))
+        except Exception:
+            log.exception("unexpected error handling an OTLP/HTTP %s export", signal.name)
+            return _status(answer_type, 500, "internal error in the collector; the request was not stored")
+        response = signal.response(result)
+        if answer_type == PROTOBUF:
+            return Response(response.SerializeToString(), media_type=PROTOBUF)
+        return Response(to_json(response), media_type=JSON)
+
+    return export
+
+
 def _content_encoding(request: Request) -> str:
     encoding = request.headers.get("content-encoding", "identity").strip().lower() or "identity"
     if encoding not in ("identity", "gzip"):
@@ -127,12 +139,12 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return bytes(received)
 
 
-def _decode(body: bytes, encoding: str, media_type: str, limit: int) -> ExportTraceServiceRequest:
+def _decode(body: bytes, encoding: str, media_type: str, limit: int, message_type: type[M]) -> M:
     if encoding == "gzip":
         body = _gunzip(body, limit)
     if media_type == PROTOBUF:
-        return parse_protobuf(body, ExportTraceServiceRequest)
-    return parse_json(body, ExportTraceServiceRequest)
+        return parse_protobuf(body, message_type)
+    return parse_json(body, message_type)
 
 
 def _gunzip(data: bytes, limit: int) -> bytes:

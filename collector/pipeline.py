@@ -1,68 +1,114 @@
-"""The one export path both transports call: decode, write, and say what was accepted.
+"""The one export path every transport calls: decode, write, and say what was accepted.
 
-HTTP and gRPC adapters only turn bytes into an ExportTraceServiceRequest and results into their
-protocol's answer; decoding, writing and partial-success accounting happen here, once.
+HTTP and gRPC adapters only turn bytes into an OTLP request and results into their protocol's answer;
+decoding, writing and partial-success accounting happen here, once, for every signal we accept.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
+from google.protobuf.message import Message
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsPartialSuccess,
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 
+from ingest.batch import DecodedBatch
 from ingest.decode import decode_traces
+from ingest.decode_logs import decode_logs
 from ingest.group_commit import GroupCommitWriter
 from streamscope.errors import RetryableWriteError
 
 
 @dataclass(frozen=True)
 class ExportResult:
-    rejected_spans: int
+    rejected: int
     error_message: str
 
-    def response(self) -> ExportTraceServiceResponse:
+
+@dataclass(frozen=True)
+class Signal:
+    """An OTLP signal the collector accepts: where it arrives and how it is answered."""
+
+    name: str
+    path: str
+    request_type: type[Message]
+    noun: str
+    """What a rejected item is called in partial_success messages."""
+    _respond: Callable[[ExportResult], Message]
+
+    def response(self, result: ExportResult) -> Message:
         """The OTLP response: partial_success only when something was rejected."""
-        if not self.rejected_spans:
-            return ExportTraceServiceResponse()
-        return ExportTraceServiceResponse(
-            partial_success=ExportTracePartialSuccess(
-                rejected_spans=self.rejected_spans, error_message=self.error_message
-            )
+        return self._respond(result)
+
+
+TRACES = Signal(
+    "traces",
+    "/v1/traces",
+    ExportTraceServiceRequest,
+    "stream span",
+    lambda r: (
+        ExportTraceServiceResponse(
+            partial_success=ExportTracePartialSuccess(rejected_spans=r.rejected, error_message=r.error_message)
         )
+        if r.rejected
+        else ExportTraceServiceResponse()
+    ),
+)
+LOGS = Signal(
+    "logs",
+    "/v1/logs",
+    ExportLogsServiceRequest,
+    "log record",
+    lambda r: (
+        ExportLogsServiceResponse(
+            partial_success=ExportLogsPartialSuccess(rejected_log_records=r.rejected, error_message=r.error_message)
+        )
+        if r.rejected
+        else ExportLogsServiceResponse()
+    ),
+)
+SIGNALS = (TRACES, LOGS)
 
 
-class TracePipeline:
+class ExportPipeline:
     def __init__(self, writer: GroupCommitWriter, *, stall_threshold_us: int, write_timeout_s: float) -> None:
         self._writer = writer
-        self._stall_threshold_us = stall_threshold_us
         self._write_timeout_s = write_timeout_s
+        self._decoders: dict[str, Callable[[Message, str], DecodedBatch]] = {
+            TRACES.name: lambda request, tenant: decode_traces(
+                request, tenant=tenant, stall_threshold_us=stall_threshold_us
+            ),
+            LOGS.name: lambda request, tenant: decode_logs(request, tenant=tenant),
+        }
         self._counts: Counter[str] = Counter()
         self._counts_lock = threading.Lock()
 
-    def export(self, request: ExportTraceServiceRequest, tenant: str) -> ExportResult:
-        """Store the request's stream spans; returns once they are written. Raises WriteError."""
-        batch = decode_traces(request, tenant=tenant, stall_threshold_us=self._stall_threshold_us)
+    def export(self, signal: Signal, request: Message, tenant: str) -> ExportResult:
+        """Store the request's rows; returns once they are written. Raises WriteError."""
+        batch = self._decoders[signal.name](request, tenant)
         try:
             self._writer.write(batch, timeout_s=self._write_timeout_s)
         except FutureTimeout:
             raise RetryableWriteError(f"store did not confirm the write within {self._write_timeout_s:g} s") from None
         with self._counts_lock:
-            self._counts.update(
-                streams=batch.rows("streams"),
-                chunks=batch.rows("chunks"),
-                ignored_spans=batch.ignored,
-                rejected_spans=len(batch.rejected),
-            )
-        return ExportResult(rejected_spans=len(batch.rejected), error_message=batch.rejection_message("stream span"))
+            self._counts.update({table: batch.rows(table) for table in batch.blocks})
+            self._counts[f"ignored_{signal.name}"] += batch.ignored
+            self._counts[f"rejected_{signal.name}"] += len(batch.rejected)
+        return ExportResult(rejected=len(batch.rejected), error_message=batch.rejection_message(signal.noun))
 
     def counts(self) -> dict[str, int]:
-        """Totals since start: streams, chunks, ignored_spans, rejected_spans."""
+        """Totals since start: rows per table, and ignored_/rejected_ items per signal."""
         with self._counts_lock:
             return dict(self._counts)

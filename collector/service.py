@@ -17,7 +17,7 @@ from pathlib import Path
 from collector.config import CollectorConfig
 from collector.grpc_server import start_grpc_server
 from collector.http_app import create_app
-from collector.pipeline import TracePipeline
+from collector.pipeline import ExportPipeline
 from ingest import migrations, sql, store
 from ingest.group_commit import GroupCommitWriter
 from ingest.writer import ClickHouseWriter
@@ -38,7 +38,7 @@ class Collector:
         self._grpc = None
         self._clients: list = []
         self.query_client = None
-        self.pipeline: TracePipeline | None = None
+        self.pipeline: ExportPipeline | None = None
 
     @property
     def http_url(self) -> str:
@@ -58,7 +58,7 @@ class Collector:
             for migration in applied:
                 log.info("applied migration %s", migration.path.name)
         self._writer = GroupCommitWriter(ClickHouseWriter(write_client))
-        self.pipeline = TracePipeline(
+        self.pipeline = ExportPipeline(
             self._writer,
             stall_threshold_us=self.config.stall_threshold_us,
             write_timeout_s=self.config.write_timeout_s,

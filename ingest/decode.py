@@ -87,7 +87,7 @@ def decode_traces(request: ExportTraceServiceRequest, *, tenant: str, stall_thre
     rejected: list[Rejection] = []
     ignored = 0
     for resource_spans in request.resource_spans:
-        resource = _attribute_map(resource_spans.resource.attributes)
+        resource = attribute_map(resource_spans.resource.attributes)
         service = str(resource.get("service.name", ""))
         resource_strings = _stringified(resource)
         for scope_spans in resource_spans.scope_spans:
@@ -174,7 +174,7 @@ def _decode_span(
         "cancel_offset_us": _bounded_int(scalars, sc.STREAMSCOPE_CANCEL_OFFSET_US, 2**63 - 1),
         "tokens_after_cancel": _bounded_int(scalars, sc.STREAMSCOPE_TOKENS_AFTER_CANCEL, _U32_MAX),
         "repetition_score": _float(scalars.get(sc.STREAMSCOPE_REPETITION_SCORE)),
-        "attributes": {k: _stringify(v) for k, v in scalars.items() if k not in _PROMOTED},
+        "attributes": {k: stringify(v) for k, v in scalars.items() if k not in _PROMOTED},
         "resource_attributes": resource,
     }
     return _Stream(
@@ -330,11 +330,11 @@ def _scalar(value: AnyValue) -> Any:
     return getattr(value, kind) if kind else None
 
 
-def _attribute_map(attributes: Iterable[KeyValue]) -> dict[str, Any]:
+def attribute_map(attributes: Iterable[KeyValue]) -> dict[str, Any]:
     return {kv.key: _scalar(kv.value) for kv in attributes}
 
 
-def _stringify(value: Any) -> str:
+def stringify(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (list, dict)):
@@ -343,20 +343,20 @@ def _stringify(value: Any) -> str:
 
 
 def _stringified(attributes: dict[str, Any]) -> dict[str, str]:
-    return {k: _stringify(v) for k, v in attributes.items()}
+    return {k: stringify(v) for k, v in attributes.items()}
 
 
 def _text(scalars: dict[str, Any], key: str) -> str:
     value = scalars.get(key)
-    return "" if value is None else _stringify(value)
+    return "" if value is None else stringify(value)
 
 
 def _string_list(value: Any) -> list[str]:
     if value is None:
         return []
     if isinstance(value, list):
-        return [_stringify(v) for v in value]
-    return [_stringify(value)]
+        return [stringify(v) for v in value]
+    return [stringify(value)]
 
 
 def _bounded_int(scalars: dict[str, Any], key: str, largest: int) -> int | None:

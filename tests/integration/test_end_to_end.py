@@ -208,5 +208,5 @@ def test_spans_that_are_not_streams_are_ignored(collector):
         pass
     record_stream(provider, "packed", [(100, 1, 3, 10)])
     provider.shutdown()
-    assert collector.pipeline.counts()["ignored_spans"] == 1
+    assert collector.pipeline.counts()["ignored_traces"] == 1
     assert collector.query_client.query("SELECT count() FROM streams").result_rows[0][0] == 1

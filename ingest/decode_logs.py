@@ -1,0 +1,94 @@
+"""OTLP log requests to rows: ``streamscope.ground_truth`` log records become ``ground_truth`` rows.
+
+Log records with other event names are counted and ignored; a ground-truth record with a bad field is
+rejected (with its reason, through partial_success) without costing the rest of the request.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import pyarrow as pa
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
+
+from ingest import columns
+from ingest.batch import DecodedBatch, Rejection
+from ingest.decode import attribute_map, stringify
+from streamscope import semconv as sc
+
+log = logging.getLogger(__name__)
+_OWN_KEYS = frozenset(
+    {
+        sc.STREAMSCOPE_TRUTH_CAUSE,
+        sc.STREAMSCOPE_NODE_NAME,
+        sc.STREAMSCOPE_TRUTH_END_UNIX_NANO,
+        sc.STREAMSCOPE_TRUTH_REQUEST_ID,
+        sc.STREAMSCOPE_TRUTH_CHUNK_INDICES,
+        sc.STREAMSCOPE_TRUTH_MAGNITUDE,
+        sc.STREAMSCOPE_TRUTH_SCENARIO,
+    }
+)
+
+
+class _Rejected(Exception):
+    pass
+
+
+def decode_logs(request: ExportLogsServiceRequest, *, tenant: str) -> DecodedBatch:
+    rows: list[dict[str, Any]] = []
+    rejected: list[Rejection] = []
+    ignored = 0
+    number = 0
+    for resource_logs in request.resource_logs:
+        service = str(attribute_map(resource_logs.resource.attributes).get("service.name", ""))
+        for scope_logs in resource_logs.scope_logs:
+            for record in scope_logs.log_records:
+                number += 1
+                if record.event_name != sc.STREAMSCOPE_GROUND_TRUTH_EVENT:
+                    ignored += 1
+                    continue
+                try:
+                    rows.append(_ground_truth(record, tenant, service))
+                except _Rejected as exc:
+                    rejected.append(Rejection(f"log record {number}", str(exc)))
+                except Exception as exc:  # a decoder bug must cost one record, never the request
+                    log.exception("unexpected error decoding a ground-truth record")
+                    rejected.append(Rejection(f"log record {number}", f"internal error ({type(exc).__name__})"))
+    block = pa.Table.from_pylist(rows, schema=columns.GROUND_TRUTH) if rows else columns.GROUND_TRUTH.empty_table()
+    return DecodedBatch(blocks={"ground_truth": block}, ignored=ignored, rejected=rejected)
+
+
+def _ground_truth(record: LogRecord, tenant: str, service: str) -> dict[str, Any]:
+    attrs = attribute_map(record.attributes)
+    cause = attrs.get(sc.STREAMSCOPE_TRUTH_CAUSE)
+    if cause not in sc.STREAMSCOPE_TRUTH_CAUSE_VALUES:
+        raise _Rejected(f"{sc.STREAMSCOPE_TRUTH_CAUSE} must be one of {', '.join(sc.STREAMSCOPE_TRUTH_CAUSE_VALUES)}")
+    start_ns = record.time_unix_nano
+    end_ns = attrs.get(sc.STREAMSCOPE_TRUTH_END_UNIX_NANO, start_ns)
+    if isinstance(end_ns, bool) or not isinstance(end_ns, int) or end_ns < start_ns or not start_ns:
+        raise _Rejected(f"the record needs a time and an integer {sc.STREAMSCOPE_TRUTH_END_UNIX_NANO} not before it")
+    indices = attrs.get(sc.STREAMSCOPE_TRUTH_CHUNK_INDICES, [])
+    if not isinstance(indices, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 2**32 for i in indices
+    ):
+        raise _Rejected(f"{sc.STREAMSCOPE_TRUTH_CHUNK_INDICES} must be a list of non-negative integers")
+    magnitude = attrs.get(sc.STREAMSCOPE_TRUTH_MAGNITUDE, 0.0)
+    if isinstance(magnitude, bool) or not isinstance(magnitude, (int, float)) or not math.isfinite(magnitude):
+        raise _Rejected(f"{sc.STREAMSCOPE_TRUTH_MAGNITUDE} must be a finite number")
+    return {
+        "tenant": tenant,
+        "start_time": start_ns // 1000,
+        "end_time": end_ns // 1000,
+        "cause": cause,
+        "node_name": stringify(attrs.get(sc.STREAMSCOPE_NODE_NAME)),
+        "scenario": stringify(attrs.get(sc.STREAMSCOPE_TRUTH_SCENARIO)),
+        "trace_id": record.trace_id.hex() if any(record.trace_id) else "",
+        "request_id": stringify(attrs.get(sc.STREAMSCOPE_TRUTH_REQUEST_ID)),
+        "chunk_indices": indices,
+        "magnitude": float(magnitude),
+        "service": service,
+        "attributes": [(k, stringify(v)) for k, v in attrs.items() if k not in _OWN_KEYS],
+    }
