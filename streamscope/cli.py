@@ -149,8 +149,8 @@ def _cli() -> click.Group:
 
     @cli.command()
     @storage_option
-    @click.option("--streams", default=200, show_default=True, type=click.IntRange(1, 100_000))
-    @click.option("--concurrency", default=32, show_default=True, type=click.IntRange(1, 1024))
+    @click.option("--scenario", default="mixed", show_default=True, help="A shipped scenario name or a YAML file.")
+    @click.option("--streams", type=click.IntRange(1, 100_000), default=None, help="Override the scenario's count.")
     @click.option(
         "--encoding",
         type=click.Choice(["packed", "events"]),
@@ -158,26 +158,170 @@ def _cli() -> click.Group:
         show_default=True,
         help="How the chunk timeline travels on the span.",
     )
-    @click.option("--seed", type=int, default=None, help="Seed the demo engine's randomness.")
     @_fail_plainly
-    def demo(storage_dsn: str | None, streams: int, concurrency: int, encoding: str, seed: int | None) -> None:
-        """Stream from a local jittery engine, record both sides, and print the distributions.
+    def demo(storage_dsn: str | None, scenario: str, streams: int | None, encoding: str) -> None:
+        """Run a scenario against an embedded collector and print the stream-timing distributions.
 
         \b
         Example:
-          streamscope demo --streams 500 --concurrency 64
+          streamscope demo --scenario kv-pressure
         """
         from streamscope.demo.runner import DemoConfig, run_demo
 
         run_demo(
             DemoConfig(
+                scenario=scenario,
                 streams=streams,
-                concurrency=concurrency,
                 storage_dsn=storage_dsn or env.default_storage_dsn(),
                 encoding=encoding,  # type: ignore[arg-type]
-                seed=seed,
             )
         )
+
+    @cli.command()
+    @click.argument("scenario")
+    @click.option(
+        "--collector",
+        "collector_url",
+        default="http://127.0.0.1:4318",
+        show_default=True,
+        metavar="URL",
+        help="OTLP/HTTP base URL of the collector that receives spans and ground truth.",
+    )
+    @click.option("--loop", is_flag=True, help="Run the scenario again and again (for a long-lived demo stack).")
+    @_fail_plainly
+    def load(scenario: str, collector_url: str, loop: bool) -> None:
+        """Drive SCENARIO (a shipped name or a YAML file) with instrumented clients.
+
+        Starts the scenario's engine nodes and proxy, sends its streams, and exports client spans, server
+        spans and ground truth to the collector. Shipped scenarios: steady, prefill-storm, kv-pressure,
+        spec-collapse, gateway-buffering, flaky-network, chunking-regression, mixed.
+
+        \b
+        Example:
+          streamscope load kv-pressure --collector http://127.0.0.1:4318
+        """
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        from streamscope.workload.load import describe, run_load
+        from streamscope.workload.scenario import load_scenario, plan
+
+        spec = load_scenario(scenario)
+        while True:
+            with Progress(TextColumn(spec.name), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as progress:
+                task = progress.add_task("streams", total=len(plan(spec)))
+                report = run_load(
+                    spec,
+                    collector_url,
+                    on_start=lambda workload, progress=progress: progress.console.print(describe(workload)),
+                    on_stream_done=lambda outcome, progress=progress, task=task: progress.advance(task),
+                )
+            click.echo(", ".join(f"{n} {outcome}" for outcome, n in sorted(report.outcomes.items())))
+            if not loop:
+                break
+
+    @cli.command()
+    @click.option("--scenario", default=None, help="Take the nodes from this scenario (else --nodes default nodes).")
+    @click.option("--nodes", default=1, show_default=True, type=click.IntRange(1, 16), help="Default nodes to start.")
+    @click.option("--host", default="127.0.0.1", show_default=True)
+    @click.option(
+        "--port",
+        default=8000,
+        show_default=True,
+        type=click.IntRange(1, 65535),
+        help="Port of the first node; the next ones count up from it.",
+    )
+    @click.option("--flavor", type=click.Choice(["vllm", "sglang"]), default=None, help="Metric names on /metrics.")
+    @click.option("--tokens-per-chunk", type=click.IntRange(1, 64), default=None)
+    @click.option("--burst-at-head", type=click.IntRange(0, 10_000), default=None)
+    @click.option("--ignore-disconnect", is_flag=True, help="Keep generating when clients go away.")
+    @click.option(
+        "--collector",
+        "collector_url",
+        default=None,
+        metavar="URL",
+        help="Export server spans and ground truth to this collector (OTLP/HTTP base URL).",
+    )
+    @_fail_plainly
+    def engine(
+        scenario: str | None,
+        nodes: int,
+        host: str,
+        port: int,
+        flavor: str | None,
+        tokens_per_chunk: int | None,
+        burst_at_head: int | None,
+        ignore_disconnect: bool,
+        collector_url: str | None,
+    ) -> None:
+        """Serve simulated engine nodes with an OpenAI-compatible API and vLLM-style /metrics.
+
+        \b
+        Example:
+          streamscope engine --nodes 2 --port 8000 --tokens-per-chunk 4
+        """
+        from streamscope.engine.serve import NodeOverrides, serve_engines
+
+        serve_engines(
+            scenario=scenario,
+            nodes=nodes,
+            host=host,
+            port=port,
+            overrides=NodeOverrides(flavor, tokens_per_chunk, burst_at_head, ignore_disconnect),
+            collector_url=collector_url,
+            announce=click.echo,
+        )
+
+    @cli.command()
+    @click.option("--upstream", required=True, metavar="URL", help="The engine's base URL.")
+    @click.option("--scenario", default=None, help="Take the impairments from this scenario's proxy section.")
+    @click.option("--host", default="127.0.0.1", show_default=True)
+    @click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535))
+    @click.option(
+        "--collector",
+        "collector_url",
+        default=None,
+        metavar="URL",
+        help="Export ground truth to this collector (OTLP/HTTP base URL).",
+    )
+    @_fail_plainly
+    def proxy(upstream: str, scenario: str | None, host: str, port: int, collector_url: str | None) -> None:
+        """An HTTP proxy in front of an engine that can buffer, stall, re-chunk or drop event streams.
+
+        \b
+        Example:
+          streamscope proxy --upstream http://127.0.0.1:8001 --scenario gateway-buffering --port 8080
+        """
+        from streamscope.errors import ConfigError
+        from streamscope.proxy import ProxyConfig, run_proxy
+        from streamscope.workload.scenario import load_scenario
+        from streamscope.workload.truth_export import OtlpGroundTruthSink, ground_truth_logger
+
+        section: dict = {}
+        name = ""
+        if scenario:
+            spec = load_scenario(scenario)
+            section, name = spec.proxy or {}, spec.name
+            seed = spec.seed
+        else:
+            seed = None
+        try:
+            config = ProxyConfig.from_dict(
+                {
+                    "upstream": upstream,
+                    "node": section.get("node", "proxy"),
+                    "seed": seed,
+                    "impairments": section.get("impairments", []),
+                }
+            )
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        logs = ground_truth_logger("sim-proxy", collector_url) if collector_url else None
+        try:
+            click.echo(f"proxy on http://{host}:{port} -> {upstream} ({len(config.impairments)} impairment rules)")
+            run_proxy(config, host, port, sink=OtlpGroundTruthSink(logs, scenario=name) if logs else None)
+        finally:
+            if logs is not None:
+                logs.shutdown()
 
     return cli
 

@@ -19,9 +19,10 @@ import yaml
 
 from streamscope.engine.app import NodeConfig, OutputConfig
 from streamscope.engine.scheduler import SchedulerConfig, SpecDecodeConfig
+from streamscope.errors import ConfigError
 
 
-class ScenarioError(ValueError):
+class ScenarioError(ConfigError, ValueError):
     """The scenario file is wrong; the message says where."""
 
 

@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import pytest
 
+from streamscope.workload.scenario import load_scenario, plan
 from tests.integration.test_bad_input import good_body
 
 STREAMSCOPE = [sys.executable, "-m", "streamscope.cli"]
@@ -87,31 +90,77 @@ def test_sql_goes_through_the_collector_that_owns_the_embedded_store(collector_p
 
 
 def test_demo_prints_the_distributions(tmp_path: Path):
-    result = run(
-        "demo",
-        "--streams",
-        "12",
-        "--concurrency",
-        "6",
-        "--seed",
-        "5",
-        "--storage",
-        f"chdb://{tmp_path / 'demo'}",
-        timeout=300,
-    )
+    result = run("demo", "--streams", "16", "--storage", f"chdb://{tmp_path / 'demo'}", timeout=300)
     assert result.returncode == 0, result.stderr + result.stdout
     lines = {
         line.split("│")[1].strip(): line.split("│")[2].strip()
         for line in result.stdout.splitlines()
         if line.count("│") == 3
     }
-    assert lines["streams"] == "12"
+    mixed = load_scenario("mixed")
+    planned = plan(replace(mixed, load=replace(mixed.load, streams=16)))  # prefill storms included
+    assert lines["streams"] == str(len(planned))
     for metric in (
         "TTFT p50 / p95",
         "gap p50 / p95 / p99",
         "p99 across streams of per-stream p99",
         "streams with a gap over 400 ms",
         "stored bytes per chunk",
+        "injected causes (ground truth)",
     ):
         assert metric in lines
     assert float(lines["stored bytes per chunk"]) > 0
+    assert "chunking_regression 1" in lines["injected causes (ground truth)"]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def serving():
+    processes: list[subprocess.Popen] = []
+
+    def start(*args: str) -> subprocess.Popen:
+        process = subprocess.Popen([*STREAMSCOPE, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        processes.append(process)
+        return process
+
+    yield start
+    for process in processes:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+        assert process.returncode == 0, process.stdout.read()
+
+
+def wait_http(url: str, process: subprocess.Popen) -> httpx.Response:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stdout.read()
+        try:
+            return httpx.get(url, timeout=2)
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise AssertionError(f"{url} never answered")
+
+
+def test_engine_and_proxy_commands_serve_until_signalled(serving):
+    port, proxy_port = free_port(), free_port()
+    engine = serving("engine", "--nodes", "2", "--port", str(port), "--flavor", "sglang", "--tokens-per-chunk", "2")
+    assert wait_http(f"http://127.0.0.1:{port + 1}/health", engine).json()["node"] == "node-1"
+    proxy = serving(
+        "proxy", "--upstream", f"http://127.0.0.1:{port}", "--port", str(proxy_port), "--scenario", "gateway-buffering"
+    )
+    wait_http(f"http://127.0.0.1:{proxy_port}/health", proxy)
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "stream": True}
+    response = httpx.post(f"http://127.0.0.1:{proxy_port}/v1/chat/completions", json=body, timeout=30)
+    contents = [
+        json.loads(line[6:])["choices"][0]["delta"].get("content")
+        for line in response.text.split("\n\n")
+        if line.startswith("data: {")
+    ]
+    assert [len(c.split()) for c in contents if c] == [2, 2, 2]
+    metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    assert "sglang:generation_tokens_total" in metrics

@@ -1,0 +1,73 @@
+"""Every shipped scenario, run for real against a collector: ground truth for exactly the causes it injects."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pytest
+
+from collector.config import CollectorConfig
+from collector.service import Collector
+from streamscope.workload.load import run_load
+from streamscope.workload.scenario import load_scenario, plan
+
+EXPECTED = {
+    "steady": set(),
+    "prefill-storm": {"prefill_interference"},
+    "kv-pressure": {"kv_pressure"},
+    "spec-collapse": {"spec_decode"},
+    "gateway-buffering": {"network_buffering"},
+    "flaky-network": {"connection"},
+    "chunking-regression": {"chunking_regression"},
+    "mixed": {
+        "prefill_interference",
+        "kv_pressure",
+        "spec_decode",
+        "network_buffering",
+        "connection",
+        "chunking_regression",
+    },
+}
+QUICK_STREAMS = 60  # every scenario but mixed runs shortened; its causes still occur many times over
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_scenario_ground_truth(storage_dsn, name):
+    scenario = load_scenario(name)
+    if name != "mixed":
+        scenario = replace(scenario, load=replace(scenario.load, streams=QUICK_STREAMS))
+    collector = Collector(CollectorConfig(storage_dsn=storage_dsn, http_port=0, grpc_port=None)).start()
+    try:
+        report = run_load(scenario, collector.http_url)
+        query = collector.query_client.query
+        planned = len(plan(scenario))
+        deadline = time.monotonic() + 30
+        while query("SELECT count() FROM streams WHERE side = 'client'").result_rows[0][0] < planned:
+            assert time.monotonic() < deadline, "client streams did not all arrive"
+            time.sleep(0.1)
+        assert report.finished == planned
+        causes = {cause for (cause,) in query("SELECT DISTINCT cause FROM ground_truth").result_rows}
+        assert causes == EXPECTED[name]
+        assert query("SELECT DISTINCT scenario FROM ground_truth").result_rows in ([], [(name,)])
+        orphans = query(
+            "SELECT count() FROM ground_truth WHERE trace_id != '' "
+            "AND trace_id NOT IN (SELECT trace_id FROM streams WHERE side = 'client')"
+        ).result_rows[0][0]
+        assert orphans == 0, "every ground-truth row with a trace id names a recorded stream"
+        beyond = query(
+            "SELECT count() FROM ground_truth AS g INNER JOIN streams AS s ON s.trace_id = g.trace_id "
+            "WHERE s.side = 'server' AND g.node_name = s.node_name AND arrayMax(g.chunk_indices) >= s.chunk_count"
+        ).result_rows[0][0]
+        assert beyond == 0, "engine ground truth points at chunks the server span really emitted"
+        if scenario.load.cancel_rate:
+            outcomes = dict(
+                query("SELECT outcome, count() FROM streams WHERE side = 'client' GROUP BY outcome").result_rows
+            )
+            assert outcomes.get("cancelled", 0) == report.outcomes["cancelled"] > 0
+            server = dict(
+                query("SELECT outcome, count() FROM streams WHERE side = 'server' GROUP BY outcome").result_rows
+            )
+            assert server.get("disconnected", 0) >= outcomes["cancelled"]
+    finally:
+        collector.stop()
