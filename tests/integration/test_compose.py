@@ -38,3 +38,14 @@ def test_collector_service_runs_the_collector_against_the_clickhouse_service():
         environment["CLICKHOUSE_DB"],
     )
     assert services["collector"]["depends_on"]["clickhouse"]["condition"] == "service_healthy"
+
+
+def test_workload_service_loops_a_shipped_scenario_into_the_collector_service():
+    from streamscope.workload.scenario import shipped
+
+    services = compose()["services"]
+    command = services["workload"]["command"]
+    assert command[0] == "load" and command[1] in shipped() and "--loop" in command
+    assert command[command.index("--collector") + 1] == "http://collector:4318"
+    assert services["workload"]["depends_on"]["collector"]["condition"] == "service_healthy"
+    assert services["workload"]["image"] == services["collector"]["image"]
