@@ -144,6 +144,25 @@ def exposition(metrics: EngineMetrics) -> bytes:
     return generate_latest(metrics.registry)
 
 
+class _Labelled:
+    """Builds instruments in one registry, each bound to one fixed label set."""
+
+    def __init__(self, registry: CollectorRegistry, labels: dict[str, str]) -> None:
+        self.registry, self.labels = registry, labels
+
+    def gauge(self, name: str, doc: str) -> Gauge:
+        return Gauge(name, doc, list(self.labels), registry=self.registry).labels(**self.labels)
+
+    def counter(self, name: str, doc: str) -> Counter:
+        return Counter(name, doc, list(self.labels), registry=self.registry).labels(**self.labels)
+
+    def histogram(self, name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+        return Histogram(name, doc, list(self.labels), buckets=buckets, registry=self.registry).labels(**self.labels)
+
+    def makers(self) -> tuple:
+        return self.gauge, self.counter, self.histogram
+
+
 class VllmMetrics:
     """vLLM v1 names and labels (model_name, engine), as in vllm/v1/metrics/loggers.py."""
 
@@ -153,14 +172,7 @@ class VllmMetrics:
         names = list(labels)
         self._labels = labels
 
-        def gauge(name: str, doc: str) -> Gauge:
-            return Gauge(name, doc, names, registry=self.registry).labels(**labels)
-
-        def counter(name: str, doc: str) -> Counter:
-            return Counter(name, doc, names, registry=self.registry).labels(**labels)
-
-        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
-            return Histogram(name, doc, names, buckets=buckets, registry=self.registry).labels(**labels)
+        gauge, counter, histogram = _Labelled(self.registry, labels).makers()
 
         self.running = gauge("vllm:num_requests_running", "Number of requests in model execution batches.")
         self.waiting = gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
@@ -235,16 +247,8 @@ class SglangMetrics:
     def __init__(self, model: str, engine: str = "0", spec_draft_tokens: int = 0) -> None:
         self.registry = CollectorRegistry()
         labels = {"model_name": model, "engine_type": "unified", "tp_rank": engine}
-        names = list(labels)
 
-        def gauge(name: str, doc: str) -> Gauge:
-            return Gauge(name, doc, names, registry=self.registry).labels(**labels)
-
-        def counter(name: str, doc: str) -> Counter:
-            return Counter(name, doc, names, registry=self.registry).labels(**labels)
-
-        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
-            return Histogram(name, doc, names, buckets=buckets, registry=self.registry).labels(**labels)
+        gauge, counter, histogram = _Labelled(self.registry, labels).makers()
 
         self.running = gauge("sglang:num_running_reqs", "The number of running requests.")
         self.queued = gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.")
