@@ -1,0 +1,81 @@
+"""What the agent measures, normalized across engines and GPUs: one Sample per (metric, engine, GPU) and time.
+
+Engine scrapers map vLLM, SGLang and TGI names onto the ``ENGINE_*`` metrics below; the NVML sampler fills
+the ``GPU_*`` ones. Counters are reported as the increase over the sampling interval (reset-aware), never
+as raw cumulative values, so a restart cannot produce a negative or a huge spike. Histograms are reported
+as the per-interval count and sum of their observations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+# Engine gauges (value at sample time)
+ENGINE_KV_USAGE: Final = "kv_usage"
+"""KV-cache usage, 0..1 (vLLM kv_cache_usage_perc / gpu_cache_usage_perc, SGLang token_usage)."""
+ENGINE_REQUESTS_RUNNING: Final = "requests_running"
+ENGINE_REQUESTS_WAITING: Final = "requests_waiting"
+ENGINE_SPEC_ACCEPTANCE: Final = "spec_acceptance"
+"""Draft acceptance over the interval, 0..1 (vLLM accepted/draft tokens; SGLang spec_accept_rate)."""
+
+# Engine counters (increase over the interval)
+ENGINE_PREEMPTIONS: Final = "preemptions"
+ENGINE_PROMPT_TOKENS: Final = "prompt_tokens"
+ENGINE_GENERATION_TOKENS: Final = "generation_tokens"
+ENGINE_PREFIX_QUERIES: Final = "prefix_cache_queries"
+ENGINE_PREFIX_HITS: Final = "prefix_cache_hits"
+ENGINE_SPEC_DRAFT_TOKENS: Final = "spec_draft_tokens"
+ENGINE_SPEC_ACCEPTED_TOKENS: Final = "spec_accepted_tokens"
+ENGINE_REQUESTS_FINISHED: Final = "requests_finished"
+ENGINE_REQUESTS_ABORTED: Final = "requests_aborted"
+
+# Engine histograms (per-interval count and sum)
+ENGINE_STEPS: Final = "steps"
+"""Engine steps in the interval (vLLM iteration_tokens_total count)."""
+ENGINE_STEP_TOKENS: Final = "step_tokens"
+"""Tokens scheduled across those steps (its sum); step_tokens / steps is the mean batch size in tokens."""
+ENGINE_STEP_TOKENS_MAX: Final = "step_tokens_max"
+"""Upper bound of the largest step in the interval: the highest histogram bucket that gained an observation."""
+ENGINE_ITL_COUNT: Final = "itl_count"
+ENGINE_ITL_SUM: Final = "itl_sum_s"
+ENGINE_TTFT_COUNT: Final = "ttft_count"
+ENGINE_TTFT_SUM: Final = "ttft_sum_s"
+
+# GPU (NVML)
+GPU_MEMORY_USED: Final = "memory_used_bytes"
+GPU_MEMORY_TOTAL: Final = "memory_total_bytes"
+GPU_UTILIZATION: Final = "utilization"
+"""Share of time a kernel was running, 0..1."""
+GPU_MEMORY_UTILIZATION: Final = "memory_utilization"
+GPU_SM_CLOCK: Final = "sm_clock_mhz"
+GPU_MEMORY_CLOCK: Final = "memory_clock_mhz"
+GPU_POWER: Final = "power_watts"
+GPU_TEMPERATURE: Final = "temperature_c"
+GPU_CLOCK_EVENT_REASONS: Final = "clock_event_reasons"
+"""NVML clock-event (throttle) reasons bitmask, GpuIdle excluded."""
+GPU_PCIE_TX: Final = "pcie_tx_bytes_per_s"
+GPU_PCIE_RX: Final = "pcie_rx_bytes_per_s"
+
+# The agent about itself
+AGENT_SCRAPE_DURATION: Final = "scrape_duration_s"
+AGENT_SCRAPE_ERRORS: Final = "scrape_errors"
+AGENT_ENGINE_UP: Final = "engine_up"
+"""1 when the last engine scrape succeeded, 0 when it failed."""
+
+SOURCES: Final = ("engine", "gpu", "agent")
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    time_ns: int
+    source: str
+    """engine, gpu or agent."""
+    metric: str
+    value: float
+    engine: str = ""
+    """The engine's own name for itself: ``vllm``, ``sglang``, ``tgi``, plus its index when one endpoint serves
+    several (``vllm/1``); empty for GPU samples."""
+    gpu_uuid: str = ""
+    gpu_index: int = -1
+    gpu_name: str = ""
