@@ -1,4 +1,4 @@
-"""OTLP/gRPC receiver: TraceService/Export and LogsService/Export over grpcio, on the same pipeline as HTTP."""
+"""OTLP/gRPC receiver: the Trace, Logs and Metrics services over grpcio, on the same pipeline as HTTP."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 from google.protobuf.message import Message
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
-from collector.pipeline import LOGS, TRACES, ExportPipeline, Signal
+from collector.pipeline import LOGS, METRICS, TRACES, ExportPipeline, Signal
 from streamscope.errors import RetryableWriteError, WriteError
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,14 @@ class LogsService(logs_service_pb2_grpc.LogsServiceServicer):
         return _export(self._pipeline, self._tenant, LOGS, request, context)
 
 
+class MetricsService(metrics_service_pb2_grpc.MetricsServiceServicer):
+    def __init__(self, pipeline: ExportPipeline, tenant: str) -> None:
+        self._pipeline, self._tenant = pipeline, tenant
+
+    def Export(self, request, context):  # the generated servicer names it
+        return _export(self._pipeline, self._tenant, METRICS, request, context)
+
+
 def start_grpc_server(
     pipeline: ExportPipeline, *, host: str, port: int, tenant: str, max_request_bytes: int, workers: int = 8
 ) -> tuple[grpc.Server, int]:
@@ -58,6 +67,7 @@ def start_grpc_server(
     )
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(TraceService(pipeline, tenant), server)
     logs_service_pb2_grpc.add_LogsServiceServicer_to_server(LogsService(pipeline, tenant), server)
+    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(MetricsService(pipeline, tenant), server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"cannot listen for OTLP/gRPC on {host}:{port}")

@@ -18,6 +18,11 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsServiceRequest,
     ExportLogsServiceResponse,
 )
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsPartialSuccess,
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
     ExportTraceServiceRequest,
@@ -27,6 +32,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from ingest.batch import DecodedBatch
 from ingest.decode import decode_traces
 from ingest.decode_logs import decode_logs
+from ingest.decode_metrics import decode_metrics
 from ingest.group_commit import GroupCommitWriter
 from streamscope.errors import RetryableWriteError
 
@@ -79,7 +85,20 @@ LOGS = Signal(
         else ExportLogsServiceResponse()
     ),
 )
-SIGNALS = (TRACES, LOGS)
+METRICS = Signal(
+    "metrics",
+    "/v1/metrics",
+    ExportMetricsServiceRequest,
+    "metric data point",
+    lambda r: (
+        ExportMetricsServiceResponse(
+            partial_success=ExportMetricsPartialSuccess(rejected_data_points=r.rejected, error_message=r.error_message)
+        )
+        if r.rejected
+        else ExportMetricsServiceResponse()
+    ),
+)
+SIGNALS = (TRACES, LOGS, METRICS)
 
 
 class ExportPipeline:
@@ -91,6 +110,7 @@ class ExportPipeline:
                 request, tenant=tenant, stall_threshold_us=stall_threshold_us
             ),
             LOGS.name: lambda request, tenant: decode_logs(request, tenant=tenant),
+            METRICS.name: lambda request, tenant: decode_metrics(request, tenant=tenant),
         }
         self._counts: Counter[str] = Counter()
         self._counts_lock = threading.Lock()

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from streamscope import semconv as sc
+
 # Engine gauges (value at sample time)
 ENGINE_KV_USAGE: Final = "kv_usage"
 """KV-cache usage, 0..1 (vLLM kv_cache_usage_perc / gpu_cache_usage_perc, SGLang token_usage)."""
@@ -63,7 +65,7 @@ AGENT_SCRAPE_ERRORS: Final = "scrape_errors"
 AGENT_ENGINE_UP: Final = "engine_up"
 """1 when the last engine scrape succeeded, 0 when it failed."""
 
-SOURCES: Final = ("engine", "gpu", "agent")
+SOURCES: Final = sc.METRIC_SOURCES
 
 
 @dataclass(frozen=True, slots=True)

@@ -104,4 +104,42 @@ GROUND_TRUTH = pa.schema(
     ]
 )
 
-TABLES: dict[str, pa.Schema] = {"chunks": CHUNKS, "streams": STREAMS, "ground_truth": GROUND_TRUTH}
+ENGINE_SAMPLES = pa.schema(
+    [
+        ("tenant", _LC),
+        ("time", _TIME),
+        ("node_name", _LC),
+        ("host", _LC),
+        ("engine_url", _LC),
+        ("source", _LC),
+        ("metric", _LC),
+        ("engine", _LC),
+        ("gpu_uuid", _LC),
+        ("gpu_index", pa.int16()),
+        ("value", pa.float64()),
+    ]
+)
+
+ENGINE_EVENTS = pa.schema(
+    [
+        ("tenant", _LC),
+        ("start_time", _TIME),
+        ("end_time", _TIME),
+        ("node_name", _LC),
+        ("host", _LC),
+        ("engine", _LC),
+        ("kind", _LC),
+        ("magnitude", pa.float64()),
+        ("gpu_uuid", _LC),
+        ("xid", pa.int32()),
+        ("attributes", _ATTRS),
+    ]
+)
+
+TABLES: dict[str, pa.Schema] = {
+    "chunks": CHUNKS,
+    "streams": STREAMS,
+    "ground_truth": GROUND_TRUTH,
+    "engine_samples": ENGINE_SAMPLES,
+    "engine_events": ENGINE_EVENTS,
+}

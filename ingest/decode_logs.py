@@ -1,7 +1,8 @@
-"""OTLP log requests to rows: ``streamscope.ground_truth`` log records become ``ground_truth`` rows.
+"""OTLP log requests to rows, routed by event name: ``streamscope.ground_truth`` to ``ground_truth``,
+``streamscope.engine_event`` to ``engine_events``.
 
-Log records with other event names are counted and ignored; a ground-truth record with a bad field is
-rejected (with its reason, through partial_success) without costing the rest of the request.
+Log records with other event names are counted and ignored; a record with a bad field is rejected (with
+its reason, through partial_success) without costing the rest of the request.
 """
 
 from __future__ import annotations
@@ -38,30 +39,35 @@ class _Rejected(Exception):
 
 
 def decode_logs(request: ExportLogsServiceRequest, *, tenant: str) -> DecodedBatch:
-    rows: list[dict[str, Any]] = []
+    rows: dict[str, list[dict[str, Any]]] = {table: [] for table, _ in _ROUTES.values()}
     rejected: list[Rejection] = []
     ignored = 0
     number = 0
     for resource_logs in request.resource_logs:
-        service = str(attribute_map(resource_logs.resource.attributes).get("service.name", ""))
+        resource = attribute_map(resource_logs.resource.attributes)
         for scope_logs in resource_logs.scope_logs:
             for record in scope_logs.log_records:
                 number += 1
-                if record.event_name != sc.STREAMSCOPE_GROUND_TRUTH_EVENT:
+                route = _ROUTES.get(record.event_name)
+                if route is None:
                     ignored += 1
                     continue
+                table, to_row = route
                 try:
-                    rows.append(_ground_truth(record, tenant, service))
+                    rows[table].append(to_row(record, tenant, resource))
                 except _Rejected as exc:
                     rejected.append(Rejection(f"log record {number}", str(exc)))
                 except Exception as exc:  # a decoder bug must cost one record, never the request
-                    log.exception("unexpected error decoding a ground-truth record")
+                    log.exception("unexpected error decoding a %s record", record.event_name)
                     rejected.append(Rejection(f"log record {number}", f"internal error ({type(exc).__name__})"))
-    block = pa.Table.from_pylist(rows, schema=columns.GROUND_TRUTH) if rows else columns.GROUND_TRUTH.empty_table()
-    return DecodedBatch(blocks={"ground_truth": block}, ignored=ignored, rejected=rejected)
+    blocks = {}
+    for table, table_rows in rows.items():
+        schema = columns.TABLES[table]
+        blocks[table] = pa.Table.from_pylist(table_rows, schema=schema) if table_rows else schema.empty_table()
+    return DecodedBatch(blocks=blocks, ignored=ignored, rejected=rejected)
 
 
-def _ground_truth(record: LogRecord, tenant: str, service: str) -> dict[str, Any]:
+def _ground_truth(record: LogRecord, tenant: str, resource: dict[str, Any]) -> dict[str, Any]:
     attrs = attribute_map(record.attributes)
     cause = attrs.get(sc.STREAMSCOPE_TRUTH_CAUSE)
     if cause not in sc.STREAMSCOPE_TRUTH_CAUSE_VALUES:
@@ -89,6 +95,47 @@ def _ground_truth(record: LogRecord, tenant: str, service: str) -> dict[str, Any
         "request_id": stringify(attrs.get(sc.STREAMSCOPE_TRUTH_REQUEST_ID)),
         "chunk_indices": indices,
         "magnitude": float(magnitude),
-        "service": service,
+        "service": stringify(resource.get("service.name")),
         "attributes": [(k, stringify(v)) for k, v in attrs.items() if k not in _OWN_KEYS],
     }
+
+
+def _engine_event(record: LogRecord, tenant: str, resource: dict[str, Any]) -> dict[str, Any]:
+    attrs = attribute_map(record.attributes)
+    kind = attrs.get(sc.STREAMSCOPE_EVENT_KIND)
+    if kind not in sc.STREAMSCOPE_EVENT_KIND_VALUES:
+        raise _Rejected(f"{sc.STREAMSCOPE_EVENT_KIND} must be one of {', '.join(sc.STREAMSCOPE_EVENT_KIND_VALUES)}")
+    node = stringify(resource.get(sc.STREAMSCOPE_NODE_NAME))
+    if not node:
+        raise _Rejected(f"the record's resource has no {sc.STREAMSCOPE_NODE_NAME}")
+    start_ns = record.time_unix_nano
+    end_ns = attrs.get(sc.STREAMSCOPE_EVENT_END_UNIX_NANO)
+    if not start_ns or (end_ns is not None and (not _integer(end_ns) or end_ns < start_ns)):
+        raise _Rejected(f"the record needs a time, and {sc.STREAMSCOPE_EVENT_END_UNIX_NANO} (if any) not before it")
+    magnitude = attrs.get(sc.STREAMSCOPE_EVENT_MAGNITUDE, 0.0)
+    if isinstance(magnitude, bool) or not isinstance(magnitude, (int, float)) or not math.isfinite(magnitude):
+        raise _Rejected(f"{sc.STREAMSCOPE_EVENT_MAGNITUDE} must be a finite number")
+    xid = attrs.get(sc.STREAMSCOPE_EVENT_XID)
+    return {
+        "tenant": tenant,
+        "start_time": start_ns // 1000,
+        "end_time": end_ns // 1000 if end_ns is not None else None,
+        "node_name": node,
+        "host": stringify(resource.get("host.name")),
+        "engine": stringify(attrs.get(sc.STREAMSCOPE_ENGINE_ID)),
+        "kind": kind,
+        "magnitude": float(magnitude),
+        "gpu_uuid": stringify(attrs.get(sc.STREAMSCOPE_GPU_UUID)),
+        "xid": xid if _integer(xid) and -(2**31) <= xid < 2**31 else None,
+        "attributes": [(k, stringify(v)) for k, v in attrs.items() if not k.startswith(("streamscope.event.",))],
+    }
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_ROUTES = {
+    sc.STREAMSCOPE_GROUND_TRUTH_EVENT: ("ground_truth", _ground_truth),
+    sc.STREAMSCOPE_ENGINE_EVENT_EVENT: ("engine_events", _engine_event),
+}

@@ -139,6 +139,46 @@ STREAMSCOPE_TRUTH_MAGNITUDE: Final = "streamscope.truth.magnitude"
 STREAMSCOPE_TRUTH_SCENARIO: Final = "streamscope.truth.scenario"
 """The scenario that was running. type string; recommended; sides: simulator; streamscope extension."""
 
+STREAMSCOPE_EVENT_KIND: Final = "streamscope.event.kind"
+"""What happened on the node. type string; required; sides: agent; streamscope extension."""
+STREAMSCOPE_EVENT_KIND_VALUES: Final = (
+    "preemption",
+    "kv_high_water",
+    "prefill_burst",
+    "spec_acceptance_drop",
+    "queue_spike",
+    "engine_restart",
+    "xid",
+    "throttle",
+)
+
+STREAMSCOPE_EVENT_END_UNIX_NANO: Final = "streamscope.event.end_unix_nano"
+"""When the event ended. type int; unit ns; conditionally required (once the event has ended (instant events end where they start)); sides: agent; streamscope extension."""
+
+STREAMSCOPE_EVENT_MAGNITUDE: Final = "streamscope.event.magnitude"
+"""How much (preemptions counted, peak KV usage, tokens in the burst, acceptance reached, queue length). type double; recommended; sides: agent; streamscope extension."""
+
+STREAMSCOPE_EVENT_XID: Final = "streamscope.event.xid"
+"""The NVIDIA XID error code. type int; conditionally required (for xid events); sides: agent; streamscope extension."""
+
+STREAMSCOPE_ENGINE_ID: Final = "streamscope.engine.id"
+"""The engine behind the scraped endpoint (vllm, sglang, tgi; vllm/1 when one endpoint serves several). type string; recommended; sides: agent; streamscope extension."""
+
+STREAMSCOPE_ENGINE_URL: Final = "streamscope.engine.url"
+"""The metrics endpoint the agent scrapes (a resource attribute). type string; recommended; sides: agent; streamscope extension."""
+
+STREAMSCOPE_GPU_UUID: Final = "streamscope.gpu.uuid"
+"""The GPU's NVML UUID. type string; conditionally required (on GPU samples and GPU events); sides: agent; streamscope extension."""
+
+STREAMSCOPE_GPU_INDEX: Final = "streamscope.gpu.index"
+"""The GPU's NVML index on its host. type int; recommended; sides: agent; streamscope extension."""
+
+STREAMSCOPE_GPU_NAME: Final = "streamscope.gpu.name"
+"""The GPU's product name. type string; recommended; sides: agent; streamscope extension."""
+
+METRIC_PREFIX: Final = "streamscope."
+METRIC_SOURCES: Final = ("engine", "gpu", "agent")
+
 CHUNK_EVENT: Final = "streamscope.chunk"
 """One chunk; the event time is its arrival (client, browser) or emission (server)."""
 
@@ -158,3 +198,6 @@ CHUNK_EVENT_ATTRIBUTES: Final = (
 
 STREAMSCOPE_GROUND_TRUTH_EVENT: Final = "streamscope.ground_truth"
 """Something the demo workload really did to a stream (a preemption, a prefill sharing the step, bytes a proxy held back); the record's time is the start of the window and its trace id the affected stream's."""
+
+STREAMSCOPE_ENGINE_EVENT_EVENT: Final = "streamscope.engine_event"
+"""Something the serving engine or its GPU did, derived by the GPU agent from its samples (a preemption, KV usage over its high-water mark, a prefill burst, a spec-decode acceptance drop, a queue spike, an engine restart, an XID error, throttling). The record's time is the start; open-ended events have no end yet."""

@@ -66,13 +66,16 @@ def render(registry: dict[str, Any]) -> str:
         f'SEMCONV_VERSION: Final = "{registry["semconv_version"]}"',
         "",
     ]
-    for attr in registry["attributes"] + registry.get("log_attributes", []):
+    for attr in registry["attributes"] + registry.get("signal_attributes", []):
         const = _constant(attr["name"])
         lines.append(f'{const}: Final = "{attr["name"]}"')
         lines.append(f'"""{_doc(attr)}"""')
         if "enum" in attr:
             lines.extend(_strings(f"{const}_VALUES", attr["enum"]))
         lines.append("")
+    lines.append(f'METRIC_PREFIX: Final = "{registry["metric_prefix"]}"')
+    lines.extend(_strings("METRIC_SOURCES", registry["metric_sources"]))
+    lines.append("")
     (event,) = registry["events"]
     lines.append(f'CHUNK_EVENT: Final = "{event["name"]}"')
     lines.append(f'"""{event["brief"]}"""')

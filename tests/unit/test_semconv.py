@@ -8,7 +8,7 @@ from streamscope._internal.schema_files import conventions_file
 
 LEVELS = {"required", "conditionally_required", "recommended", "opt_in"}
 TYPES = {"string", "int", "double", "boolean", "string[]", "int[]"}
-SIDES = {"client", "server", "browser", "gateway", "simulator"}
+SIDES = {"client", "server", "browser", "gateway", "simulator", "agent"}
 
 
 def test_generated_module_is_current():
@@ -20,7 +20,7 @@ def test_generated_module_is_current():
 
 def test_every_attribute_is_fully_described():
     registry = yaml.safe_load(conventions_file().read_text())
-    every = registry["attributes"] + registry["log_attributes"]
+    every = registry["attributes"] + registry["signal_attributes"]
     names = [a["name"] for a in every]
     assert len(names) == len(set(names))
     for attribute in every:
