@@ -323,6 +323,51 @@ def _cli() -> click.Group:
             if logs is not None:
                 logs.shutdown()
 
+    @cli.command("gpu-agent")
+    @click.option("--node", required=True, help="This node's name, as the engine's server spans carry it.")
+    @click.option("--engine-url", default=None, metavar="URL", help="The engine's metrics endpoint (…/metrics).")
+    @click.option("--collector", "collector_url", default="http://127.0.0.1:4318", show_default=True, metavar="URL")
+    @click.option("--engine-interval-ms", default=250, show_default=True, type=click.IntRange(10, 600_000))
+    @click.option("--gpu-interval-ms", default=1000, show_default=True, type=click.IntRange(10, 600_000))
+    @click.option("--no-gpu", is_flag=True, help="Do not read NVML (engine telemetry only).")
+    @click.option("--once", is_flag=True, help="Scrape once, print the normalized samples, and exit.")
+    @click.option("--json", "as_json", is_flag=True, help="With --once: print JSON.")
+    @_fail_plainly
+    def gpu_agent(
+        node: str,
+        engine_url: str | None,
+        collector_url: str,
+        engine_interval_ms: int,
+        gpu_interval_ms: int,
+        no_gpu: bool,
+        once: bool,
+        as_json: bool,
+    ) -> None:
+        """Sample the serving engine and the GPUs of this node and send them to the collector.
+
+        \b
+        Examples:
+          streamscope gpu-agent --node gpu-7 --engine-url http://127.0.0.1:8000/metrics
+          streamscope gpu-agent --node gpu-7 --engine-url http://127.0.0.1:8000/metrics --once --json
+        """
+        from gpu_agent.agent import AgentConfig, GpuAgent
+        from gpu_agent.cli_support import print_samples, run_agent
+
+        config = AgentConfig(
+            node=node,
+            engine_url=engine_url,
+            collector_url=None if once else collector_url,
+            engine_interval_s=engine_interval_ms / 1000,
+            gpu_interval_s=gpu_interval_ms / 1000,
+            gpu=not no_gpu,
+        )
+        agent = GpuAgent(config)
+        if once:
+            samples, _ = agent.collect_once()
+            print_samples(samples, as_json)
+        else:
+            run_agent(agent, announce=click.echo)
+
     return cli
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 from opentelemetry.sdk.trace import TracerProvider
 
+from gpu_agent.agent import AgentConfig, GpuAgent
 from streamscope._internal.httpx_client import astream_sse
 from streamscope._internal.serving import BackgroundServer
 from streamscope._internal.setup import setup
@@ -154,20 +155,37 @@ def run_load(
     scenario: Scenario,
     collector_url: str,
     *,
+    agents: bool = True,
     on_start: Callable[[RunningWorkload], None] = lambda workload: None,
     on_stream_done: Callable[[str], None] = lambda outcome: None,
 ) -> LoadReport:
-    """Run ``scenario`` end to end, exporting spans and ground truth to the collector at ``collector_url``."""
+    """Run ``scenario`` end to end, exporting spans and ground truth to the collector at ``collector_url``.
+
+    With ``agents``, a GPU agent per engine node scrapes its /metrics into the collector meanwhile (the
+    simulated nodes have no GPU, so the agents read no NVML).
+    """
     client_traces = setup(CLIENT_SERVICE, endpoint=collector_url, set_global=False)
     engine_traces = setup(ENGINE_SERVICE, endpoint=collector_url, set_global=False)
     truth_logs = ground_truth_logger(WORKLOAD_SERVICE, collector_url)
     workload = start_workload(
         scenario, sink=OtlpGroundTruthSink(truth_logs, scenario=scenario.name), engine_traces=engine_traces
     )
+    node_agents = (
+        [
+            GpuAgent(AgentConfig(node=name, engine_url=f"{url}/metrics", collector_url=collector_url, gpu=False))
+            for name, url in workload.urls.items()
+        ]
+        if agents
+        else []
+    )
     try:
+        for agent in node_agents:
+            agent.start()
         on_start(workload)
         return asyncio.run(drive(scenario, workload, client_traces=client_traces, on_stream_done=on_stream_done))
     finally:
+        for agent in node_agents:
+            agent.stop()
         workload.stop()
         for provider in (client_traces, engine_traces, truth_logs):
             provider.shutdown()
