@@ -69,9 +69,14 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> Summary:
             "GROUP BY cause ORDER BY cause",
             parameters={"since": since},
         ).result_rows
+        engine_events = collector.query_client.query(
+            "SELECT kind, count() FROM engine_events WHERE start_time >= {since:DateTime64(6)} "
+            "GROUP BY kind ORDER BY kind",
+            parameters={"since": since},
+        ).result_rows
     finally:
         collector.stop()
-    console.print(_table(summary, stall_us, config.encoding, report, truth))
+    console.print(_table(summary, stall_us, config.encoding, report, truth, engine_events))
     return summary
 
 
@@ -89,7 +94,9 @@ def _wait_until_stored(collector: Collector, expected: int, since: datetime, tim
     raise StreamscopeError(f"only {stored} of {expected} streams reached the store within {timeout_s:g} s")
 
 
-def _table(summary: Summary, stall_us: int, encoding: str, report: LoadReport, truth: list[tuple]) -> Table:
+def _table(
+    summary: Summary, stall_us: int, encoding: str, report: LoadReport, truth: list[tuple], engine_events: list[tuple]
+) -> Table:
     table = Table(title=f"streamscope demo · client side · {encoding} encoding", show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -103,6 +110,7 @@ def _table(summary: Summary, stall_us: int, encoding: str, report: LoadReport, t
         (f"streams with a gap over {stall_us / 1000:.0f} ms", f"{summary.stalled_share:.1%}"),
         ("stored bytes per chunk", f"{summary.stored_bytes_per_chunk:.2f}"),
         ("injected causes (ground truth)", ", ".join(f"{cause} {n}" for cause, n in truth) or "none"),
+        ("engine events (GPU agents)", ", ".join(f"{kind} {n}" for kind, n in engine_events) or "none"),
     ]
     for name, value in rows:
         table.add_row(name, value)
