@@ -63,12 +63,7 @@ class Outbox:
         with self.lock:
             self.samples.extend(samples)
             self.events.extend(events)
-            while len(self.samples) > self.max_samples:
-                self.samples.popleft()
-                self.stats.dropped_samples += 1
-            while len(self.events) > self.max_events:
-                self.events.popleft()
-                self.stats.dropped_events += 1
+            self._trim()
 
     def take(self, samples: int, events: int) -> tuple[list[Sample], list[EngineEvent]]:
         with self.lock:
@@ -82,12 +77,16 @@ class Outbox:
         with self.lock:
             self.samples.extendleft(reversed(samples))
             self.events.extendleft(reversed(events))
-            while len(self.samples) > self.max_samples:
-                self.samples.pop()
-                self.stats.dropped_samples += 1
-            while len(self.events) > self.max_events:
-                self.events.pop()
-                self.stats.dropped_events += 1
+            self._trim()
+
+    def _trim(self) -> None:
+        """Drop the oldest past the bounds (the caller holds the lock)."""
+        while len(self.samples) > self.max_samples:
+            self.samples.popleft()
+            self.stats.dropped_samples += 1
+        while len(self.events) > self.max_events:
+            self.events.popleft()
+            self.stats.dropped_events += 1
 
 
 def agent_resource(node: str, host: str, engine_url: str) -> Resource:
