@@ -123,14 +123,18 @@ class GpuAgent:
 
     def _engine_loop(self) -> None:
         assert self.scraper is not None
+        was_down = False
         while not self._stop.is_set():
             started = time.monotonic()
             result = self.scraper.scrape()
             now = time.time_ns()
+            # a counter reset, or an engine answering again after it could not be reached, is a restart
+            restarted = set(result.restarted) | (set(result.engines) if result.ok and was_down else set())
+            was_down = not result.ok
             with self._deriver_lock:
                 # counters report the increase since the previous good scrape, outages included
                 events = self._deriver.observe(result.samples, result.since_ns or now)
-                events += [self._deriver.restarted(engine, now) for engine in result.restarted]
+                events += [self._deriver.restarted(engine, now) for engine in sorted(restarted)]
             self.outbox.add(result.samples, events)
             self._stop.wait(max(0.0, self.config.engine_interval_s - (time.monotonic() - started)))
 

@@ -123,3 +123,34 @@ def test_gpu_agent_once_json_prints_normalized_samples():
     assert by_metric[("engine", "kv_usage")]["engine"] == "vllm"
     assert by_metric[("agent", "engine_up")]["value"] == 1
     assert "no NVIDIA GPU or driver" in result.stderr  # said once, and the engine was still scraped
+
+
+def test_an_engine_answering_again_after_an_outage_is_a_restart_event():
+    from gpu_agent.scrape import EngineScraper
+
+    node = EngineNode(NodeConfig(node="n"))
+    exposition = {"text": ""}
+
+    def fetch(url: str, timeout: float) -> str:
+        if not exposition["text"]:
+            raise httpx.ConnectError("connection refused")
+        return exposition["text"]
+
+    from streamscope.engine.metrics import exposition as render
+
+    agent = GpuAgent(
+        AgentConfig(node="n", engine_url="http://engine/metrics", gpu=False, engine_interval_s=0.02),
+        scraper=EngineScraper("http://engine/metrics", fetch=fetch),
+    )
+    exposition["text"] = render(node.metrics).decode()
+    agent.start()
+    wait_until(lambda: len(agent.outbox.samples) > 0)
+    exposition["text"] = ""  # the engine goes away
+    time.sleep(0.1)
+    exposition["text"] = render(node.metrics).decode()  # and comes back
+    time.sleep(0.1)
+    agent.stop()
+    kinds = [event.kind for event in agent.outbox.events]
+    assert kinds.count("engine_restart") == 1
+    down = [s for s in agent.outbox.samples if s.metric == "engine_up" and s.value == 0]
+    assert down, "the outage itself is recorded"
