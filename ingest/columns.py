@@ -136,10 +136,32 @@ ENGINE_EVENTS = pa.schema(
     ]
 )
 
+STALLS = pa.schema(
+    [
+        ("tenant", _LC),
+        ("start_time", _TIME),
+        ("end_time", _TIME),
+        ("trace_id", pa.string()),
+        ("span_id", pa.string()),
+        ("service", _LC),
+        ("side", _LC),
+        ("model", _LC),
+        ("node_name", _LC),
+        ("seq", pa.uint32()),
+        ("gap_us", pa.uint32()),
+        ("server_gap_us", pa.uint32()),
+        ("server_seq", pa.uint32()),
+        ("cause", _LC),
+        ("confidence", pa.float32()),
+        ("evidence", _ATTRS),
+    ]
+)
+
 TABLES: dict[str, pa.Schema] = {
     "chunks": CHUNKS,
     "streams": STREAMS,
     "ground_truth": GROUND_TRUTH,
     "engine_samples": ENGINE_SAMPLES,
     "engine_events": ENGINE_EVENTS,
+    "stalls": STALLS,
 }

@@ -1,0 +1,179 @@
+"""The attribution job: attribute the stalls of streams that have settled and write them to ``stalls``.
+
+Why a periodic job rather than materialized views: a stall's cause needs both sides of the stream and the
+node's engine events, which arrive in separate requests, seconds apart; a view fires on one insert into one
+table. The job waits until a stream has settled (``settle_s`` after it was stored), attributes every stream
+stored since its watermark in one pass of a few queries, and advances the watermark it keeps in
+``attribution_progress`` so a restart neither skips nor repeats streams.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from clickhouse_connect.driver.client import Client
+
+from ingest import columns, store
+from ingest.attribution import NodeEvent, Stall, StallRules, Timeline, attribute
+
+log = logging.getLogger(__name__)
+JOB = "stalls"
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+STREAMS_SQL = """
+SELECT tenant, trace_id, span_id, service, side, if(response_model != '', response_model, request_model),
+       node_name, toUnixTimestamp64Micro(start_time), duration_us
+FROM streams
+WHERE ingested_at > {since:DateTime64(3)} AND ingested_at <= {until:DateTime64(3)}
+"""
+TRACES_SQL = """
+SELECT trace_id, span_id, side, node_name, toUnixTimestamp64Micro(start_time)
+FROM streams WHERE trace_id IN {traces:Array(String)}
+"""
+CHUNKS_SQL = """
+SELECT trace_id, span_id, groupArray(offset_us), groupArray(content_bytes)
+FROM (SELECT trace_id, span_id, seq, offset_us, content_bytes FROM chunk_timeline
+      WHERE trace_id IN {traces:Array(String)} ORDER BY seq)
+GROUP BY trace_id, span_id
+"""
+EVENTS_SQL = """
+SELECT node_name, kind, toUnixTimestamp64Micro(start_time), toUnixTimestamp64Micro(ifNull(end_time, now64(6)))
+FROM engine_events
+WHERE node_name IN {nodes:Array(String)} AND start_time <= {high:DateTime64(6)}
+  AND (end_time IS NULL OR end_time >= {low:DateTime64(6)})
+"""
+SPEC_SQL = """
+SELECT node_name FROM engine_samples
+WHERE metric = 'spec_draft_tokens' AND value > 0 AND node_name IN {nodes:Array(String)}
+  AND time BETWEEN {low:DateTime64(6)} AND {high:DateTime64(6)}
+GROUP BY node_name
+"""
+
+
+class AttributionJob:
+    def __init__(self, client: Client, rules: StallRules | None = None, *, settle_s: float = 10.0) -> None:
+        self._client = client
+        self.rules = rules or StallRules()
+        self.settle_s = settle_s
+
+    def watermark(self) -> datetime:
+        rows = self._client.query(
+            "SELECT max(through) FROM attribution_progress FINAL WHERE job = {job:String}", parameters={"job": JOB}
+        ).result_rows
+        value = rows[0][0] if rows else None
+        if not value or value.year <= 1970:
+            return EPOCH
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+    def run_once(self, until: datetime | None = None) -> int:
+        """Attribute every stream stored after the watermark and at least ``settle_s`` ago; returns stalls written."""
+        with store.translated_errors():
+            since = self.watermark()
+            until = until or datetime.now(UTC) - timedelta(seconds=self.settle_s)
+            if until <= since:
+                return 0
+            streams = self._client.query(STREAMS_SQL, parameters={"since": since, "until": until}).result_rows
+            stalls = self._attribute(streams) if streams else []
+            if stalls:
+                self._client.insert_arrow("stalls", pa.Table.from_pylist(stalls, schema=columns.STALLS))
+            self._client.insert("attribution_progress", [[JOB, until]], column_names=["job", "through"])
+            return len(stalls)
+
+    def _attribute(self, streams: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+        traces = sorted({row[1] for row in streams})
+        sides: dict[str, list[tuple[str, str, str, int]]] = defaultdict(list)
+        for trace, span, side, node, start in self._client.query(TRACES_SQL, parameters={"traces": traces}).result_rows:
+            sides[trace].append((span, side, node, start))
+        chunks = {
+            (trace, span): (np.asarray(offsets, dtype=np.int64), np.asarray(content, dtype=np.int64))
+            for trace, span, offsets, content in self._client.query(
+                CHUNKS_SQL, parameters={"traces": traces}
+            ).result_rows
+        }
+        nodes = sorted({node for spans in sides.values() for _, side, node, _ in spans if side == "server" and node})
+        low = min(row[7] for row in streams) - self.rules.event_slack_us
+        high = max(row[7] + row[8] for row in streams) + self.rules.event_slack_us
+        window = {"nodes": nodes, "low": _time(low), "high": _time(high)}
+        events: dict[str, list[NodeEvent]] = defaultdict(list)
+        spec_nodes: set[str] = set()
+        if nodes:
+            for node, kind, start, end in self._client.query(EVENTS_SQL, parameters=window).result_rows:
+                events[node].append(NodeEvent(kind, start, end))
+            spec_nodes = {node for (node,) in self._client.query(SPEC_SQL, parameters=window).result_rows}
+
+        rows: list[dict[str, Any]] = []
+        for tenant, trace, span, service, side, model, _node, start, _duration in streams:
+            server = next(((s, n, t) for s, sd, n, t in sides[trace] if sd == "server"), None)
+            if side == "server" and any(sd in ("client", "browser") for _, sd, _, _ in sides[trace]):
+                continue  # a server span is attributed through its client's stream
+            if side not in ("client", "browser", "server") or (trace, span) not in chunks:
+                continue
+            client = Timeline(start, *chunks[(trace, span)])
+            server_timeline, node = None, ""
+            if server is not None and (trace, server[0]) in chunks:
+                server_timeline = Timeline(server[2], *chunks[(trace, server[0])])
+                node = server[1]
+            for stall in attribute(
+                client, server_timeline, events.get(node, []), spec_active=node in spec_nodes, rules=self.rules
+            ):
+                rows.append(_row(stall, tenant, trace, span, service, side, model, node))
+        return rows
+
+
+def _row(
+    stall: Stall, tenant: str, trace: str, span: str, service: str, side: str, model: str, node: str
+) -> dict[str, Any]:
+    return {
+        "tenant": tenant,
+        "start_time": stall.start_us,
+        "end_time": stall.end_us,
+        "trace_id": trace,
+        "span_id": span,
+        "service": service,
+        "side": side,
+        "model": model,
+        "node_name": node,
+        "seq": stall.seq,
+        "gap_us": min(stall.gap_us, 2**32 - 1),
+        "server_gap_us": stall.server_gap_us,
+        "server_seq": stall.server_seq,
+        "cause": stall.cause,
+        "confidence": stall.confidence,
+        "evidence": list(stall.evidence.items()),
+    }
+
+
+def _time(microseconds: int) -> datetime:
+    return EPOCH + timedelta(microseconds=microseconds)
+
+
+class PeriodicAttribution:
+    """Runs the job every ``interval_s`` from a background thread inside the collector."""
+
+    def __init__(self, job: AttributionJob, interval_s: float = 5.0) -> None:
+        self.job = job
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="attribution", daemon=True)
+
+    def start(self) -> PeriodicAttribution:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.ident is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            try:
+                self.job.run_once()
+            except Exception:
+                log.exception("attribution run failed; it is retried on the next tick")

@@ -1,0 +1,72 @@
+"""`streamscope eval SCENARIO`: run a scenario, attribute its stalls, and score them against ground truth."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from collector.config import CollectorConfig
+from collector.service import Collector
+from ingest.attribution_job import AttributionJob
+from ingest.evaluation import STALL_CAUSES, Score, score
+from streamscope import env
+from streamscope.errors import StreamscopeError
+from streamscope.workload.load import CLIENT_SERVICE, run_load
+from streamscope.workload.scenario import Scenario, load_scenario, plan
+
+
+def evaluate(scenario: Scenario, storage_dsn: str, settle_s: float = 2.0, timeout_s: float = 60.0) -> Score:
+    collector = Collector(CollectorConfig(storage_dsn=storage_dsn, http_port=0, grpc_port=None)).start()
+    try:
+        since = datetime.now(UTC)
+        run_load(scenario, collector.http_url)
+        expected = len(plan(scenario))
+        deadline = time.monotonic() + timeout_s
+        query = collector.query_client.query
+        while (
+            query(
+                "SELECT count() FROM streams WHERE service = {s:String} AND start_time >= {since:DateTime64(6)}",
+                parameters={"s": CLIENT_SERVICE, "since": since},
+            ).result_rows[0][0]
+            < expected
+        ):
+            if time.monotonic() > deadline:
+                raise StreamscopeError("not every stream of the scenario reached the store")
+            time.sleep(0.2)
+        time.sleep(settle_s)  # the last agent events and ground truth
+        AttributionJob(collector.query_client, settle_s=0).run_once(until=datetime.now(UTC))
+        return score(collector.query_client, since)
+    finally:
+        collector.stop()
+
+
+def evaluate_named(name: str, storage_dsn: str | None = None, streams: int | None = None) -> Score:
+    scenario = load_scenario(name)
+    if streams:
+        scenario = replace(scenario, load=replace(scenario.load, streams=streams))
+    return evaluate(scenario, storage_dsn or env.default_storage_dsn())
+
+
+def render(name: str, result: Score) -> str:
+    lines = [f"scenario {name}", f"{'cause':22} {'precision':>9} {'recall':>7} {'F1':>6} {'support':>8}"]
+
+    def fmt(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    for cause in STALL_CAUSES:
+        if result.support(cause) or result.precision(cause) is not None:
+            lines.append(
+                f"{cause:22} {fmt(result.precision(cause)):>9} {fmt(result.recall(cause)):>7} "
+                f"{fmt(result.f1(cause)):>6} {result.support(cause):>8}"
+            )
+    labels = sorted({t for t, _ in result.confusion} | {p for _, p in result.confusion})
+    lines.append("")
+    lines.append("confusion (rows: injected, columns: attributed)")
+    lines.append(" " * 22 + "".join(f"{label[:10]:>11}" for label in labels))
+    for truth in labels:
+        lines.append(f"{truth:22}" + "".join(f"{result.confusion[(truth, p)]:>11}" for p in labels))
+    if result.undetected:
+        lines.append("undetected: " + ", ".join(f"{c} {n}" for c, n in sorted(result.undetected.items())))
+    lines.append(f"stalls blamed on an injected cause without one: {result.blamed_on_injected()}")
+    return "\n".join(lines)
