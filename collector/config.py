@@ -25,3 +25,5 @@ class CollectorConfig:
     """How long a request waits for its rows to reach the store before it is answered 503."""
     migrate: bool = True
     """Apply pending migrations at start."""
+    attribution_interval_s: float | None = 5.0
+    """Attribute settled streams' stalls this often (None: never, e.g. when another collector does it)."""

@@ -19,6 +19,7 @@ from collector.grpc_server import start_grpc_server
 from collector.http_app import create_app
 from collector.pipeline import ExportPipeline
 from ingest import migrations, sql, store
+from ingest.attribution_job import AttributionJob, PeriodicAttribution
 from ingest.group_commit import GroupCommitWriter
 from ingest.writer import ClickHouseWriter
 from streamscope._internal.serving import BackgroundServer
@@ -39,6 +40,7 @@ class Collector:
         self._clients: list = []
         self.query_client = None
         self.pipeline: ExportPipeline | None = None
+        self._attribution: PeriodicAttribution | None = None
 
     @property
     def http_url(self) -> str:
@@ -80,11 +82,20 @@ class Collector:
                 tenant=self.config.tenant,
                 max_request_bytes=self.config.max_request_bytes,
             )
+        if self.config.attribution_interval_s:
+            # its own client: the embedded engine wants one connection per thread
+            attribution_client = store.connect(self.target)
+            self._clients.append(attribution_client)
+            self._attribution = PeriodicAttribution(
+                AttributionJob(attribution_client), self.config.attribution_interval_s
+            ).start()
         self._write_discovery()
         return self
 
     def stop(self) -> None:
         """Stop accepting, answer what is in flight, write what is queued, release the store."""
+        if self._attribution is not None:
+            self._attribution.stop()
         if self._grpc is not None:
             self._grpc.stop(grace=5).wait()
         if self._http is not None:

@@ -323,6 +323,24 @@ def _cli() -> click.Group:
             if logs is not None:
                 logs.shutdown()
 
+    @cli.command("eval")
+    @click.argument("scenario")
+    @storage_option
+    @click.option("--streams", type=click.IntRange(1, 100_000), default=None, help="Override the scenario's count.")
+    @_fail_plainly
+    def eval_command(scenario: str, storage_dsn: str | None, streams: int | None) -> None:
+        """Run SCENARIO, attribute its stalls, and score them against the injected ground truth.
+
+        Prints per-cause precision, recall and F1, and the confusion matrix.
+
+        \b
+        Example:
+          streamscope eval mixed
+        """
+        from streamscope.workload.evaluate import evaluate_named, render
+
+        click.echo(render(scenario, evaluate_named(scenario, storage_dsn, streams)))
+
     @cli.command("gpu-agent")
     @click.option("--node", required=True, help="This node's name, as the engine's server spans carry it.")
     @click.option("--engine-url", default=None, metavar="URL", help="The engine's metrics endpoint (…/metrics).")

@@ -17,7 +17,10 @@ from streamscope.workload.scenario import Scenario, load_scenario, plan
 
 
 def evaluate(scenario: Scenario, storage_dsn: str, settle_s: float = 2.0, timeout_s: float = 60.0) -> Score:
-    collector = Collector(CollectorConfig(storage_dsn=storage_dsn, http_port=0, grpc_port=None)).start()
+    # attribution runs once, below, over everything: the periodic job would race it for the watermark
+    collector = Collector(
+        CollectorConfig(storage_dsn=storage_dsn, http_port=0, grpc_port=None, attribution_interval_s=None)
+    ).start()
     try:
         since = datetime.now(UTC)
         run_load(scenario, collector.http_url)
