@@ -6,8 +6,11 @@ A stall is a gap between content chunks over the absolute threshold, or well ove
 1. The client chunk is aligned with the server's emission of the same content by cumulative content bytes
    (proxies re-chunk, never change content), and the two gaps are compared. Timestamps are only ever
    subtracted on one host; the two sides are compared by their gaps.
-2. The server emitted on time, the client received late: the network delayed it. Delays that recur in one
-   stream are a buffering gateway (``network_buffering``); a single one is a ``connection`` hiccup.
+2. The server emitted on time, the client received late: the network delayed it. A buffering gateway
+   (``network_buffering``) holds every chunk, the first one included, so the client's time to first content
+   exceeds the server's by much more than a network round trip (both are durations on their own host, so no
+   clock offset enters); delays that recur in one stream point the same way. A single delay after an on-time
+   start is a ``connection`` hiccup.
 3. The server was late too: the engine on the stream's node. Its events in the gap's window decide:
    a prefill burst (``prefill_interference``), a preemption or KV high-water (``kv_pressure``), a draft
    acceptance drop (``spec_decode``). With none of them, speculative decoding being active on the node is
@@ -41,6 +44,8 @@ class StallRules:
     """Engine events are sampled every 250 ms: a gap's window is widened by this much to meet them."""
     recurring_network_stalls: int = 2
     """This many network stalls in one stream make it a buffering gateway rather than a hiccup."""
+    held_first_chunk_us: int = 100_000
+    """Client time to first content exceeding the server's by this much: the path held the first chunk."""
 
 
 @dataclass(frozen=True)
@@ -132,11 +137,14 @@ def attribute(
             continue
         window = (server.start_us + int(s_offsets[j_before]), server.start_us + int(s_offsets[j_through]))
         _engine_cause(stall, window, node_events, spec_active, rules)
-    buffering = len(network) >= rules.recurring_network_stalls
+    first_chunk_lag = int(client.content()[1][0] - s_offsets[0])
+    held_from_start = first_chunk_lag >= rules.held_first_chunk_us
+    buffering = held_from_start or len(network) >= rules.recurring_network_stalls
     for stall in network:
         stall.cause = "network_buffering" if buffering else "connection"
         stall.confidence = 0.85 if buffering else 0.75
         stall.evidence["network_stalls_in_stream"] = str(len(network))
+        stall.evidence["first_chunk_lag_ms"] = f"{first_chunk_lag / 1000:.1f}"
     return stalls
 
 

@@ -1,9 +1,10 @@
 """Score attribution against the demo workload's ground truth: per-cause precision, recall, F1, confusion.
 
 Each client stall gets a true label: the cause of the ground-truth record on the same trace whose window
-overlaps the stall's the most, or ``none`` when nothing injected touched it. Precision and recall are then
-computed over stalls; ground truth that added a delay long enough to be a stall but met no stall is counted
-apart as ``undetected`` (and included in recall), so a silent detector cannot score well.
+matches the stall's best (intersection over union, so a tight window that is the stall beats a long one
+that merely contains it), or ``none`` when nothing injected touched it. Precision and recall are computed
+over stalls; ground truth that delayed a content chunk after the first by as much as a stall, yet met no
+stall, is counted apart as ``undetected`` (and included in recall), so a silent detector cannot score well.
 """
 
 from __future__ import annotations
@@ -27,8 +28,15 @@ SELECT trace_id, seq, toUnixTimestamp64Micro(start_time), toUnixTimestamp64Micro
 FROM stalls WHERE start_time >= {since:DateTime64(6)} AND side IN ('client', 'browser')
 """
 TRUTH_SQL = """
-SELECT trace_id, cause, toUnixTimestamp64Micro(start_time), toUnixTimestamp64Micro(end_time), magnitude
-FROM ground_truth WHERE start_time >= {since:DateTime64(6)} AND trace_id != '' AND cause != 'chunking_regression'
+SELECT g.trace_id, g.cause, toUnixTimestamp64Micro(g.start_time), toUnixTimestamp64Micro(g.end_time), g.magnitude,
+       hasAny(g.chunk_indices, c.content_seqs) AS delayed_content
+FROM ground_truth AS g
+LEFT JOIN (
+    SELECT trace_id, groupArray(seq) AS content_seqs FROM chunks
+    WHERE side = 'server' AND kind = 'content' AND start_time >= {since:DateTime64(6)} - toIntervalMinute(10)
+    GROUP BY trace_id
+) AS c ON c.trace_id = g.trace_id
+WHERE g.start_time >= {since:DateTime64(6)} AND g.trace_id != '' AND g.cause != 'chunking_regression'
 """
 
 
@@ -62,21 +70,25 @@ def score(client: Client, since: datetime, absolute_us: int = 400_000) -> Score:
     with store.translated_errors():
         stalls = client.query(STALLS_SQL, parameters={"since": since}).result_rows
         truths = client.query(TRUTH_SQL, parameters={"since": since}).result_rows
-    by_trace: dict[str, list[tuple[str, int, int, float]]] = {}
-    for trace, cause, start, end, magnitude in truths:
-        by_trace.setdefault(trace, []).append((cause, start, end, magnitude))
+    by_trace: dict[str, list[tuple[str, int, int, float, bool]]] = {}
+    for trace, cause, start, end, magnitude, delayed_content in truths:
+        by_trace.setdefault(trace, []).append((cause, start, end, magnitude, bool(delayed_content)))
     result = Score()
     hit: set[tuple[str, int, int]] = set()
     for trace, _, start, end, predicted in stalls:
-        best, best_overlap = "none", -1
-        for cause, t_start, t_end, _ in by_trace.get(trace, []):
+        best, best_match = "none", -1.0
+        for cause, t_start, t_end, _, _ in by_trace.get(trace, []):
             overlap = min(end, t_end) - max(start, t_start)
-            if overlap >= -MATCH_SLACK_US and overlap > best_overlap:
-                best, best_overlap = cause, overlap
-                hit.add((trace, t_start, t_end))
+            if overlap < -MATCH_SLACK_US:
+                continue
+            hit.add((trace, t_start, t_end))
+            match = max(overlap, 1) / (max(end, t_end) - min(start, t_start) + 1)
+            if match > best_match:
+                best, best_match = cause, match
         result.confusion[(best, predicted)] += 1
     for trace, records in by_trace.items():
-        for cause, t_start, t_end, magnitude in records:
-            if cause in DELAY_CAUSES and magnitude * 1e6 >= absolute_us and (trace, t_start, t_end) not in hit:
+        for cause, t_start, t_end, magnitude, delayed_content in records:
+            detectable = cause in DELAY_CAUSES and delayed_content and magnitude * 1e6 >= absolute_us
+            if detectable and (trace, t_start, t_end) not in hit:
                 result.undetected[cause] += 1
     return result

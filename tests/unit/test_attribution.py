@@ -97,3 +97,14 @@ def test_alignment_survives_re_chunking_by_content():
 def test_without_a_server_span_the_cause_is_unknown_and_says_why():
     stall = only(attribute(timeline(with_gap(3, 800)), None, [], spec_active=False, rules=RULES))
     assert stall.cause == "unknown" and "no server span" in stall.evidence["server"]
+
+
+def test_a_single_gap_after_a_held_first_chunk_is_still_a_buffering_gateway():
+    server = timeline(STEADY)
+    held = timeline(with_gap(9, 500), start_us=server.start_us - 2 * MS)
+    held = Timeline(held.start_us, held.offsets_us + 300 * MS, held.content_bytes)  # the first chunk came 300 ms late
+    stall = only(attribute(held, server, [], spec_active=False, rules=RULES))
+    assert stall.cause == "network_buffering"
+    assert stall.evidence["first_chunk_lag_ms"] == "300.0"
+    on_time = only(attribute(timeline(with_gap(9, 500)), server, [], spec_active=False, rules=RULES))
+    assert on_time.cause == "connection"
