@@ -10,7 +10,8 @@ A stall is a gap between content chunks over the absolute threshold, or well ove
    (``network_buffering``) holds every chunk, the first one included, so the client's time to first content
    exceeds the server's by much more than a network round trip (both are durations on their own host, so no
    clock offset enters); delays that recur in one stream point the same way. A single delay after an on-time
-   start is a ``connection`` hiccup.
+   start is a ``connection`` hiccup, and so is a delay far longer than its siblings in a buffered stream
+   (a gateway flushes on a period; a hiccup on top of it stands out).
 3. The server was late too: the engine on the stream's node. Its events in the gap's window decide:
    a prefill burst (``prefill_interference``), a preemption or KV high-water (``kv_pressure``), a draft
    acceptance drop (``spec_decode``). With none of them, speculative decoding being active on the node is
@@ -44,8 +45,12 @@ class StallRules:
     """Engine events are sampled every 250 ms: a gap's window is widened by this much to meet them."""
     recurring_network_stalls: int = 2
     """This many network stalls in one stream make it a buffering gateway rather than a hiccup."""
-    held_first_chunk_us: int = 100_000
+    held_first_chunk_us: int = 250_000
     """Client time to first content exceeding the server's by this much: the path held the first chunk."""
+    hiccup_factor: float = 1.5
+    hiccup_extra_us: int = 500_000
+    """In a buffered stream, a network gap this many times the median network gap, and this much longer, is a
+    connection hiccup on top of the gateway (a flush stretched by a slowish server is neither)."""
 
 
 @dataclass(frozen=True)
@@ -140,9 +145,12 @@ def attribute(
     first_chunk_lag = int(client.content()[1][0] - s_offsets[0])
     held_from_start = first_chunk_lag >= rules.held_first_chunk_us
     buffering = held_from_start or len(network) >= rules.recurring_network_stalls
+    typical = float(np.median([s.gap_us for s in network])) if network else 0.0
     for stall in network:
-        stall.cause = "network_buffering" if buffering else "connection"
-        stall.confidence = 0.85 if buffering else 0.75
+        stands_out = stall.gap_us > rules.hiccup_factor * typical and stall.gap_us - typical >= rules.hiccup_extra_us
+        hiccup = not buffering or (len(network) >= 2 and stands_out)
+        stall.cause = "connection" if hiccup else "network_buffering"
+        stall.confidence = 0.75 if hiccup else 0.85
         stall.evidence["network_stalls_in_stream"] = str(len(network))
         stall.evidence["first_chunk_lag_ms"] = f"{first_chunk_lag / 1000:.1f}"
     return stalls

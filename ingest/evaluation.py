@@ -5,6 +5,7 @@ matches the stall's best (intersection over union, so a tight window that is the
 that merely contains it), or ``none`` when nothing injected touched it. Precision and recall are computed
 over stalls; ground truth that delayed a content chunk after the first by as much as a stall, yet met no
 stall, is counted apart as ``undetected`` (and included in recall), so a silent detector cannot score well.
+(Ground truth that held the stream's first content chunk delayed its time to first token, not a gap.)
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ FROM stalls WHERE start_time >= {since:DateTime64(6)} AND side IN ('client', 'br
 """
 TRUTH_SQL = """
 SELECT g.trace_id, g.cause, toUnixTimestamp64Micro(g.start_time), toUnixTimestamp64Micro(g.end_time), g.magnitude,
-       hasAny(g.chunk_indices, c.content_seqs) AS delayed_content
+       hasAny(g.chunk_indices, c.content_seqs) AND NOT has(g.chunk_indices, c.first_seq) AS delayed_content
 FROM ground_truth AS g
 LEFT JOIN (
-    SELECT trace_id, groupArray(seq) AS content_seqs FROM chunks
-    WHERE side = 'server' AND kind = 'content' AND start_time >= {since:DateTime64(6)} - toIntervalMinute(10)
+    SELECT trace_id, groupArrayIf(seq, kind = 'content') AS content_seqs, anyIf(seq, kind = 'first') AS first_seq
+    FROM chunks
+    WHERE side = 'server' AND start_time >= {since:DateTime64(6)} - toIntervalMinute(10)
     GROUP BY trace_id
 ) AS c ON c.trace_id = g.trace_id
 WHERE g.start_time >= {since:DateTime64(6)} AND g.trace_id != '' AND g.cause != 'chunking_regression'

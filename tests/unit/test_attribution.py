@@ -108,3 +108,15 @@ def test_a_single_gap_after_a_held_first_chunk_is_still_a_buffering_gateway():
     assert stall.evidence["first_chunk_lag_ms"] == "300.0"
     on_time = only(attribute(timeline(with_gap(9, 500)), server, [], spec_active=False, rules=RULES))
     assert on_time.cause == "connection"
+
+
+def test_a_hiccup_on_top_of_a_buffering_gateway_stands_out_from_the_flushes():
+    server = timeline(STEADY)
+    gaps = with_gap(22, 1400, with_gap(14, 600, with_gap(6, 600)))  # two flushes and one long hiccup
+    client = timeline(gaps)
+    client = Timeline(client.start_us, client.offsets_us + 300 * MS, client.content_bytes)  # first chunk held
+    assert [s.cause for s in attribute(client, server, [], spec_active=False, rules=RULES)] == [
+        "network_buffering",
+        "network_buffering",
+        "connection",
+    ]
