@@ -1,0 +1,68 @@
+"""Quality indices on streams worked by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ingest.quality import andes_qoe, fluidity_index
+
+MS = 1000
+
+
+def one_token_chunks(gaps_ms: list[float], ttft_ms: float) -> tuple[np.ndarray, np.ndarray]:
+    offsets = np.cumsum([ttft_ms * MS] + [g * MS for g in gaps_ms])
+    return offsets, np.ones(offsets.size, dtype=np.int64)
+
+
+def test_a_steady_stream_within_its_deadlines_is_perfectly_fluid():
+    offsets, tokens = one_token_chunks([40] * 19, ttft_ms=200)
+    assert fluidity_index(offsets, tokens, 300 * MS, 50 * MS) == 1.0
+
+
+def test_a_stall_is_charged_for_every_deadline_it_spans_after_banked_slack():
+    # 20 tokens: TTFT 200 (deadline 300: +100 ms slack), eight 40 ms gaps (+10 each: slack 180 ms),
+    # then a 300 ms stall: late by 300 - 180 - 50 = 70 ms -> floor(70 / 50) + 1 = 2 misses, slack reset.
+    # Then ten 40 ms gaps on time. Total = 1 + 8 + 2 + 10 = 21, missed = 2.
+    offsets, tokens = one_token_chunks([40] * 8 + [300] + [40] * 10, ttft_ms=200)
+    assert fluidity_index(offsets, tokens, 300 * MS, 50 * MS) == pytest.approx(1 - 2 / 21)
+
+
+def test_an_early_stall_costs_more_than_the_same_stall_late():
+    early, tokens = one_token_chunks([300] + [40] * 18, ttft_ms=290)
+    late, _ = one_token_chunks([40] * 18 + [300], ttft_ms=290)
+    # early: slack 10 ms when it hits -> floor((300 - 10 - 50) / 50) + 1 = 5 misses; late: slack 190 -> 2 misses
+    assert fluidity_index(early, tokens, 300 * MS, 50 * MS) == pytest.approx(1 - 5 / 24)
+    assert fluidity_index(late, tokens, 300 * MS, 50 * MS) == pytest.approx(1 - 2 / 21)
+
+
+def test_chunked_tokens_arrive_together():
+    offsets = np.array([100 * MS, 300 * MS])
+    # 4 tokens at 100 ms (first on time, three with 0 ms gaps bank 50 ms each), 4 at 300 ms: the first of those
+    # waited 200 ms against 50 + 150 slack: on time
+    assert fluidity_index(offsets, np.array([4, 4]), 150 * MS, 50 * MS) == 1.0
+
+
+def test_andes_qoe_is_one_when_the_reader_is_never_kept_waiting():
+    offsets, tokens = one_token_chunks([50] * 29, ttft_ms=100)  # 20 tokens/s, the reader reads 10/s
+    assert andes_qoe(offsets, tokens, expected_ttft_us=500 * MS, reading_tokens_per_s=10) == 1.0
+
+
+def test_andes_qoe_of_a_late_start_by_hand():
+    # one token, expected at 0 s (reader pace 1 token/s, so the expected curve reaches 1 at t = 1 s),
+    # delivered at 1 s: behind by the whole ramp, a triangle of area 0.5; the expected area over [0, 1] s is
+    # that same 0.5 -> QoE 0.
+    assert andes_qoe(np.array([1_000 * MS]), np.array([1]), 0, 1, step_us=1_000) == pytest.approx(0.0, abs=2e-3)
+
+
+def test_a_stall_lowers_andes_qoe_and_bursts_do_not_make_up_for_it():
+    steady, tokens = one_token_chunks([100] * 39, ttft_ms=200)
+    stalled, _ = one_token_chunks([100] * 9 + [2000] + [0] * 29, ttft_ms=200)  # then everything at once
+    q_steady = andes_qoe(steady, tokens, 300 * MS, 10)
+    q_stalled = andes_qoe(stalled, tokens, 300 * MS, 10)
+    assert q_steady == 1.0 and 0.5 < q_stalled < 0.95
+
+
+def test_no_tokens_no_index():
+    empty = np.array([], dtype=np.int64)
+    assert fluidity_index(empty, empty, 1, 1) is None and andes_qoe(empty, empty, 1, 1) is None
