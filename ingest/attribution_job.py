@@ -1,4 +1,5 @@
-"""The attribution job: attribute the stalls of streams that have settled and write them to ``stalls``.
+"""The attribution job: attribute the stalls of streams that have settled and write them to ``stalls``, and
+their quality indices to ``stream_quality``.
 
 Why a periodic job rather than materialized views: a stall's cause needs both sides of the stream and the
 node's engine events, which arrive in separate requests, seconds apart; a view fires on one insert into one
@@ -12,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,6 +23,7 @@ from clickhouse_connect.driver.client import Client
 
 from ingest import columns, store
 from ingest.attribution import NodeEvent, Stall, StallRules, Timeline, attribute
+from ingest.quality import andes_qoe, fluidity_index
 
 log = logging.getLogger(__name__)
 JOB = "stalls"
@@ -37,8 +40,8 @@ SELECT trace_id, span_id, side, node_name, toUnixTimestamp64Micro(start_time)
 FROM streams WHERE trace_id IN {traces:Array(String)}
 """
 CHUNKS_SQL = """
-SELECT trace_id, span_id, groupArray(offset_us), groupArray(content_bytes)
-FROM (SELECT trace_id, span_id, seq, offset_us, content_bytes FROM chunk_timeline
+SELECT trace_id, span_id, groupArray(offset_us), groupArray(content_bytes), groupArray(tokens)
+FROM (SELECT trace_id, span_id, seq, offset_us, content_bytes, tokens FROM chunk_timeline
       WHERE trace_id IN {traces:Array(String)} ORDER BY seq)
 GROUP BY trace_id, span_id
 """
@@ -56,11 +59,29 @@ GROUP BY node_name
 """
 
 
+@dataclass(frozen=True)
+class QualityTargets:
+    """What a reader expects, for the quality indices: deadlines for fluidity, a pace for Andes' QoE."""
+
+    first_deadline_ms: float = 1000.0
+    token_deadline_ms: float = 100.0
+    expected_ttft_ms: float = 1000.0
+    reading_tokens_per_s: float = 8.0
+
+
 class AttributionJob:
-    def __init__(self, client: Client, rules: StallRules | None = None, *, settle_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        client: Client,
+        rules: StallRules | None = None,
+        *,
+        settle_s: float = 10.0,
+        quality: QualityTargets | None = None,
+    ) -> None:
         self._client = client
         self.rules = rules or StallRules()
         self.settle_s = settle_s
+        self.quality = quality or QualityTargets()
 
     def watermark(self) -> datetime:
         rows = self._client.query(
@@ -79,23 +100,28 @@ class AttributionJob:
             if until <= since:
                 return 0
             streams = self._client.query(STREAMS_SQL, parameters={"since": since, "until": until}).result_rows
-            stalls = self._attribute(streams) if streams else []
+            stalls, quality = self._attribute(streams) if streams else ([], [])
             if stalls:
                 self._client.insert_arrow("stalls", pa.Table.from_pylist(stalls, schema=columns.STALLS))
+            if quality:
+                self._client.insert_arrow(
+                    "stream_quality", pa.Table.from_pylist(quality, schema=columns.STREAM_QUALITY)
+                )
             self._client.insert("attribution_progress", [[JOB, until]], column_names=["job", "through"])
             return len(stalls)
 
-    def _attribute(self, streams: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    def _attribute(self, streams: list[tuple[Any, ...]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         traces = sorted({row[1] for row in streams})
         sides: dict[str, list[tuple[str, str, str, int]]] = defaultdict(list)
         for trace, span, side, node, start in self._client.query(TRACES_SQL, parameters={"traces": traces}).result_rows:
             sides[trace].append((span, side, node, start))
-        chunks = {
-            (trace, span): (np.asarray(offsets, dtype=np.int64), np.asarray(content, dtype=np.int64))
-            for trace, span, offsets, content in self._client.query(
-                CHUNKS_SQL, parameters={"traces": traces}
-            ).result_rows
-        }
+        chunks: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
+        tokens: dict[tuple[str, str], np.ndarray] = {}
+        for trace, span, offsets, content, counts in self._client.query(
+            CHUNKS_SQL, parameters={"traces": traces}
+        ).result_rows:
+            chunks[(trace, span)] = (np.asarray(offsets, dtype=np.int64), np.asarray(content, dtype=np.int64))
+            tokens[(trace, span)] = np.asarray(counts, dtype=np.int64)
         nodes = sorted({node for spans in sides.values() for _, side, node, _ in spans if side == "server" and node})
         low = min(row[7] for row in streams) - self.rules.event_slack_us
         high = max(row[7] + row[8] for row in streams) + self.rules.event_slack_us
@@ -108,6 +134,7 @@ class AttributionJob:
             spec_nodes = {node for (node,) in self._client.query(SPEC_SQL, parameters=window).result_rows}
 
         rows: list[dict[str, Any]] = []
+        quality: list[dict[str, Any]] = []
         for tenant, trace, span, service, side, model, _node, start, _duration in streams:
             server = next(((s, n, t) for s, sd, n, t in sides[trace] if sd == "server"), None)
             if side == "server" and any(sd in ("client", "browser") for _, sd, _, _ in sides[trace]):
@@ -119,11 +146,51 @@ class AttributionJob:
             if server is not None and (trace, server[0]) in chunks:
                 server_timeline = Timeline(server[2], *chunks[(trace, server[0])])
                 node = server[1]
-            for stall in attribute(
+            stalls = attribute(
                 client, server_timeline, events.get(node, []), spec_active=node in spec_nodes, rules=self.rules
-            ):
-                rows.append(_row(stall, tenant, trace, span, service, side, model, node))
-        return rows
+            )
+            rows.extend(_row(stall, tenant, trace, span, service, side, model, node) for stall in stalls)
+            quality.append(
+                self._quality(
+                    client, tokens[(trace, span)], len(stalls), tenant, trace, span, service, side, model, node
+                )
+            )
+        return rows, quality
+
+    def _quality(
+        self,
+        timeline: Timeline,
+        counts: np.ndarray,
+        stalls: int,
+        tenant: str,
+        trace: str,
+        span: str,
+        service: str,
+        side: str,
+        model: str,
+        node: str,
+    ) -> dict[str, Any]:
+        targets = self.quality
+        return {
+            "tenant": tenant,
+            "start_time": timeline.start_us,
+            "trace_id": trace,
+            "span_id": span,
+            "service": service,
+            "side": side,
+            "model": model,
+            "node_name": node,
+            "stalls": stalls,
+            "fluidity_index": fluidity_index(
+                timeline.offsets_us, counts, targets.first_deadline_ms * 1000, targets.token_deadline_ms * 1000
+            ),
+            "andes_qoe": andes_qoe(
+                timeline.offsets_us, counts, targets.expected_ttft_ms * 1000, targets.reading_tokens_per_s
+            ),
+            "first_deadline_ms": targets.first_deadline_ms,
+            "token_deadline_ms": targets.token_deadline_ms,
+            "reading_tokens_per_s": targets.reading_tokens_per_s,
+        }
 
 
 def _row(

@@ -157,6 +157,25 @@ STALLS = pa.schema(
     ]
 )
 
+STREAM_QUALITY = pa.schema(
+    [
+        ("tenant", _LC),
+        ("start_time", _TIME),
+        ("trace_id", pa.string()),
+        ("span_id", pa.string()),
+        ("service", _LC),
+        ("side", _LC),
+        ("model", _LC),
+        ("node_name", _LC),
+        ("stalls", pa.uint32()),
+        ("fluidity_index", pa.float32()),
+        ("andes_qoe", pa.float32()),
+        ("first_deadline_ms", pa.float32()),
+        ("token_deadline_ms", pa.float32()),
+        ("reading_tokens_per_s", pa.float32()),
+    ]
+)
+
 TABLES: dict[str, pa.Schema] = {
     "chunks": CHUNKS,
     "streams": STREAMS,
@@ -164,4 +183,5 @@ TABLES: dict[str, pa.Schema] = {
     "engine_samples": ENGINE_SAMPLES,
     "engine_events": ENGINE_EVENTS,
     "stalls": STALLS,
+    "stream_quality": STREAM_QUALITY,
 }

@@ -1,0 +1,129 @@
+"""The attribution job on hand-built streams written through the real decoders and writer."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+
+from ingest.attribution_job import AttributionJob, QualityTargets
+from ingest.decode import decode_traces
+from ingest.decode_logs import decode_logs
+from ingest.writer import ClickHouseWriter
+from streamscope import semconv as sc
+
+T0 = 1_800_000_000_000_000_000  # ns
+MS = 1_000_000  # ns
+
+
+def kv(key: str, value) -> KeyValue:
+    if isinstance(value, list):
+        return KeyValue(key=key, value=AnyValue(array_value=ArrayValue(values=[AnyValue(int_value=v) for v in value])))
+    return KeyValue(key=key, value=AnyValue(string_value=value))
+
+
+def span(trace: int, span_byte: int, side: str, start_ns: int, gaps_ms: list[float], node: str = "") -> Span:
+    offsets = np.cumsum([100, *gaps_ms]).astype(np.int64) * 1000  # µs, first content after 100 ms
+    attributes = [
+        kv(sc.STREAMSCOPE_SIDE, side),
+        kv(sc.STREAMSCOPE_CHUNKS_OFFSET_US, offsets.tolist()),
+        kv(sc.STREAMSCOPE_CHUNKS_TOKENS, [1] * offsets.size),
+        kv(sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES, [4] * offsets.size),
+    ]
+    if node:
+        attributes.append(kv(sc.STREAMSCOPE_NODE_NAME, node))
+    return Span(
+        trace_id=bytes([trace]) * 16,
+        span_id=bytes([span_byte]) * 8,
+        name="chat",
+        attributes=attributes,
+        start_time_unix_nano=start_ns,
+        end_time_unix_nano=start_ns + int(offsets[-1]) * 1000 + MS,
+    )
+
+
+def steady(n: int = 30) -> list[float]:
+    return [20.0] * n
+
+
+def with_gap(at: int, gap: float) -> list[float]:
+    gaps = steady()
+    gaps[at] = gap
+    return gaps
+
+
+def write(client, spans: list[Span], events: list[LogRecord]) -> None:
+    writer = ClickHouseWriter(client)
+    request = ExportTraceServiceRequest(
+        resource_spans=[
+            ResourceSpans(
+                resource=Resource(attributes=[kv("service.name", "app")]), scope_spans=[ScopeSpans(spans=spans)]
+            )
+        ]
+    )
+    writer.write(decode_traces(request, tenant="t", stall_threshold_us=400_000))
+    logs = ExportLogsServiceRequest(
+        resource_logs=[
+            ResourceLogs(
+                resource=Resource(attributes=[kv(sc.STREAMSCOPE_NODE_NAME, "node-1")]),
+                scope_logs=[ScopeLogs(log_records=events)],
+            )
+        ]
+    )
+    writer.write(decode_logs(logs, tenant="t"))
+
+
+def preemption(start_ns: int, end_ns: int) -> LogRecord:
+    return LogRecord(
+        time_unix_nano=start_ns,
+        event_name=sc.STREAMSCOPE_ENGINE_EVENT_EVENT,
+        attributes=[
+            kv(sc.STREAMSCOPE_EVENT_KIND, "preemption"),
+            KeyValue(key=sc.STREAMSCOPE_EVENT_END_UNIX_NANO, value=AnyValue(int_value=end_ns)),
+        ],
+    )
+
+
+def test_the_job_attributes_stalls_writes_quality_and_never_repeats_itself(store_client):
+    server_a = span(1, 2, "server", T0 + 5 * MS, with_gap(10, 600), node="node-1")
+    client_a = span(1, 1, "client", T0, with_gap(10, 600))
+    stall_at = T0 + 5 * MS + (100 + 20 * 10 + 600) * MS  # the server chunk after its 600 ms gap
+    server_b = span(3, 4, "server", T0 + 5 * MS, steady(), node="node-1")
+    client_b = span(3, 3, "client", T0, with_gap(12, 900))
+    lone_server = span(5, 5, "server", T0, steady(), node="node-2")
+    write(
+        store_client,
+        [server_a, client_a, server_b, client_b, lone_server],
+        [preemption(stall_at - 300 * MS, stall_at - 50 * MS)],
+    )
+
+    targets = QualityTargets(first_deadline_ms=200, token_deadline_ms=50, expected_ttft_ms=200, reading_tokens_per_s=40)
+    job = AttributionJob(store_client, settle_s=0, quality=targets)
+    written = job.run_once(until=datetime.now(UTC) + timedelta(seconds=1))
+    rows = store_client.query(
+        "SELECT trace_id, seq, cause, gap_us, server_gap_us, node_name FROM stalls ORDER BY trace_id"
+    ).result_rows
+    assert written == 2
+    assert rows == [
+        ("01" * 16, 11, "kv_pressure", 600_000, 600_000, "node-1"),
+        ("03" * 16, 13, "connection", 900_000, 20_000, "node-1"),
+    ]
+    quality = dict(
+        store_client.query("SELECT trace_id, (side, stalls, fluidity_index) FROM stream_quality").result_rows
+    )
+    assert set(quality) == {"01" * 16, "03" * 16, "05" * 16}  # server spans with a client are not rated twice
+    assert quality["05" * 16] == ("server", 0, 1.0)
+    # trace 01 by hand: first chunk 100 ms early against 200 (slack 100), nine 20 ms gaps bank 30 each (370),
+    # the 600 ms gap is floor((600 - 370 - 50) / 50) + 1 = 4 misses, then 20 gaps on time: 1 - 4 / 34
+    side, stalls, fluidity = quality["01" * 16]
+    assert (side, stalls) == ("client", 1) and fluidity == pytest.approx(1 - 4 / 34, abs=1e-6)
+
+    assert job.run_once(until=datetime.now(UTC) + timedelta(seconds=2)) == 0  # the watermark moved on
+    assert store_client.query("SELECT count() FROM stream_quality").result_rows[0][0] == 3
