@@ -61,9 +61,7 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> Summary:
                 on_stream_done=lambda outcome: progress.advance(task),
             )
         _wait_until_stored(collector, report.planned, since, config.store_timeout_s)
-        summary = summarize(
-            collector.query_client, service=CLIENT_SERVICE, side="client", since=since, stall_threshold_us=stall_us
-        )
+        summary = summarize(collector.query_client, service=CLIENT_SERVICE, side="client", since=since, slo_us=stall_us)
         truth = collector.query_client.query(
             "SELECT cause, count() FROM ground_truth WHERE start_time >= {since:DateTime64(6)} "
             "GROUP BY cause ORDER BY cause",
@@ -107,7 +105,13 @@ def _table(
         ("TTFT p50 / p95", f"{summary.ttft_p50_ms:.0f} ms / {summary.ttft_p95_ms:.0f} ms"),
         ("gap p50 / p95 / p99", f"{summary.gap_p50_ms:.1f} / {summary.gap_p95_ms:.1f} / {summary.gap_p99_ms:.1f} ms"),
         ("p99 across streams of per-stream p99", f"{summary.p99_of_p99_ms:.0f} ms"),
-        (f"streams with a gap over {stall_us / 1000:.0f} ms", f"{summary.stalled_share:.1%}"),
+        (f"ITL goodput (every gap within {stall_us / 1000:.0f} ms)", f"{summary.itl_goodput:.1%}"),
+        ("first byte to first content, median", f"{summary.first_byte_lead_ms:.1f} ms"),
+        (
+            "tokens per chunk / wire bytes per content byte",
+            f"{summary.tokens_per_chunk:.2f} / {summary.wire_per_content_byte:.1f}",
+        ),
+        ("cancelled or disconnected", f"{summary.cancel_rate:.1%}"),
         ("stored bytes per chunk", f"{summary.stored_bytes_per_chunk:.2f}"),
         ("injected causes (ground truth)", ", ".join(f"{cause} {n}" for cause, n in truth) or "none"),
         ("engine events (GPU agents)", ", ".join(f"{kind} {n}" for kind, n in engine_events) or "none"),

@@ -104,7 +104,7 @@ def test_demo_prints_the_distributions(tmp_path: Path):
         "TTFT p50 / p95",
         "gap p50 / p95 / p99",
         "p99 across streams of per-stream p99",
-        "streams with a gap over 400 ms",
+        "ITL goodput (every gap within 400 ms)",
         "stored bytes per chunk",
         "injected causes (ground truth)",
     ):

@@ -1,0 +1,71 @@
+"""The fleet summary on hand-built streams whose answers are worked out below."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+
+from ingest.decode import decode_traces
+from ingest.summary import summarize
+from ingest.writer import ClickHouseWriter
+from streamscope import semconv as sc
+
+T0 = 1_800_000_000_000_000_000
+
+
+def ints(values: list[int]) -> AnyValue:
+    return AnyValue(array_value=ArrayValue(values=[AnyValue(int_value=v) for v in values]))
+
+
+def stream(n: int, offsets_ms: list[int], tokens: list[int], wire: list[int], outcome: str) -> Span:
+    content = [0 if t == 0 else 4 * t for t in tokens]
+    return Span(
+        trace_id=bytes([n]) * 16,
+        span_id=bytes([n]) * 8,
+        name="chat",
+        start_time_unix_nano=T0 + n,
+        end_time_unix_nano=T0 + n + 10**10,
+        attributes=[
+            KeyValue(key=sc.STREAMSCOPE_SIDE, value=AnyValue(string_value="client")),
+            KeyValue(key=sc.STREAMSCOPE_OUTCOME, value=AnyValue(string_value=outcome)),
+            KeyValue(key=sc.STREAMSCOPE_CHUNKS_OFFSET_US, value=ints([o * 1000 for o in offsets_ms])),
+            KeyValue(key=sc.STREAMSCOPE_CHUNKS_TOKENS, value=ints(tokens)),
+            KeyValue(key=sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES, value=ints(content)),
+            KeyValue(key=sc.STREAMSCOPE_CHUNKS_WIRE_BYTES, value=ints(wire)),
+        ],
+    )
+
+
+def test_fleet_summary_by_hand(store_client):
+    spans = [
+        # role chunk at 50 ms, content at 100, 120, 140: gaps 20, 20; 6 tokens in 3 content chunks
+        stream(1, [50, 100, 120, 140], [0, 2, 2, 2], [40, 60, 60, 60], "completed"),
+        # first content at 200 ms (first byte then too), one 500 ms gap: breaks a 400 ms SLO
+        stream(2, [200, 700, 720], [1, 1, 1], [50, 50, 50], "completed"),
+        # cancelled: first content at 300 ms, then 30 ms
+        stream(3, [300, 330], [3, 1], [70, 70], "cancelled"),
+    ]
+    request = ExportTraceServiceRequest(
+        resource_spans=[
+            ResourceSpans(
+                resource=Resource(attributes=[KeyValue(key="service.name", value=AnyValue(string_value="app"))]),
+                scope_spans=[ScopeSpans(spans=spans)],
+            )
+        ]
+    )
+    ClickHouseWriter(store_client).write(decode_traces(request, tenant="t", stall_threshold_us=400_000))
+    since = datetime.fromtimestamp(T0 / 1e9 - 1, UTC)
+    summary = summarize(store_client, service="app", side="client", since=since, slo_us=400_000)
+    assert summary.streams == 3
+    assert summary.itl_goodput == pytest.approx(2 / 3)  # stream 2's 500 ms gap breaks the SLO
+    assert (summary.ttft_p50_ms, summary.ttft_p95_ms) == (200.0, 300.0)  # quantileExact of 100, 200, 300
+    assert summary.first_byte_lead_ms == 0.0  # leads 50, 0, 0 ms: the median is 0
+    assert summary.tokens_per_chunk == pytest.approx(13 / 8)  # 6 + 3 + 4 tokens over 3 + 3 + 2 content chunks
+    assert summary.wire_per_content_byte == pytest.approx(510 / 52)  # 220 + 150 + 140 wire bytes, 4 per token
+    assert summary.cancel_rate == pytest.approx(1 / 3)
+    assert (summary.gap_p50_ms, summary.gap_p99_ms) == (20.0, 500.0)  # sorted gaps 20, 20, 20, 30, 500
