@@ -59,44 +59,40 @@ class Signal:
         return self._respond(result)
 
 
+def _responder(
+    response_type: type[Message], partial_type: type[Message], rejected_field: str
+) -> Callable[[ExportResult], Message]:
+    """The signal's response: partial_success (with its own rejected-count field) only when something was rejected."""
+
+    def respond(result: ExportResult) -> Message:
+        if not result.rejected:
+            return response_type()
+        partial = partial_type(**{rejected_field: result.rejected}, error_message=result.error_message)
+        return response_type(partial_success=partial)
+
+    return respond
+
+
 TRACES = Signal(
     "traces",
     "/v1/traces",
     ExportTraceServiceRequest,
     "stream span",
-    lambda r: (
-        ExportTraceServiceResponse(
-            partial_success=ExportTracePartialSuccess(rejected_spans=r.rejected, error_message=r.error_message)
-        )
-        if r.rejected
-        else ExportTraceServiceResponse()
-    ),
+    _responder(ExportTraceServiceResponse, ExportTracePartialSuccess, "rejected_spans"),
 )
 LOGS = Signal(
     "logs",
     "/v1/logs",
     ExportLogsServiceRequest,
     "log record",
-    lambda r: (
-        ExportLogsServiceResponse(
-            partial_success=ExportLogsPartialSuccess(rejected_log_records=r.rejected, error_message=r.error_message)
-        )
-        if r.rejected
-        else ExportLogsServiceResponse()
-    ),
+    _responder(ExportLogsServiceResponse, ExportLogsPartialSuccess, "rejected_log_records"),
 )
 METRICS = Signal(
     "metrics",
     "/v1/metrics",
     ExportMetricsServiceRequest,
     "metric data point",
-    lambda r: (
-        ExportMetricsServiceResponse(
-            partial_success=ExportMetricsPartialSuccess(rejected_data_points=r.rejected, error_message=r.error_message)
-        )
-        if r.rejected
-        else ExportMetricsServiceResponse()
-    ),
+    _responder(ExportMetricsServiceResponse, ExportMetricsPartialSuccess, "rejected_data_points"),
 )
 SIGNALS = (TRACES, LOGS, METRICS)
 

@@ -149,37 +149,24 @@ class AttributionJob:
             stalls = attribute(
                 client, server_timeline, events.get(node, []), spec_active=node in spec_nodes, rules=self.rules
             )
-            rows.extend(_row(stall, tenant, trace, span, service, side, model, node) for stall in stalls)
-            quality.append(
-                self._quality(
-                    client, tokens[(trace, span)], len(stalls), tenant, trace, span, service, side, model, node
-                )
-            )
+            identity = {
+                "tenant": tenant,
+                "trace_id": trace,
+                "span_id": span,
+                "service": service,
+                "side": side,
+                "model": model,
+                "node_name": node,
+            }
+            rows.extend(_row(stall, identity) for stall in stalls)
+            quality.append(self._quality(client, tokens[(trace, span)], len(stalls), identity))
         return rows, quality
 
-    def _quality(
-        self,
-        timeline: Timeline,
-        counts: np.ndarray,
-        stalls: int,
-        tenant: str,
-        trace: str,
-        span: str,
-        service: str,
-        side: str,
-        model: str,
-        node: str,
-    ) -> dict[str, Any]:
+    def _quality(self, timeline: Timeline, counts: np.ndarray, stalls: int, identity: dict[str, str]) -> dict[str, Any]:
         targets = self.quality
         return {
-            "tenant": tenant,
+            **identity,
             "start_time": timeline.start_us,
-            "trace_id": trace,
-            "span_id": span,
-            "service": service,
-            "side": side,
-            "model": model,
-            "node_name": node,
             "stalls": stalls,
             "fluidity_index": fluidity_index(
                 timeline.offsets_us, counts, targets.first_deadline_ms * 1000, targets.token_deadline_ms * 1000
@@ -193,19 +180,11 @@ class AttributionJob:
         }
 
 
-def _row(
-    stall: Stall, tenant: str, trace: str, span: str, service: str, side: str, model: str, node: str
-) -> dict[str, Any]:
+def _row(stall: Stall, identity: dict[str, str]) -> dict[str, Any]:
     return {
-        "tenant": tenant,
+        **identity,
         "start_time": stall.start_us,
         "end_time": stall.end_us,
-        "trace_id": trace,
-        "span_id": span,
-        "service": service,
-        "side": side,
-        "model": model,
-        "node_name": node,
         "seq": stall.seq,
         "gap_us": min(stall.gap_us, 2**32 - 1),
         "server_gap_us": stall.server_gap_us,

@@ -7,7 +7,6 @@ SQL on the store, next to the ground truth of what was injected.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -20,8 +19,7 @@ from collector.service import Collector
 from ingest.summary import Summary, summarize
 from streamscope import env
 from streamscope._internal.recorder import Encoding, set_default_encoding
-from streamscope.errors import StreamscopeError
-from streamscope.workload.load import CLIENT_SERVICE, LoadReport, describe, run_load
+from streamscope.workload.load import CLIENT_SERVICE, LoadReport, describe, run_load, wait_until_stored
 from streamscope.workload.scenario import load_scenario, plan
 
 
@@ -60,7 +58,7 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> Summary:
                 ),
                 on_stream_done=lambda outcome: progress.advance(task),
             )
-        _wait_until_stored(collector, report.planned, since, config.store_timeout_s)
+        wait_until_stored(collector.query_client, report.planned, since, config.store_timeout_s)
         summary = summarize(collector.query_client, service=CLIENT_SERVICE, side="client", since=since, slo_us=stall_us)
         truth = collector.query_client.query(
             "SELECT cause, count() FROM ground_truth WHERE start_time >= {since:DateTime64(6)} "
@@ -76,20 +74,6 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> Summary:
         collector.stop()
     console.print(_table(summary, stall_us, config.encoding, report, truth, engine_events))
     return summary
-
-
-def _wait_until_stored(collector: Collector, expected: int, since: datetime, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    query = "SELECT count() FROM streams WHERE service = {service:String} AND start_time >= {since:DateTime64(6)}"
-    stored = 0
-    while time.monotonic() < deadline:
-        stored = collector.query_client.query(
-            query, parameters={"service": CLIENT_SERVICE, "since": since}
-        ).result_rows[0][0]
-        if stored >= expected:
-            return
-        time.sleep(0.2)
-    raise StreamscopeError(f"only {stored} of {expected} streams reached the store within {timeout_s:g} s")
 
 
 def _table(

@@ -11,8 +11,7 @@ from collector.service import Collector
 from ingest.attribution_job import AttributionJob
 from ingest.evaluation import STALL_CAUSES, Score, score
 from streamscope import env
-from streamscope.errors import StreamscopeError
-from streamscope.workload.load import CLIENT_SERVICE, run_load
+from streamscope.workload.load import run_load, wait_until_stored
 from streamscope.workload.scenario import Scenario, load_scenario, plan
 
 
@@ -24,19 +23,7 @@ def evaluate(scenario: Scenario, storage_dsn: str, settle_s: float = 2.0, timeou
     try:
         since = datetime.now(UTC)
         run_load(scenario, collector.http_url)
-        expected = len(plan(scenario))
-        deadline = time.monotonic() + timeout_s
-        query = collector.query_client.query
-        while (
-            query(
-                "SELECT count() FROM streams WHERE service = {s:String} AND start_time >= {since:DateTime64(6)}",
-                parameters={"s": CLIENT_SERVICE, "since": since},
-            ).result_rows[0][0]
-            < expected
-        ):
-            if time.monotonic() > deadline:
-                raise StreamscopeError("not every stream of the scenario reached the store")
-            time.sleep(0.2)
+        wait_until_stored(collector.query_client, len(plan(scenario)), since, timeout_s)
         time.sleep(settle_s)  # the last agent events and ground truth
         AttributionJob(collector.query_client, settle_s=0).run_once(until=datetime.now(UTC))
         return score(collector.query_client, since)

@@ -12,9 +12,11 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 import httpx
+from clickhouse_connect.driver.client import Client
 from opentelemetry.sdk.trace import TracerProvider
 
 from gpu_agent.agent import AgentConfig, GpuAgent
@@ -22,6 +24,7 @@ from streamscope._internal.httpx_client import astream_sse
 from streamscope._internal.serving import BackgroundServer
 from streamscope._internal.setup import setup
 from streamscope.engine.app import EngineNode
+from streamscope.errors import StreamscopeError
 from streamscope.proxy.app import create_app as create_proxy
 from streamscope.proxy.config import ProxyConfig
 from streamscope.workload.ground_truth import GroundTruthSink
@@ -194,3 +197,16 @@ def run_load(
 def describe(workload: RunningWorkload) -> dict[str, Any]:
     """Where the workload's parts listen, for people watching a run."""
     return {"engines": dict(workload.urls), "proxy": workload.proxy_url}
+
+
+def wait_until_stored(client: Client, expected: int, since: datetime, timeout_s: float) -> None:
+    """Block until ``expected`` client streams started since ``since`` are in the store (spans arrive batched)."""
+    deadline = time.monotonic() + timeout_s
+    query = "SELECT count() FROM streams WHERE service = {service:String} AND start_time >= {since:DateTime64(6)}"
+    stored = 0
+    while time.monotonic() < deadline:
+        stored = client.query(query, parameters={"service": CLIENT_SERVICE, "since": since}).result_rows[0][0]
+        if stored >= expected:
+            return
+        time.sleep(0.2)
+    raise StreamscopeError(f"only {stored} of {expected} streams reached the store within {timeout_s:g} s")
