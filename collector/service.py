@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import threading
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from ingest import migrations, sql, store
 from ingest.attribution_job import AttributionJob, PeriodicAttribution
 from ingest.group_commit import GroupCommitWriter
 from ingest.writer import ClickHouseWriter
-from streamscope._internal.serving import BackgroundServer
+from streamscope._internal.serving import BackgroundServer, stop_on_signals
 
 log = logging.getLogger(__name__)
 DISCOVERY_FILE = "collector.json"
@@ -108,15 +107,13 @@ class Collector:
 
     def serve_forever(self) -> None:
         """Start, then block until SIGINT or SIGTERM."""
-        stop = threading.Event()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, lambda *_: stop.set())
-        self.start()
-        log.info("collector listening: OTLP/HTTP %s, OTLP/gRPC %s", self.http_url, self.grpc_port or "off")
-        try:
-            stop.wait()
-        finally:
-            self.stop()
+        with stop_on_signals(threading.Event()) as stop:
+            self.start()
+            log.info("collector listening: OTLP/HTTP %s, OTLP/gRPC %s", self.http_url, self.grpc_port or "off")
+            try:
+                stop.wait()
+            finally:
+                self.stop()
 
     def _discovery_path(self) -> Path | None:
         return self.target.path / DISCOVERY_FILE if self.target.embedded and self.target.path else None

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import signal
 import threading
 from collections.abc import Callable
 
 from gpu_agent.agent import GpuAgent
 from gpu_agent.samples import Sample
+from streamscope._internal.serving import stop_on_signals
 
 
 def print_samples(samples: list[Sample], as_json: bool) -> None:
@@ -27,14 +27,11 @@ def print_samples(samples: list[Sample], as_json: bool) -> None:
 
 def run_agent(agent: GpuAgent, announce: Callable[[str], None], stop: threading.Event | None = None) -> None:
     """Start the agent and block until SIGINT/SIGTERM (or ``stop``), then stop it cleanly."""
-    stop = stop or threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, lambda *_: stop.set())
-    agent.start()
-    config = agent.config
-    announce(f"gpu agent for {config.node}: engine {config.engine_url or 'none'} -> {config.collector_url}")
-    try:
-        stop.wait()
-    finally:
-        agent.stop()
+    with stop_on_signals(stop or threading.Event()) as stop:
+        agent.start()
+        config = agent.config
+        announce(f"gpu agent for {config.node}: engine {config.engine_url or 'none'} -> {config.collector_url}")
+        try:
+            stop.wait()
+        finally:
+            agent.stop()

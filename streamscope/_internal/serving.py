@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import uvicorn
@@ -35,3 +38,21 @@ class BackgroundServer:
         if self._thread.is_alive():
             self._thread.join()
         self._socket.close()
+
+
+@contextmanager
+def stop_on_signals(stop: threading.Event) -> Iterator[threading.Event]:
+    """Inside the block, SIGINT and SIGTERM set ``stop``; the previous handlers come back after it.
+
+    Signal handlers can only be installed from the main thread; elsewhere (tests, embedding) ``stop`` alone ends
+    the wait.
+    """
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, lambda *_: stop.set())
+    try:
+        yield stop
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

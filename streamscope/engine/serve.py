@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from streamscope._internal.serving import BackgroundServer
+from streamscope._internal.serving import BackgroundServer, stop_on_signals
 from streamscope._internal.setup import setup
 from streamscope.engine.app import EngineNode, NodeConfig
 from streamscope.workload.truth_export import OtlpGroundTruthSink, ground_truth_logger
@@ -66,10 +65,8 @@ def serve_engines(
             node = EngineNode(config, sink=sink, tracer_provider=traces)
             servers.append(BackgroundServer(node.app, host, port + i, name=f"engine-{config.node}").start())
             announce(f"{config.node}: http://{host}:{port + i} ({config.flavor} metrics at /metrics)")
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(signum, lambda *_: stop.set())
-        stop.wait()
+        with stop_on_signals(stop):
+            stop.wait()
     finally:
         for server in servers:
             server.stop()

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from collections.abc import Callable
 
-from streamscope._internal.serving import BackgroundServer
+from streamscope._internal.serving import BackgroundServer, stop_on_signals
 from streamscope.proxy.app import create_app
 from streamscope.proxy.config import ProxyConfig
 from streamscope.workload.ground_truth import GroundTruthSink
@@ -43,25 +42,20 @@ def run_proxy(
     quiet = _QuietIntendedCuts()
     uvicorn_log = logging.getLogger("uvicorn.error")
     uvicorn_log.addFilter(quiet)
-    previous: dict[int, object] = {}
     try:
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                previous[signum] = signal.signal(signum, lambda *_: stop.set())
-        server.start()
-        log.info(
-            "proxy listening on %s:%d → %s (%d impairment rules)",
-            host,
-            server.port,
-            config.upstream,
-            len(config.impairments),
-        )
-        if on_ready is not None:
-            on_ready(server.port)
-        stop.wait()
+        with stop_on_signals(stop):
+            server.start()
+            log.info(
+                "proxy listening on %s:%d → %s (%d impairment rules)",
+                host,
+                server.port,
+                config.upstream,
+                len(config.impairments),
+            )
+            if on_ready is not None:
+                on_ready(server.port)
+            stop.wait()
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)  # type: ignore[arg-type]
         stopper = threading.Thread(target=server.stop, name="streamscope-proxy-stop", daemon=True)
         stopper.start()
         stopper.join(grace_s)
