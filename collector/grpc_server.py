@@ -12,6 +12,7 @@ from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
 from collector.pipeline import LOGS, METRICS, TRACES, ExportPipeline, Signal
+from ingest.request_log import Received
 from streamscope.errors import RetryableWriteError, WriteError
 
 log = logging.getLogger(__name__)
@@ -19,7 +20,8 @@ log = logging.getLogger(__name__)
 
 def _export(pipeline: ExportPipeline, tenant: str, signal: Signal, request: Message, context: grpc.ServicerContext):
     try:
-        return signal.response(pipeline.export(signal, request, tenant))
+        received = Received("grpc", "protobuf", "", request.ByteSize())
+        return signal.response(pipeline.export(signal, request, tenant, received))
     except RetryableWriteError as exc:
         context.abort(grpc.StatusCode.UNAVAILABLE, f"{exc}; retry later")
     except WriteError as exc:

@@ -22,6 +22,7 @@ from google.rpc.status_pb2 import Status
 from collector.config import CollectorConfig
 from collector.pipeline import SIGNALS, ExportPipeline, Signal
 from ingest.otlp_body import parse_json, parse_protobuf, to_json
+from ingest.request_log import Received
 from streamscope.errors import DecodeError, RetryableWriteError, StreamscopeError, WriteError
 
 PROTOBUF = "application/x-protobuf"
@@ -99,7 +100,8 @@ def _export_route(
             message = await run_in_threadpool(
                 _decode, body, encoding, media_type, config.max_request_bytes, signal.request_type
             )
-            result = await run_in_threadpool(pipeline.export, signal, message, config.tenant)
+            received = Received("http", media_type.rsplit("/", 1)[1].removeprefix("x-"), encoding, len(body))
+            result = await run_in_threadpool(pipeline.export, signal, message, config.tenant, received)
         except _Refused as exc:
             return _status(answer_type, exc.status, str(exc), exc.headers)
         except DecodeError as exc:

@@ -34,6 +34,7 @@ from ingest.decode import decode_traces
 from ingest.decode_logs import decode_logs
 from ingest.decode_metrics import decode_metrics
 from ingest.group_commit import GroupCommitWriter
+from ingest.request_log import Received, with_request_row
 from streamscope.errors import RetryableWriteError
 
 
@@ -111,9 +112,10 @@ class ExportPipeline:
         self._counts: Counter[str] = Counter()
         self._counts_lock = threading.Lock()
 
-    def export(self, signal: Signal, request: Message, tenant: str) -> ExportResult:
-        """Store the request's rows; returns once they are written. Raises WriteError."""
+    def export(self, signal: Signal, request: Message, tenant: str, received: Received) -> ExportResult:
+        """Store the request's rows and its ``ingest_requests`` row; returns once written. Raises WriteError."""
         batch = self._decoders[signal.name](request, tenant)
+        with_request_row(batch, tenant=tenant, signal=signal.name, received=received, message_bytes=request.ByteSize())
         try:
             self._writer.write(batch, timeout_s=self._write_timeout_s)
         except FutureTimeout:

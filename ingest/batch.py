@@ -23,7 +23,7 @@ class Rejection:
 @dataclass
 class DecodedBatch:
     blocks: dict[str, pa.Table] = field(default_factory=dict)
-    """Rows per table, in the order they must be written."""
+    """Rows per table (the writer orders the tables)."""
     ignored: int = 0
     """Items that were valid but not for us (spans that are not streams, logs of other events)."""
     rejected: list[Rejection] = field(default_factory=list)

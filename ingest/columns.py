@@ -59,6 +59,8 @@ STREAMS = pa.schema(
         ("cancel_offset_us", pa.uint64()),
         ("tokens_after_cancel", pa.uint32()),
         ("repetition_score", pa.float32()),
+        ("last_content_us", pa.uint64()),
+        ("head_tokens", pa.uint32()),
         ("attributes", _ATTRS),
         ("resource_attributes", _ATTRS),
     ]
@@ -176,7 +178,23 @@ STREAM_QUALITY = pa.schema(
     ]
 )
 
-TABLES: dict[str, pa.Schema] = {
+INGEST_REQUESTS = pa.schema(
+    [
+        ("tenant", _LC),
+        ("time", pa.timestamp("ms", tz="UTC")),
+        ("signal", _LC),
+        ("transport", _LC),
+        ("content_type", _LC),
+        ("content_encoding", _LC),
+        ("received_bytes", pa.uint64()),
+        ("message_bytes", pa.uint64()),
+        ("rejected", pa.uint32()),
+        ("ignored", pa.uint32()),
+        ("rows", pa.map_(pa.string(), pa.uint64())),
+    ]
+)
+
+TABLES: dict[str, pa.Schema] = {  # in write order (ingest/writer.py)
     "chunks": CHUNKS,
     "streams": STREAMS,
     "ground_truth": GROUND_TRUTH,
@@ -184,4 +202,5 @@ TABLES: dict[str, pa.Schema] = {
     "engine_events": ENGINE_EVENTS,
     "stalls": STALLS,
     "stream_quality": STREAM_QUALITY,
+    "ingest_requests": INGEST_REQUESTS,
 }

@@ -270,6 +270,8 @@ def _blocks(streams: list[_Stream], stall_threshold_us: int) -> tuple[pa.Table, 
         "jitter_ratio": _masked(stats.jitter_ratio, pa.float32()),
         "stall_count": pa.array(stats.stall_count),
         "stall_threshold_us": pa.array(np.full(len(streams), stall_threshold_us, dtype=np.uint32)),
+        "last_content_us": _masked(stats.last_content_us, pa.uint64()),
+        "head_tokens": pa.array(stats.head_tokens),
     }
     stream_columns = []
     for name in columns.STREAMS.names:

@@ -17,6 +17,8 @@ import numpy as np
 from ingest.columns import KIND_ASIDE, KIND_CONTENT, KIND_FIRST, KIND_LEAD
 
 QUANTILES = (0.5, 0.95, 0.99)
+HEAD_WINDOW_US = 200_000
+"""The head of a stream: content arriving within this long of the first content chunk (burst-at-head)."""
 _U32_MAX = np.iinfo(np.uint32).max
 
 
@@ -40,6 +42,9 @@ class StreamStats:
     wire_bytes: np.ndarray
     first_chunk_us: np.ma.MaskedArray
     ttft_us: np.ma.MaskedArray
+    last_content_us: np.ma.MaskedArray
+    head_tokens: np.ndarray
+    """Tokens in content chunks that arrived within HEAD_WINDOW_US of the first one (the first included)."""
     gap_quantiles_us: dict[float, np.ma.MaskedArray]
     gap_max_us: np.ma.MaskedArray
     jitter_ratio: np.ma.MaskedArray
@@ -95,8 +100,16 @@ def stream_stats(
         out[stream[idx][::-1]] = offsets[idx][::-1]
         return out
 
+    def last_where(mask: np.ndarray) -> np.ma.MaskedArray:
+        out = np.ma.masked_all(n, dtype=np.int64)
+        idx = np.flatnonzero(mask)
+        out[stream[idx]] = offsets[idx]  # in-order assignment keeps the last occurrence
+        return out
+
+    has_content = content_bytes > 0
     first_chunk = first_where(np.ones(stream.size, dtype=bool))
     ttft = first_where(timeline.kind == KIND_FIRST)
+    in_head = has_content & (offsets <= np.ma.getdata(ttft)[stream] + HEAD_WINDOW_US)
 
     itl_mask = timeline.kind == KIND_CONTENT
     itl_stream = stream[itl_mask]
@@ -118,12 +131,14 @@ def stream_stats(
     jitter = np.ma.masked_where(np.ma.getmaskarray(p50) | (p50.filled(0) == 0), quantiles[0.99] / np.ma.maximum(p50, 1))
     stalls = np.bincount(itl_stream[itl_gap > stall_threshold_us], minlength=n)
     return StreamStats(
-        content_chunks=np.bincount(stream, weights=content_bytes > 0, minlength=n).astype(np.uint32),
+        content_chunks=np.bincount(stream, weights=has_content, minlength=n).astype(np.uint32),
         tokens=per_stream_sum(tokens),
         content_bytes=per_stream_sum(content_bytes),
         wire_bytes=per_stream_sum(wire_bytes),
         first_chunk_us=first_chunk,
         ttft_us=ttft,
+        last_content_us=last_where(has_content),
+        head_tokens=np.bincount(stream, weights=np.where(in_head, tokens, 0), minlength=n).astype(np.uint32),
         gap_quantiles_us=quantiles,
         gap_max_us=gap_max,
         jitter_ratio=jitter.astype(np.float32),

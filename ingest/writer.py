@@ -38,11 +38,14 @@ class ClickHouseWriter:
                     )
 
     def write(self, batch: DecodedBatch) -> None:
-        """Insert the batch's rows, table by table in the batch's order; raises WriteError or RetryableWriteError.
+        """Insert the batch's rows, one table at a time in ``columns.TABLES`` order; raises WriteError or
+        RetryableWriteError.
 
-        Trace batches put chunks before streams: a stream row is the marker that its chunks are complete.
+        Chunks go before streams (a stream row is the marker that its chunks are complete) and the request log
+        goes last (a logged request's rows are all in), whatever order merged batches listed them in.
         """
         with store.translated_errors():
-            for table, block in batch.blocks.items():
-                if block.num_rows:
+            for table in columns.TABLES:
+                block = batch.blocks.get(table)
+                if block is not None and block.num_rows:
                     self._client.insert_arrow(table, block)

@@ -102,6 +102,28 @@ def test_gaps_read_back_equal_to_what_the_client_recorded(collector, transport):
     ).result_rows
     assert [o for (o,) in timeline] == offsets
 
+    # the request log: one traces request, its transport and encoding, the rows it wrote
+    logged = client.query(
+        "SELECT signal, transport, content_type, received_bytes, message_bytes, rows['chunks'], rows['streams'] "
+        "FROM ingest_requests"
+    ).result_rows
+    assert logged == [
+        (
+            "traces",
+            transport.split("-")[0],
+            "json" if transport == "http-json" else "protobuf",
+            logged[0][3],
+            logged[0][4],
+            len(chunks),
+            1,
+        )
+    ]
+    received, message = logged[0][3:5]
+    if transport == "http-json":
+        assert received > message > 0  # JSON spells out what protobuf packs
+    else:
+        assert received == message > 0  # protobuf, not compressed: the body is the message
+
 
 def test_per_stream_statistics_are_reproducible_in_sql(collector):
     provider, _ = provider_for(collector, "http-protobuf", "stats")
@@ -118,8 +140,16 @@ def test_per_stream_statistics_are_reproducible_in_sql(collector):
                    quantileExact(0.99)(gap_us) AS p99, max(gap_us) AS mx, countIf(gap_us > 400000) AS stalls
             FROM chunks WHERE kind = 'content' GROUP BY span_id
         ) AS c ON c.span_id = s.span_id
+        INNER JOIN (
+            SELECT span_id, max(offset_us) AS last_content, sumIf(tokens, offset_us <= first + 200000) AS head
+            FROM (
+                SELECT span_id, offset_us, tokens, min(offset_us) OVER (PARTITION BY span_id) AS first
+                FROM chunk_timeline WHERE kind IN ('first', 'content')
+            ) GROUP BY span_id
+        ) AS t ON t.span_id = s.span_id
         WHERE NOT (s.gap_p50_us = c.p50 AND s.gap_p95_us = c.p95 AND s.gap_p99_us = c.p99
-                   AND s.gap_max_us = c.mx AND s.stall_count = c.stalls)
+                   AND s.gap_max_us = c.mx AND s.stall_count = c.stalls
+                   AND s.last_content_us = t.last_content AND s.head_tokens = t.head)
         """
     ).result_rows[0][0]
     assert collector.query_client.query("SELECT count() FROM streams").result_rows[0][0] == 5

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ingest.columns import CHUNK_KINDS
-from ingest.timeline import build_timeline, stream_stats
+from ingest.timeline import HEAD_WINDOW_US, build_timeline, stream_stats
 
 chunk = st.tuples(st.integers(0, 2_000_000), st.integers(0, 3))  # (wait µs, content bytes)
 stream = st.lists(chunk, max_size=40)
@@ -32,7 +32,10 @@ def reference(chunks: list[tuple[int, int]], threshold: int):
         return ordered[min(int(level * len(ordered)), len(ordered) - 1)] if ordered else None
 
     ttft = next((o for o, (_, s) in zip(offsets, chunks) if s), None)
+    content_offsets = [o for o, (_, s) in zip(offsets, chunks) if s]
     stats = {
+        "last_content": content_offsets[-1] if content_offsets else None,
+        "head_tokens": sum(1 for o in content_offsets if o <= ttft + HEAD_WINDOW_US),
         "p50": q(0.5),
         "p95": q(0.95),
         "p99": q(0.99),
@@ -68,3 +71,5 @@ def test_vectorised_timeline_equals_reference(streams, threshold):
         assert value(stats.ttft_us, i) == expected["ttft"]
         assert int(stats.stall_count[i]) == expected["stalls"]
         assert int(stats.content_chunks[i]) == expected["content"]
+        assert value(stats.last_content_us, i) == expected["last_content"]
+        assert int(stats.head_tokens[i]) == expected["head_tokens"]

@@ -1,0 +1,49 @@
+"""The ``ingest_requests`` row of one export request: what arrived, how big, and what it wrote.
+
+It rides in the request's own batch, written after its data, so the log never counts a request whose rows
+are missing, and OTLP bytes per chunk is one query over the store.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from ingest import columns
+from ingest.batch import DecodedBatch
+
+TABLE = "ingest_requests"
+
+
+@dataclass(frozen=True)
+class Received:
+    """How an export request arrived."""
+
+    transport: str
+    """``http`` or ``grpc``."""
+    content_type: str
+    """``protobuf`` or ``json``."""
+    content_encoding: str
+    """``gzip`` or ``identity``; empty where the transport decompressed it before us (gRPC)."""
+    size: int
+    """Body bytes as received (compressed, if it was)."""
+
+
+def with_request_row(batch: DecodedBatch, *, tenant: str, signal: str, received: Received, message_bytes: int) -> None:
+    """Append the request's log row to ``batch`` as its last block."""
+    row = {
+        "tenant": tenant,
+        "time": time.time_ns() // 1_000_000,
+        "signal": signal,
+        "transport": received.transport,
+        "content_type": received.content_type,
+        "content_encoding": received.content_encoding,
+        "received_bytes": received.size,
+        "message_bytes": message_bytes,
+        "rejected": len(batch.rejected),
+        "ignored": batch.ignored,
+        "rows": [(table, block.num_rows) for table, block in batch.blocks.items()],
+    }
+    batch.blocks[TABLE] = pa.Table.from_pylist([row], schema=columns.INGEST_REQUESTS)
