@@ -5,39 +5,22 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
-from opentelemetry.proto.resource.v1.resource_pb2 import Resource
-from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
-from ingest.decode import decode_traces
 from ingest.summary import summarize
-from ingest.writer import ClickHouseWriter
 from streamscope import semconv as sc
-
-T0 = 1_800_000_000_000_000_000
-
-
-def ints(values: list[int]) -> AnyValue:
-    return AnyValue(array_value=ArrayValue(values=[AnyValue(int_value=v) for v in values]))
+from tests.otlp_build import T0, store_spans, stream_span
 
 
-def stream(n: int, offsets_ms: list[int], tokens: list[int], wire: list[int], outcome: str) -> Span:
-    content = [0 if t == 0 else 4 * t for t in tokens]
-    return Span(
-        trace_id=bytes([n]) * 16,
-        span_id=bytes([n]) * 8,
-        name="chat",
-        start_time_unix_nano=T0 + n,
-        end_time_unix_nano=T0 + n + 10**10,
-        attributes=[
-            KeyValue(key=sc.STREAMSCOPE_SIDE, value=AnyValue(string_value="client")),
-            KeyValue(key=sc.STREAMSCOPE_OUTCOME, value=AnyValue(string_value=outcome)),
-            KeyValue(key=sc.STREAMSCOPE_CHUNKS_OFFSET_US, value=ints([o * 1000 for o in offsets_ms])),
-            KeyValue(key=sc.STREAMSCOPE_CHUNKS_TOKENS, value=ints(tokens)),
-            KeyValue(key=sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES, value=ints(content)),
-            KeyValue(key=sc.STREAMSCOPE_CHUNKS_WIRE_BYTES, value=ints(wire)),
-        ],
+def stream(n: int, offsets_ms: list[int], tokens: list[int], wire: list[int], outcome: str):
+    return stream_span(
+        n,
+        n,
+        side="client",
+        offsets_ms=offsets_ms,
+        tokens=tokens,
+        wire_bytes=wire,
+        start_ns=T0 + n,
+        attributes={sc.STREAMSCOPE_OUTCOME: outcome},
     )
 
 
@@ -50,15 +33,7 @@ def test_fleet_summary_by_hand(store_client):
         # cancelled: first content at 300 ms, then 30 ms
         stream(3, [300, 330], [3, 1], [70, 70], "cancelled"),
     ]
-    request = ExportTraceServiceRequest(
-        resource_spans=[
-            ResourceSpans(
-                resource=Resource(attributes=[KeyValue(key="service.name", value=AnyValue(string_value="app"))]),
-                scope_spans=[ScopeSpans(spans=spans)],
-            )
-        ]
-    )
-    ClickHouseWriter(store_client).write(decode_traces(request, tenant="t", stall_threshold_us=400_000))
+    store_spans(store_client, spans)
     since = datetime.fromtimestamp(T0 / 1e9 - 1, UTC)
     summary = summarize(store_client, service="app", side="client", since=since, slo_us=400_000)
     assert summary.streams == 3

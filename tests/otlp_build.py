@@ -1,0 +1,74 @@
+"""Hand-built stream spans for known-answer tests, written through the real decoder and writer."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+
+from ingest.decode import decode_traces
+from ingest.writer import ClickHouseWriter
+from streamscope import semconv as sc
+
+T0 = 1_800_000_000_000_000_000  # ns: a fixed start, far from the partitions other tests write
+
+
+def any_value(value: str | int | float | bool | Sequence[int]) -> AnyValue:
+    if isinstance(value, bool):
+        return AnyValue(bool_value=value)
+    if isinstance(value, int):
+        return AnyValue(int_value=value)
+    if isinstance(value, float):
+        return AnyValue(double_value=value)
+    if isinstance(value, str):
+        return AnyValue(string_value=value)
+    return AnyValue(array_value=ArrayValue(values=[AnyValue(int_value=v) for v in value]))
+
+
+def stream_span(
+    trace: int,
+    span: int,
+    *,
+    side: str,
+    offsets_ms: Sequence[float],
+    tokens: Sequence[int],
+    content_bytes: Sequence[int] | None = None,
+    wire_bytes: Sequence[int] | None = None,
+    start_ns: int = T0,
+    attributes: dict[str, str | int | float | bool] | None = None,
+) -> Span:
+    """A packed stream span; content bytes default to 4 per token, wire bytes to 0 (unknown)."""
+    content = list(content_bytes) if content_bytes is not None else [4 * t for t in tokens]
+    values: dict[str, str | int | float | bool | Sequence[int]] = {
+        sc.STREAMSCOPE_SIDE: side,
+        sc.STREAMSCOPE_CHUNKS_OFFSET_US: [round(o * 1000) for o in offsets_ms],
+        sc.STREAMSCOPE_CHUNKS_TOKENS: list(tokens),
+        sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES: content,
+        sc.STREAMSCOPE_CHUNKS_WIRE_BYTES: list(wire_bytes) if wire_bytes is not None else [0] * len(content),
+        **(attributes or {}),
+    }
+    end_ns = start_ns + round((offsets_ms[-1] if offsets_ms else 0) * 1e6) + 1_000_000
+    return Span(
+        trace_id=trace.to_bytes(16, "big"),
+        span_id=span.to_bytes(8, "big"),
+        name="chat",
+        start_time_unix_nano=start_ns,
+        end_time_unix_nano=end_ns,
+        attributes=[KeyValue(key=k, value=any_value(v)) for k, v in values.items()],
+    )
+
+
+def trace_request(spans: Sequence[Span], service: str = "app") -> ExportTraceServiceRequest:
+    resource = Resource(attributes=[KeyValue(key="service.name", value=any_value(service))])
+    return ExportTraceServiceRequest(
+        resource_spans=[ResourceSpans(resource=resource, scope_spans=[ScopeSpans(spans=list(spans))])]
+    )
+
+
+def store_spans(client, spans: Sequence[Span], service: str = "app", stall_threshold_us: int = 400_000) -> None:
+    batch = decode_traces(trace_request(spans, service), tenant="t", stall_threshold_us=stall_threshold_us)
+    assert not batch.rejected, batch.rejection_message("span")
+    ClickHouseWriter(client).write(batch)
