@@ -1,19 +1,25 @@
 """Read-only SQL on the store, answered as ClickHouse's own JSONCompact document.
 
-One function serves both ways `streamscope sql` reaches the store: directly, and through a running
-collector's /api/v1/sql (the only way while the collector owns the embedded engine's directory).
+One function serves every way a command reads the store: directly, and through a running collector's
+/api/v1/sql (the only way while the collector owns the embedded engine's directory).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
 from ingest import store
 
-READ_ONLY = {"max_execution_time": 60, "readonly": 1}  # the limit first: readonly=1 then freezes settings
+READ_ONLY = {
+    "max_execution_time": 60,
+    "output_format_json_quote_64bit_integers": 0,  # numbers stay numbers for every reader
+    "readonly": 1,  # last: readonly=1 then freezes the settings above
+}
 
 
 def query_json(client: Client, sql: str) -> bytes:
@@ -22,7 +28,41 @@ def query_json(client: Client, sql: str) -> bytes:
         return client.raw_query(sql, fmt="JSONCompact", settings=READ_ONLY)
 
 
-def parse_result(document: bytes) -> tuple[list[str], list[list[Any]]]:
-    """Column names and rows of a JSONCompact answer."""
+@dataclass(frozen=True)
+class QueryResult:
+    names: list[str]
+    types: list[str]
+    """ClickHouse type of each column, e.g. ``Nullable(Float64)``."""
+    rows: list[list[Any]]
+
+    def column(self, name: str) -> list[Any]:
+        index = self.names.index(name)
+        return [row[index] for row in self.rows]
+
+    def typed_rows(self) -> list[list[Any]]:
+        """Rows with DateTime columns as aware datetimes (JSON carries them as UTC text)."""
+        times = [i for i, t in enumerate(self.types) if _base_type(t).startswith("DateTime")]
+        if not times:
+            return self.rows
+        out = []
+        for row in self.rows:
+            row = list(row)
+            for i in times:
+                if row[i] is not None:
+                    row[i] = datetime.fromisoformat(row[i]).replace(tzinfo=UTC)
+            out.append(row)
+        return out
+
+
+def _base_type(clickhouse_type: str) -> str:
+    for wrapper in ("Nullable(", "LowCardinality("):
+        while clickhouse_type.startswith(wrapper):
+            clickhouse_type = clickhouse_type[len(wrapper) : -1]
+    return clickhouse_type
+
+
+def parse_result(document: bytes) -> QueryResult:
+    """Column names, types and rows of a JSONCompact answer."""
     parsed = json.loads(document)
-    return [column["name"] for column in parsed["meta"]], parsed["data"]
+    meta = parsed["meta"]
+    return QueryResult([c["name"] for c in meta], [c["type"] for c in meta], parsed["data"])

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 try:
@@ -50,6 +52,14 @@ def _cli() -> click.Group:
         default=None,
         metavar="DSN",
         help="chdb:///abs/path (embedded, default under ~/.local/share/streamscope) or clickhouse://user:pass@host:8123/db.",
+    )
+
+    collector_url_option = click.option(
+        "--collector-url",
+        envvar=env.STREAMSCOPE_COLLECTOR_URL,
+        default=None,
+        metavar="URL",
+        help="Query through this collector instead of opening the store.",
     )
 
     @click.group(
@@ -125,13 +135,7 @@ def _cli() -> click.Group:
     @cli.command()
     @click.argument("query")
     @storage_option
-    @click.option(
-        "--collector-url",
-        envvar=env.STREAMSCOPE_COLLECTOR_URL,
-        default=None,
-        metavar="URL",
-        help="Query through this collector instead of opening the store.",
-    )
+    @collector_url_option
     @click.option("--format", "output", type=click.Choice(["table", "json", "tsv"]), default="table", show_default=True)
     @_fail_plainly
     def sql(query: str, storage_dsn: str | None, collector_url: str | None, output: str) -> None:
@@ -143,9 +147,10 @@ def _cli() -> click.Group:
         Example:
           streamscope sql "SELECT service, quantileExact(0.99)(gap_p99_us) FROM streams GROUP BY service"
         """
-        from streamscope._internal.sql_command import print_result, run_query
+        from streamscope._internal.sql_command import opened_store, print_result
 
-        print_result(run_query(query, storage_dsn or env.default_storage_dsn(), collector_url), output)
+        with opened_store(storage_dsn or env.default_storage_dsn(), collector_url) as run:
+            print_result(run(query), output)
 
     @cli.command()
     @storage_option
@@ -340,6 +345,61 @@ def _cli() -> click.Group:
         from streamscope.workload.evaluate import evaluate_named, render
 
         click.echo(render(scenario, evaluate_named(scenario, storage_dsn, streams)))
+
+    @cli.command()
+    @storage_option
+    @collector_url_option
+    @click.option("--since", default="1h", show_default=True, help="How far back: 30s, 15m, 2h, 7d.")
+    @click.option("--from", "start", type=click.DateTime(), default=None, help="Range start (UTC); overrides --since.")
+    @click.option("--to", "end", type=click.DateTime(), default=None, help="Range end (UTC); default now.")
+    @click.option(
+        "--html",
+        "html_path",
+        type=click.Path(dir_okay=False, writable=True, path_type=Path),
+        default=Path("streamscope-report.html"),
+        show_default=True,
+        help="Where to write the HTML report with the charts.",
+    )
+    @_fail_plainly
+    def report(
+        storage_dsn: str | None,
+        collector_url: str | None,
+        since: str,
+        start: datetime | None,
+        end: datetime | None,
+        html_path: Path,
+    ) -> None:
+        """Print stream health for a time range and write an HTML report with charts.
+
+        The same panels as the Grafana dashboards: ITL heatmap, per-stream p99 histogram, stalls by cause,
+        tokens per chunk, attribution, stream shape, model texture, quality indices, chunk economics,
+        chunking changes, cancellation tax, and one stalled stream drawn client against server.
+
+        \b
+        Example:
+          streamscope report --since 15m --html /tmp/report.html
+        """
+        from rich.console import Console
+
+        from dashboards.report import build_report, parse_duration
+        from dashboards.report_html import write_html
+        from dashboards.report_terminal import print_report
+        from streamscope._internal.sql_command import opened_store
+
+        end = end.replace(tzinfo=UTC) if end else datetime.now(UTC)
+        if start is None:
+            try:
+                start = end - parse_duration(since)
+            except ValueError as exc:
+                raise click.BadParameter(str(exc), param_hint="--since") from None
+        start = start.replace(tzinfo=UTC)
+        if start >= end:
+            raise click.BadParameter("the range must start before it ends", param_hint="--from/--to")
+        with opened_store(storage_dsn or env.default_storage_dsn(), collector_url) as run:
+            built = build_report(run, start, end, env.stall_threshold_us())
+        print_report(built, Console())
+        write_html(built, html_path)
+        click.echo(f"HTML report: {html_path.resolve()}")
 
     @cli.command("gpu-agent")
     @click.option("--node", required=True, help="This node's name, as the engine's server spans carry it.")

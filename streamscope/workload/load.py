@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -20,6 +20,7 @@ from clickhouse_connect.driver.client import Client
 from opentelemetry.sdk.trace import TracerProvider
 
 from gpu_agent.agent import AgentConfig, GpuAgent
+from ingest.attribution_job import AttributionJob
 from streamscope._internal.httpx_client import astream_sse
 from streamscope._internal.serving import BackgroundServer
 from streamscope._internal.setup import setup
@@ -210,3 +211,13 @@ def wait_until_stored(client: Client, expected: int, since: datetime, timeout_s:
             return
         time.sleep(0.2)
     raise StreamscopeError(f"only {stored} of {expected} streams reached the store within {timeout_s:g} s")
+
+
+def attribute_settled(client: Client, settle_s: float = 2.0) -> int:
+    """Once a run is stored: wait ``settle_s`` for the agents' last events, then attribute every stream now.
+
+    Runs that end (demo, eval) do this instead of the collector's periodic job, which holds streams back
+    until they settle and would race this pass for the watermark. Returns the stalls written.
+    """
+    time.sleep(settle_s)
+    return AttributionJob(client, settle_s=0).run_once(until=datetime.now(UTC))

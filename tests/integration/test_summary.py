@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ingest.summary import summarize
+from dashboards.fleet import summarize
+from dashboards.macros import QueryContext
+from ingest import sql
 from streamscope import semconv as sc
 from tests.otlp_build import T0, store_spans, stream_span
 
@@ -35,7 +37,8 @@ def test_fleet_summary_by_hand(store_client):
     ]
     store_spans(store_client, spans)
     since = datetime.fromtimestamp(T0 / 1e9 - 1, UTC)
-    summary = summarize(store_client, service="app", side="client", since=since, slo_us=400_000)
+    ctx = QueryContext(since, since + timedelta(minutes=1), timedelta(seconds=10))
+    summary = summarize(lambda q: sql.parse_result(sql.query_json(store_client, q)), ctx, slo_us=400_000)
     assert summary.streams == 3
     assert summary.itl_goodput == pytest.approx(2 / 3)  # stream 2's 500 ms gap breaks the SLO
     assert (summary.ttft_p50_ms, summary.ttft_p95_ms) == (200.0, 300.0)  # quantileExact of 100, 200, 300

@@ -1,16 +1,18 @@
-"""Fleet summary of stream quality over a time window: the numbers `streamscope demo` prints.
+"""The fleet's headline numbers over a time range: what `streamscope demo` prints and the report opens with.
 
-Every figure is one SQL query over ``streams`` and ``chunks``, so it can be reproduced by hand.
+Each figure is one SQL query over ``streams`` or ``chunks`` (client side), written with the plugin's
+macros like every panel, so it can be reproduced by hand or in Grafana.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 
-from clickhouse_connect.driver.client import Client
+from dashboards.macros import QueryContext, expand
+from ingest.sql import QueryResult
 
-from ingest import store
+Query = Callable[[str], QueryResult]
 
 STREAMS_SQL = """
 SELECT
@@ -18,24 +20,22 @@ SELECT
     quantileExact(0.5)(ttft_us) AS ttft_p50_us,
     quantileExact(0.95)(ttft_us) AS ttft_p95_us,
     quantileExact(0.99)(gap_p99_us) AS p99_of_p99_us,
-    countIf(ifNull(gap_max_us, 0) <= {slo_us:UInt32}) / count() AS itl_goodput,
+    countIf(ifNull(gap_max_us, 0) <= {slo_us}) / count() AS itl_goodput,
     quantileExact(0.5)(ttft_us - ttfb_us) AS first_byte_lead_us,
     sum(tokens) / greatest(sum(content_chunks), 1) AS tokens_per_chunk,
     sum(wire_bytes) / greatest(sum(content_bytes), 1) AS wire_per_content_byte,
     countIf(outcome IN ('cancelled', 'disconnected')) / count() AS cancel_rate
 FROM streams
-WHERE service = {service:String} AND side = {side:String} AND start_time >= {since:DateTime64(6)}
+WHERE $__timeFilter(start_time) AND side = 'client'
 """
 
 GAPS_SQL = """
 SELECT
-    count() AS gaps,
     quantileExact(0.5)(gap_us) AS gap_p50_us,
     quantileExact(0.95)(gap_us) AS gap_p95_us,
     quantileExact(0.99)(gap_us) AS gap_p99_us
 FROM chunks
-WHERE service = {service:String} AND side = {side:String} AND start_time >= {since:DateTime64(6)}
-  AND kind = 'content'
+WHERE $__timeFilter(start_time) AND side = 'client' AND kind = 'content'
 """
 
 STORED_BYTES_SQL = """
@@ -43,6 +43,7 @@ SELECT sum(data_compressed_bytes) / greatest(sum(rows), 1)
 FROM system.parts
 WHERE database = currentDatabase() AND table = 'chunks' AND active
 """
+"""Bytes on disk per stored chunk, over the whole table (parts do not split by time)."""
 
 
 @dataclass(frozen=True)
@@ -64,15 +65,30 @@ class Summary:
     cancel_rate: float
     stored_bytes_per_chunk: float
 
+    def rows(self, slo_us: int) -> list[tuple[str, str]]:
+        """(metric, value) lines, as the demo and the report print them."""
+        return [
+            ("streams", f"{self.streams}"),
+            ("TTFT p50 / p95", f"{self.ttft_p50_ms:.0f} ms / {self.ttft_p95_ms:.0f} ms"),
+            ("gap p50 / p95 / p99", f"{self.gap_p50_ms:.1f} / {self.gap_p95_ms:.1f} / {self.gap_p99_ms:.1f} ms"),
+            ("p99 across streams of per-stream p99", f"{self.p99_of_p99_ms:.0f} ms"),
+            (f"ITL goodput (every gap within {slo_us / 1000:.0f} ms)", f"{self.itl_goodput:.1%}"),
+            ("first byte to first content, median", f"{self.first_byte_lead_ms:.1f} ms"),
+            (
+                "tokens per chunk / wire bytes per content byte",
+                f"{self.tokens_per_chunk:.2f} / {self.wire_per_content_byte:.1f}",
+            ),
+            ("cancelled or disconnected", f"{self.cancel_rate:.1%}"),
+            ("stored bytes per chunk", f"{self.stored_bytes_per_chunk:.2f}"),
+        ]
 
-def summarize(client: Client, *, service: str, side: str, since: datetime, slo_us: int) -> Summary:
-    params = {"service": service, "side": side, "since": since, "slo_us": slo_us}
-    with store.translated_errors():
-        (streams, ttft50, ttft95, p99p99, goodput, lead, per_chunk, envelope, cancels) = client.query(
-            STREAMS_SQL, parameters=params
-        ).result_rows[0]
-        _, gap50, gap95, gap99 = client.query(GAPS_SQL, parameters=params).result_rows[0]
-        (stored,) = client.query(STORED_BYTES_SQL).result_rows[0]
+
+def summarize(run: Query, ctx: QueryContext, slo_us: int) -> Summary:
+    streams, ttft50, ttft95, p99p99, goodput, lead, per_chunk, envelope, cancels = run(
+        expand(STREAMS_SQL.replace("{slo_us}", str(int(slo_us))), ctx)
+    ).rows[0]
+    gap50, gap95, gap99 = run(expand(GAPS_SQL, ctx)).rows[0]
+    (stored,) = run(STORED_BYTES_SQL).rows[0]
 
     def ms(value: float | None) -> float:
         return float(value or 0) / 1000

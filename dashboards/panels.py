@@ -1,0 +1,300 @@
+"""The stream-health panels, defined once: Grafana dashboards are generated from them and the local report
+runs them. Each panel is SQL in the ClickHouse plugin's dialect (backend macros only, so the same text also
+works in alert rules) over the tables and views in schema/migrations.
+
+Client-side chunks are the ones measured: the inter-token latency the application received. Chunks carry
+their stream's start time, so "over time" buckets chunks by when their stream started.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from dashboards.fleet import STORED_BYTES_SQL
+
+PanelKind = Literal["heatmap", "histogram", "timeseries", "table", "timeline"]
+
+ITL_BUCKETS_MS = (10, 25, 50, 100, 200, 400, 800, 1600, 3200)
+"""Upper bounds of the ITL heatmap's rows; one more row holds everything slower."""
+OVERFLOW_BUCKET = "+Inf"
+CHANGE_FACTOR = 2
+"""Tokens per chunk moving by this factor between two intervals is a chunking change (4 → 1 is 4×)."""
+CHANGE_MIN_CHUNKS = 50
+"""Chunks needed on both sides of a change, so a quiet interval's noise is not reported."""
+
+
+@dataclass(frozen=True)
+class Panel:
+    key: str
+    """Stable identifier: the report's anchor and the Grafana panel's identity."""
+    title: str
+    description: str
+    kind: PanelKind
+    sql: str
+    unit: str = ""
+    """Grafana unit of the values (ms, percentunit, short, bytes ...)."""
+    variables: tuple[str, ...] = ()
+    """Dashboard variables the SQL needs (``${name}``), e.g. the trace of a drilldown."""
+    stacked: bool = False
+    """A time series drawn as stacked bars (counts that add up), not lines."""
+
+    def bind(self, **values: str) -> str:
+        """The SQL with its variables filled in. Values must be plain identifiers (hex ids, names)."""
+        missing = set(self.variables) - values.keys()
+        if missing:
+            raise ValueError(f"panel {self.key} needs {', '.join(sorted(missing))}")
+        sql = self.sql
+        for name in self.variables:
+            if not re.fullmatch(r"[A-Za-z0-9_.:-]*", values[name]):
+                raise ValueError(f"{name}: {values[name]!r} is not a plain identifier")
+            sql = sql.replace(f"${{{name}}}", values[name])
+        return sql
+
+
+def _itl_bucket_columns() -> str:
+    columns, lower = [], 0
+    for upper in ITL_BUCKETS_MS:
+        columns.append(f'countIf(gap_us > {lower * 1000} AND gap_us <= {upper * 1000}) AS "{upper}"')
+        lower = upper
+    columns.append(f'countIf(gap_us > {lower * 1000}) AS "{OVERFLOW_BUCKET}"')
+    return ",\n    ".join(columns)
+
+
+CLIENT_CONTENT_CHUNKS = "$__timeFilter(start_time) AND side = 'client' AND kind IN ('first', 'content')"
+
+ITL_HEATMAP = Panel(
+    "itl_heatmap",
+    "Inter-token latency over time",
+    "Client-side gaps between content chunks, counted per latency bucket (upper bound in ms) per interval.",
+    "heatmap",
+    f"""SELECT
+    $__timeInterval(start_time) AS time,
+    {_itl_bucket_columns()}
+FROM chunks
+WHERE $__timeFilter(start_time) AND side = 'client' AND kind = 'content'
+GROUP BY time
+ORDER BY time""",
+    unit="ms",
+)
+
+STREAM_P99_HISTOGRAM = Panel(
+    "stream_p99_histogram",
+    "Per-stream p99 inter-token latency",
+    "Each client stream's own 99th-percentile gap: the tail that averages hide.",
+    "histogram",
+    """SELECT gap_p99_us / 1000 AS p99_ms
+FROM streams
+WHERE $__timeFilter(start_time) AND side = 'client' AND gap_p99_us IS NOT NULL""",
+    unit="ms",
+)
+
+STALLS_BY_CAUSE = Panel(
+    "stalls_by_cause",
+    "Stalls by cause",
+    "Client stalls per interval, by the cause attribution gave them.",
+    "timeseries",
+    """SELECT $__timeInterval(start_time) AS time, cause, count() AS stalls
+FROM stalls
+WHERE $__timeFilter(start_time)
+GROUP BY time, cause
+ORDER BY time, cause""",
+    unit="short",
+    stacked=True,
+)
+
+TOKENS_PER_CHUNK = Panel(
+    "tokens_per_chunk",
+    "Tokens per chunk",
+    "Median tokens per content chunk, by provider and model: fewer per chunk costs more envelopes and spans.",
+    "timeseries",
+    f"""SELECT $__timeInterval(start_time) AS time, concat(provider, ' ', model) AS series,
+    quantileExact(0.5)(tokens) AS tokens_per_chunk
+FROM chunks
+WHERE {CLIENT_CONTENT_CHUNKS}
+GROUP BY time, series
+ORDER BY time, series""",
+    unit="short",
+)
+
+CHUNKING_CHANGES = Panel(
+    "chunking_changes",
+    "Chunking changes",
+    f"Intervals where a provider and model's median tokens per chunk moved by {CHANGE_FACTOR}x or more from the "
+    f"interval before (at least {CHANGE_MIN_CHUNKS} chunks in each).",
+    "table",
+    f"""SELECT time, provider, model, previous AS tokens_per_chunk_before, median AS tokens_per_chunk_after,
+    previous_chunks AS chunks_before, chunks AS chunks_after
+FROM (
+    SELECT time, provider, model, median, chunks,
+        lagInFrame(median) OVER w AS previous,
+        lagInFrame(chunks) OVER w AS previous_chunks
+    FROM (
+        SELECT $__timeInterval(start_time) AS time, provider, model,
+            quantileExact(0.5)(tokens) AS median, count() AS chunks
+        FROM chunks
+        WHERE {CLIENT_CONTENT_CHUNKS}
+        GROUP BY time, provider, model
+    )
+    WINDOW w AS (PARTITION BY provider, model ORDER BY time ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
+)
+WHERE previous_chunks >= {CHANGE_MIN_CHUNKS} AND chunks >= {CHANGE_MIN_CHUNKS}
+    AND (median * {CHANGE_FACTOR} <= previous OR median >= previous * {CHANGE_FACTOR})
+ORDER BY time, provider, model""",
+)
+
+STALL_CAUSES = Panel(
+    "stall_causes",
+    "Stall attribution",
+    "Every client stall in the range by cause: how many, how long, how sure.",
+    "table",
+    """SELECT cause, count() AS stalls, round(stalls / sum(stalls) OVER (), 3) AS share,
+    quantileExact(0.5)(gap_us) / 1000 AS median_gap_ms, max(gap_us) / 1000 AS worst_gap_ms,
+    round(avg(confidence), 2) AS mean_confidence
+FROM stalls
+WHERE $__timeFilter(start_time)
+GROUP BY cause
+ORDER BY stalls DESC, cause""",
+)
+
+STREAM_SHAPE = Panel(
+    "stream_shape",
+    "Stream shape by model",
+    "Client streams by model: pace, the first byte's lead over the first content, bursts at the head "
+    "followed by a stall, and streams stuck repeating themselves.",
+    "table",
+    """SELECT model, count() AS streams,
+    round(quantileExact(0.5)(tokens_per_s), 1) AS tokens_per_s_p50,
+    quantileExact(0.5)(first_byte_lead_us) / 1000 AS first_byte_lead_ms_p50,
+    round(quantileExact(0.5)(head_burst_ratio), 2) AS head_burst_ratio_p50,
+    countIf(frontloaded_then_stalled) AS frontloaded_then_stalled,
+    countIf(stuck_loop) AS stuck_loops,
+    round(countIf(stall_count > 0) / streams, 3) AS stall_rate
+FROM stream_metrics
+WHERE $__timeFilter(start_time) AND side = 'client'
+GROUP BY model
+ORDER BY streams DESC, model""",
+)
+
+MODEL_TEXTURE = Panel(
+    "model_texture",
+    "Stream texture by model version",
+    "Gap distribution (all client content chunks of the model) next to each version's pace and stall rate: "
+    "compare a new version with the one before.",
+    "table",
+    f"""SELECT g.model AS model, g.gaps AS gaps, g.gap_p50_ms AS gap_p50_ms, g.gap_p95_ms AS gap_p95_ms,
+    g.gap_p99_ms AS gap_p99_ms, g.gap_max_ms AS gap_max_ms, s.tokens_per_s_p50 AS tokens_per_s_p50,
+    s.stall_rate AS stall_rate
+FROM (
+    SELECT model, count() AS gaps,
+        quantileExact(0.5)(gap_us) / 1000 AS gap_p50_ms, quantileExact(0.95)(gap_us) / 1000 AS gap_p95_ms,
+        quantileExact(0.99)(gap_us) / 1000 AS gap_p99_ms, max(gap_us) / 1000 AS gap_max_ms
+    FROM chunks
+    WHERE {CLIENT_CONTENT_CHUNKS} AND kind = 'content'
+    GROUP BY model
+) AS g
+LEFT JOIN (
+    SELECT model, round(quantileExact(0.5)(tokens_per_s), 1) AS tokens_per_s_p50,
+        round(countIf(stall_count > 0) / count(), 3) AS stall_rate
+    FROM stream_metrics
+    WHERE $__timeFilter(start_time) AND side = 'client'
+    GROUP BY model
+) AS s ON s.model = g.model
+ORDER BY model""",
+)
+
+STREAM_QUALITY = Panel(
+    "stream_quality",
+    "Streaming quality indices",
+    "Etalon's fluidity-index (share of tokens on time against deadlines with carried slack; 1 is perfect) and "
+    "an Andes-style QoE (delivery against an expected TTFT and reading pace; 1 is perfect), by model.",
+    "table",
+    """SELECT model, count() AS streams,
+    round(quantileExact(0.5)(fluidity_index), 3) AS fluidity_p50,
+    round(quantileExact(0.1)(fluidity_index), 3) AS fluidity_p10,
+    round(quantileExact(0.5)(andes_qoe), 3) AS andes_qoe_p50,
+    round(quantileExact(0.1)(andes_qoe), 3) AS andes_qoe_p10
+FROM stream_quality
+WHERE $__timeFilter(start_time) AND side IN ('client', 'browser')
+GROUP BY model
+ORDER BY streams DESC, model""",
+)
+
+CHUNK_ECONOMICS = Panel(
+    "chunk_economics",
+    "Chunk economics",
+    "What a chunk costs: tokens and wire bytes per chunk by provider and model, chunks per second; OTLP bytes "
+    "received per stored chunk (the collector's request log) and bytes on disk per chunk (ClickHouse parts).",
+    "table",
+    f"""SELECT provider, model, count() AS streams, sum(content_chunks) AS chunks,
+    round(sum(tokens) / nullIf(sum(content_chunks), 0), 2) AS tokens_per_chunk,
+    round(sum(wire_bytes) / nullIf(sum(content_chunks), 0), 1) AS wire_bytes_per_chunk,
+    round(sum(wire_bytes) / nullIf(sum(content_bytes), 0), 2) AS wire_per_content_byte,
+    round(quantileExact(0.5)(chunks_per_s), 1) AS chunks_per_s_p50,
+    (SELECT round(sum(received_bytes) / nullIf(sum(rows['chunks']), 0), 2)
+        FROM ingest_requests WHERE $__timeFilter(time) AND signal = 'traces') AS otlp_bytes_per_chunk,
+    (SELECT round(({STORED_BYTES_SQL.strip()}), 2)) AS stored_bytes_per_chunk
+FROM stream_metrics
+WHERE $__timeFilter(start_time) AND side = 'client'
+GROUP BY provider, model
+ORDER BY chunks DESC""",
+)
+
+CANCELLATION = Panel(
+    "cancellation",
+    "Cancellation tax",
+    "Client streams cancelled or cut off, the tokens servers generated after that, and how long the cancel "
+    "took to reach the server (round trip plus reaction, aligned through content).",
+    "table",
+    """SELECT count() AS streams, countIf(outcome IN ('cancelled', 'disconnected')) AS cancelled,
+    round(cancelled / streams, 3) AS cancel_rate,
+    c.tokens_after_cancel AS tokens_after_cancel, c.propagation_ms_p50 AS propagation_ms_p50,
+    c.propagation_ms_p95 AS propagation_ms_p95
+FROM streams
+CROSS JOIN (
+    SELECT sum(tokens_after_cancel) AS tokens_after_cancel,
+        quantileExact(0.5)(propagation_us) / 1000 AS propagation_ms_p50,
+        quantileExact(0.95)(propagation_us) / 1000 AS propagation_ms_p95
+    FROM cancellations
+    WHERE $__timeFilter(start_time) AND side = 'client'
+) AS c
+WHERE $__timeFilter(start_time) AND side = 'client'
+GROUP BY c.tokens_after_cancel, c.propagation_ms_p50, c.propagation_ms_p95""",
+)
+
+STREAM_TIMELINE = Panel(
+    "stream_timeline",
+    "One stream, client against server",
+    "Content delivered over time on each side of one trace, each side timed from its own span start (the "
+    "client sending the request, the server receiving it: one network hop apart, never a clock subtraction).",
+    "timeline",
+    """SELECT side, offset_us / 1000 AS ms_since_request,
+    sum(content_bytes) OVER (PARTITION BY side ORDER BY seq) AS content_bytes
+FROM chunk_timeline
+WHERE trace_id = '${trace_id}' AND kind IN ('first', 'content')
+ORDER BY side, seq""",
+    variables=("trace_id",),
+)
+
+WORST_STALLED_TRACE = """SELECT trace_id
+FROM stalls
+WHERE $__timeFilter(start_time) AND server_gap_us IS NOT NULL
+ORDER BY gap_us DESC, trace_id
+LIMIT 1"""
+"""The trace the report draws in STREAM_TIMELINE: the longest stall in the range seen from both sides."""
+
+PANELS: tuple[Panel, ...] = (
+    ITL_HEATMAP,
+    STREAM_P99_HISTOGRAM,
+    STALLS_BY_CAUSE,
+    TOKENS_PER_CHUNK,
+    STALL_CAUSES,
+    STREAM_SHAPE,
+    MODEL_TEXTURE,
+    STREAM_QUALITY,
+    CHUNK_ECONOMICS,
+    CHUNKING_CHANGES,
+    CANCELLATION,
+    STREAM_TIMELINE,
+)
