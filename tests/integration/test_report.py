@@ -14,6 +14,7 @@ from dashboards.report import build_report, interval_for, parse_duration
 from dashboards.report_html import render_html
 from ingest import sql
 from ingest.attribution_job import AttributionJob
+from streamscope import semconv as sc
 from streamscope.cli import _cli
 from tests.otlp_build import T0, store_spans, stream_span
 
@@ -34,6 +35,19 @@ def store(store_client):
         spans.append(stream_span(n + 1, 1, side="client", offsets_ms=steady(60), tokens=[4] * 60, start_ns=T0))
         spans.append(
             stream_span(n + 11, 1, side="client", offsets_ms=steady(60), tokens=[1] * 60, start_ns=T0 + 20 * S)
+        )
+    # a second version of the model with a slower, even rhythm: 60 ms gaps
+    for n in range(2):
+        spans.append(
+            stream_span(
+                n + 21,
+                1,
+                side="client",
+                offsets_ms=steady(20, step_ms=60),
+                tokens=[2] * 20,
+                start_ns=T0 + 40 * S,
+                attributes={sc.GEN_AI_REQUEST_MODEL: "m-2"},
+            )
         )
     # one stalled stream seen from both sides: the server sent on time, the client waited 700 ms once
     client = steady(30)
@@ -56,7 +70,7 @@ def test_every_panel_runs_and_the_hand_worked_numbers_hold(store):
     assert report.trace_id == f"{30:032x}"
 
     heatmap = report.result("itl_heatmap")
-    assert sum(sum(row[1:]) for row in heatmap.rows) == 8 * 59 + 29  # every client content gap, once
+    assert sum(sum(row[1:]) for row in heatmap.rows) == 8 * 59 + 2 * 19 + 29  # every client content gap, once
     slow = heatmap.names.index("800")  # the 720 ms gap: over 400, at most 800
     assert sum(row[slow] for row in heatmap.rows) == 1
 
@@ -69,8 +83,14 @@ def test_every_panel_runs_and_the_hand_worked_numbers_hold(store):
 
     timeline = report.result("stream_timeline")
     assert sorted(set(timeline.column("side"))) == ["client", "server"]
-    assert report.summary.streams == 9
-    assert report.summary.itl_goodput == pytest.approx(8 / 9)
+    assert report.summary.streams == 11
+    assert report.summary.itl_goodput == pytest.approx(10 / 11)
+
+    texture = report.result("model_texture")
+    by_model = {row[0]: dict(zip(texture.names, row)) for row in texture.rows}
+    assert by_model["m-2"]["gaps"] == 38 and by_model["m-2"]["gap_p50_ms"] == 60
+    assert by_model["m-2"]["tokens_per_s_p50"] == pytest.approx(40 / 1.14, abs=0.05)  # 40 tokens over 19 × 60 ms
+    assert by_model[""]["gap_p50_ms"] == 20 and by_model[""]["gap_max_ms"] == 720
 
 
 def test_html_is_self_contained_with_a_chart_per_chart_panel(store):
