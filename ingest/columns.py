@@ -61,6 +61,7 @@ STREAMS = pa.schema(
         ("repetition_score", pa.float32()),
         ("last_content_us", pa.uint64()),
         ("head_tokens", pa.uint32()),
+        ("first_tool_call_seq", pa.uint32()),
         ("attributes", _ATTRS),
         ("resource_attributes", _ATTRS),
     ]

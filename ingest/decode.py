@@ -53,6 +53,7 @@ _PROMOTED = frozenset(
         sc.STREAMSCOPE_ENGINE_REQUEST_ID,
         sc.STREAMSCOPE_NODE_NAME,
         sc.STREAMSCOPE_REPETITION_SCORE,
+        sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK,
         *sc.PACKED_ARRAYS,
     }
 )
@@ -127,7 +128,7 @@ def _decode_span(
     if sc.STREAMSCOPE_CHUNKS_OFFSET_US in attrs:
         encoding = "packed"
         offsets, tokens, content, wire = _packed_arrays(attrs)
-        truncated = False
+        events_dropped = False
     else:
         if scalars.get(sc.STREAMSCOPE_ENCODING) == "packed":
             raise _SpanRejected(
@@ -136,8 +137,8 @@ def _decode_span(
             )
         encoding = "events"
         offsets, tokens, content, wire = _event_arrays(span)
-        truncated = span.dropped_events_count > 0
-    truncated = truncated or bool(_bounded_int(scalars, sc.STREAMSCOPE_CHUNKS_DROPPED, 2**63 - 1))
+        events_dropped = span.dropped_events_count > 0
+    truncated = events_dropped or bool(_bounded_int(scalars, sc.STREAMSCOPE_CHUNKS_DROPPED, 2**63 - 1))
     first_byte = scalars.get(sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US)
     request_model = str(scalars.get(sc.GEN_AI_REQUEST_MODEL, ""))
     response_model = str(scalars.get(sc.GEN_AI_RESPONSE_MODEL, ""))
@@ -174,6 +175,7 @@ def _decode_span(
         "cancel_offset_us": _bounded_int(scalars, sc.STREAMSCOPE_CANCEL_OFFSET_US, 2**63 - 1),
         "tokens_after_cancel": _bounded_int(scalars, sc.STREAMSCOPE_TOKENS_AFTER_CANCEL, _U32_MAX),
         "repetition_score": _float(scalars.get(sc.STREAMSCOPE_REPETITION_SCORE)),
+        "first_tool_call_seq": _chunk_seq(scalars, sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK, offsets.size, events_dropped),
         "attributes": {k: stringify(v) for k, v in scalars.items() if k not in _PROMOTED},
         "resource_attributes": resource,
     }
@@ -370,6 +372,20 @@ def _bounded_int(scalars: dict[str, Any], key: str, largest: int) -> int | None:
     if isinstance(value, bool) or not integral or not 0 <= value <= largest:
         raise _SpanRejected(f"{key} must be an integer in 0..{largest}, not {value!r}")
     return int(value)
+
+
+def _chunk_seq(scalars: dict[str, Any], key: str, chunk_count: int, events_dropped: bool) -> int | None:
+    """A chunk index attribute as a ``chunks.seq``; an index past the stream's chunks rejects the span.
+
+    When the sender dropped span events (the OTel SDK drops the oldest) the stored seqs no longer count from
+    the sender's first chunk, so the index cannot be placed and is stored as unknown.
+    """
+    index = _bounded_int(scalars, key, _U32_MAX)
+    if index is None or events_dropped:
+        return None
+    if index >= chunk_count:
+        raise _SpanRejected(f"{key} is {index}, outside the stream's {chunk_count} chunks")
+    return index
 
 
 def _enum(scalars: dict[str, Any], key: str, allowed: tuple[str, ...], default: str) -> str:

@@ -91,6 +91,9 @@ STREAMSCOPE_CHUNKS_DROPPED: Final = "streamscope.chunks_dropped"
 STREAMSCOPE_REPETITION_SCORE: Final = "streamscope.repetition_score"
 """Share (0 to 1) of repeated text in the tail of the stream; high values flag stuck generation loops. type double; recommended; sides: client, server, browser, gateway; streamscope extension."""
 
+STREAMSCOPE_FIRST_TOOL_CALL_CHUNK: Final = "streamscope.first_tool_call_chunk"
+"""Index (from 0) in the chunk timeline of the first chunk carrying part of a tool call (name or arguments). type int; recommended (if the stream called a tool); sides: client, server, browser, gateway; streamscope extension."""
+
 STREAMSCOPE_CHUNKS_OFFSET_US: Final = "streamscope.chunks.offset_us"
 """Microseconds from span start to each chunk's arrival (client, browser) or emission (server); non-decreasing. type int[]; unit us; required (in the packed encoding); sides: client, server, browser, gateway; streamscope extension."""
 

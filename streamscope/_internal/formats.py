@@ -19,6 +19,9 @@ class EventFacts:
     """Tokens in this event when the provider reported them; None means estimate from the text."""
     done: bool = False
     """The provider's end-of-stream event."""
+    tool_call: bool = False
+    """The event carries part of a tool call (its start, name or arguments), so the pause before a tool call
+    can be told from the pauses between tokens."""
 
 
 @dataclass
@@ -76,6 +79,7 @@ class OpenAIChat:
             facts.error_type = str(_get(error, "type") or _get(error, "code") or "error")
             return EventFacts(done=True)
         parts: list[str] = []
+        tool_call = False
         for choice in _get(payload, "choices") or ():
             delta = _get(choice, "delta")
             for key in ("content", "reasoning_content", "reasoning", "refusal"):
@@ -83,6 +87,7 @@ class OpenAIChat:
                 if isinstance(value, str):
                     parts.append(value)
             for call in _get(delta, "tool_calls") or ():
+                tool_call = True
                 arguments = _get(_get(call, "function"), "arguments")
                 if isinstance(arguments, str):
                     parts.append(arguments)
@@ -101,22 +106,26 @@ class OpenAIChat:
                 if self._continuous:
                     exact = max(0, total - self._completion_tokens)
                 self._completion_tokens = max(total, self._completion_tokens)
-        return EventFacts(text=text, exact_tokens=exact)
+        return EventFacts(text=text, exact_tokens=exact, tool_call=tool_call)
 
 
 class OpenAIResponses:
     """Responses API events (``response.output_text.delta`` ... ``response.completed``)."""
 
     provider = "openai"
-    _DELTAS = frozenset(
-        {
-            "response.output_text.delta",
-            "response.refusal.delta",
-            "response.reasoning_text.delta",
-            "response.reasoning_summary_text.delta",
-            "response.function_call_arguments.delta",
-            "response.custom_tool_call_input.delta",
-        }
+    _TOOL_CALL_DELTAS = frozenset({"response.function_call_arguments.delta", "response.custom_tool_call_input.delta"})
+    _TOOL_CALL_ITEMS = frozenset({"function_call", "custom_tool_call"})
+    """Output items whose arguments stream as ``_TOOL_CALL_DELTAS``; ``output_item.added`` starts them."""
+    _DELTAS = (
+        frozenset(
+            {
+                "response.output_text.delta",
+                "response.refusal.delta",
+                "response.reasoning_text.delta",
+                "response.reasoning_summary_text.delta",
+            }
+        )
+        | _TOOL_CALL_DELTAS
     )
     _ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
@@ -128,7 +137,9 @@ class OpenAIResponses:
         facts = self.facts
         if kind in self._DELTAS:
             delta = _get(payload, "delta")
-            return EventFacts(text=delta if isinstance(delta, str) else "")
+            return EventFacts(text=delta if isinstance(delta, str) else "", tool_call=kind in self._TOOL_CALL_DELTAS)
+        if kind == "response.output_item.added":
+            return EventFacts(tool_call=_get(_get(payload, "item"), "type") in self._TOOL_CALL_ITEMS)
         response = _get(payload, "response")
         if response is not None:
             facts.response_id = _get(response, "id") or facts.response_id
@@ -157,6 +168,8 @@ class AnthropicMessages:
         "thinking_delta": "thinking",
         "input_json_delta": "partial_json",
     }
+    _TOOL_USE_BLOCKS = frozenset({"tool_use", "server_tool_use"})
+    """Content blocks whose input streams as ``input_json_delta``; ``content_block_start`` starts them."""
 
     def __init__(self) -> None:
         self.facts = StreamFacts()
@@ -166,8 +179,11 @@ class AnthropicMessages:
         facts = self.facts
         if kind == "content_block_delta":
             delta = _get(payload, "delta")
-            text = _get(delta, self._DELTA_FIELDS.get(_get(delta, "type"), ""))
-            return EventFacts(text=text if isinstance(text, str) else "")
+            delta_type = _get(delta, "type")
+            text = _get(delta, self._DELTA_FIELDS.get(delta_type, ""))
+            return EventFacts(text=text if isinstance(text, str) else "", tool_call=delta_type == "input_json_delta")
+        if kind == "content_block_start":
+            return EventFacts(tool_call=_get(_get(payload, "content_block"), "type") in self._TOOL_USE_BLOCKS)
         if kind == "message_start":
             message = _get(payload, "message")
             facts.response_id = _get(message, "id")

@@ -80,7 +80,7 @@ class StreamObserver:
             tokens = estimate_tokens(text)
             if text:
                 self.recorder.mark_tokens_estimated()
-        self.recorder.chunk(tokens, len(text.encode()) if text else 0, wire_bytes, text)
+        self.recorder.chunk(tokens, len(text.encode()) if text else 0, wire_bytes, text, tool_call=facts.tool_call)
         if facts.done:
             self.done = True
 

@@ -70,6 +70,7 @@ class StreamRecorder:
         "_encoding",
         "_finished",
         "_first_byte_ns",
+        "_first_tool_call",
         "_kind",
         "_meter_provider",
         "_name",
@@ -131,6 +132,7 @@ class StreamRecorder:
         self._tail: deque[str] = deque(maxlen=_TEXT_TAIL_CHUNKS)
         self._dropped = 0
         self._first_byte_ns: int | None = None
+        self._first_tool_call: int | None = None
         self._cancel_ns: int | None = None
         self._tokens_estimated = False
         self._finished = False
@@ -177,11 +179,21 @@ class StreamRecorder:
         if self._first_byte_ns is None:
             self._first_byte_ns = time.perf_counter_ns()
 
-    def chunk(self, tokens: int = 0, content_bytes: int = 0, wire_bytes: int = 0, text: str | None = None) -> None:
-        """Record one chunk now. ``content_bytes`` 0 marks a chunk without content (role, ping, usage)."""
+    def chunk(
+        self,
+        tokens: int = 0,
+        content_bytes: int = 0,
+        wire_bytes: int = 0,
+        text: str | None = None,
+        tool_call: bool = False,
+    ) -> None:
+        """Record one chunk now. ``content_bytes`` 0 marks a chunk without content (role, ping, usage);
+        ``tool_call`` says the chunk carries part of a tool call (only the first such chunk is remembered)."""
         if len(self._times) >= MAX_CHUNKS:
             self._dropped += 1
             return
+        if tool_call and self._first_tool_call is None:
+            self._first_tool_call = len(self._times)
         self._times.append(time.perf_counter_ns())
         self._tokens.append(tokens)
         self._content.append(content_bytes)
@@ -254,6 +266,8 @@ class StreamRecorder:
             attributes[sc.STREAMSCOPE_TOKENS_ESTIMATED] = True
         if self._dropped:
             attributes[sc.STREAMSCOPE_CHUNKS_DROPPED] = self._dropped
+        if self._first_tool_call is not None:
+            attributes[sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK] = self._first_tool_call
         content_offsets = [o for o, c in zip(offsets, self._content) if c > 0]
         if content_offsets:
             attributes[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = content_offsets[0] / 1e6

@@ -33,6 +33,8 @@ class ServerChunk(NamedTuple):
     data: str | bytes
     tokens: int
     content_bytes: int
+    tool_call: bool = False
+    """The payload carries part of a tool call (marks where the stream's first tool call starts)."""
 
 
 class ServerStream:
@@ -105,7 +107,7 @@ class _ObservedStreamingResponse(StreamingResponse):
             if isinstance(item, ServerChunk):
                 data = item.data.encode() if isinstance(item.data, str) else item.data
                 observer.recorder.first_byte()
-                observer.recorder.chunk(item.tokens, item.content_bytes, len(data))
+                observer.recorder.chunk(item.tokens, item.content_bytes, len(data), tool_call=item.tool_call)
             else:
                 data = item.encode() if isinstance(item, str) else item
                 observer.on_bytes(data)

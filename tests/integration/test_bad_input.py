@@ -211,6 +211,11 @@ def attribute(key: str, value: AnyValue) -> KeyValue:
         (attribute(sc.GEN_AI_USAGE_INPUT_TOKENS, AnyValue(double_value=3.7)), "must be an integer"),
         (attribute(sc.STREAMSCOPE_OUTCOME, AnyValue(string_value="exploded")), "must be one of completed"),
         (attribute(sc.STREAMSCOPE_TOKENS_ESTIMATED, AnyValue(string_value="false")), "must be a boolean"),
+        (
+            attribute(sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK, AnyValue(int_value=2)),  # the span has chunks 0 and 1
+            "streamscope.first_tool_call_chunk is 2, outside the stream's 2 chunks",
+        ),
+        (attribute(sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK, AnyValue(int_value=-1)), "must be an integer in 0.."),
     ],
 )
 def test_one_bad_attribute_rejects_its_span_and_keeps_the_others(collector, extra, reason):

@@ -13,8 +13,6 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
@@ -32,8 +30,8 @@ from opentelemetry.trace import ProxyTracerProvider, StatusCode
 import streamscope
 from streamscope import semconv as sc
 from streamscope._internal.serving import BackgroundServer
+from tests.sse_fixtures import TOOL_CALL_FIXTURES, WireEvent, first_tool_call, fixture_body, fixture_events
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sse"
 STEP_S = 0.005
 """The server's wait before each event."""
 PAUSE_S = 0.15
@@ -51,43 +49,7 @@ FORMATS = {
 }
 
 
-# --- the fixtures, read independently of streamscope's decoder -----------------------------------------------
-
-
-@dataclass(frozen=True)
-class WireEvent:
-    raw: bytes
-    """The event's bytes on the wire, its terminating blank line included."""
-    event: str
-    """The ``event:`` field, "message" when there is none (the SSE default)."""
-    data: str
-
-    @property
-    def payload(self) -> Any:
-        return None if self.data == "[DONE]" else json.loads(self.data)
-
-
-def parse_events(body: bytes) -> list[WireEvent]:
-    blocks = body.split(b"\n\n")
-    assert blocks[-1] == b"", "a fixture ends with a blank line"
-    events = []
-    for block in blocks[:-1]:
-        fields: dict[str, list[str]] = {}
-        for line in block.decode().split("\n"):
-            name, _, value = line.partition(": ")
-            assert name in ("event", "data"), line
-            fields.setdefault(name, []).append(value)
-        events.append(WireEvent(block + b"\n\n", fields.get("event", ["message"])[0], "\n".join(fields["data"])))
-    return events
-
-
-@cache
-def fixture_body(name: str) -> bytes:
-    return (FIXTURES / f"{name}.sse").read_bytes()
-
-
-def fixture_events(name: str) -> list[WireEvent]:
-    return parse_events(fixture_body(name))
+# --- what the fixtures say ----------------------------------------------------------------------------------
 
 
 def event_text(stream_format: str, event: WireEvent) -> str:
@@ -391,10 +353,10 @@ def check_recorded_stream(
     assert_traceparent(received, span)
 
 
-@pytest.mark.parametrize("stream_format", sorted(FORMATS))
-def test_stream_sse_records_every_event(server, spans, stream_format):
-    name, _, model = FORMATS[stream_format]
-    pause_at = middle_content_index(stream_format, fixture_events(name))
+def read_with_stream_sse(
+    server: ReplayServer, name: str, stream_format: str, model: str, pause_at: int
+) -> list[streamscope.StreamEvent]:
+    """Every event of fixture ``name`` through ``stream_sse``, the server pausing before event ``pause_at``."""
     with (
         httpx.Client() as client,
         streamscope.stream_sse(
@@ -406,8 +368,28 @@ def test_stream_sse_records_every_event(server, spans, stream_format):
             json={"model": model, "stream": True},
         ) as events,
     ):
-        seen = list(events)
+        return list(events)
+
+
+@pytest.mark.parametrize("stream_format", sorted(FORMATS))
+def test_stream_sse_records_every_event(server, spans, stream_format):
+    name, _, model = FORMATS[stream_format]
+    pause_at = middle_content_index(stream_format, fixture_events(name))
+    seen = read_with_stream_sse(server, name, stream_format, model, pause_at)
     check_recorded_stream(only_span(spans), seen, stream_format, server, pause_at)
+
+
+@pytest.mark.parametrize("stream_format", sorted(TOOL_CALL_FIXTURES))
+def test_stream_sse_marks_the_chunk_that_began_the_tool_call(server, spans, stream_format):
+    name = TOOL_CALL_FIXTURES[stream_format]
+    events = fixture_events(name)
+    tool_at = first_tool_call(stream_format, events)
+    seen = read_with_stream_sse(server, name, stream_format, "m", tool_at)
+    assert [e.data for e in seen] == [e.data for e in events]
+    span = only_span(spans)
+    offsets = chunks_of(span).offsets
+    assert span.attributes[sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK] == tool_at
+    assert offsets[tool_at] - offsets[tool_at - 1] >= PAUSE_US
 
 
 @pytest.mark.parametrize("stream_format", sorted(FORMATS))

@@ -17,7 +17,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import streamscope._internal.recorder as recorder_module
 from streamscope import StreamRecorder
 from streamscope import semconv as sc
+from streamscope._internal.formats import make_format
+from streamscope._internal.observer import StreamObserver
 from tests.clock import FakeClock
+from tests.sse_fixtures import TOOL_CALL_FIXTURES, first_tool_call, fixture_events
 
 EXPORTERS = {
     "http-protobuf": lambda c: ProtobufExporter(endpoint=f"{c.http_url}/v1/traces"),
@@ -37,18 +40,24 @@ def provider_for(collector, transport: str, service: str, max_events: int = 128)
     return provider, copies
 
 
-def record_stream(provider, encoding: str, chunks: list[tuple[int, int, int, int]], clock: FakeClock | None = None):
+def record_stream(
+    provider,
+    encoding: str,
+    chunks: list[tuple[int, int, int, int]],
+    clock: FakeClock | None = None,
+    tool_call_at: int | None = None,
+):
     """Record (wait_us, tokens, content_bytes, wire_bytes) chunks; real sleeps unless a fake clock is given."""
     recorder = StreamRecorder(
         side="client", provider="openai", request_model="m-1", encoding=encoding, tracer_provider=provider
     )
     recorder.start()
-    for wait_us, tokens, content, wire in chunks:
+    for i, (wait_us, tokens, content, wire) in enumerate(chunks):
         if clock:
             clock.advance_us(wait_us)
         else:
             time.sleep(wait_us / 1e6)
-        recorder.chunk(tokens, content, wire)
+        recorder.chunk(tokens, content, wire, tool_call=i == tool_call_at)
     recorder.finish()
 
 
@@ -177,7 +186,7 @@ def test_packed_and_events_encodings_give_identical_rows(collector, transport):
     for encoding in ("packed", "events"):
         clock = FakeClock()
         recorder_module.time = clock
-        record_stream(provider, encoding, chunks, clock=clock)
+        record_stream(provider, encoding, chunks, clock=clock, tool_call_at=150)
     provider.shutdown()
     client = collector.query_client
     chunk_rows = client.query(
@@ -197,6 +206,7 @@ def test_packed_and_events_encodings_give_identical_rows(collector, transport):
     stream_rows = client.query(f"SELECT encoding, {', '.join(names)} FROM streams ORDER BY encoding").result_rows
     assert [r[0] for r in stream_rows] == ["events", "packed"]
     assert stream_rows[0][1:] == stream_rows[1][1:]
+    assert client.query("SELECT DISTINCT first_tool_call_seq FROM streams").result_rows == [(150,)]
 
 
 @pytest.mark.parametrize("encoding", ["packed", "events"])
@@ -224,11 +234,11 @@ def test_events_dropped_by_the_sender_are_flagged_not_silently_wrong(collector):
     provider, _ = provider_for(collector, "http-protobuf", "default-limits", max_events=128)
     clock = FakeClock()
     recorder_module.time = clock
-    record_stream(provider, "events", [(1_000, 1, 4, 60)] * 200, clock=clock)
+    record_stream(provider, "events", [(1_000, 1, 4, 60)] * 200, clock=clock, tool_call_at=100)
     provider.shutdown()
-    assert collector.query_client.query("SELECT chunk_count, timeline_truncated FROM streams").result_rows == [
-        (128, True)
-    ]
+    # the stored seqs no longer count from the stream's first chunk: where the tool call began is unknown
+    query = "SELECT chunk_count, timeline_truncated, first_tool_call_seq FROM streams"
+    assert collector.query_client.query(query).result_rows == [(128, True, None)]
 
 
 def test_spans_that_are_not_streams_are_ignored(collector):
@@ -240,3 +250,45 @@ def test_spans_that_are_not_streams_are_ignored(collector):
     provider.shutdown()
     assert collector.pipeline.counts()["ignored_traces"] == 1
     assert collector.query_client.query("SELECT count() FROM streams").result_rows[0][0] == 1
+
+
+def replay_fixture(provider, stream_format: str, name: str, clock: FakeClock, pause_at: int, pause_us: int) -> None:
+    """Feed a provider stream through the SDK's observer, 5 ms per event and ``pause_us`` before ``pause_at``."""
+    recorder = StreamRecorder(side="client", provider="p", request_model="m", tracer_provider=provider)
+    observer = StreamObserver(recorder.start(), make_format(stream_format))
+    for i, event in enumerate(fixture_events(name)):
+        clock.advance_us(pause_us if i == pause_at else 5_000)
+        observer.on_bytes(event.raw)
+    observer.close("completed")
+
+
+def test_the_pause_before_a_tool_call_is_the_gap_at_first_tool_call_seq(collector):
+    """Each provider's stream writes text, pauses, then calls a tool; joining chunks on first_tool_call_seq
+    gives the pause per model, measured from the last content chunk as every gap is."""
+    provider, copies = provider_for(collector, "http-protobuf", "tools")
+    clock = FakeClock()
+    recorder_module.time = clock
+    expected = {}
+    for pause_us, stream_format in zip((300_000, 500_000, 700_000), sorted(TOOL_CALL_FIXTURES)):
+        name = TOOL_CALL_FIXTURES[stream_format]
+        tool_at = first_tool_call(stream_format, fixture_events(name))
+        replay_fixture(provider, stream_format, name, clock, tool_at, pause_us)
+        span = copies.get_finished_spans()[-1]
+        offsets = span.attributes[sc.STREAMSCOPE_CHUNKS_OFFSET_US]
+        content = span.attributes[sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES]
+        last_content = max(o for o, c in zip(offsets[:tool_at], content) if c > 0)
+        assert offsets[tool_at] - last_content >= pause_us
+        expected[span.attributes[sc.GEN_AI_RESPONSE_MODEL]] = (tool_at, offsets[tool_at] - last_content)
+    replay_fixture(provider, "anthropic", "anthropic_messages", clock, -1, 0)  # no tool call
+    provider.shutdown()
+    assert len(expected) == 3
+    client = collector.query_client
+    rows = client.query(
+        """
+        SELECT s.response_model, s.first_tool_call_seq, c.gap_us
+        FROM streams AS s
+        INNER JOIN chunks AS c ON c.tenant = s.tenant AND c.span_id = s.span_id AND c.seq = s.first_tool_call_seq
+        """
+    ).result_rows
+    assert {model: (seq, gap) for model, seq, gap in rows} == expected
+    assert client.query("SELECT countIf(first_tool_call_seq IS NULL), count() FROM streams").result_rows == [(1, 4)]

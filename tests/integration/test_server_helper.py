@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import streamscope
 from streamscope import semconv as sc
 from streamscope._internal.serving import BackgroundServer
+from tests.sse_fixtures import TOOL_CALL_FIXTURES, carries_tool_call, first_tool_call, fixture_events
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"] * 5
 
@@ -138,3 +139,41 @@ def test_send_options_such_as_follow_redirects_are_honoured(engine):
         assert sum(1 for e in events if e.payload) == len(WORDS)
     (span,) = client_spans.get_finished_spans()
     assert span.attributes[sc.STREAMSCOPE_OUTCOME] == "completed"
+
+
+@pytest.mark.parametrize("counted", [False, True], ids=["parsed", "server-chunks"])
+def test_server_and_client_agree_on_the_chunk_that_began_the_tool_call(counted):
+    """The server marks it from the payloads it sends, or from ServerChunk.tool_call when the app counts."""
+    events = fixture_events(TOOL_CALL_FIXTURES["openai-chat"])
+    server_provider, server_spans = provider_and_exporter()
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        stream = streamscope.ServerStream(request, provider="vllm", tracer_provider=server_provider)
+
+        async def payloads():
+            for event in events:
+                await asyncio.sleep(0.002)
+                calls = carries_tool_call("openai-chat", event)
+                yield streamscope.ServerChunk(event.raw, 0, 0, tool_call=calls) if counted else event.raw
+
+        return stream.response(payloads())
+
+    server = BackgroundServer(app).start()
+    try:
+        client_provider, client_spans = provider_and_exporter()
+        with (
+            httpx.Client(base_url=f"http://127.0.0.1:{server.port}") as client,
+            streamscope.stream_sse(
+                client, "POST", "/v1/chat/completions", json={"model": "m"}, tracer_provider=client_provider
+            ) as seen,
+        ):
+            assert len(list(seen)) == len(events)
+        (server_span,) = wait_for_spans(server_spans, 1)
+    finally:
+        server.stop()
+    (client_span,) = client_spans.get_finished_spans()
+    expected = first_tool_call("openai-chat", events)
+    assert server_span.attributes[sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK] == expected
+    assert client_span.attributes[sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK] == expected

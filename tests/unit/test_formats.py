@@ -1,6 +1,12 @@
 from __future__ import annotations
 
-from streamscope._internal.formats import OpenAIChat, estimate_tokens
+import pytest
+from openai._models import construct_type
+from openai.types.chat import ChatCompletionChunk
+from openai.types.responses import ResponseStreamEvent
+
+from streamscope._internal.formats import OpenAIChat, estimate_tokens, make_format
+from tests.sse_fixtures import TOOL_CALL_FIXTURES, carries_tool_call, fixture_events
 
 
 def chat_chunk(text: str | None, usage: int | None = None, finish: str | None = None, choices: bool = True) -> dict:
@@ -34,3 +40,34 @@ def test_token_estimate_is_about_four_bytes():
     assert estimate_tokens("") == 0
     assert estimate_tokens("a") == 1
     assert estimate_tokens("streaming tokens") == 4
+
+
+@pytest.mark.parametrize("stream_format", sorted(TOOL_CALL_FIXTURES))
+def test_tool_call_events_are_marked(stream_format):
+    events = fixture_events(TOOL_CALL_FIXTURES[stream_format])
+    reader = make_format(stream_format)
+    marked = [reader.read(e.event, e.payload).tool_call for e in events]
+    assert marked == [carries_tool_call(stream_format, e) for e in events]
+    assert any(marked) and not marked[0]  # the fixtures write text before they call the tool
+
+
+@pytest.mark.parametrize(
+    ("stream_format", "name"),
+    [("openai-chat", "openai_chat"), ("openai-responses", "openai_responses"), ("anthropic", "anthropic_messages")],
+)
+def test_text_only_streams_mark_no_tool_call(stream_format, name):
+    reader = make_format(stream_format)
+    assert not any(reader.read(e.event, e.payload).tool_call for e in fixture_events(name))
+
+
+SDK_TYPES = {"openai-chat": ChatCompletionChunk, "openai-responses": ResponseStreamEvent}
+
+
+@pytest.mark.parametrize("stream_format", sorted(SDK_TYPES))
+def test_the_openai_sdk_objects_mark_the_same_events(stream_format):
+    """instrument_openai hands the reader the SDK's typed objects, built as the SDK builds stream events."""
+    events = [e for e in fixture_events(TOOL_CALL_FIXTURES[stream_format]) if e.payload is not None]
+    reader = make_format(stream_format)
+    typed = [construct_type(type_=SDK_TYPES[stream_format], value=e.payload) for e in events]
+    marked = [reader.read(e.event, item).tool_call for e, item in zip(events, typed)]
+    assert marked == [carries_tool_call(stream_format, e) for e in events]

@@ -13,6 +13,7 @@ from streamscope import StreamRecorder
 from streamscope import semconv as sc
 from streamscope._internal.formats import make_format
 from streamscope._internal.observer import StreamObserver
+from tests.sse_fixtures import TOOL_CALL_FIXTURES, first_tool_call, fixture_events
 
 ODD_PAYLOADS = {
     "openai-chat": [b'data: {"choices": 1}\n\n', b'data: {"choices": [{"delta": {"tool_calls": 5}}]}\n\n'],
@@ -48,3 +49,19 @@ def test_usage_that_goes_down_never_gives_negative_tokens():
     first = reader.read("", {**chunk, "usage": {"completion_tokens": 5}})
     second = reader.read("", {**chunk, "usage": {"completion_tokens": 3}})
     assert (first.exact_tokens, second.exact_tokens) == (5, 0)
+
+
+@pytest.mark.parametrize("stream_format", sorted(TOOL_CALL_FIXTURES))
+def test_the_span_says_which_chunk_started_the_tool_call(stream_format):
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    observer = StreamObserver(
+        StreamRecorder(side="client", provider="p", tracer_provider=provider).start(), make_format(stream_format)
+    )
+    events = fixture_events(TOOL_CALL_FIXTURES[stream_format])
+    for event in events:
+        observer.on_bytes(event.raw)
+    observer.close("completed")
+    (span,) = exporter.get_finished_spans()
+    assert span.attributes[sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK] == first_tool_call(stream_format, events)

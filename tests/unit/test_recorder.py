@@ -101,11 +101,33 @@ def test_chunks_past_the_cap_are_counted_not_kept(clock, spans, monkeypatch):
     monkeypatch.setattr(recorder_module, "MAX_CHUNKS", 3)
     provider, exporter = spans
     with StreamRecorder(side="server", provider="p", tracer_provider=provider) as rec:
-        for _ in range(5):
-            rec.chunk(1, 1, 1)
+        for i in range(5):
+            rec.chunk(1, 1, 1, tool_call=i == 4)
     (span,) = exporter.get_finished_spans()
     assert len(span.attributes[sc.STREAMSCOPE_CHUNKS_OFFSET_US]) == 3
     assert span.attributes[sc.STREAMSCOPE_CHUNKS_DROPPED] == 2
+    assert sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK not in span.attributes  # its chunk was not kept
+
+
+@pytest.mark.parametrize("encoding", ["packed", "events"])
+def test_the_first_tool_call_chunk_is_the_one_remembered(clock, spans, encoding):
+    provider, exporter = spans
+    with StreamRecorder(side="client", provider="p", encoding=encoding, tracer_provider=provider) as rec:
+        rec.chunk(0, 0, 10)  # role
+        rec.chunk(1, 5, 40, text="Let me")
+        clock.advance_us(400_000)
+        rec.chunk(0, 0, 60, tool_call=True)  # the call's name
+        rec.chunk(2, 9, 50, text='{"city":', tool_call=True)
+    (span,) = exporter.get_finished_spans()
+    assert span.attributes[sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK] == 2
+
+
+def test_a_stream_without_a_tool_call_has_no_tool_call_attribute(clock, spans):
+    provider, exporter = spans
+    with StreamRecorder(side="client", provider="p", tracer_provider=provider) as rec:
+        rec.chunk(1, 5, 40)
+    (span,) = exporter.get_finished_spans()
+    assert sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK not in span.attributes
 
 
 def test_repetition_score_flags_loops():
