@@ -180,12 +180,12 @@ ORDER BY streams DESC, model""",
 MODEL_TEXTURE = Panel(
     "model_texture",
     "Stream texture by model version",
-    "Gap distribution (all client content chunks of the model) next to each version's pace and stall rate: "
-    "compare a new version with the one before.",
+    "Gap distribution (all client content chunks of the model) next to each version's pace, stall rate and "
+    "pause before its first tool call: compare a new version with the one before.",
     "table",
     f"""SELECT g.model AS model, g.gaps AS gaps, g.gap_p50_ms AS gap_p50_ms, g.gap_p95_ms AS gap_p95_ms,
     g.gap_p99_ms AS gap_p99_ms, g.gap_max_ms AS gap_max_ms, s.tokens_per_s_p50 AS tokens_per_s_p50,
-    s.stall_rate AS stall_rate
+    s.stall_rate AS stall_rate, t.tool_calls AS tool_calls, t.tool_call_pause_ms_p50 AS tool_call_pause_ms_p50
 FROM (
     SELECT model, count() AS gaps,
         quantileExact(0.5)(gap_us) / 1000 AS gap_p50_ms, quantileExact(0.95)(gap_us) / 1000 AS gap_p95_ms,
@@ -201,6 +201,16 @@ LEFT JOIN (
     WHERE $__timeFilter(start_time) AND side = 'client'
     GROUP BY model
 ) AS s ON s.model = g.model
+LEFT JOIN (
+    SELECT c.model AS model, count() AS tool_calls, quantileExact(0.5)(c.gap_us) / 1000 AS tool_call_pause_ms_p50
+    FROM chunks AS c
+    INNER JOIN (
+        SELECT trace_id, span_id, first_tool_call_seq FROM streams
+        WHERE $__timeFilter(start_time) AND side = 'client' AND first_tool_call_seq IS NOT NULL
+    ) AS f ON f.trace_id = c.trace_id AND f.span_id = c.span_id AND f.first_tool_call_seq = c.seq
+    WHERE $__timeFilter(c.start_time) AND c.side = 'client'
+    GROUP BY model
+) AS t ON t.model = g.model
 ORDER BY model""",
 )
 

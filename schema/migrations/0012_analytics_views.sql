@@ -58,7 +58,7 @@ LEFT JOIN (
     FROM streams AS st
     INNER JOIN (
         SELECT
-            span_id,
+            trace_id, span_id,
             arrayCumSum(arrayMap(x -> toUInt64(x.2), arraySort(groupArrayIf((seq, gap_us), kind IN ('first', 'content')))))
                 AS offsets,
             arrayCumSum(arrayMap(x -> toUInt64(x.2), arraySort(groupArrayIf((seq, content_bytes), kind IN ('first', 'content')))))
@@ -67,8 +67,8 @@ LEFT JOIN (
         WHERE side = 'server' AND trace_id IN (
             SELECT trace_id FROM streams WHERE side IN ('client', 'browser') AND outcome IN ('cancelled', 'disconnected')
         )
-        GROUP BY span_id
-    ) AS t ON t.span_id = st.span_id
+        GROUP BY trace_id, span_id
+    ) AS t ON t.trace_id = st.trace_id AND t.span_id = st.span_id
     WHERE st.side = 'server'
     GROUP BY st.trace_id
 ) AS s ON s.trace_id = c.trace_id AND s.tenant = c.tenant

