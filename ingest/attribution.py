@@ -4,27 +4,42 @@ A stall is a gap between content chunks over the absolute threshold, or well ove
 (a stream that normally ticks every 40 ms stalls at 200 ms). For each client stall:
 
 1. The client chunk is aligned with the server's emission of the same content by cumulative content bytes
-   (proxies re-chunk, never change content), and the two gaps are compared. Timestamps are only ever
-   subtracted on one host; the two sides are compared by their gaps.
-2. The server emitted on time, the client received late: the network delayed it. A buffering gateway
-   (``network_buffering``) holds every chunk, the first one included, so the client's time to first content
-   exceeds the server's by much more than a network round trip (both are durations on their own host, so no
-   clock offset enters); delays that recur in one stream point the same way. A single delay after an on-time
-   start is a ``connection`` hiccup, and so is a delay far longer than its siblings in a buffered stream
-   (a gateway flushes on a period; a hiccup on top of it stands out).
-3. The server was late too: the engine on the stream's node. Its events in the gap's window decide:
-   a prefill burst (``prefill_interference``), a preemption or KV high-water (``kv_pressure``), a draft
-   acceptance drop (``spec_decode``). With none of them, speculative decoding being active on the node is
-   the remaining explanation for a slow rhythm (``spec_decode``, lower confidence); otherwise ``unknown``.
+   (proxies re-chunk, never change content). Timestamps are only ever subtracted on one host: each chunk's
+   path delay is its client offset minus its server offset, less the stream's smallest such difference (the
+   constant between the two starts cancels), i.e. how much longer than the stream's quickest chunk it spent
+   between the server and the client.
+2. The client's wait splits in two: the chunk that ended the stall was late on the path for its path delay
+   (at most the whole gap), and before that the client was waiting on the server. The larger part names the
+   cause, so a gap where the engine stalled and a gateway then held what it emitted goes to whichever held
+   it longer; the other part, when it is a sizeable share of the gap, is named as ``secondary_cause`` in
+   the evidence. (Comparing the two sides' gaps alone is not enough: a gateway that had been holding the
+   previous chunk absorbs a server delay that happened meanwhile.)
+3. The path's part: the network delayed it. A buffering gateway (``network_buffering``) holds every chunk,
+   the first one included, so the first chunk is late on the path (not the client's time to first content,
+   which also holds the request's way to the server that a slow proxy or client stretches); delays that
+   recur in one stream point the same way. A single delay after an on-time start is a ``connection``
+   hiccup. In a buffered stream so is a delay far longer than its siblings, and a delay of content that had
+   already been sent when the previous chunk arrived and that the path then held clearly longer than the
+   gateway holds a chunk: a flush releases everything it holds, a stalled connection leaves the rest behind.
+4. The server's part: the engine on the stream's node. Its events in the gap's window decide: a prefill burst
+   (``prefill_interference``), a preemption or KV high-water (``kv_pressure``), a draft acceptance drop
+   (``spec_decode``). With none of them, speculative decoding being active on the node is the remaining
+   explanation for a slow rhythm (``spec_decode``, lower confidence); otherwise ``unknown``.
+5. Across streams: a late arrival on one stream is that connection's, but when a host the stream shares with
+   others (its client process, its serving node) held most of its other streams that had content in flight
+   over the same time and released them at the same instant, the host paused (a CPU-starved client or load
+   generator, a serving process busy after stamping its chunks): ``unknown``, with the count in the evidence,
+   and left out of the stream's network stalls. Streams behind a buffering gateway are no witnesses (their
+   flushes keep their own rhythm). A pause that held only this one stream still reads as the network's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-NETWORK_CAUSES = ("network_buffering", "connection")
 ENGINE_EVENT_CAUSES = (
     ("prefill_burst", "prefill_interference"),
     ("preemption", "kv_pressure"),
@@ -40,17 +55,30 @@ class StallRules:
     relative_factor: float = 3.0
     relative_floor_us: int = 150_000
     server_share: float = 0.5
-    """A server gap at least this share of the client's means the delay was at (or before) the server."""
+    """The server's part of a client gap at least this share of it: the delay was at (or before) the server."""
+    secondary_share: float = 0.25
+    """The other part at least this share of the gap is named in the evidence as the secondary cause."""
     event_slack_us: int = 300_000
     """Engine events are sampled every 250 ms: a gap's window is widened by this much to meet them."""
     recurring_network_stalls: int = 2
     """This many network stalls in one stream make it a buffering gateway rather than a hiccup."""
     held_first_chunk_us: int = 250_000
-    """Client time to first content exceeding the server's by this much: the path held the first chunk."""
+    """The first content chunk this late on the path (see ``Arrivals``): the path held it."""
     hiccup_factor: float = 1.5
     hiccup_extra_us: int = 500_000
     """In a buffered stream, a network gap this many times the median network gap, and this much longer, is a
     connection hiccup on top of the gateway (a flush stretched by a slowish server is neither)."""
+    left_behind_us: int = 150_000
+    left_behind_extra_us: int = 100_000
+    """In a buffered stream, content already sent this long before the previous chunk arrived, that the path then
+    delayed this much more than the gateway holds a chunk, was not held by a flush (a flush releases all it
+    holds): a connection hiccup."""
+    buffered_path_us: int = 100_000
+    """A stream whose chunks typically wait this long on the path is behind something that buffers them."""
+    release_slack_us: int = 25_000
+    """Arrivals this close together were released by the same event (a host resuming, stream after stream)."""
+    due_slack_us: int = 5_000
+    """When a chunk was due (sent, plus its stream's quickest path) is known to within about this much."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +112,8 @@ class Stall:
     confidence: float = 0.3
     server_gap_us: int | None = None
     server_seq: int | None = None
+    path_delay_us: int | None = None
+    """How late the chunk that ended the stall was on the path (see ``Arrivals``)."""
     evidence: dict[str, str] = field(default_factory=dict)
 
 
@@ -108,6 +138,40 @@ def find_stalls(timeline: Timeline, rules: StallRules) -> list[Stall]:
     ]
 
 
+@dataclass(frozen=True)
+class Arrivals:
+    """When one stream's content reached the client (µs, client clock), and how late each chunk was on the path:
+    how much longer than the stream's quickest chunk it took from the server's emission to the client's receipt.
+    Each side's offsets are durations on its own host and the constant between the two starts cancels, so no
+    clock offset enters."""
+
+    times_us: np.ndarray
+    path_us: np.ndarray
+    typical_path_us: int
+    """The median path delay: chunks that typically wait on the path are behind something that buffers."""
+
+    @classmethod
+    def of(cls, client: Timeline, server: Timeline) -> Arrivals:
+        _, c_offsets, c_cumulative = client.content()
+        s_index, s_offsets, s_cumulative = server.content()
+        lag = c_offsets - s_offsets[np.minimum(np.searchsorted(s_cumulative, c_cumulative), s_index.size - 1)]
+        path = lag - lag.min()
+        return cls(client.start_us + c_offsets, path, int(np.median(path)))
+
+    def buffered(self, rules: StallRules) -> bool:
+        """Behind a buffering element (its first chunk held, or its chunks typically waiting on the path)."""
+        return self.path_us[0] >= rules.held_first_chunk_us or self.typical_path_us >= rules.buffered_path_us
+
+    def held_through(self, start_us: int, end_us: int, rules: StallRules) -> bool | None:
+        """Whether every chunk of this stream due between ``start_us`` and ``end_us`` (sent by then, at the stream's
+        quickest) arrived only at ``end_us`` or later; None when none was due."""
+        due = self.times_us - self.path_us
+        in_flight = (due >= start_us - rules.due_slack_us) & (due <= end_us - rules.release_slack_us)
+        if not in_flight.any():
+            return None
+        return bool(np.all(self.times_us[in_flight] >= end_us - rules.release_slack_us))
+
+
 def attribute(
     client: Timeline,
     server: Timeline | None,
@@ -115,17 +179,20 @@ def attribute(
     *,
     spec_active: bool,
     rules: StallRules,
+    shared_hosts: Callable[[], Iterable[tuple[str, Sequence[Arrivals]]]] | None = None,
 ) -> list[Stall]:
-    """The client's stalls, each with a cause, a confidence and its evidence."""
+    """The client's stalls, each with a cause, a confidence and its evidence. ``shared_hosts`` gives, when asked,
+    each host this stream shares with others (its client process, its serving node) and their arrivals."""
     stalls = find_stalls(client, rules)
     if not stalls:
         return stalls
-    if server is None:
+    if server is None or not server.content()[0].size:
         for stall in stalls:
             stall.evidence["server"] = "no server span for this trace"
         return stalls
     c_index, _, c_cumulative = client.content()
     s_index, s_offsets, s_cumulative = server.content()
+    arrivals = Arrivals.of(client, server)
     network: list[Stall] = []
     for stall in stalls:
         k = int(np.searchsorted(c_index, stall.seq))
@@ -135,39 +202,84 @@ def attribute(
         j_through = min(int(np.searchsorted(s_cumulative, through)), s_index.size - 1)
         server_gap = int(s_offsets[j_through] - s_offsets[j_before])
         stall.server_gap_us, stall.server_seq = server_gap, int(s_index[j_through])
-        stall.evidence["server_gap_ms"] = f"{server_gap / 1000:.1f}"
-        stall.evidence["client_gap_ms"] = f"{stall.gap_us / 1000:.1f}"
-        if server_gap < rules.server_share * stall.gap_us:
-            network.append(stall)
-            continue
+        stall.path_delay_us = int(arrivals.path_us[k])
+        # the client waited on the path for as long as the chunk was late on it, and on the server before that
+        path_part = min(stall.gap_us, stall.path_delay_us)
+        server_part = stall.gap_us - path_part
+        stall.evidence.update(
+            server_gap_ms=f"{server_gap / 1000:.1f}",
+            client_gap_ms=f"{stall.gap_us / 1000:.1f}",
+            path_delay_ms=f"{stall.path_delay_us / 1000:.1f}",
+            server_part_ms=f"{server_part / 1000:.1f}",
+        )
         window = (server.start_us + int(s_offsets[j_before]), server.start_us + int(s_offsets[j_through]))
-        _engine_cause(stall, window, node_events, spec_active, rules)
-    first_chunk_lag = int(client.content()[1][0] - s_offsets[0])
-    held_from_start = first_chunk_lag >= rules.held_first_chunk_us
-    buffering = held_from_start or len(network) >= rules.recurring_network_stalls
-    typical = float(np.median([s.gap_us for s in network])) if network else 0.0
-    for stall in network:
-        stands_out = stall.gap_us > rules.hiccup_factor * typical and stall.gap_us - typical >= rules.hiccup_extra_us
-        hiccup = not buffering or (len(network) >= 2 and stands_out)
-        stall.cause = "connection" if hiccup else "network_buffering"
-        stall.confidence = 0.75 if hiccup else 0.85
-        stall.evidence["network_stalls_in_stream"] = str(len(network))
-        stall.evidence["first_chunk_lag_ms"] = f"{first_chunk_lag / 1000:.1f}"
+        engine, confidence, engine_evidence = _engine_cause(window, node_events, spec_active, rules)
+        if server_part >= rules.server_share * stall.gap_us:
+            stall.cause, stall.confidence = engine, confidence
+            stall.evidence.update(engine_evidence)
+            if path_part >= rules.secondary_share * stall.gap_us:
+                stall.evidence["secondary_cause"] = "network"
+            continue
+        if server_part >= rules.secondary_share * stall.gap_us:
+            stall.evidence["secondary_cause"] = engine
+        network.append(stall)
+    if network and shared_hosts is not None:
+        hosts = list(shared_hosts())
+        network = [stall for stall in network if not _shared_pause(stall, hosts, rules)]
+    _network_causes(network, int(arrivals.path_us[0]), rules)
     return stalls
 
 
+def _network_causes(network: list[Stall], first_chunk_held: int, rules: StallRules) -> None:
+    """A buffering gateway or a connection hiccup, for the stalls the path caused."""
+    buffering = first_chunk_held >= rules.held_first_chunk_us or len(network) >= rules.recurring_network_stalls
+    if not network:
+        return
+    typical = float(np.median([stall.gap_us for stall in network]))
+    added = [stall.gap_us - (stall.server_gap_us or 0) for stall in network]  # what the path added in the gap
+    held = max(first_chunk_held, float(np.median(added)))  # how long the gateway holds: its first chunk, or typically
+    for stall, path_added in zip(network, added, strict=True):
+        assert stall.path_delay_us is not None
+        already_sent = stall.path_delay_us - stall.gap_us  # before the previous chunk arrived
+        left_behind = already_sent >= rules.left_behind_us and path_added - held >= rules.left_behind_extra_us
+        stands_out = stall.gap_us > rules.hiccup_factor * typical and stall.gap_us - typical >= rules.hiccup_extra_us
+        hiccup = not buffering or left_behind or (len(network) >= 2 and stands_out)
+        stall.cause = "connection" if hiccup else "network_buffering"
+        stall.confidence = 0.75 if hiccup else 0.85
+        stall.evidence["network_stalls_in_stream"] = str(len(network))
+        stall.evidence["first_chunk_path_delay_ms"] = f"{first_chunk_held / 1000:.1f}"
+        if already_sent > 0:
+            stall.evidence["sent_before_previous_arrived_ms"] = f"{already_sent / 1000:.1f}"
+
+
+def _shared_pause(stall: Stall, hosts: list[tuple[str, Sequence[Arrivals]]], rules: StallRules) -> bool:
+    """Whether a host this stream shares held most of its other streams that had content in flight while this
+    chunk was late on the path, until the same instant; if so the stall is ``unknown``, with that in evidence."""
+    assert stall.path_delay_us is not None
+    start = stall.end_us - min(stall.path_delay_us, stall.gap_us)
+    for host, peers in hosts:
+        verdicts = [
+            peer.held_through(start, stall.end_us, rules)
+            for peer in peers
+            if not peer.buffered(rules)  # a gateway's flushes keep their own rhythm
+        ]
+        held, in_flight = verdicts.count(True), len(verdicts) - verdicts.count(None)
+        if held and 2 * held > in_flight:
+            stall.cause, stall.confidence = "unknown", 0.5
+            stall.evidence["held_together_with"] = f"{held} of {in_flight} streams in flight on {host}"
+            return True
+    return False
+
+
 def _engine_cause(
-    stall: Stall, window: tuple[int, int], events: list[NodeEvent], spec_active: bool, rules: StallRules
-) -> None:
+    window: tuple[int, int], events: list[NodeEvent], spec_active: bool, rules: StallRules
+) -> tuple[str, float, dict[str, str]]:
+    """What the node's engine did in the server gap's window: a cause, its confidence and the evidence."""
     low, high = window[0] - rules.event_slack_us, window[1] + rules.event_slack_us
     seen = {e.kind for e in events if e.start_us <= high and e.end_us >= low}
     for kind, cause in ENGINE_EVENT_CAUSES:
         if kind in seen:
-            stall.cause, stall.confidence = cause, 0.85
-            stall.evidence["node_events"] = ",".join(sorted(seen))
-            return
+            return cause, 0.85, {"node_events": ",".join(sorted(seen))}
     if spec_active:
-        stall.cause, stall.confidence = "spec_decode", 0.6
-        stall.evidence["node"] = "speculative decoding active, no other engine event"
-        return
-    stall.evidence["node"] = "server late, no engine event in the window"
+        return "spec_decode", 0.6, {"node": "speculative decoding active, no other engine event"}
+    return "unknown", 0.3, {"node": "server late, no engine event in the window"}

@@ -6,6 +6,11 @@ node's engine events, which arrive in separate requests, seconds apart; a view f
 table. The job waits until a stream has settled (``settle_s`` after it was stored), attributes every stream
 stored since its watermark in one pass of a few queries, and advances the watermark it keeps in
 ``attribution_progress`` so a restart neither skips nor repeats streams.
+
+A stream's stalls are attributed from its own two sides and its node's events; a delay on the path is also
+checked against the other client streams of the same pass that share its client process (service instance) or
+its serving node, since a host that paused held them all at once. Streams stored in another pass are not
+consulted, so near a pass boundary a pause has fewer witnesses.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -22,7 +28,7 @@ import pyarrow as pa
 from clickhouse_connect.driver.client import Client
 
 from ingest import columns, store
-from ingest.attribution import NodeEvent, Stall, StallRules, Timeline, attribute
+from ingest.attribution import Arrivals, NodeEvent, Stall, StallRules, Timeline, attribute
 from ingest.quality import andes_qoe, fluidity_index
 
 log = logging.getLogger(__name__)
@@ -31,7 +37,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 STREAMS_SQL = """
 SELECT tenant, trace_id, span_id, service, side, if(response_model != '', response_model, request_model),
-       node_name, toUnixTimestamp64Micro(start_time), duration_us
+       resource_attributes['service.instance.id'], toUnixTimestamp64Micro(start_time), duration_us
 FROM streams
 WHERE ingested_at > {since:DateTime64(3)} AND ingested_at <= {until:DateTime64(3)}
 """
@@ -133,21 +139,33 @@ class AttributionJob:
                 events[node].append(NodeEvent(kind, start, end))
             spec_nodes = {node for (node,) in self._client.query(SPEC_SQL, parameters=window).result_rows}
 
-        rows: list[dict[str, Any]] = []
-        quality: list[dict[str, Any]] = []
-        for tenant, trace, span, service, side, model, _node, start, _duration in streams:
+        sides_of: dict[tuple[str, str], tuple[Timeline, Timeline | None, str]] = {}
+        for _tenant, trace, span, _service, side, _model, _instance, start, _duration in streams:
             server = next(((s, n, t) for s, sd, n, t in sides[trace] if sd == "server"), None)
             if side == "server" and any(sd in ("client", "browser") for _, sd, _, _ in sides[trace]):
                 continue  # a server span is attributed through its client's stream
             if side not in ("client", "browser", "server") or (trace, span) not in chunks:
                 continue
-            client = Timeline(start, *chunks[(trace, span)])
             server_timeline, node = None, ""
             if server is not None and (trace, server[0]) in chunks:
                 server_timeline = Timeline(server[2], *chunks[(trace, server[0])])
                 node = server[1]
+            sides_of[(trace, span)] = (Timeline(start, *chunks[(trace, span)]), server_timeline, node)
+        peers = _Peers(streams, sides_of)
+
+        rows: list[dict[str, Any]] = []
+        quality: list[dict[str, Any]] = []
+        for tenant, trace, span, service, side, model, _instance, _start, _duration in streams:
+            if (trace, span) not in sides_of:
+                continue
+            client, server_timeline, node = sides_of[(trace, span)]
             stalls = attribute(
-                client, server_timeline, events.get(node, []), spec_active=node in spec_nodes, rules=self.rules
+                client,
+                server_timeline,
+                events.get(node, []),
+                spec_active=node in spec_nodes,
+                rules=self.rules,
+                shared_hosts=partial(peers.of, (trace, span)),
             )
             identity = {
                 "tenant": tenant,
@@ -178,6 +196,43 @@ class AttributionJob:
             "token_deadline_ms": targets.token_deadline_ms,
             "reading_tokens_per_s": targets.reading_tokens_per_s,
         }
+
+
+class _Peers:
+    """Client streams of one tenant grouped by the client process (service instance) and by the serving node
+    they share: a pause of either host holds all of its streams at once."""
+
+    def __init__(
+        self,
+        streams: list[tuple[Any, ...]],
+        sides_of: dict[tuple[str, str], tuple[Timeline, Timeline | None, str]],
+    ) -> None:
+        self._sides_of = sides_of
+        self._groups: dict[tuple[str, str, str], list[tuple[str, str]]] = defaultdict(list)
+        self._member_of: dict[tuple[str, str], list[tuple[str, str, str]]] = defaultdict(list)
+        self._arrivals: dict[tuple[str, str], Arrivals | None] = {}
+        for tenant, trace, span, _service, side, _model, instance, _start, _duration in streams:
+            if side not in ("client", "browser") or (trace, span) not in sides_of:
+                continue
+            for group in ((tenant, "instance", instance), (tenant, "node", sides_of[(trace, span)][2])):
+                if group[2]:
+                    self._groups[group].append((trace, span))
+                    self._member_of[(trace, span)].append(group)
+
+    def of(self, key: tuple[str, str]) -> list[tuple[str, list[Arrivals]]]:
+        """Each host ``key`` shares, with the arrivals of its other streams (each computed once, when first needed)."""
+        hosts = []
+        for group in self._member_of[key]:
+            others = (self._arrivals_of(other) for other in self._groups[group] if other != key)
+            hosts.append((f"{group[1]} {group[2]}", [arrivals for arrivals in others if arrivals is not None]))
+        return hosts
+
+    def _arrivals_of(self, key: tuple[str, str]) -> Arrivals | None:
+        if key not in self._arrivals:
+            client, server, _ = self._sides_of[key]
+            usable = server is not None and server.content()[0].size > 0 and client.content()[0].size > 0
+            self._arrivals[key] = Arrivals.of(client, server) if server is not None and usable else None
+        return self._arrivals[key]
 
 
 def _row(stall: Stall, identity: dict[str, str]) -> dict[str, Any]:

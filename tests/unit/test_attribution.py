@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ingest.attribution import NodeEvent, StallRules, Timeline, attribute, find_stalls
+from ingest.attribution import Arrivals, NodeEvent, Stall, StallRules, Timeline, attribute, find_stalls
 
 RULES = StallRules()
 MS = 1000
@@ -23,6 +23,35 @@ def with_gap(at: int, gap_ms: float, base: list[float] = STEADY) -> list[float]:
     gaps = list(base)
     gaps[at] = gap_ms
     return gaps
+
+
+def gateway(server: Timeline, flush_ms: float, hiccup_after: int | None = None, hiccup_ms: float = 0) -> Timeline:
+    """What a client sees of ``server`` behind a gateway that holds chunks and releases all it holds ``flush_ms``
+    after the first one; with ``hiccup_after``, the connection stalls ``hiccup_ms`` right after writing that chunk
+    (the rest of its release waits, and what arrives meanwhile is held from when the connection resumes)."""
+    sent = server.offsets_us + 2 * MS  # the gateway is 2 ms from the server
+    received = np.empty_like(sent)
+    resume, i = 0, 0
+    while i < sent.size:
+        flush = max(int(sent[i]), resume) + int(flush_ms * MS)
+        j = i
+        while j < sent.size and max(int(sent[j]), resume) <= flush:
+            j += 1
+        received[i:j] = flush
+        if hiccup_after is not None and i <= hiccup_after < j - 1:
+            resume = flush + int(hiccup_ms * MS)
+            received[hiccup_after + 1 : j] = resume
+        i = j
+    return Timeline(server.start_us - 5 * MS, received + 8 * MS, server.content_bytes)
+
+
+def held(server: Timeline, *holds: tuple[int, float]) -> Timeline:
+    """The client's view of ``server`` when the path held chunk ``at`` for ``ms`` and released it with everything
+    sent meanwhile, for each ``(at, ms)``."""
+    offsets = server.offsets_us.copy()
+    for at, ms in holds:
+        offsets[at:] = np.maximum(offsets[at:], offsets[at] + int(ms * MS))
+    return Timeline(server.start_us - 3 * MS, offsets + 3 * MS, server.content_bytes)
 
 
 def only(stalls):
@@ -80,9 +109,23 @@ def test_server_on_time_client_late_is_the_network_once_a_hiccup_repeatedly_a_ga
     server = timeline(STEADY)
     hiccup = only(attribute(timeline(with_gap(12, 900)), server, [], spec_active=False, rules=RULES))
     assert (hiccup.cause, hiccup.server_gap_us) == ("connection", 20 * MS)
-    buffered = timeline(with_gap(20, 600, with_gap(8, 600)))
-    stalls = attribute(buffered, server, [event("preemption", server, 9)], spec_active=True, rules=RULES)
-    assert [s.cause for s in stalls] == ["network_buffering", "network_buffering"]
+    buffered = gateway(timeline([20.0] * 90), 600)
+    stalls = attribute(buffered, timeline([20.0] * 90), [], spec_active=True, rules=RULES)
+    assert len(stalls) == 2 and {s.cause for s in stalls} == {"network_buffering"}
+
+
+def test_a_gap_two_causes_share_goes_to_the_one_that_held_it_longest_and_names_the_other():
+    # the server is preempted for 480 ms, then the gateway holds what it emits next for 600 ms more
+    server = timeline(with_gap(30, 480, [20.0] * 60))
+    preemption = [event("preemption", server, 31)]
+    stalls = attribute(gateway(server, 600), server, preemption, spec_active=False, rules=RULES)
+    late = next(s for s in stalls if s.server_gap_us >= 480 * MS)
+    assert late.cause == "network_buffering" and late.evidence["secondary_cause"] == "kv_pressure"
+    assert int(float(late.evidence["server_part_ms"])) < late.path_delay_us / 1000
+    # the same preemption with a 200 ms hiccup on the path after it: the server's part is the larger one
+    stall = only(attribute(held(server, (31, 200)), server, preemption, spec_active=False, rules=RULES))
+    assert (stall.cause, stall.evidence["secondary_cause"]) == ("kv_pressure", "network")
+    assert stall.evidence["server_part_ms"] == "480.0"
 
 
 def test_alignment_survives_re_chunking_by_content():
@@ -100,23 +143,69 @@ def test_without_a_server_span_the_cause_is_unknown_and_says_why():
 
 
 def test_a_single_gap_after_a_held_first_chunk_is_still_a_buffering_gateway():
-    server = timeline(STEADY)
-    held = timeline(with_gap(9, 500), start_us=server.start_us - 2 * MS)
-    held = Timeline(held.start_us, held.offsets_us + 300 * MS, held.content_bytes)  # the first chunk came 300 ms late
-    stall = only(attribute(held, server, [], spec_active=False, rules=RULES))
+    server = timeline([20.0] * 60)
+    client = held(server, (0, 300), (10, 500))  # the first chunk held 300 ms, one gap later
+    stall = only(attribute(client, server, [], spec_active=False, rules=RULES))
     assert stall.cause == "network_buffering"
-    assert stall.evidence["first_chunk_lag_ms"] == "300.0"
-    on_time = only(attribute(timeline(with_gap(9, 500)), server, [], spec_active=False, rules=RULES))
+    assert stall.evidence["first_chunk_path_delay_ms"] == "300.0"
+    on_time = only(attribute(held(server, (10, 500)), server, [], spec_active=False, rules=RULES))
     assert on_time.cause == "connection"
+    # a slow way to the server (the request, before any chunk) is no held first chunk
+    slow_start = held(server, (10, 500))
+    slow_start = Timeline(slow_start.start_us - 300 * MS, slow_start.offsets_us + 300 * MS, server.content_bytes)
+    assert only(attribute(slow_start, server, [], spec_active=False, rules=RULES)).cause == "connection"
 
 
 def test_a_hiccup_on_top_of_a_buffering_gateway_stands_out_from_the_flushes():
-    server = timeline(STEADY)
-    gaps = with_gap(22, 1400, with_gap(14, 600, with_gap(6, 600)))  # two flushes and one long hiccup
-    client = timeline(gaps)
-    client = Timeline(client.start_us, client.offsets_us + 300 * MS, client.content_bytes)  # first chunk held
-    assert [s.cause for s in attribute(client, server, [], spec_active=False, rules=RULES)] == [
-        "network_buffering",
-        "network_buffering",
-        "connection",
+    server = timeline([20.0] * 120)
+    client = gateway(server, 600)
+    third_release = int(np.flatnonzero(np.diff(client.offsets_us))[1]) + 1
+    offsets = client.offsets_us.copy()
+    offsets[third_release:] += 800 * MS  # the connection stalled between two releases
+    client = Timeline(client.start_us, offsets, client.content_bytes)
+    stalls = attribute(client, server, [], spec_active=False, rules=RULES)
+    assert [(s.seq == third_release, s.cause) for s in stalls] == [
+        (False, "network_buffering"),
+        (True, "connection"),
+        (False, "network_buffering"),
     ]
+
+
+def test_a_hiccup_that_splits_a_gateways_release_is_a_connection_and_the_flush_after_it_is_not():
+    server = timeline([20.0] * 90)
+    # the gateway releases chunks 31-60 together; the connection stalls 800 ms after writing chunk 40
+    client = gateway(server, 600, hiccup_after=40, hiccup_ms=800)
+    stalls = {s.seq: s for s in attribute(client, server, [], spec_active=False, rules=RULES)}
+    assert stalls[41].cause == "connection" and float(stalls[41].evidence["sent_before_previous_arrived_ms"]) > 150
+    assert {s.cause for seq, s in stalls.items() if seq != 41} == {"network_buffering"}
+    assert len(stalls) >= 3  # the flushes before the hiccup, and the one after it
+
+
+def test_a_late_arrival_other_streams_of_the_host_shared_is_a_pause_not_the_network():
+    server = timeline([20.0] * 40)
+    late = held(server, (21, 160))
+    held_too = Arrivals.of(late, server)  # a stream on the same host, released at the same instant
+    on_time = Arrivals.of(server, server)
+
+    def attributed(*peers: Arrivals) -> Stall:
+        return only(
+            attribute(late, server, [], spec_active=False, rules=RULES, shared_hosts=lambda: [("node n1", peers)])
+        )
+
+    paused = attributed(held_too, on_time, held_too)  # two held with it, one not
+    assert paused.cause == "unknown" and paused.evidence["held_together_with"] == "2 of 3 streams in flight on node n1"
+    assert attributed(held_too, on_time, on_time).cause == "connection"  # most got theirs on time
+    assert attributed(Arrivals.of(gateway(server, 600), server)).cause == "connection"  # a flush is no witness
+    assert attributed().cause == "connection"
+
+    # two pauses in one stream do not make it a buffering gateway
+    twice = held(server, (11, 160), (31, 160))
+    stalls = attribute(
+        twice,
+        server,
+        [],
+        spec_active=False,
+        rules=RULES,
+        shared_hosts=lambda: [("instance a", [Arrivals.of(twice, server)])],
+    )
+    assert [s.cause for s in stalls] == ["unknown", "unknown"]
