@@ -47,6 +47,9 @@ ENGINE_EVENT_CAUSES = (
     ("spec_acceptance_drop", "spec_decode"),
 )
 """Engine event kinds and the cause they point to, strongest evidence first."""
+PER_REQUEST_CAUSES = ("kv_pressure", "spec_decode")
+"""Engine causes that delay the requests they hit (a preempted sequence, rejected drafts), not the whole node
+(a prefill in the batch delays every sequence decoding with it)."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,8 @@ class Arrivals:
 
     times_us: np.ndarray
     path_us: np.ndarray
+    sent_us: np.ndarray
+    """When the server emitted its content chunks (µs, the serving node's clock)."""
     typical_path_us: int
     """The median path delay: chunks that typically wait on the path are behind something that buffers."""
 
@@ -156,7 +161,7 @@ class Arrivals:
         s_index, s_offsets, s_cumulative = server.content()
         lag = c_offsets - s_offsets[np.minimum(np.searchsorted(s_cumulative, c_cumulative), s_index.size - 1)]
         path = lag - lag.min()
-        return cls(client.start_us + c_offsets, path, int(np.median(path)))
+        return cls(client.start_us + c_offsets, path, server.start_us + s_offsets, int(np.median(path)))
 
     def buffered(self, rules: StallRules) -> bool:
         """Behind a buffering element (its first chunk held, or its chunks typically waiting on the path)."""
@@ -171,6 +176,24 @@ class Arrivals:
             return None
         return bool(np.all(self.times_us[in_flight] >= end_us - rules.release_slack_us))
 
+    def silent_through(self, start_us: int, end_us: int, rules: StallRules) -> bool | None:
+        """Whether the server emitted none of this stream's content well inside ``start_us``..``end_us`` (server
+        clock); None when the stream was not being served across that window."""
+        if not self.sent_us.size or self.sent_us[0] > start_us or self.sent_us[-1] < end_us:
+            return None
+        inside = (self.sent_us > start_us + rules.release_slack_us) & (self.sent_us < end_us - rules.release_slack_us)
+        return not inside.any()
+
+
+@dataclass(frozen=True)
+class SharedHost:
+    """A host a stream shares with other streams over the same time (its client process, its serving node)."""
+
+    kind: str
+    """``client process`` or ``node``."""
+    name: str
+    peers: Sequence[Arrivals]
+
 
 def attribute(
     client: Timeline,
@@ -179,10 +202,10 @@ def attribute(
     *,
     spec_active: bool,
     rules: StallRules,
-    shared_hosts: Callable[[], Iterable[tuple[str, Sequence[Arrivals]]]] | None = None,
+    shared_hosts: Callable[[], Iterable[SharedHost]] | None = None,
 ) -> list[Stall]:
     """The client's stalls, each with a cause, a confidence and its evidence. ``shared_hosts`` gives, when asked,
-    each host this stream shares with others (its client process, its serving node) and their arrivals."""
+    the hosts this stream shares with others (its client process, its serving node)."""
     stalls = find_stalls(client, rules)
     if not stalls:
         return stalls
@@ -194,6 +217,7 @@ def attribute(
     s_index, s_offsets, s_cumulative = server.content()
     arrivals = Arrivals.of(client, server)
     network: list[Stall] = []
+    hosts: list[SharedHost] | None = None
     for stall in stalls:
         k = int(np.searchsorted(c_index, stall.seq))
         before, through = c_cumulative[k - 1], c_cumulative[k]
@@ -217,6 +241,9 @@ def attribute(
         if server_part >= rules.server_share * stall.gap_us:
             stall.cause, stall.confidence = engine, confidence
             stall.evidence.update(engine_evidence)
+            if engine in PER_REQUEST_CAUSES and shared_hosts is not None:
+                hosts = list(shared_hosts()) if hosts is None else hosts
+                _node_slow(stall, window, hosts, rules)
             if path_part >= rules.secondary_share * stall.gap_us:
                 stall.evidence["secondary_cause"] = "network"
             continue
@@ -224,7 +251,7 @@ def attribute(
             stall.evidence["secondary_cause"] = engine
         network.append(stall)
     if network and shared_hosts is not None:
-        hosts = list(shared_hosts())
+        hosts = list(shared_hosts()) if hosts is None else hosts
         network = [stall for stall in network if not _shared_pause(stall, hosts, rules)]
     _network_causes(network, int(arrivals.path_us[0]), rules)
     return stalls
@@ -252,23 +279,38 @@ def _network_causes(network: list[Stall], first_chunk_held: int, rules: StallRul
             stall.evidence["sent_before_previous_arrived_ms"] = f"{already_sent / 1000:.1f}"
 
 
-def _shared_pause(stall: Stall, hosts: list[tuple[str, Sequence[Arrivals]]], rules: StallRules) -> bool:
+def _shared_pause(stall: Stall, hosts: list[SharedHost], rules: StallRules) -> bool:
     """Whether a host this stream shares held most of its other streams that had content in flight while this
     chunk was late on the path, until the same instant; if so the stall is ``unknown``, with that in evidence."""
     assert stall.path_delay_us is not None
     start = stall.end_us - min(stall.path_delay_us, stall.gap_us)
-    for host, peers in hosts:
+    for host in hosts:
         verdicts = [
             peer.held_through(start, stall.end_us, rules)
-            for peer in peers
+            for peer in host.peers
             if not peer.buffered(rules)  # a gateway's flushes keep their own rhythm
         ]
         held, in_flight = verdicts.count(True), len(verdicts) - verdicts.count(None)
         if held and 2 * held > in_flight:
             stall.cause, stall.confidence = "unknown", 0.5
-            stall.evidence["held_together_with"] = f"{held} of {in_flight} streams in flight on {host}"
+            stall.evidence["held_together_with"] = f"{held} of {in_flight} streams in flight on {host.kind} {host.name}"
             return True
     return False
+
+
+def _node_slow(stall: Stall, window: tuple[int, int], hosts: list[SharedHost], rules: StallRules) -> None:
+    """A cause that acts on one request (its preemption, its drafts rejected) does not silence the node's other
+    streams; when most of those being served emitted nothing over the same window, the node was slow for all
+    of them (a step that took long, a busy host): ``unknown``, with that in evidence."""
+    for host in hosts:
+        if host.kind != "node":
+            continue
+        verdicts = [peer.silent_through(*window, rules) for peer in host.peers]
+        silent, served = verdicts.count(True), len(verdicts) - verdicts.count(None)
+        if silent and 2 * silent > served:
+            stall.evidence["not_blamed"] = stall.cause
+            stall.cause, stall.confidence = "unknown", 0.5
+            stall.evidence["silent_together_with"] = f"{silent} of {served} streams served on node {host.name}"
 
 
 def _engine_cause(

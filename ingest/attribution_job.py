@@ -28,7 +28,7 @@ import pyarrow as pa
 from clickhouse_connect.driver.client import Client
 
 from ingest import columns, store
-from ingest.attribution import Arrivals, NodeEvent, Stall, StallRules, Timeline, attribute
+from ingest.attribution import Arrivals, NodeEvent, SharedHost, Stall, StallRules, Timeline, attribute
 from ingest.quality import andes_qoe, fluidity_index
 
 log = logging.getLogger(__name__)
@@ -214,17 +214,17 @@ class _Peers:
         for tenant, trace, span, _service, side, _model, instance, _start, _duration in streams:
             if side not in ("client", "browser") or (trace, span) not in sides_of:
                 continue
-            for group in ((tenant, "instance", instance), (tenant, "node", sides_of[(trace, span)][2])):
+            for group in ((tenant, "client process", instance), (tenant, "node", sides_of[(trace, span)][2])):
                 if group[2]:
                     self._groups[group].append((trace, span))
                     self._member_of[(trace, span)].append(group)
 
-    def of(self, key: tuple[str, str]) -> list[tuple[str, list[Arrivals]]]:
-        """Each host ``key`` shares, with the arrivals of its other streams (each computed once, when first needed)."""
+    def of(self, key: tuple[str, str]) -> list[SharedHost]:
+        """The hosts ``key`` shares, with their other streams' arrivals (each computed once, when first needed)."""
         hosts = []
         for group in self._member_of[key]:
             others = (self._arrivals_of(other) for other in self._groups[group] if other != key)
-            hosts.append((f"{group[1]} {group[2]}", [arrivals for arrivals in others if arrivals is not None]))
+            hosts.append(SharedHost(group[1], group[2], [arrivals for arrivals in others if arrivals is not None]))
         return hosts
 
     def _arrivals_of(self, key: tuple[str, str]) -> Arrivals | None:

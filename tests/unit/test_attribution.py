@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ingest.attribution import Arrivals, NodeEvent, Stall, StallRules, Timeline, attribute, find_stalls
+from ingest.attribution import (
+    Arrivals,
+    NodeEvent,
+    SharedHost,
+    Stall,
+    StallRules,
+    Timeline,
+    attribute,
+    find_stalls,
+)
 
 RULES = StallRules()
 MS = 1000
@@ -189,7 +198,9 @@ def test_a_late_arrival_other_streams_of_the_host_shared_is_a_pause_not_the_netw
 
     def attributed(*peers: Arrivals) -> Stall:
         return only(
-            attribute(late, server, [], spec_active=False, rules=RULES, shared_hosts=lambda: [("node n1", peers)])
+            attribute(
+                late, server, [], spec_active=False, rules=RULES, shared_hosts=lambda: [SharedHost("node", "n1", peers)]
+            )
         )
 
     paused = attributed(held_too, on_time, held_too)  # two held with it, one not
@@ -206,6 +217,27 @@ def test_a_late_arrival_other_streams_of_the_host_shared_is_a_pause_not_the_netw
         [],
         spec_active=False,
         rules=RULES,
-        shared_hosts=lambda: [("instance a", [Arrivals.of(twice, server)])],
+        shared_hosts=lambda: [SharedHost("client process", "a", [Arrivals.of(twice, server)])],
     )
     assert [s.cause for s in stalls] == ["unknown", "unknown"]
+
+
+def test_a_preemption_or_a_draft_collapse_does_not_silence_the_whole_node():
+    server = timeline(with_gap(20, 400, [20.0] * 40))
+    preemption = [event("preemption", server, 21)]
+    others_served = Arrivals.of(timeline([20.0] * 40), timeline([20.0] * 40))  # kept emitting meanwhile
+    others_silent = Arrivals.of(server, server)  # the same 400 ms silence on the same node
+
+    def attributed(*peers: Arrivals) -> Stall:
+        hosts = [SharedHost("client process", "a", peers), SharedHost("node", "n1", peers)]
+        return only(attribute(server, server, preemption, spec_active=True, rules=RULES, shared_hosts=lambda: hosts))
+
+    assert attributed(others_served, others_silent).cause == "kv_pressure"
+    slow = attributed(others_silent, others_silent, others_served)
+    assert (slow.cause, slow.evidence["not_blamed"]) == ("unknown", "kv_pressure")
+    assert slow.evidence["silent_together_with"] == "2 of 3 streams served on node n1"
+    # a prefill in the batch does silence every stream decoding with it
+    prefill = [event("prefill_burst", server, 21)]
+    everyone = [SharedHost("node", "n1", [others_silent, others_silent])]
+    stall = only(attribute(server, server, prefill, spec_active=False, rules=RULES, shared_hosts=lambda: everyone))
+    assert stall.cause == "prefill_interference"
