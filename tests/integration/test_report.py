@@ -101,6 +101,15 @@ def test_every_panel_runs_and_the_hand_worked_numbers_hold(store):
     assert report.summary.streams == 13
     assert report.summary.itl_goodput == pytest.approx(12 / 13)
 
+    economics = {
+        row[1]: dict(zip(report.result("chunk_economics").names, row)) for row in report.result("chunk_economics").rows
+    }
+    # model "": 4 streams × 60 chunks × 4 tokens, 4 × 60 × 1, and the stalled stream's 30 × 1
+    assert (economics[""]["streams"], economics[""]["chunks"]) == (9, 510)
+    assert economics[""]["tokens_per_chunk"] == pytest.approx(round(1230 / 510, 2))
+    assert economics[""]["otlp_bytes_per_chunk"] is None  # written straight to the store, not over OTLP
+    assert economics[""]["stored_bytes_per_chunk"] > 0
+
     texture = report.result("model_texture")
     by_model = {row[0]: dict(zip(texture.names, row)) for row in texture.rows}
     assert by_model["m-2"]["gaps"] == 38 + 22 and by_model["m-2"]["gap_p50_ms"] == 60
