@@ -29,8 +29,8 @@ A stall is a gap between content chunks over the absolute threshold, or well ove
    others (its client process, its serving node) held most of its other streams that had content in flight
    over the same time and released them at the same instant, the host paused (a CPU-starved client or load
    generator, a serving process busy after stamping its chunks): ``unknown``, with the count in the evidence,
-   and left out of the stream's network stalls. Streams behind a buffering gateway are no witnesses (their
-   flushes keep their own rhythm). A pause that held only this one stream still reads as the network's.
+   and left out of the stream's network stalls. A stream whose release also held older content (a gateway's
+   flush that came then) is no witness. A pause that held only this one stream still reads as the network's.
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ class StallRules:
     event_slack_us: int = 300_000
     """Engine events are sampled every 250 ms: a gap's window is widened by this much to meet them."""
     recurring_network_stalls: int = 2
-    """This many network stalls in one stream make it a buffering gateway rather than a hiccup."""
+    """This many network stalls of about one length (within ``hiccup_factor`` of their median) make a stream a
+    buffering gateway's: it flushes on a period, where pauses and hiccups come in all lengths."""
     held_first_chunk_us: int = 250_000
     """The first content chunk this late on the path (see ``Arrivals``): the path held it."""
     hiccup_factor: float = 1.5
@@ -76,9 +77,7 @@ class StallRules:
     """In a buffered stream, content already sent this long before the previous chunk arrived, that the path then
     delayed this much more than the gateway holds a chunk, was not held by a flush (a flush releases all it
     holds): a connection hiccup."""
-    buffered_path_us: int = 100_000
-    """A stream whose chunks typically wait this long on the path is behind something that buffers them."""
-    release_slack_us: int = 25_000
+    release_slack_us: int = 60_000
     """Arrivals this close together were released by the same event (a host resuming, stream after stream)."""
     due_slack_us: int = 5_000
     """When a chunk was due (sent, plus its stream's quickest path) is known to within about this much."""
@@ -152,36 +151,36 @@ class Arrivals:
     path_us: np.ndarray
     sent_us: np.ndarray
     """When the server emitted its content chunks (µs, the serving node's clock)."""
-    typical_path_us: int
-    """The median path delay: chunks that typically wait on the path are behind something that buffers."""
 
     @classmethod
     def of(cls, client: Timeline, server: Timeline) -> Arrivals:
         _, c_offsets, c_cumulative = client.content()
         s_index, s_offsets, s_cumulative = server.content()
         lag = c_offsets - s_offsets[np.minimum(np.searchsorted(s_cumulative, c_cumulative), s_index.size - 1)]
-        path = lag - lag.min()
-        return cls(client.start_us + c_offsets, path, server.start_us + s_offsets, int(np.median(path)))
+        return cls(client.start_us + c_offsets, lag - lag.min(), server.start_us + s_offsets)
 
-    def buffered(self, rules: StallRules) -> bool:
-        """Behind a buffering element (its first chunk held, or its chunks typically waiting on the path)."""
-        return self.path_us[0] >= rules.held_first_chunk_us or self.typical_path_us >= rules.buffered_path_us
-
-    def held_through(self, start_us: int, end_us: int, rules: StallRules) -> bool | None:
-        """Whether every chunk of this stream due between ``start_us`` and ``end_us`` (sent by then, at the stream's
-        quickest) arrived only at ``end_us`` or later; None when none was due."""
+    def held_through(self, silent_from_us: int, due_from_us: int, end_us: int, rules: StallRules) -> bool | None:
+        """Whether this stream's content due from ``due_from_us`` on (sent by then, at the stream's quickest) was
+        held and released at ``end_us`` too (False: some of it arrived meanwhile). None when none was due, or
+        when this stream was held by something of its own: longer than that (its release also carried content
+        due before ``silent_from_us``, as a gateway's flush that happens to come then does) or beyond it."""
         due = self.times_us - self.path_us
-        in_flight = (due >= start_us - rules.due_slack_us) & (due <= end_us - rules.release_slack_us)
-        if not in_flight.any():
+        in_flight = (due >= due_from_us - rules.due_slack_us) & (due <= end_us - rules.release_slack_us)
+        if np.any(in_flight & (self.times_us < end_us - rules.release_slack_us)):
+            return False
+        # a host catching up after a pause releases its streams one after another, for up to about as long again
+        catching_up = max(rules.release_slack_us, end_us - due_from_us)
+        released = (self.times_us >= end_us - rules.release_slack_us) & (self.times_us <= end_us + catching_up)
+        if not np.any(in_flight & released) or np.any(due[released] < silent_from_us - rules.release_slack_us):
             return None
-        return bool(np.all(self.times_us[in_flight] >= end_us - rules.release_slack_us))
+        return True
 
     def silent_through(self, start_us: int, end_us: int, rules: StallRules) -> bool | None:
         """Whether the server emitted none of this stream's content well inside ``start_us``..``end_us`` (server
         clock); None when the stream was not being served across that window."""
         if not self.sent_us.size or self.sent_us[0] > start_us or self.sent_us[-1] < end_us:
             return None
-        inside = (self.sent_us > start_us + rules.release_slack_us) & (self.sent_us < end_us - rules.release_slack_us)
+        inside = (self.sent_us > start_us + rules.due_slack_us) & (self.sent_us < end_us - rules.due_slack_us)
         return not inside.any()
 
 
@@ -227,9 +226,8 @@ def attribute(
         server_gap = int(s_offsets[j_through] - s_offsets[j_before])
         stall.server_gap_us, stall.server_seq = server_gap, int(s_index[j_through])
         stall.path_delay_us = int(arrivals.path_us[k])
-        # the client waited on the path for as long as the chunk was late on it, and on the server before that
-        path_part = min(stall.gap_us, stall.path_delay_us)
-        server_part = stall.gap_us - path_part
+        server_part = _server_part(stall.gap_us, stall.path_delay_us)
+        path_part = stall.gap_us - server_part
         stall.evidence.update(
             server_gap_ms=f"{server_gap / 1000:.1f}",
             client_gap_ms=f"{stall.gap_us / 1000:.1f}",
@@ -259,7 +257,7 @@ def attribute(
 
 def _network_causes(network: list[Stall], first_chunk_held: int, rules: StallRules) -> None:
     """A buffering gateway or a connection hiccup, for the stalls the path caused."""
-    buffering = first_chunk_held >= rules.held_first_chunk_us or len(network) >= rules.recurring_network_stalls
+    buffering = first_chunk_held >= rules.held_first_chunk_us or _recurring([s.gap_us for s in network], rules)
     if not network:
         return
     typical = float(np.median([stall.gap_us for stall in network]))
@@ -279,17 +277,28 @@ def _network_causes(network: list[Stall], first_chunk_held: int, rules: StallRul
             stall.evidence["sent_before_previous_arrived_ms"] = f"{already_sent / 1000:.1f}"
 
 
+def _server_part(gap_us: int, path_delay_us: int) -> int:
+    """The part of a client gap spent waiting on the server: the client waited on the path for as long as the
+    chunk that ended the gap was late on it (at most the whole gap), and on the server before that."""
+    return gap_us - min(gap_us, path_delay_us)
+
+
+def _recurring(network_gaps: list[int], rules: StallRules) -> bool:
+    """Whether enough of a stream's network stalls are of about one length, as a gateway's flushes are."""
+    if len(network_gaps) < rules.recurring_network_stalls:
+        return False
+    typical = float(np.median(network_gaps))
+    alike = [gap for gap in network_gaps if typical / rules.hiccup_factor <= gap <= typical * rules.hiccup_factor]
+    return len(alike) >= rules.recurring_network_stalls
+
+
 def _shared_pause(stall: Stall, hosts: list[SharedHost], rules: StallRules) -> bool:
     """Whether a host this stream shares held most of its other streams that had content in flight while this
     chunk was late on the path, until the same instant; if so the stall is ``unknown``, with that in evidence."""
     assert stall.path_delay_us is not None
-    start = stall.end_us - min(stall.path_delay_us, stall.gap_us)
+    due_from = stall.end_us - min(stall.path_delay_us, stall.gap_us)  # the chunk was due, the pause was on
     for host in hosts:
-        verdicts = [
-            peer.held_through(start, stall.end_us, rules)
-            for peer in host.peers
-            if not peer.buffered(rules)  # a gateway's flushes keep their own rhythm
-        ]
+        verdicts = [peer.held_through(stall.start_us, due_from, stall.end_us, rules) for peer in host.peers]
         held, in_flight = verdicts.count(True), len(verdicts) - verdicts.count(None)
         if held and 2 * held > in_flight:
             stall.cause, stall.confidence = "unknown", 0.5

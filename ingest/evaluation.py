@@ -5,7 +5,16 @@ matches the stall's best (intersection over union, so a tight window that is the
 that merely contains it), or ``none`` when nothing injected touched it. Precision and recall are computed
 over stalls; ground truth that delayed a content chunk after the first by as much as a stall, yet met no
 stall, is counted apart as ``undetected`` (and included in recall), so a silent detector cannot score well.
-(Ground truth that held the stream's first content chunk delayed its time to first token, not a gap.)
+(Ground truth that held the stream's first content chunk delayed its time to first token, not a gap; and a
+server delay that began and ended while the path held the stream anyway, inside a gateway's hold or a
+stalled connection, changed nothing the client received: the content made the same release.)
+
+When two injected causes touch one stall (the engine preempted the request and a gateway then held what it
+emitted), the label is the one that held the stall's content for most of the stall: every record's window
+is the time its cause held content back, so among windows inside the stall the larger overlap wins, and a
+window reaching beyond the stall (a preemption that went on to delay the next chunk, a collapsed stretch of
+speculative decoding spanning many chunks) is discounted for the part that delayed other content. Attribution
+splits the client's wait the same way (the server's part and the path's part), so both sides mean one thing.
 """
 
 from __future__ import annotations
@@ -22,6 +31,8 @@ from streamscope import semconv as sc
 STALL_CAUSES = tuple(c for c in sc.STREAMSCOPE_TRUTH_CAUSE_VALUES if c != "chunking_regression")
 DELAY_CAUSES = ("kv_pressure", "prefill_interference", "network_buffering", "connection")
 """Causes whose ground-truth magnitude is the delay they added (others measure something else)."""
+PATH_HOLDS = ("network_buffering", "connection")
+"""Causes that held a stream's content on the path: a server delay inside one did not reach the client."""
 MATCH_SLACK_US = 100_000
 
 STALLS_SQL = """
@@ -89,8 +100,10 @@ def score(client: Client, since: datetime, absolute_us: int = 400_000) -> Score:
                 best, best_match = cause, match
         result.confusion[(best, predicted)] += 1
     for trace, records in by_trace.items():
+        holds = [(start, end) for cause, start, end, _, _ in records if cause in PATH_HOLDS]
         for cause, t_start, t_end, magnitude, delayed_content in records:
             detectable = cause in DELAY_CAUSES and delayed_content and magnitude * 1e6 >= absolute_us
-            if detectable and (trace, t_start, t_end) not in hit:
+            masked = cause not in PATH_HOLDS and any(start <= t_start and t_end <= end for start, end in holds)
+            if detectable and not masked and (trace, t_start, t_end) not in hit:
                 result.undetected[cause] += 1
     return result
