@@ -1,22 +1,136 @@
-"""docker-compose.yml is checked without a Docker engine: against the Compose Specification schema, and its
-collector command is the CLI's own."""
+"""docker-compose.yml and what it mounts, checked without a Docker engine or a Grafana server: the file against
+the Compose Specification schema, its services' commands against the real CLI, the ClickHouse users config on
+the embedded engine, and Grafana's provisioning files against the keys the ClickHouse plugin reads."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path, PurePosixPath
+from typing import Any
 
+import click
 import jsonschema
+import pytest
 import yaml
 
 from ingest import store
+from streamscope.cli import _cli
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_SCHEMA = ROOT / "tests" / "fixtures" / "schemas" / "compose-spec.json"  # the Compose Specification's schema
+PROVISIONING = ROOT / "dashboards" / "grafana" / "provisioning"
+PLUGIN_ID = "grafana-clickhouse-datasource"
+DATASOURCE_UID = "clickhouse"  # generated dashboards and alert rules name the datasource by this uid
+# jsonData keys the plugin's v4 backend reads (pkg/plugin/settings.go); v3 names such as `server` are only
+# migrated by its config editor, never by provisioning.
+PLUGIN_JSON_DATA_KEYS = {
+    "host",
+    "port",
+    "protocol",
+    "secure",
+    "path",
+    "username",
+    "defaultDatabase",
+    "tlsSkipVerify",
+    "tlsAuth",
+    "tlsAuthWithCACert",
+    "dialTimeout",
+    "queryTimeout",
+    "connMaxLifetime",
+    "maxIdleConns",
+    "maxOpenConns",
+    "customSettings",
+    "httpHeaders",
+    "forwardGrafanaHeaders",
+}
+# The plugin's driver sets this on every query (grafana/clickhouse-datasource#325), so its user must be
+# allowed to change settings.
+PLUGIN_QUERY_SETTINGS = "max_execution_time = 60"
+COMPOSE_VARIABLE = re.compile(r"\$\{(?P<name>\w+)(?::-(?P<default>[^}]*))?\}")
+EXACT_TAG = re.compile(r"\d+\.\d+\.\d+(\.\d+)?(-[\w.-]+)?")  # 26.9.6.6, 12.4.11, 3.11.14-slim-bookworm
+
+
+def compose_text() -> str:
+    return (ROOT / "docker-compose.yml").read_text()
 
 
 def compose() -> dict:
-    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    return yaml.safe_load(compose_text())
+
+
+def with_local_defaults(node: Any) -> Any:
+    """The compose file as `docker compose` reads it with none of its variables set."""
+    if isinstance(node, dict):
+        return {key: with_local_defaults(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [with_local_defaults(value) for value in node]
+    if isinstance(node, str):
+        return COMPOSE_VARIABLE.sub(lambda match: match["default"] or "", node)
+    return node
+
+
+def services() -> dict:
+    return with_local_defaults(compose())["services"]
+
+
+def parsed_command(command: list[str]) -> dict:
+    """Parse a service's command exactly as the image's `streamscope` entrypoint would, without running it."""
+    group = _cli()
+    root = click.Context(group, info_name="streamscope")
+    subcommand = group.get_command(root, command[0])
+    assert subcommand is not None, f"no streamscope subcommand {command[0]!r}"
+    return subcommand.make_context(command[0], list(command[1:]), parent=root).params
+
+
+def bind_mounts(service: dict) -> dict[str, Path]:
+    """Container path -> repository path of each of the service's bind mounts."""
+    mounts = {}
+    for volume in service.get("volumes", []):
+        source, target = volume.split(":")[:2]
+        if source.startswith("."):
+            mounts[target] = ROOT / source
+    return mounts
+
+
+def published_ports(service: dict) -> set[int]:
+    published = set()
+    for port in service.get("ports", []):
+        host_side = port.rsplit(":", 1)[0]  # "127.0.0.1:3000:3000" or "4318:4318"
+        published.add(int(host_side.rsplit(":", 1)[-1]))
+    return published
+
+
+def users_config() -> ET.Element:
+    [path] = [p for target, p in bind_mounts(services()["clickhouse"]).items() if "/users.d/" in target]
+    return ET.parse(path).getroot()
+
+
+def user(name: str) -> ET.Element:
+    found = users_config().find(f"users/{name}")
+    assert found is not None, f"no ClickHouse user {name!r}"
+    return found
+
+
+def grants(account: ET.Element) -> list[str]:
+    return [query.text.strip() for query in account.findall("grants/query")]
+
+
+def provisioning(relative: str) -> dict:
+    return yaml.safe_load((PROVISIONING / relative).read_text())
+
+
+def datasource() -> dict:
+    [only] = provisioning("datasources/clickhouse.yaml")["datasources"]
+    return only
+
+
+def collector_target() -> store.StoreTarget:
+    command = services()["collector"]["command"]
+    return store.parse_dsn(command[command.index("--storage") + 1])
 
 
 def test_compose_file_follows_the_compose_specification():
@@ -24,28 +138,160 @@ def test_compose_file_follows_the_compose_specification():
     jsonschema.Draft7Validator(schema).validate(compose())  # the schema names draft-07 without its '#'
 
 
-def test_collector_service_runs_the_collector_against_the_clickhouse_service():
-    services = compose()["services"]
-    command = services["collector"]["command"]
-    assert command[0] == "collector"
-    dsn = command[command.index("--storage") + 1]
-    target = store.parse_dsn(dsn)
-    assert target.host == "clickhouse" and "clickhouse" in services
-    environment = services["clickhouse"]["environment"]
-    assert (target.username, target.password, target.database) == (
-        environment["CLICKHOUSE_USER"],
-        environment["CLICKHOUSE_PASSWORD"],
-        environment["CLICKHOUSE_DB"],
-    )
-    assert services["collector"]["depends_on"]["clickhouse"]["condition"] == "service_healthy"
+def test_every_variable_has_a_local_default_that_the_readme_documents():
+    text = compose_text()
+    variables = list(COMPOSE_VARIABLE.finditer(text))
+    assert text.count("$") == len(variables), "an interpolation form the checks here do not read"
+    readme = (ROOT / "README.md").read_text()
+    for variable in variables:
+        assert variable["default"], f"{variable['name']} has no local default"
+        assert f"`{variable['name']}`" in readme and f"`{variable['default']}`" in readme
+
+
+def test_every_file_the_stack_mounts_or_builds_from_exists():
+    for name, service in services().items():
+        for target, source in bind_mounts(service).items():
+            assert source.exists(), f"{name} mounts {source} at {target}"
+        if "build" in service:
+            assert (ROOT / service["build"] / "Dockerfile").is_file()
+
+
+def test_every_image_is_pinned_to_an_exact_version():
+    all_services = services()
+    built_here = {service["image"] for service in all_services.values() if "build" in service}
+    for name, service in all_services.items():
+        image = service["image"]
+        if image in built_here:
+            continue
+        assert EXACT_TAG.fullmatch(image.partition(":")[2]), f"{name} runs {image}, not an exact version"
+    bases = re.findall(r"^FROM (\S+)", (ROOT / "Dockerfile").read_text(), flags=re.MULTILINE)
+    assert bases and all(EXACT_TAG.fullmatch(base.partition(":")[2]) for base in bases)
+
+
+def test_every_port_the_readme_quick_start_names_is_published():
+    readme = (ROOT / "README.md").read_text()
+    quick_start = readme.split("## Run the stack with Docker Compose", 1)[1].split("\n## ", 1)[0]
+    named = {int(port) for port in re.findall(r"localhost:(\d+)", quick_start)}
+    assert named >= {3000, 4317, 4318, 8123}
+    published = set().union(*(published_ports(service) for service in services().values()))
+    assert named <= published
+
+
+def test_every_dependency_waits_for_a_health_check():
+    all_services = services()
+    for name, service in all_services.items():
+        for dependency, condition in service.get("depends_on", {}).items():
+            assert condition == {"condition": "service_healthy"}, f"{name} -> {dependency}"
+            assert "healthcheck" in all_services[dependency]
+    assert all_services["grafana"]["depends_on"] == {"clickhouse": {"condition": "service_healthy"}}
+
+
+@pytest.mark.parametrize("name", ["collector", "workload", "gpu-agent"])
+def test_services_of_the_streamscope_image_run_commands_the_cli_accepts(name):
+    service = services()[name]
+    assert service["image"] == services()["collector"]["image"]
+    parsed_command(service["command"])
+
+
+def test_collector_writes_as_the_writer_user_into_the_database_clickhouse_creates():
+    target = collector_target()
+    clickhouse = services()["clickhouse"]
+    writer = user(target.username)
+    assert target.host == "clickhouse" and target.port == 8123
+    assert target.database == clickhouse["environment"]["CLICKHOUSE_DB"]
+    assert target.password == clickhouse["environment"][writer.find("password").get("from_env")]
+    assert grants(writer) == [f"GRANT ALL ON {target.database}.*"]
 
 
 def test_workload_service_loops_a_shipped_scenario_into_the_collector_service():
     from streamscope.workload.scenario import shipped
 
-    services = compose()["services"]
-    command = services["workload"]["command"]
-    assert command[0] == "load" and command[1] in shipped() and "--loop" in command
-    assert command[command.index("--collector") + 1] == "http://collector:4318"
-    assert services["workload"]["depends_on"]["collector"]["condition"] == "service_healthy"
-    assert services["workload"]["image"] == services["collector"]["image"]
+    params = parsed_command(services()["workload"]["command"])
+    assert params["scenario"] in shipped() and params["loop"]
+    assert params["collector_url"] == "http://collector:4318"
+
+
+def test_gpu_profile_runs_the_agent_on_nvidia_devices_against_the_collector():
+    service = services()["gpu-agent"]
+    assert service["profiles"] == ["gpu"]
+    [devices] = service["deploy"]["resources"]["reservations"]["devices"]
+    assert devices["driver"] == "nvidia" and devices["count"] == "all" and "gpu" in devices["capabilities"]
+    params = parsed_command(service["command"])
+    assert params["node"] and not params["no_gpu"] and not params["once"]
+    assert params["engine_url"].startswith("http://") and params["engine_url"].endswith("/metrics")
+    assert params["collector_url"] == "http://collector:4318"
+
+
+def test_grafana_user_only_reads_the_streamscope_database():
+    reader = user(datasource()["jsonData"]["username"])
+    assert grants(reader) == [f"GRANT SELECT ON {collector_target().database}.*"]
+    assert reader.find("password").get("from_env") in services()["clickhouse"]["environment"]
+
+
+def test_users_config_behaves_on_the_clickhouse_engine(tmp_path):
+    """The grants parse as ClickHouse parses them, and a session under the Grafana user's profile runs the plugin's
+    queries but no write or DDL. In a child process: chDB allows one engine per process."""
+    database = collector_target().database
+    reader = user(datasource()["jsonData"]["username"])
+    readonly = users_config().findtext(f"profiles/{reader.findtext('profile')}/readonly")
+    named_grants = [
+        f"{grant} TO {account.tag}" for account in users_config().find("users") for grant in grants(account)
+    ]
+    steps = [
+        *((f"SELECT formatQuery('{grant}')", grant) for grant in named_grants),
+        (f"CREATE DATABASE {database}", ""),
+        (f"CREATE TABLE {database}.streams (id UInt8) ENGINE = MergeTree ORDER BY id", ""),
+        (f"SET readonly = {readonly}", ""),
+        (f"SELECT count() FROM {database}.streams SETTINGS {PLUGIN_QUERY_SETTINGS}", "0"),
+        (f"INSERT INTO {database}.streams VALUES (1)", "refused"),
+        (f"CREATE TABLE {database}.other (id UInt8) ENGINE = MergeTree ORDER BY id", "refused"),
+        ("SET readonly = 0", "refused"),
+    ]
+    script = (
+        "import json, sys\n"
+        "from chdb import session\n"
+        "engine = session.Session(sys.argv[1])\n"
+        "for sql in json.load(sys.stdin):\n"
+        "    try:\n"
+        "        print(json.dumps(engine.query(sql, 'TSV').bytes().decode().strip()))\n"
+        "    except Exception as exc:\n"
+        "        print(json.dumps('refused' if '(READONLY)' in str(exc) else str(exc)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "engine")],
+        input=json.dumps([sql for sql, _ in steps]),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert [json.loads(line) for line in result.stdout.splitlines()] == [expected for _, expected in steps]
+
+
+def test_datasource_is_the_clickhouse_service_read_as_the_grafana_user():
+    source = datasource()
+    assert source["uid"] == DATASOURCE_UID and source["type"] == PLUGIN_ID
+    settings = source["jsonData"]
+    assert set(settings) <= PLUGIN_JSON_DATA_KEYS
+    assert settings["host"] in services() and settings["port"] == 8123 and settings["protocol"] == "http"
+    assert settings["defaultDatabase"] == collector_target().database
+    [variable] = re.fullmatch(r"\$\{(\w+)\}", source["secureJsonData"]["password"]).groups()  # no defaults here
+    grafana, clickhouse = services()["grafana"], services()["clickhouse"]
+    reader = user(settings["username"])
+    assert grafana["environment"][variable] == clickhouse["environment"][reader.find("password").get("from_env")]
+
+
+def test_grafana_installs_the_plugin_and_mounts_provisioning_and_dashboards():
+    grafana = services()["grafana"]
+    environment = grafana["environment"]
+    plugin, _, version = environment["GF_PLUGINS_PREINSTALL_SYNC"].partition("@")
+    assert plugin == PLUGIN_ID and EXACT_TAG.fullmatch(version)
+    assert environment["GF_AUTH_ANONYMOUS_ENABLED"] == "true" and environment["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
+    assert environment["GF_SECURITY_ADMIN_PASSWORD"]
+    assert all(volume.endswith(":ro") for volume in grafana["volumes"] if volume.startswith("."))
+    mounts = bind_mounts(grafana)
+    assert mounts["/etc/grafana/provisioning"] == PROVISIONING  # the image's GF_PATHS_PROVISIONING
+    [provider] = provisioning("dashboards/streamscope.yaml")["providers"]
+    assert provider["type"] == "file" and provider["folder"] == "streamscope"
+    assert mounts[provider["options"]["path"]] == ROOT / "dashboards" / "grafana" / "dashboards"
+    assert PurePosixPath(provider["options"]["path"]).is_absolute()
