@@ -6,44 +6,38 @@ macros like every panel, so it can be reproduced by hand or in Grafana.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from dashboards.macros import QueryContext, expand
+from dashboards.macros import QueryContext, resolve
+from dashboards.panels import CLIENT, STORED_BYTES_SQL
 from ingest.sql import QueryResult
 
 Query = Callable[[str], QueryResult]
 
-STREAMS_SQL = """
+STREAMS_SQL = f"""
 SELECT
     count() AS streams,
     quantileExact(0.5)(ttft_us) AS ttft_p50_us,
     quantileExact(0.95)(ttft_us) AS ttft_p95_us,
     quantileExact(0.99)(gap_p99_us) AS p99_of_p99_us,
-    countIf(ifNull(gap_max_us, 0) <= {slo_us}) / count() AS itl_goodput,
+    countIf(ifNull(gap_max_us, 0) <= {{slo_us}}) / count() AS itl_goodput,
     quantileExact(0.5)(ttft_us - ttfb_us) AS first_byte_lead_us,
     sum(tokens) / greatest(sum(content_chunks), 1) AS tokens_per_chunk,
     sum(wire_bytes) / greatest(sum(content_bytes), 1) AS wire_per_content_byte,
     countIf(outcome IN ('cancelled', 'disconnected')) / count() AS cancel_rate
-FROM streams
-WHERE $__timeFilter(start_time) AND side = 'client'
+FROM stream_metrics
+WHERE {CLIENT}
 """
 
-GAPS_SQL = """
+GAPS_SQL = f"""
 SELECT
     quantileExact(0.5)(gap_us) AS gap_p50_us,
     quantileExact(0.95)(gap_us) AS gap_p95_us,
     quantileExact(0.99)(gap_us) AS gap_p99_us
 FROM chunks
-WHERE $__timeFilter(start_time) AND side = 'client' AND kind = 'content'
+WHERE {CLIENT} AND kind = 'content'
 """
-
-STORED_BYTES_SQL = """
-SELECT sum(data_compressed_bytes) / greatest(sum(rows), 1)
-FROM system.parts
-WHERE database = currentDatabase() AND table = 'chunks' AND active
-"""
-"""Bytes on disk per stored chunk, over the whole table (parts do not split by time)."""
 
 
 @dataclass(frozen=True)
@@ -83,11 +77,13 @@ class Summary:
         ]
 
 
-def summarize(run: Query, ctx: QueryContext, slo_us: int) -> Summary:
+def summarize(
+    run: Query, ctx: QueryContext, slo_us: int, variables: Mapping[str, Sequence[str]] | None = None
+) -> Summary:
     streams, ttft50, ttft95, p99p99, goodput, lead, per_chunk, envelope, cancels = run(
-        expand(STREAMS_SQL.replace("{slo_us}", str(int(slo_us))), ctx)
+        resolve(STREAMS_SQL.replace("{slo_us}", str(int(slo_us))), ctx, variables)
     ).rows[0]
-    gap50, gap95, gap99 = run(expand(GAPS_SQL, ctx)).rows[0]
+    gap50, gap95, gap99 = run(resolve(GAPS_SQL, ctx, variables)).rows[0]
     (stored,) = run(STORED_BYTES_SQL).rows[0]
 
     def ms(value: float | None) -> float:

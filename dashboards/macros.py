@@ -9,7 +9,7 @@ are not backend macros and are left alone, as the plugin leaves them (alert rule
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -185,3 +185,44 @@ def expand(sql: str, ctx: QueryContext) -> str:
         position = end
     out.append(sql[position:])
     return "".join(out)
+
+
+_CONDITIONAL_ALL = "$__conditionalAll"
+_VARIABLE = re.compile(r"\$\{(\w+)(?::(\w+))?\}|\$(\w+)")
+
+
+def apply_variables(sql: str, values: Mapping[str, Sequence[str]]) -> str:
+    """Dashboard variables as Grafana's frontend applies them before the query leaves the browser.
+
+    ``$__conditionalAll(cond, $var)`` becomes ``cond`` with the variable filled in, or ``1=1`` when the variable
+    is All (absent from ``values``, empty, or ``$__all``), matched from the last occurrence backwards as the
+    plugin does. ``${var:singlequote}`` gives the values quoted and comma-joined, ``$var`` them comma-joined.
+    """
+    while (start := sql.rfind(_CONDITIONAL_ALL)) >= 0:
+        parsed = _arguments(sql, start + len(_CONDITIONAL_ALL))
+        if parsed is None or len(parsed[0]) != 2:
+            raise MacroError("$__conditionalAll takes a condition and a variable")
+        (condition, variable), end = parsed
+        match = _VARIABLE.fullmatch(variable)
+        name = match and (match.group(1) or match.group(3))
+        chosen = values.get(name or "", [])
+        everything = not chosen or "$__all" in chosen
+        sql = sql[:start] + ("1=1" if everything else _fill(condition, values)) + sql[end:]
+    return _fill(sql, values)
+
+
+def _fill(sql: str, values: Mapping[str, Sequence[str]]) -> str:
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(3)
+        if name not in values:
+            return match.group(0)
+        if match.group(2) == "singlequote":
+            return ",".join("'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'" for v in values[name])
+        return ",".join(values[name])
+
+    return _VARIABLE.sub(one, sql)
+
+
+def resolve(sql: str, ctx: QueryContext, variables: Mapping[str, Sequence[str]] | None = None) -> str:
+    """The SQL the data source receives from a dashboard: variables applied (All unless given), then macros."""
+    return expand(apply_variables(sql, variables or {}), ctx)

@@ -12,8 +12,6 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from dashboards.fleet import STORED_BYTES_SQL
-
 PanelKind = Literal["heatmap", "histogram", "timeseries", "table", "timeline"]
 
 ITL_BUCKETS_MS = (10, 25, 50, 100, 200, 400, 800, 1600, 3200)
@@ -62,7 +60,28 @@ def _itl_bucket_columns() -> str:
     return ",\n    ".join(columns)
 
 
-CLIENT_CONTENT_CHUNKS = "$__timeFilter(start_time) AND side = 'client' AND kind IN ('first', 'content')"
+VARIABLES = ("tenant", "service", "provider", "model")
+"""Dashboard variables; each filters the column of the same name (All by default, and in the report)."""
+
+
+def filters(*columns: str, alias: str = "") -> str:
+    """The dashboard-variable conditions on ``columns`` (plugin's $__conditionalAll: All adds nothing)."""
+    return " AND ".join(f"$__conditionalAll({alias}{c} IN (${{{c}:singlequote}}), ${c})" for c in columns)
+
+
+ALL_FILTERS = filters(*VARIABLES)
+CLIENT = f"$__timeFilter(start_time) AND side = 'client' AND {ALL_FILTERS}"
+"""Client-side rows in the range, narrowed by the dashboard's variables."""
+CLIENT_CONTENT_CHUNKS = f"{CLIENT} AND kind IN ('first', 'content')"
+STALL_FILTERS = filters("tenant", "service", "model")
+"""Stalls and quality rows carry no provider."""
+
+STORED_BYTES_SQL = """
+SELECT sum(data_compressed_bytes) / greatest(sum(rows), 1)
+FROM system.parts
+WHERE database = currentDatabase() AND table = 'chunks' AND active
+"""
+"""Bytes on disk per stored chunk, over the whole table (parts do not split by time or tenant)."""
 
 ITL_HEATMAP = Panel(
     "itl_heatmap",
@@ -73,7 +92,7 @@ ITL_HEATMAP = Panel(
     $__timeInterval(start_time) AS time,
     {_itl_bucket_columns()}
 FROM chunks
-WHERE $__timeFilter(start_time) AND side = 'client' AND kind = 'content'
+WHERE {CLIENT} AND kind = 'content'
 GROUP BY time
 ORDER BY time""",
     unit="ms",
@@ -84,9 +103,9 @@ STREAM_P99_HISTOGRAM = Panel(
     "Per-stream p99 inter-token latency",
     "Each client stream's own 99th-percentile gap: the tail that averages hide.",
     "histogram",
-    """SELECT gap_p99_us / 1000 AS p99_ms
-FROM streams
-WHERE $__timeFilter(start_time) AND side = 'client' AND gap_p99_us IS NOT NULL""",
+    f"""SELECT gap_p99_us / 1000 AS p99_ms
+FROM stream_metrics
+WHERE {CLIENT} AND gap_p99_us IS NOT NULL""",
     unit="ms",
 )
 
@@ -95,9 +114,9 @@ STALLS_BY_CAUSE = Panel(
     "Stalls by cause",
     "Client stalls per interval, by the cause attribution gave them.",
     "timeseries",
-    """SELECT $__timeInterval(start_time) AS time, cause, count() AS stalls
+    f"""SELECT $__timeInterval(start_time) AS time, cause, count() AS stalls
 FROM stalls
-WHERE $__timeFilter(start_time)
+WHERE $__timeFilter(start_time) AND {STALL_FILTERS}
 GROUP BY time, cause
 ORDER BY time, cause""",
     unit="short",
@@ -149,11 +168,11 @@ STALL_CAUSES = Panel(
     "Stall attribution",
     "Every client stall in the range by cause: how many, how long, how sure.",
     "table",
-    """SELECT cause, count() AS stalls, round(stalls / sum(stalls) OVER (), 3) AS share,
+    f"""SELECT cause, count() AS stalls, round(stalls / sum(stalls) OVER (), 3) AS share,
     quantileExact(0.5)(gap_us) / 1000 AS median_gap_ms, max(gap_us) / 1000 AS worst_gap_ms,
     round(avg(confidence), 2) AS mean_confidence
 FROM stalls
-WHERE $__timeFilter(start_time)
+WHERE $__timeFilter(start_time) AND {STALL_FILTERS}
 GROUP BY cause
 ORDER BY stalls DESC, cause""",
 )
@@ -164,7 +183,7 @@ STREAM_SHAPE = Panel(
     "Client streams by model: pace, the first byte's lead over the first content, bursts at the head "
     "followed by a stall, and streams stuck repeating themselves.",
     "table",
-    """SELECT model, count() AS streams,
+    f"""SELECT model, count() AS streams,
     round(quantileExact(0.5)(tokens_per_s), 1) AS tokens_per_s_p50,
     quantileExact(0.5)(first_byte_lead_us) / 1000 AS first_byte_lead_ms_p50,
     round(quantileExact(0.5)(head_burst_ratio), 2) AS head_burst_ratio_p50,
@@ -172,7 +191,7 @@ STREAM_SHAPE = Panel(
     countIf(stuck_loop) AS stuck_loops,
     round(countIf(stall_count > 0) / streams, 3) AS stall_rate
 FROM stream_metrics
-WHERE $__timeFilter(start_time) AND side = 'client'
+WHERE {CLIENT}
 GROUP BY model
 ORDER BY streams DESC, model""",
 )
@@ -198,7 +217,7 @@ LEFT JOIN (
     SELECT model, round(quantileExact(0.5)(tokens_per_s), 1) AS tokens_per_s_p50,
         round(countIf(stall_count > 0) / count(), 3) AS stall_rate
     FROM stream_metrics
-    WHERE $__timeFilter(start_time) AND side = 'client'
+    WHERE {CLIENT}
     GROUP BY model
 ) AS s ON s.model = g.model
 LEFT JOIN (
@@ -208,7 +227,7 @@ LEFT JOIN (
         SELECT trace_id, span_id, first_tool_call_seq FROM streams
         WHERE $__timeFilter(start_time) AND side = 'client' AND first_tool_call_seq IS NOT NULL
     ) AS f ON f.trace_id = c.trace_id AND f.span_id = c.span_id AND f.first_tool_call_seq = c.seq
-    WHERE $__timeFilter(c.start_time) AND c.side = 'client'
+    WHERE $__timeFilter(c.start_time) AND c.side = 'client' AND {filters(*VARIABLES, alias="c.")}
     GROUP BY model
 ) AS t ON t.model = g.model
 ORDER BY model""",
@@ -220,13 +239,13 @@ STREAM_QUALITY = Panel(
     "Etalon's fluidity-index (share of tokens on time against deadlines with carried slack; 1 is perfect) and "
     "an Andes-style QoE (delivery against an expected TTFT and reading pace; 1 is perfect), by model.",
     "table",
-    """SELECT model, count() AS streams,
+    f"""SELECT model, count() AS streams,
     round(quantileExact(0.5)(fluidity_index), 3) AS fluidity_p50,
     round(quantileExact(0.1)(fluidity_index), 3) AS fluidity_p10,
     round(quantileExact(0.5)(andes_qoe), 3) AS andes_qoe_p50,
     round(quantileExact(0.1)(andes_qoe), 3) AS andes_qoe_p10
 FROM stream_quality
-WHERE $__timeFilter(start_time) AND side IN ('client', 'browser')
+WHERE $__timeFilter(start_time) AND side IN ('client', 'browser') AND {STALL_FILTERS}
 GROUP BY model
 ORDER BY streams DESC, model""",
 )
@@ -246,7 +265,7 @@ CHUNK_ECONOMICS = Panel(
         FROM ingest_requests WHERE $__timeFilter(time) AND signal = 'traces') AS otlp_bytes_per_chunk,
     (SELECT round(({STORED_BYTES_SQL.strip()}), 2)) AS stored_bytes_per_chunk
 FROM stream_metrics
-WHERE $__timeFilter(start_time) AND side = 'client'
+WHERE {CLIENT}
 GROUP BY provider, model
 ORDER BY chunks DESC""",
 )
@@ -257,19 +276,19 @@ CANCELLATION = Panel(
     "Client streams cancelled or cut off, the tokens servers generated after that, and how long the cancel "
     "took to reach the server (round trip plus reaction, aligned through content).",
     "table",
-    """SELECT count() AS streams, countIf(outcome IN ('cancelled', 'disconnected')) AS cancelled,
+    f"""SELECT count() AS streams, countIf(outcome IN ('cancelled', 'disconnected')) AS cancelled,
     round(cancelled / streams, 3) AS cancel_rate,
     c.tokens_after_cancel AS tokens_after_cancel, c.propagation_ms_p50 AS propagation_ms_p50,
     c.propagation_ms_p95 AS propagation_ms_p95
-FROM streams
+FROM stream_metrics
 CROSS JOIN (
     SELECT sum(tokens_after_cancel) AS tokens_after_cancel,
         quantileExact(0.5)(propagation_us) / 1000 AS propagation_ms_p50,
         quantileExact(0.95)(propagation_us) / 1000 AS propagation_ms_p95
     FROM cancellations
-    WHERE $__timeFilter(start_time) AND side = 'client'
+    WHERE {CLIENT}
 ) AS c
-WHERE $__timeFilter(start_time) AND side = 'client'
+WHERE {CLIENT}
 GROUP BY c.tokens_after_cancel, c.propagation_ms_p50, c.propagation_ms_p95""",
 )
 

@@ -7,11 +7,12 @@ the tables in the terminal and writes one self-contained HTML file with the char
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from dashboards.fleet import Query, Summary, summarize
-from dashboards.macros import QueryContext, expand
+from dashboards.macros import QueryContext, resolve
 from dashboards.panels import PANELS, STREAM_TIMELINE, WORST_STALLED_TRACE, Panel
 from ingest.sql import QueryResult
 
@@ -56,17 +57,20 @@ class Report:
         return next((p.result for p in self.panels if p.panel.key == key), None)
 
 
-def build_report(run: Query, start: datetime, end: datetime, slo_us: int) -> Report:
+def build_report(
+    run: Query, start: datetime, end: datetime, slo_us: int, variables: Mapping[str, Sequence[str]] | None = None
+) -> Report:
+    """Every panel over [start, end], narrowed by dashboard ``variables`` (e.g. {"model": ["m-2"]}; All if absent)."""
     ctx = QueryContext(start, end, interval_for(start, end))
-    found = run(expand(WORST_STALLED_TRACE, ctx)).rows
+    found = run(resolve(WORST_STALLED_TRACE, ctx)).rows
     trace_id = found[0][0] if found else None
     results = []
     for panel in PANELS:
         if panel is STREAM_TIMELINE and trace_id is None:
             continue
         sql = panel.bind(trace_id=trace_id) if panel.variables else panel.sql
-        results.append(PanelResult(panel, run(expand(sql, ctx))))
-    return Report(ctx, slo_us, summarize(run, ctx, slo_us), results, trace_id)
+        results.append(PanelResult(panel, run(resolve(sql, ctx, variables))))
+    return Report(ctx, slo_us, summarize(run, ctx, slo_us, variables), results, trace_id)
 
 
 def cell(value: object) -> str:

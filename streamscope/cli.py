@@ -360,6 +360,10 @@ def _cli() -> click.Group:
         show_default=True,
         help="Where to write the HTML report with the charts.",
     )
+    @click.option("--tenant", multiple=True, help="Only these tenants (repeatable), as the dashboards' variables.")
+    @click.option("--service", multiple=True, help="Only these services (repeatable).")
+    @click.option("--provider", multiple=True, help="Only these providers (repeatable).")
+    @click.option("--model", multiple=True, help="Only these models (repeatable).")
     @_fail_plainly
     def report(
         storage_dsn: str | None,
@@ -368,6 +372,7 @@ def _cli() -> click.Group:
         start: datetime | None,
         end: datetime | None,
         html_path: Path,
+        **variables: tuple[str, ...],
     ) -> None:
         """Print stream health for a time range and write an HTML report with charts.
 
@@ -377,7 +382,7 @@ def _cli() -> click.Group:
 
         \b
         Example:
-          streamscope report --since 15m --html /tmp/report.html
+          streamscope report --since 15m --model gpt-4o --html /tmp/report.html
         """
         from rich.console import Console
 
@@ -396,7 +401,7 @@ def _cli() -> click.Group:
         if start >= end:
             raise click.BadParameter("the range must start before it ends", param_hint="--from/--to")
         with opened_store(storage_dsn or env.default_storage_dsn(), collector_url) as run:
-            built = build_report(run, start, end, env.stall_threshold_us())
+            built = build_report(run, start, end, env.stall_threshold_us(), variables)
         print_report(built, Console())
         write_html(built, html_path)
         click.echo(f"HTML report: {html_path.resolve()}")

@@ -118,6 +118,13 @@ def test_every_panel_runs_and_the_hand_worked_numbers_hold(store):
     assert by_model[""]["gap_p50_ms"] == 20 and by_model[""]["gap_max_ms"] == 720
 
 
+def test_dashboard_variables_narrow_every_panel(store):
+    report = build_report(run_on(store), START, END, slo_us=400_000, variables={"model": ["m-2"]})
+    assert report.summary.streams == 4 and report.summary.itl_goodput == 1.0
+    assert [row[0] for row in report.result("model_texture").rows] == ["m-2"]
+    assert report.result("stalls_by_cause").rows == []  # the one stall is on another model
+
+
 def test_html_is_self_contained_with_a_chart_per_chart_panel(store):
     page = render_html(build_report(run_on(store), START, END, slo_us=400_000))
     charts = [p.key for p in PANELS if p.kind != "table"]
@@ -133,6 +140,8 @@ def test_report_command_prints_tables_and_writes_html(store, storage_dsn, tmp_pa
         _cli(),
         [
             "report",
+            "--model",
+            "",
             "--storage",
             storage_dsn,
             "--from",

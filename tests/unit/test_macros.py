@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from dashboards.macros import MacroError, QueryContext, expand
+from dashboards.macros import MacroError, QueryContext, apply_variables, expand
 
 CTX = QueryContext(
     start=datetime(2014, 11, 12, 11, 45, 26, 371000, tzinfo=UTC),
@@ -63,3 +63,12 @@ def test_wrong_argument_count_is_an_error():
 )
 def test_interval_notation(interval, text):
     assert expand("$__interval", QueryContext(CTX.start, CTX.end, interval)) == text
+
+
+def test_variables_as_the_frontend_applies_them():
+    sql = "WHERE $__conditionalAll(model IN (${model:singlequote}), $model) AND $__conditionalAll(x IN ($svc), $svc)"
+    assert apply_variables(sql, {}) == "WHERE 1=1 AND 1=1"  # All
+    assert apply_variables(sql, {"model": ["$__all"], "svc": []}) == "WHERE 1=1 AND 1=1"
+    assert apply_variables(sql, {"model": ["a", "o'b"], "svc": ["s"]}) == "WHERE model IN ('a','o\\'b') AND x IN (s)"
+    with pytest.raises(MacroError, match="conditionalAll"):
+        apply_variables("$__conditionalAll(x)", {})
