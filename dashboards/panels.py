@@ -12,7 +12,9 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-PanelKind = Literal["heatmap", "histogram", "timeseries", "table", "timeline"]
+from streamscope.env import DEFAULT_STALL_THRESHOLD_MS
+
+PanelKind = Literal["heatmap", "histogram", "timeseries", "table", "timeline", "stat"]
 
 ITL_BUCKETS_MS = (10, 25, 50, 100, 200, 400, 800, 1600, 3200)
 """Upper bounds of the ITL heatmap's rows; one more row holds everything slower."""
@@ -37,6 +39,10 @@ class Panel:
     """Dashboard variables the SQL needs (``${name}``), e.g. the trace of a drilldown."""
     stacked: bool = False
     """A time series drawn as stacked bars (counts that add up), not lines."""
+    threshold: float | None = None
+    """A line drawn at this value (an SLO target), in the panel's unit."""
+    x_field: str = ""
+    """A timeline's numeric x column (the other columns: the series label, then the value)."""
 
     def bind(self, **values: str) -> str:
         """The SQL with its variables filled in. Values must be plain identifiers (hex ids, names)."""
@@ -304,6 +310,7 @@ FROM chunk_timeline
 WHERE trace_id = '${trace_id}' AND kind IN ('first', 'content')
 ORDER BY side, seq""",
     variables=("trace_id",),
+    x_field="ms_since_request",
 )
 
 WORST_STALLED_TRACE = """SELECT trace_id
@@ -312,6 +319,194 @@ WHERE $__timeFilter(start_time) AND server_gap_us IS NOT NULL
 ORDER BY gap_us DESC, trace_id
 LIMIT 1"""
 """The trace the report draws in STREAM_TIMELINE: the longest stall in the range seen from both sides."""
+
+SLO_US = int(DEFAULT_STALL_THRESHOLD_MS * 1000)
+"""The ITL SLO the dashboards draw: every gap of a stream within the default stall threshold."""
+GOODPUT_TARGET = 0.99
+"""Share of streams expected to meet the ITL SLO (the alert rules burn this budget)."""
+TENANT_FILTER = filters("tenant")
+
+FLEET_STATS = Panel(
+    "fleet_stats",
+    "Client streams",
+    "Streams in the range, TTFT p50 and p95, the p99 of per-stream p99 gaps, ITL goodput (share of streams whose "
+    f"every gap stayed within {SLO_US // 1000} ms) and the share of streams with a stall.",
+    "stat",
+    f"""SELECT count() AS streams,
+    quantileExact(0.5)(ttft_us) / 1000 AS ttft_p50_ms, quantileExact(0.95)(ttft_us) / 1000 AS ttft_p95_ms,
+    quantileExact(0.99)(gap_p99_us) / 1000 AS p99_of_p99_ms,
+    countIf(ifNull(gap_max_us, 0) <= {SLO_US}) / count() AS itl_goodput,
+    countIf(stall_count > 0) / count() AS stall_rate
+FROM stream_metrics
+WHERE {CLIENT}""",
+)
+
+ITL_GOODPUT = Panel(
+    "itl_goodput",
+    "ITL goodput against the SLO",
+    f"Share of client streams per interval whose every gap stayed within {SLO_US // 1000} ms; the line is the "
+    f"{GOODPUT_TARGET:.0%} target the burn-rate alerts watch.",
+    "timeseries",
+    f"""SELECT $__timeInterval(start_time) AS time, 'goodput' AS series,
+    countIf(ifNull(gap_max_us, 0) <= {SLO_US}) / count() AS itl_goodput
+FROM stream_metrics
+WHERE {CLIENT}
+GROUP BY time
+ORDER BY time""",
+    unit="percentunit",
+    threshold=GOODPUT_TARGET,
+)
+
+TTFT_OVER_TIME = Panel(
+    "ttft_over_time",
+    "Time to first token",
+    "TTFT p50 and p95 of client streams per interval.",
+    "timeseries",
+    f"""SELECT time, series, value FROM (
+    SELECT $__timeInterval(start_time) AS time, quantilesExact(0.5, 0.95)(ttft_us) AS q
+    FROM stream_metrics
+    WHERE {CLIENT} AND ttft_us IS NOT NULL
+    GROUP BY time
+)
+ARRAY JOIN ['p50', 'p95'] AS series, arrayMap(x -> x / 1000, q) AS value
+ORDER BY time, series""",
+    unit="ms",
+)
+
+CLIENT_VS_SERVER = Panel(
+    "client_vs_server",
+    "Longest stalls, client against server",
+    "The client's gap next to the server's gap for the same content: a server gap close to the client's puts "
+    "the delay at the engine, a small one puts it on the path.",
+    "table",
+    f"""SELECT start_time, trace_id, node_name, cause, round(confidence, 2) AS confidence,
+    gap_us / 1000 AS client_gap_ms, server_gap_us / 1000 AS server_gap_ms
+FROM stalls
+WHERE $__timeFilter(start_time) AND {STALL_FILTERS}
+ORDER BY gap_us DESC
+LIMIT 50""",
+)
+
+ENGINE_EVENTS = Panel(
+    "engine_events",
+    "Engine and GPU events",
+    "What the GPU agents saw on the serving nodes: preemptions, KV high-water, prefill bursts, spec-decode "
+    "acceptance drops, queue spikes, restarts, XIDs, throttling.",
+    "table",
+    f"""SELECT start_time, node_name, kind, round(magnitude, 3) AS magnitude
+FROM engine_events
+WHERE $__timeFilter(start_time) AND {TENANT_FILTER}
+ORDER BY start_time DESC
+LIMIT 200""",
+)
+
+OTLP_BYTES_PER_CHUNK = Panel(
+    "otlp_bytes_per_chunk",
+    "OTLP bytes per chunk",
+    "Trace bytes the collector received (as sent, compressed or not) per chunk stored, per interval.",
+    "timeseries",
+    f"""SELECT $__timeInterval(time) AS time, 'received' AS series,
+    sum(received_bytes) / nullIf(sum(rows['chunks']), 0) AS bytes_per_chunk
+FROM ingest_requests
+WHERE $__timeFilter(time) AND signal = 'traces' AND {TENANT_FILTER}
+GROUP BY time
+ORDER BY time""",
+    unit="decbytes",
+)
+
+
+def node_metric(key: str, title: str, description: str, metric: str, aggregate: str, unit: str) -> Panel:
+    """One engine or GPU metric of ``engine_samples`` per node (and GPU) over time."""
+    return Panel(
+        key,
+        title,
+        description,
+        "timeseries",
+        f"""SELECT $__timeInterval(time) AS time,
+    if(gpu_uuid = '', node_name, concat(node_name, ' gpu', toString(gpu_index))) AS series,
+    {aggregate}(value) AS {metric}
+FROM engine_samples
+WHERE $__timeFilter(time) AND metric = '{metric}' AND {TENANT_FILTER}
+GROUP BY time, series
+ORDER BY time, series""",
+        unit=unit,
+    )
+
+
+KV_USAGE = node_metric("kv_usage", "KV-cache usage", "Peak KV-cache usage per node.", "kv_usage", "max", "percentunit")
+PREEMPTIONS = node_metric(
+    "preemptions", "Preemptions", "Requests preempted per interval (KV pressure).", "preemptions", "sum", "short"
+)
+STEP_TOKENS = node_metric(
+    "step_tokens_max",
+    "Largest step",
+    "Tokens in the largest engine step per interval: a prefill joining the batch shows as a spike.",
+    "step_tokens_max",
+    "max",
+    "short",
+)
+REQUESTS_WAITING = node_metric(
+    "requests_waiting", "Requests waiting", "Queued requests per node.", "requests_waiting", "max", "short"
+)
+SPEC_ACCEPTANCE = node_metric(
+    "spec_acceptance",
+    "Draft acceptance",
+    "Speculative decoding acceptance per node (a collapse slows every stream on it).",
+    "spec_acceptance",
+    "min",
+    "percentunit",
+)
+GPU_UTILIZATION = node_metric(
+    "gpu_utilization", "GPU utilisation", "Share of time a kernel ran, per GPU.", "utilization", "avg", "percentunit"
+)
+GPU_MEMORY = node_metric(
+    "gpu_memory", "GPU memory used", "Device memory in use, per GPU.", "memory_used_bytes", "max", "bytes"
+)
+GPU_POWER = node_metric("gpu_power", "GPU power", "Board power draw, per GPU.", "power_watts", "avg", "watt")
+
+TRACE = "trace_id = '${trace_id}'"
+TRACE_STREAMS = Panel(
+    "trace_streams",
+    "The trace's streams",
+    "Every side of the trace with its own statistics (each on its own host's clock).",
+    "table",
+    f"""SELECT side, service, node_name, model, outcome, ttft_us / 1000 AS ttft_ms, gap_p99_us / 1000 AS gap_p99_ms,
+    gap_max_us / 1000 AS gap_max_ms, stall_count, tokens
+FROM stream_metrics
+WHERE {TRACE}
+ORDER BY side""",
+    variables=("trace_id",),
+)
+TRACE_STALLS = Panel(
+    "trace_stalls",
+    "The trace's stalls",
+    "Each stall with its cause, confidence and the evidence attribution used.",
+    "table",
+    f"""SELECT seq, cause, round(confidence, 2) AS confidence, gap_us / 1000 AS client_gap_ms,
+    server_gap_us / 1000 AS server_gap_ms, toString(evidence) AS evidence
+FROM stalls
+WHERE {TRACE}
+ORDER BY seq""",
+    variables=("trace_id",),
+)
+TRACE_NODE_EVENTS = Panel(
+    "trace_node_events",
+    "Events on the trace's node while it streamed",
+    "Engine events on the node that served the trace, from 5 s before the stream to 5 s after it.",
+    "table",
+    f"""SELECT e.start_time AS start_time, e.end_time AS end_time, e.kind AS kind, round(e.magnitude, 3) AS magnitude
+FROM engine_events AS e
+INNER JOIN (
+    SELECT node_name, min(start_time) - INTERVAL 5 SECOND AS low,
+        max(start_time + toIntervalMicrosecond(duration_us)) + INTERVAL 5 SECOND AS high
+    FROM streams
+    WHERE {TRACE} AND side = 'server'
+    GROUP BY node_name
+) AS s ON s.node_name = e.node_name
+WHERE e.start_time BETWEEN s.low AND s.high
+ORDER BY e.start_time""",
+    variables=("trace_id",),
+)
 
 PANELS: tuple[Panel, ...] = (
     ITL_HEATMAP,
