@@ -26,11 +26,14 @@ A stall is a gap between content chunks over the absolute threshold, or well ove
    (``spec_decode``). With none of them, speculative decoding being active on the node is the remaining
    explanation for a slow rhythm (``spec_decode``, lower confidence); otherwise ``unknown``.
 5. Across streams: a late arrival on one stream is that connection's, but when a host the stream shares with
-   others (its client process, its serving node) held most of its other streams that had content in flight
-   over the same time and released them at the same instant, the host paused (a CPU-starved client or load
-   generator, a serving process busy after stamping its chunks): ``unknown``, with the count in the evidence,
-   and left out of the stream's network stalls. A stream whose release also held older content (a gateway's
-   flush that came then) is no witness. A pause that held only this one stream still reads as the network's.
+   others (its client process, its serving node) held at least half of its other streams that had content due
+   over the same time and released them at about the same instant, the host paused (a CPU-starved client or
+   load generator, a serving process busy after stamping its chunks): ``unknown``, with the count in the
+   evidence, and left out of the stream's network stalls. Streams behind a gateway are no witnesses (a flush
+   may come at any time); a stream behind one that held its first chunk is not checked (its gateway explains
+   its gaps). A pause that held only this one stream still reads as the network's. Likewise on the server
+   side: a preemption or a draft collapse delays the requests it hits, so a server gap that most of the
+   node's other streams shared was the node being slow for all (a long step, a busy host): ``unknown``.
 """
 
 from __future__ import annotations
@@ -78,7 +81,11 @@ class StallRules:
     delayed this much more than the gateway holds a chunk, was not held by a flush (a flush releases all it
     holds): a connection hiccup."""
     release_slack_us: int = 60_000
-    """Arrivals this close together were released by the same event (a host resuming, stream after stream)."""
+    """Arrivals this close together (twice as long after) were released by the same event: a host resuming,
+    stream after stream."""
+    shared_hold_share: float = 0.5
+    """A stream held at least this share as long as a stall's wait on the path, and released with it, was held by
+    the same pause."""
     due_slack_us: int = 5_000
     """When a chunk was due (sent, plus its stream's quickest path) is known to within about this much."""
 
@@ -159,19 +166,26 @@ class Arrivals:
         lag = c_offsets - s_offsets[np.minimum(np.searchsorted(s_cumulative, c_cumulative), s_index.size - 1)]
         return cls(client.start_us + c_offsets, lag - lag.min(), server.start_us + s_offsets)
 
-    def held_through(self, silent_from_us: int, due_from_us: int, end_us: int, rules: StallRules) -> bool | None:
-        """Whether this stream's content due from ``due_from_us`` on (sent by then, at the stream's quickest) was
-        held and released at ``end_us`` too (False: some of it arrived meanwhile). None when none was due, or
-        when this stream was held by something of its own: longer than that (its release also carried content
-        due before ``silent_from_us``, as a gateway's flush that happens to come then does) or beyond it."""
+    def held_through(self, due_from_us: int, silent_from_us: int, end_us: int, rules: StallRules) -> bool | None:
+        """Whether this stream's content was held with a late chunk that was due at ``due_from_us`` and kept the
+        client waiting on the path from ``silent_from_us`` to ``end_us``: nothing due in that wait arrived during
+        it, and content due since ``due_from_us`` came at ``end_us`` (False: content due in the wait arrived
+        meanwhile). None when this stream says nothing about that hold: nothing of it was due, it is behind a
+        gateway (its first chunk held; a flush may come at any time), or it was held only briefly."""
         due = self.times_us - self.path_us
-        in_flight = (due >= due_from_us - rules.due_slack_us) & (due <= end_us - rules.release_slack_us)
-        if np.any(in_flight & (self.times_us < end_us - rules.release_slack_us)):
+        in_wait = (due >= silent_from_us - rules.due_slack_us) & (due <= end_us - rules.release_slack_us)
+        if np.any(in_wait & (self.times_us < end_us - rules.release_slack_us)):
             return False
-        # a host catching up after a pause releases its streams one after another, for up to about as long again
-        catching_up = max(rules.release_slack_us, end_us - due_from_us)
-        released = (self.times_us >= end_us - rules.release_slack_us) & (self.times_us <= end_us + catching_up)
-        if not np.any(in_flight & released) or np.any(due[released] < silent_from_us - rules.release_slack_us):
+        # a host catching up after a pause releases its streams one after another
+        released = (self.times_us >= end_us - rules.release_slack_us) & (
+            self.times_us <= end_us + 2 * rules.release_slack_us
+        )
+        held = released & (due >= due_from_us - rules.due_slack_us) & (due <= end_us - rules.release_slack_us)
+        if (
+            self.path_us[0] >= rules.held_first_chunk_us
+            or not held.any()
+            or self.path_us[held].max() < rules.shared_hold_share * (end_us - silent_from_us)
+        ):
             return None
         return True
 
@@ -248,7 +262,8 @@ def attribute(
         if server_part >= rules.secondary_share * stall.gap_us:
             stall.evidence["secondary_cause"] = engine
         network.append(stall)
-    if network and shared_hosts is not None:
+    if network and shared_hosts is not None and arrivals.path_us[0] < rules.held_first_chunk_us:
+        # (behind a gateway that held the first chunk, the gateway's flushes explain the gaps)
         hosts = list(shared_hosts()) if hosts is None else hosts
         network = [stall for stall in network if not _shared_pause(stall, hosts, rules)]
     _network_causes(network, int(arrivals.path_us[0]), rules)
@@ -293,16 +308,18 @@ def _recurring(network_gaps: list[int], rules: StallRules) -> bool:
 
 
 def _shared_pause(stall: Stall, hosts: list[SharedHost], rules: StallRules) -> bool:
-    """Whether a host this stream shares held most of its other streams that had content in flight while this
-    chunk was late on the path, until the same instant; if so the stall is ``unknown``, with that in evidence."""
+    """Whether a host this stream shares held at least half of its other streams that tell (``held_through``)
+    while this chunk was late on the path, until the same instant; if so the stall is ``unknown``, with that in
+    the evidence."""
     assert stall.path_delay_us is not None
-    due_from = stall.end_us - min(stall.path_delay_us, stall.gap_us)  # the chunk was due, the pause was on
+    due_from = stall.end_us - stall.path_delay_us
+    silent_from = max(due_from, stall.start_us)  # the client waited on the path from here
     for host in hosts:
-        verdicts = [peer.held_through(stall.start_us, due_from, stall.end_us, rules) for peer in host.peers]
-        held, in_flight = verdicts.count(True), len(verdicts) - verdicts.count(None)
-        if held and 2 * held > in_flight:
+        verdicts = [peer.held_through(due_from, silent_from, stall.end_us, rules) for peer in host.peers]
+        held, telling = verdicts.count(True), len(verdicts) - verdicts.count(None)
+        if held and 2 * held >= telling:
             stall.cause, stall.confidence = "unknown", 0.5
-            stall.evidence["held_together_with"] = f"{held} of {in_flight} streams in flight on {host.kind} {host.name}"
+            stall.evidence["held_together_with"] = f"{held} of {telling} streams in flight on {host.kind} {host.name}"
             return True
     return False
 

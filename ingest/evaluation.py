@@ -95,8 +95,8 @@ def score(client: Client, since: datetime, absolute_us: int = 400_000) -> Score:
             if overlap < -MATCH_SLACK_US:
                 continue
             hit.add((trace, t_start, t_end))
-            match = max(overlap, 1) / (max(end, t_end) - min(start, t_start) + 1)
-            if match > best_match:
+            match = overlap / (max(end, t_end) - min(start, t_start) + 1)
+            if overlap > 0 and match > best_match:
                 best, best_match = cause, match
         result.confusion[(best, predicted)] += 1
     for trace, records in by_trace.items():
