@@ -2,7 +2,9 @@
 
 Each client stall gets a true label: the cause of the ground-truth record on the same trace whose window
 matches the stall's best (intersection over union, so a tight window that is the stall beats a long one
-that merely contains it), or ``none`` when nothing injected touched it. Precision and recall are computed
+that merely contains it), or ``none`` when no injected window overlaps it. (A record that ended just before
+the stall began, or began just after it ended, did not delay the content that ended it; it still counts as
+found, within ``MATCH_SLACK_US``, for ``undetected`` below.) Precision and recall are computed
 over stalls; ground truth that delayed a content chunk after the first by as much as a stall, yet met no
 stall, is counted apart as ``undetected`` (and included in recall), so a silent detector cannot score well.
 (Ground truth that held the stream's first content chunk delayed its time to first token, not a gap; and a
