@@ -187,18 +187,20 @@ def _section(item: PanelResult, report: Report) -> str:
     )
 
 
-def render_html(report: Report) -> str:
-    headline = "".join(
-        f"<tr><td>{html.escape(name)}</td><td>{html.escape(value)}</td></tr>"
-        for name, value in report.summary.rows(report.slo_us)
-    )
-    sections = "".join(_section(item, report) for item in report.panels)
+def render_html(report: Report, headline: bool = True) -> str:
+    """The whole page; without ``headline``, only the panels' sections (for pictures of one panel)."""
     title = html.escape(title_line(report))
+    top = ""
+    if headline:
+        rows = "".join(
+            f"<tr><td>{html.escape(name)}</td><td>{html.escape(value)}</td></tr>"
+            for name, value in report.summary.rows(report.slo_us)
+        )
+        top = f"<h1>{title}</h1><section><h2>Client streams</h2><table><tbody>{rows}</tbody></table></section>"
+    sections = "".join(_section(item, report) for item in report.panels)
     return (
         f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
-        f"<style>{_STYLE}</style></head><body><h1>{title}</h1>"
-        f"<section><h2>Client streams</h2><table><tbody>{headline}</tbody></table></section>"
-        f"{sections}</body></html>\n"
+        f"<style>{_STYLE}</style></head><body>{top}{sections}</body></html>\n"
     )
 
 
