@@ -4,6 +4,10 @@ Status codes follow the OTLP specification: 200 (with partial_success when spans
 body that does not decode, 413 past the size limit measured after decompression, 415 for other content
 types or encodings, 503 with Retry-After when the store is unavailable. Error bodies are google.rpc.Status
 in the request's encoding.
+
+``POST /api/v1/alerts`` is the webhook Grafana's provisioned contact point calls: each alert of a notification
+becomes a row of ``alerts``, written through the same group-commit writer, with the same status codes and
+``{"error": ...}`` JSON bodies.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from google.rpc.status_pb2 import Status
 
 from collector.config import CollectorConfig
 from collector.pipeline import SIGNALS, ExportPipeline, Signal
+from ingest.alerts import TABLE as ALERTS_TABLE
+from ingest.alerts import decode_alerts
 from ingest.otlp_body import parse_json, parse_protobuf, to_json
 from ingest.request_log import Received
 from streamscope.errors import DecodeError, RetryableWriteError, StreamscopeError, WriteError
@@ -28,6 +34,7 @@ from streamscope.errors import DecodeError, RetryableWriteError, StreamscopeErro
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 RETRY_AFTER_S = "5"
+ALERTS_PATH = "/api/v1/alerts"
 M = TypeVar("M", bound=Message)
 log = logging.getLogger(__name__)
 
@@ -61,9 +68,27 @@ def create_app(
         ok = await run_in_threadpool(ready)
         return JSONResponse({"status": "ready" if ok else "store unavailable"}, status_code=200 if ok else 503)
 
+    _add_alerts_route(app, pipeline, config)
     if sql is not None:
         _add_sql_route(app, sql)
     return app
+
+
+def _add_alerts_route(app: FastAPI, pipeline: ExportPipeline, config: CollectorConfig) -> None:
+    @app.post(ALERTS_PATH)
+    async def record_alerts(request: Request) -> JSONResponse:
+        """Grafana's webhook contact point: the notification's alerts are stored, then acknowledged."""
+        try:
+            media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+            if media_type != JSON:
+                raise _Refused(415, f"unsupported content type {media_type or '(none)'!r}: use {JSON}")
+            body = await _read_body(request, config.max_request_bytes)
+            batch = await run_in_threadpool(decode_alerts, body, tenant=config.tenant)
+            await run_in_threadpool(pipeline.store, batch)
+        except Exception as exc:
+            status, message, headers = _failure(exc, "a Grafana alert notification")
+            return JSONResponse({"error": message}, status_code=status, headers=headers)
+        return JSONResponse({"recorded": batch.rows(ALERTS_TABLE)})
 
 
 def _add_sql_route(app: FastAPI, sql: Callable[[str], bytes]) -> None:
@@ -102,23 +127,28 @@ def _export_route(
             )
             received = Received("http", media_type.rsplit("/", 1)[1].removeprefix("x-"), encoding, len(body))
             result = await run_in_threadpool(pipeline.export, signal, message, config.tenant, received)
-        except _Refused as exc:
-            return _status(answer_type, exc.status, str(exc), exc.headers)
-        except DecodeError as exc:
-            return _status(answer_type, 400, str(exc))
-        except RetryableWriteError as exc:
-            return _status(answer_type, 503, f"{exc}; retry later", {"Retry-After": RETRY_AFTER_S})
-        except WriteError as exc:
-            return _status(answer_type, 500, str(exc))
-        except Exception:
-            log.exception("unexpected error handling an OTLP/HTTP %s export", signal.name)
-            return _status(answer_type, 500, "internal error in the collector; the request was not stored")
+        except Exception as exc:
+            return _status(answer_type, *_failure(exc, f"an OTLP/HTTP {signal.name} export"))
         response = signal.response(result)
         if answer_type == PROTOBUF:
             return Response(response.SerializeToString(), media_type=PROTOBUF)
         return Response(to_json(response), media_type=JSON)
 
     return export
+
+
+def _failure(exc: Exception, handling: str) -> tuple[int, str, dict[str, str]]:
+    """Status, message and headers answering a request that raised ``exc``; the process keeps serving."""
+    if isinstance(exc, _Refused):
+        return exc.status, str(exc), exc.headers
+    if isinstance(exc, DecodeError):
+        return 400, str(exc), {}
+    if isinstance(exc, RetryableWriteError):
+        return 503, f"{exc}; retry later", {"Retry-After": RETRY_AFTER_S}
+    if isinstance(exc, WriteError):
+        return 500, str(exc), {}
+    log.error("unexpected error handling %s", handling, exc_info=exc)
+    return 500, "internal error in the collector; the request was not stored", {}
 
 
 def _content_encoding(request: Request) -> str:

@@ -116,15 +116,20 @@ class ExportPipeline:
         """Store the request's rows and its ``ingest_requests`` row; returns once written. Raises WriteError."""
         batch = self._decoders[signal.name](request, tenant)
         with_request_row(batch, tenant=tenant, signal=signal.name, received=received, message_bytes=request.ByteSize())
+        self.store(batch)
+        with self._counts_lock:
+            self._counts[f"ignored_{signal.name}"] += batch.ignored
+            self._counts[f"rejected_{signal.name}"] += len(batch.rejected)
+        return ExportResult(rejected=len(batch.rejected), error_message=batch.rejection_message(signal.noun))
+
+    def store(self, batch: DecodedBatch) -> None:
+        """Write ``batch`` through the group-commit writer and count its rows; raises WriteError."""
         try:
             self._writer.write(batch, timeout_s=self._write_timeout_s)
         except FutureTimeout:
             raise RetryableWriteError(f"store did not confirm the write within {self._write_timeout_s:g} s") from None
         with self._counts_lock:
             self._counts.update({table: batch.rows(table) for table in batch.blocks})
-            self._counts[f"ignored_{signal.name}"] += batch.ignored
-            self._counts[f"rejected_{signal.name}"] += len(batch.rejected)
-        return ExportResult(rejected=len(batch.rejected), error_message=batch.rejection_message(signal.noun))
 
     def counts(self) -> dict[str, int]:
         """Totals since start: rows per table, and ignored_/rejected_ items per signal."""

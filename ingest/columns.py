@@ -195,6 +195,24 @@ INGEST_REQUESTS = pa.schema(
     ]
 )
 
+ALERTS = pa.schema(
+    [
+        ("tenant", _LC),
+        ("received_at", pa.timestamp("ms", tz="UTC")),
+        ("receiver", _LC),
+        ("status", _LC),
+        ("alertname", _LC),
+        ("fingerprint", pa.string()),
+        ("starts_at", pa.timestamp("ms", tz="UTC")),
+        ("ends_at", pa.timestamp("ms", tz="UTC")),
+        ("labels", _ATTRS),
+        ("annotations", _ATTRS),
+        ("query_values", pa.map_(pa.string(), pa.float64())),
+        ("generator_url", pa.string()),
+        ("group_key", pa.string()),
+    ]
+)
+
 TABLES: dict[str, pa.Schema] = {  # in write order (ingest/writer.py)
     "chunks": CHUNKS,
     "streams": STREAMS,
@@ -204,4 +222,5 @@ TABLES: dict[str, pa.Schema] = {  # in write order (ingest/writer.py)
     "stalls": STALLS,
     "stream_quality": STREAM_QUALITY,
     "ingest_requests": INGEST_REQUESTS,
+    "alerts": ALERTS,  # Grafana's webhook deliveries: never in a batch with OTLP rows or their request log
 }
