@@ -21,27 +21,19 @@ from typing import Any, Literal
 
 import yaml
 
-from dashboards.panels import CHANGE_FACTOR, CHANGE_MIN_CHUNKS
-from streamscope.env import DEFAULT_STALL_THRESHOLD_MS
+from dashboards.grafana import DATASOURCE
+from dashboards.panels import CHANGE_FACTOR, CHANGE_MIN_CHUNKS, GOODPUT_TARGET, SLO_US
 
 RULES_FILE = Path(__file__).parent / "grafana" / "provisioning" / "alerting" / "rules.yaml"
 FOLDER = "streamscope"
 """Folder title; the dashboards provider puts the dashboards in the same folder."""
-DATASOURCE = {"type": "grafana-clickhouse-datasource", "uid": "clickhouse"}
-"""The provisioned datasource (provisioning/datasources/clickhouse.yaml)."""
 EXPRESSIONS = {"type": "__expr__", "uid": "__expr__"}
 TABLE_FORMAT = 1
 INTERVAL_MS = 1000
 """Grafana's default query interval for rules; no rule SQL buckets by it."""
 MAX_DATA_POINTS = 43200
 
-ITL_SLO_GAP_US = round(DEFAULT_STALL_THRESHOLD_MS * 1000)
-"""A client stream meets the ITL SLO when every gap between its content chunks is within the default stall
-threshold (400 ms): a longer gap is a freeze the reader sees, the line stall counts and ITL goodput draw too."""
-ITL_SLO_TARGET = 0.99
-"""Share of client streams that must meet it (ITL goodput, docs/analytics.md). One stream in a hundred with a
-freeze keeps a chat product trustworthy; the 1% error budget is what the burn rates spend."""
-ERROR_BUDGET = round(1 - ITL_SLO_TARGET, 9)
+ERROR_BUDGET = round(1 - GOODPUT_TARGET, 9)
 MIN_STREAMS = 10
 """Streams a window needs before its figure counts (below, it is 0). Under ten streams a single frozen one is
 over a tenth of the window, more than a 10x burn on its own (past the 14.4x page at six): one user's bad luck
@@ -108,7 +100,7 @@ class RuleGroup:
     rules: tuple[Rule, ...]
 
 
-ITL_BAD = f"ifNull(gap_max_us, 0) > {ITL_SLO_GAP_US}"
+ITL_BAD = f"ifNull(gap_max_us, 0) > {SLO_US}"
 """A client stream that broke the ITL SLO (a stream with one content chunk has no gap and cannot)."""
 
 
@@ -176,8 +168,8 @@ def _burn_rule(uid: str, windows: tuple[int, int], burn: float, pending: str, se
             f"{span}."
         ),
         description=(
-            f"SLO: {ITL_SLO_TARGET:.0%} of client streams keep every gap between content chunks within "
-            f"{ITL_SLO_GAP_US // 1000} ms (stream_metrics.gap_max_us). Both windows burn faster than {burn:g}x "
+            f"SLO: {GOODPUT_TARGET:.0%} of client streams keep every gap between content chunks within "
+            f"{SLO_US // 1000} ms (stream_metrics.gap_max_us). Both windows burn faster than {burn:g}x "
             f"the {ERROR_BUDGET:.0%} budget (the value is the smaller of the two; a window with fewer than "
             f"{MIN_STREAMS} streams counts as 0)."
         ),
