@@ -7,10 +7,10 @@ table. The job waits until a stream has settled (``settle_s`` after it was store
 stored since its watermark in one pass of a few queries, and advances the watermark it keeps in
 ``attribution_progress`` so a restart neither skips nor repeats streams.
 
-A stream's stalls are attributed from its own two sides and its node's events; a delay on the path is also
-checked against the other client streams of the same pass that share its client process (service instance) or
-its serving node, since a host that paused held them all at once. Streams stored in another pass are not
-consulted, so near a pass boundary a pause has fewer witnesses.
+A stream's stalls are attributed from its own two sides and its node's events, and checked against the other
+client streams of the same pass that share its client process (service instance) or its serving node: a host
+that paused, or a node that was slow for everyone, held them all at once (``attribution.SharedHost``). Streams
+stored in another pass are not consulted, so near a pass boundary such a pause has fewer witnesses.
 """
 
 from __future__ import annotations
