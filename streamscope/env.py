@@ -26,6 +26,16 @@ STREAMSCOPE_COLLECTOR_URL: Final = "STREAMSCOPE_COLLECTOR_URL"
 """Base URL of a running collector for `streamscope sql` to query through (found automatically when it owns
 the embedded store)."""
 
+GRAFANA_URL: Final = "GRAFANA_URL"
+"""`streamscope dashboards push`: base URL of the Grafana to provision (the name grafana-client's from_env reads)."""
+
+GRAFANA_TOKEN: Final = "GRAFANA_TOKEN"
+"""`streamscope dashboards push`: a Grafana service account token with the Admin role."""
+
+GRAFANA_CLICKHOUSE_PASSWORD: Final = "GRAFANA_CLICKHOUSE_PASSWORD"
+"""Password of the read-only ClickHouse user `grafana`: the compose stack gives it to Grafana's provisioning, and
+`streamscope dashboards push` puts it in the data source it creates."""
+
 DEFAULT_STALL_THRESHOLD_MS: Final = 400.0
 MAX_STALL_THRESHOLD_MS: Final = 4_294_967.0  # the largest gap a UInt32 of microseconds holds
 

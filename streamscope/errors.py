@@ -4,10 +4,12 @@
      ├── ConfigError            a setting or DSN is wrong; the message says which and how to fix it
      ├── DecodeError            an OTLP body could not be decoded (the collector answers 400)
      ├── SchemaMismatch         the store's tables differ from schema/ (run `streamscope migrate`)
-     └── WriteError             the store refused or failed a write
-          └── RetryableWriteError   the store is unreachable or busy; the same write may succeed later
+     ├── WriteError             the store refused or failed a write
+     │    └── RetryableWriteError   the store is unreachable or busy; the same write may succeed later
+     └── GrafanaError           a Grafana was unreachable or refused a request (`streamscope dashboards push`)
 
-Driver exceptions are translated into this tree in ``ingest.store`` and nowhere else.
+Driver exceptions are translated into this tree in ``ingest.store`` and nowhere else; grafana-client's in
+``dashboards.push``.
 """
 
 from __future__ import annotations
@@ -35,3 +37,7 @@ class WriteError(StreamscopeError):
 
 class RetryableWriteError(WriteError):
     """The store is unavailable or overloaded; retrying the same write may succeed."""
+
+
+class GrafanaError(StreamscopeError):
+    """A Grafana could not be reached, or answered a request with an error; the message carries Grafana's own."""
