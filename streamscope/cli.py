@@ -516,7 +516,11 @@ def _cli() -> click.Group:
           GRAFANA_TOKEN=glsa_... GRAFANA_CLICKHOUSE_PASSWORD=... streamscope dashboards push \\
             --grafana-url https://grafana.example.com --clickhouse-url http://clickhouse.internal:8123
         """
-        from dashboards.push import PROVISIONING_DIR, ClickHouseTarget, PushConfig, push
+        try:
+            from dashboards.push import PROVISIONING_DIR, ClickHouseTarget, PushConfig, push
+        except ImportError:
+            hint = "dashboards push needs the grafana extra: pip install 'streamscope[grafana]'"
+            raise click.ClickException(hint) from None
 
         clickhouse = ClickHouseTarget(clickhouse_password, clickhouse_url, clickhouse_user, clickhouse_database)
         config = PushConfig(grafana_url, token, clickhouse, folder, provisioning_dir or PROVISIONING_DIR)
