@@ -11,12 +11,16 @@ stall, is counted apart as ``undetected`` (and included in recall), so a silent 
 server delay that began and ended while the path held the stream anyway, inside a gateway's hold or a
 stalled connection, changed nothing the client received: the content made the same release.)
 
+A record that overlaps a stall for less than a third of it did not make the stall (``EXPLAINING_SHARE``).
+
 When two injected causes touch one stall (the engine preempted the request and a gateway then held what it
 emitted), the label is the one that held the stall's content for most of the stall: every record's window
 is the time its cause held content back, so among windows inside the stall the larger overlap wins, and a
-window reaching beyond the stall (a preemption that went on to delay the next chunk, a collapsed stretch of
-speculative decoding spanning many chunks) is discounted for the part that delayed other content. Attribution
-splits the client's wait the same way (the server's part and the path's part), so both sides mean one thing.
+window reaching beyond the stall (a preemption that went on to delay the next chunk) is discounted for the part
+that delayed other content. Attribution splits the client's wait the same way (the server's part and the
+path's part), so both sides mean one thing. Collapsed speculative decoding holds content back only by the
+steps it added over normal acceptance, so its window is that added time, at the end of the event's wait: a
+stall inside a collapsed stretch that a prefill burst or a slow node step made is labelled with that cause.
 """
 
 from __future__ import annotations
@@ -31,11 +35,15 @@ from ingest import store
 from streamscope import semconv as sc
 
 STALL_CAUSES = tuple(c for c in sc.STREAMSCOPE_TRUTH_CAUSE_VALUES if c != "chunking_regression")
-DELAY_CAUSES = ("kv_pressure", "prefill_interference", "network_buffering", "connection")
+DELAY_CAUSES = ("kv_pressure", "prefill_interference", "spec_decode", "network_buffering", "connection")
 """Causes whose ground-truth magnitude is the delay they added (others measure something else)."""
 PATH_HOLDS = ("network_buffering", "connection")
 """Causes that held a stream's content on the path: a server delay inside one did not reach the client."""
 MATCH_SLACK_US = 100_000
+EXPLAINING_SHARE = 1 / 3
+"""A record labels a stall only if it held the content for at least this share of the stall. A stall is at least
+three times its stream's usual gap, so two thirds of it or more is excess; a cause that held content for less
+than half of that excess (a 14 ms spec-decode slowdown inside a 215 ms node-wide pause) did not make it."""
 
 STALLS_SQL = """
 SELECT trace_id, seq, toUnixTimestamp64Micro(start_time), toUnixTimestamp64Micro(end_time), cause
@@ -98,7 +106,7 @@ def score(client: Client, since: datetime, absolute_us: int = 400_000) -> Score:
                 continue
             hit.add((trace, t_start, t_end))
             match = overlap / (max(end, t_end) - min(start, t_start) + 1)
-            if overlap > 0 and match > best_match:
+            if overlap >= EXPLAINING_SHARE * (end - start) and match > best_match:
                 best, best_match = cause, match
         result.confusion[(best, predicted)] += 1
     for trace, records in by_trace.items():

@@ -3,6 +3,11 @@
 Every token batch carries the delays that really hit it, as the scheduler saw them: a preemption (from
 the moment the request lost its KV to this batch), a prefill sharing its step (when the prefill part of the
 step exceeds a threshold), or collapsed speculative decoding. The app turns them into ground truth.
+
+A collapsed step's delay is only the time the collapse added: the last part of the step, as long as the
+share of the step's decoding time (not its prefill part, nor the loop running late) that normal acceptance
+would not have needed for the tokens it emitted (``StepResult.collapse_added``). Content that waited through
+several collapsed steps was delayed by the sum of their parts.
 """
 
 from __future__ import annotations
@@ -23,7 +28,11 @@ class Delay:
     start_ns: int
     end_ns: int
     magnitude: float
-    """Seconds the cause added (the prefill part of a step; the time since a preemption; a slow step)."""
+    """Seconds the cause added (the prefill part of a step; the time since a preemption; the part of a step
+    that collapsed speculative decoding added)."""
+    adds_up: bool = False
+    """The delay is extra time at the end of its step (collapsed speculative decoding): for content that
+    waited through several such steps the delays add up, into one window that ends when the content went out."""
 
 
 @dataclass(frozen=True)
@@ -129,7 +138,7 @@ class Engine:
         gaps: dict[str, float] = {}
         interference = step.prefill_s >= self.interference_threshold_s
         decoded = set(step.decoded)
-        collapsed = set(step.collapsed)
+        decode_ns = (step.duration_s - step.prefill_s) * 1e9
         for request_id, tokens in step.emitted.items():
             request = self._requests.get(request_id)
             if request is None:
@@ -140,8 +149,9 @@ class Engine:
                 request.preempted_ns = 0
             if interference and request_id in decoded:
                 delays.append(Delay("prefill_interference", start_ns, end_ns, step.prefill_s))
-            if request_id in collapsed:
-                delays.append(Delay("spec_decode", start_ns, end_ns, (end_ns - start_ns) / 1e9))
+            added_ns = round(step.collapse_added.get(request_id, 0.0) * decode_ns)
+            if added_ns > 0:
+                delays.append(Delay("spec_decode", end_ns - added_ns, end_ns, added_ns / 1e9, adds_up=True))
             if request.last_tokens_ns:
                 gaps[request_id] = (end_ns - request.last_tokens_ns) / 1e9
             else:

@@ -11,7 +11,10 @@ Modelled on vLLM's V1 scheduler, reduced to what shapes token timing:
   (cached prefixes are kept in a small LRU and, as a simplification, do not hold blocks);
 - speculative decoding: a decoding sequence proposes k draft tokens; each is accepted with a probability
   (left to right, stopping at the first rejection) and one bonus token follows; a request whose acceptance
-  has collapsed gets about one token per step instead of several.
+  has collapsed gets about one token per step instead of several. Such a step records how much of it the
+  collapse added: at normal acceptance what it emitted takes (emitted / expected) of a decoding step, so the
+  rest is an extra step's worth of decoding (``StepResult.collapse_added``). Only the step's decoding counts:
+  a prefill sharing the step would have slowed it at any acceptance.
 
 Nothing here sleeps or knows the wall clock; the runtime (runtime.py) turns steps into real time.
 """
@@ -97,6 +100,10 @@ class StepResult:
     """Requests that decoded (as opposed to prefilled) in this step."""
     collapsed: list[str] = field(default_factory=list)
     """Requests that decoded with collapsed draft acceptance."""
+    collapse_added: dict[str, float] = field(default_factory=dict)
+    """Per collapsed request, the fraction of this step's decoding time (its duration less the prefill part)
+    that its collapse added: 1 - tokens emitted / tokens expected at normal acceptance (0 when it emitted as
+    many), the extra steps normal acceptance would not have needed for those tokens."""
     finished: list[str] = field(default_factory=list)
     preempted: list[str] = field(default_factory=list)
     prefill_tokens: int = 0
@@ -287,6 +294,10 @@ class Scheduler:
         accepted = 0
         while accepted < spec.draft_tokens and self.rng.random() < acceptance:
             accepted += 1
+        if collapsed:
+            remaining = sequence.max_tokens - sequence.generated
+            expected = self._expected_yield(spec, remaining)
+            result.collapse_added[sequence.request_id] = max(0.0, 1.0 - min(accepted + 1, remaining) / expected)
         result.spec_drafts += 1
         result.spec_draft_tokens += spec.draft_tokens
         result.spec_accepted += accepted
@@ -295,6 +306,12 @@ class Scheduler:
         for position in range(accepted):
             result.spec_accepted_per_position[position] += 1
         return accepted + 1
+
+    @staticmethod
+    def _expected_yield(spec: SpecDecodeConfig, remaining: int) -> float:
+        """Tokens one decode step yields on average at normal acceptance, capped at ``remaining``: the step's
+        (i + 1)-th token comes when its first i drafts are all accepted, with probability acceptance ** i."""
+        return sum(spec.acceptance**i for i in range(min(spec.draft_tokens + 1, remaining)))
 
     def _emit(self, sequence: Sequence, tokens: int, result: StepResult) -> None:
         tokens = min(tokens, sequence.max_tokens - sequence.generated)

@@ -2,6 +2,11 @@
 
 A delay belongs to the SSE event that carried the delayed tokens; consecutive events delayed by the same
 cause become one record (one window, several chunk indices), as a stall spanning them would be one stall.
+
+Delays that add up (collapsed speculative decoding: the extra part of each step) are summed per event, into
+a window of that length ending when the event's content went out, and events join one record only while
+their windows overlap (events cut from the same tokens): the time between two such windows was the normal
+pace of decoding, not the collapse's doing.
 """
 
 from __future__ import annotations
@@ -32,11 +37,15 @@ class StreamTruth:
         """The SSE event numbered ``index`` carried tokens hit by ``delays``."""
         if self._sink is None:
             return
+        delays = _summed(delays)
         causes = {d.cause for d in delays}
         for cause in [c for c in self._open if c not in causes]:
             self._close(cause)
         for delay in delays:
             run = self._open.get(delay.cause)
+            if run is not None and delay.adds_up and delay.start_ns > run.end_ns:
+                self._close(delay.cause)
+                run = None
             if run is None:
                 run = self._open[delay.cause] = _Open(delay.start_ns, delay.end_ns)
             run.start_ns = min(run.start_ns, delay.start_ns)
@@ -64,3 +73,16 @@ class StreamTruth:
                 magnitude=run.magnitude,
             )
         )
+
+
+def _summed(delays: list[Delay]) -> list[Delay]:
+    """``delays`` with those that add up combined, one per cause: their sum, ending at the latest end."""
+    kept = [d for d in delays if not d.adds_up]
+    totals: dict[str, tuple[int, float]] = {}
+    for d in delays:
+        if d.adds_up:
+            end_ns, seconds = totals.get(d.cause, (d.end_ns, 0.0))
+            totals[d.cause] = (max(end_ns, d.end_ns), seconds + d.magnitude)
+    for cause, (end_ns, seconds) in totals.items():
+        kept.append(Delay(cause, end_ns - round(seconds * 1e9), end_ns, seconds, adds_up=True))
+    return kept
