@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 def _export(pipeline: ExportPipeline, tenant: str, signal: Signal, request: Message, context: grpc.ServicerContext):
     try:
-        received = Received("grpc", "protobuf", "", request.ByteSize())
+        received = Received("grpc", "protobuf", "", None)
         return signal.response(pipeline.export(signal, request, tenant, received))
     except RetryableWriteError as exc:
         context.abort(grpc.StatusCode.UNAVAILABLE, f"{exc}; retry later")

@@ -27,8 +27,9 @@ class Received:
     """``protobuf`` or ``json``."""
     content_encoding: str
     """``gzip`` or ``identity``; empty where the transport decompressed it before us (gRPC)."""
-    size: int
-    """Body bytes as received (compressed, if it was)."""
+    size: int | None
+    """Body bytes as received (compressed, if it was); None where the transport hands over the decoded message
+    (gRPC), whose size is then the message's own."""
 
 
 def with_request_row(batch: DecodedBatch, *, tenant: str, signal: str, received: Received, message_bytes: int) -> None:
@@ -40,7 +41,7 @@ def with_request_row(batch: DecodedBatch, *, tenant: str, signal: str, received:
         "transport": received.transport,
         "content_type": received.content_type,
         "content_encoding": received.content_encoding,
-        "received_bytes": received.size,
+        "received_bytes": message_bytes if received.size is None else received.size,
         "message_bytes": message_bytes,
         "rejected": len(batch.rejected),
         "ignored": batch.ignored,
