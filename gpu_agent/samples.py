@@ -20,6 +20,9 @@ ENGINE_REQUESTS_RUNNING: Final = "requests_running"
 ENGINE_REQUESTS_WAITING: Final = "requests_waiting"
 ENGINE_SPEC_ACCEPTANCE: Final = "spec_acceptance"
 """Draft acceptance over the interval, 0..1 (vLLM accepted/draft tokens; SGLang spec_accept_rate)."""
+ENGINE_SPEC_ACCEPT_LENGTH: Final = "spec_accept_length"
+"""Tokens a sequence gains per speculative step, the bonus token included (vLLM 1 + accepted tokens / drafts;
+SGLang spec_accept_length). A draft collapse leaves one token per step, so it slows a stream by at most this."""
 
 # Engine counters (increase over the interval)
 ENGINE_PREEMPTIONS: Final = "preemptions"

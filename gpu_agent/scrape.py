@@ -34,6 +34,7 @@ from gpu_agent.samples import (
     ENGINE_REQUESTS_FINISHED,
     ENGINE_REQUESTS_RUNNING,
     ENGINE_REQUESTS_WAITING,
+    ENGINE_SPEC_ACCEPT_LENGTH,
     ENGINE_SPEC_ACCEPTANCE,
     ENGINE_SPEC_ACCEPTED_TOKENS,
     ENGINE_SPEC_DRAFT_TOKENS,
@@ -60,8 +61,8 @@ ID_LABELS: Final = {
 }
 """Labels that tell engine instances apart behind one endpoint (``model_name`` does not)."""
 
-_SGLANG_SPEC_LENGTH = "_sglang_spec_accept_length"
-"""Read, never emitted: SGLang reports acceptance 0 with speculative decoding off, recognisable by length 0."""
+_VLLM_SPEC_DRAFTS = "_vllm_spec_drafts"
+"""Read, never emitted: vLLM's draft count, from which the acceptance length follows."""
 
 Labels = tuple[tuple[str, str], ...]
 Identity = tuple[str, Labels]
@@ -116,6 +117,7 @@ RULES: Final[dict[str, tuple[_Rule, ...]]] = {
     "vllm:gpu_prefix_cache_hits": _counter(ENGINE_PREFIX_HITS, replaced_by="vllm:prefix_cache_hits"),
     "vllm:spec_decode_num_draft_tokens": _counter(ENGINE_SPEC_DRAFT_TOKENS),
     "vllm:spec_decode_num_accepted_tokens": _counter(ENGINE_SPEC_ACCEPTED_TOKENS),
+    "vllm:spec_decode_num_drafts": _counter(_VLLM_SPEC_DRAFTS),
     "vllm:request_success": (
         _Rule("counter", ENGINE_REQUESTS_FINISHED),
         _Rule("counter", ENGINE_REQUESTS_ABORTED, only=("finished_reason", frozenset({"abort"}))),
@@ -131,7 +133,7 @@ RULES: Final[dict[str, tuple[_Rule, ...]]] = {
     "sglang:num_running_reqs": _gauge(ENGINE_REQUESTS_RUNNING),
     "sglang:num_queue_reqs": _gauge(ENGINE_REQUESTS_WAITING),
     "sglang:spec_accept_rate": _gauge(ENGINE_SPEC_ACCEPTANCE),
-    "sglang:spec_accept_length": _gauge(_SGLANG_SPEC_LENGTH),
+    "sglang:spec_accept_length": _gauge(ENGINE_SPEC_ACCEPT_LENGTH),
     "sglang:num_retracted_requests": _counter(ENGINE_PREEMPTIONS),
     "sglang:prompt_tokens": _counter(ENGINE_PROMPT_TOKENS),
     "sglang:generation_tokens": _counter(ENGINE_GENERATION_TOKENS),
@@ -229,12 +231,14 @@ class EngineScraper:
 
     def scrape(self) -> ScrapeResult:
         """Fetch, parse and normalize once; never raises: a failure comes back as ``ok=False`` with the reason."""
-        time_ns = self._clock()
         started = time.perf_counter()
         try:
             text = self._fetch(self.url, self.timeout_s)
         except Exception as exc:  # whatever the transport raises, the agent reports it and keeps sampling
-            return self._failed(time_ns, started, f"fetching {self.url} failed: {_describe(exc)}")
+            return self._failed(self._clock(), started, f"fetching {self.url} failed: {_describe(exc)}")
+        # stamped when the answer is in: everything its counters count had happened by then, so an event derived
+        # from them is over by its end time (attribution relies on that)
+        time_ns = self._clock()
         try:
             found = _parse(text)
         except Exception as exc:  # the parser's errors are not a documented set; the text is untrusted
@@ -329,11 +333,16 @@ class _Interval:
 
     def values(self) -> list[tuple[str, float]]:
         values = {**self._gauges, **self._deltas}
-        if values.pop(_SGLANG_SPEC_LENGTH, None) == 0:
+        if values.get(ENGINE_SPEC_ACCEPT_LENGTH) == 0:  # SGLang with speculative decoding off reports zeros
+            values.pop(ENGINE_SPEC_ACCEPT_LENGTH)
             values.pop(ENGINE_SPEC_ACCEPTANCE, None)
-        drafts = self._deltas.get(ENGINE_SPEC_DRAFT_TOKENS, 0.0)
-        if drafts > 0 and ENGINE_SPEC_ACCEPTANCE not in values:
-            values[ENGINE_SPEC_ACCEPTANCE] = self._deltas.get(ENGINE_SPEC_ACCEPTED_TOKENS, 0.0) / drafts
+        accepted = self._deltas.get(ENGINE_SPEC_ACCEPTED_TOKENS, 0.0)
+        draft_tokens = self._deltas.get(ENGINE_SPEC_DRAFT_TOKENS, 0.0)
+        if draft_tokens > 0 and ENGINE_SPEC_ACCEPTANCE not in values:
+            values[ENGINE_SPEC_ACCEPTANCE] = accepted / draft_tokens
+        drafts = values.pop(_VLLM_SPEC_DRAFTS, 0.0)
+        if drafts > 0:
+            values[ENGINE_SPEC_ACCEPT_LENGTH] = 1 + accepted / drafts
         for (metric, _), buckets in self._buckets.items():
             bound = _highest_gaining_bucket(buckets)
             if bound is not None:

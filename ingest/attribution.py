@@ -24,7 +24,10 @@ A stall is a gap between content chunks over the absolute threshold, or well ove
 4. The server's part: the engine on the stream's node. Its events in the gap's window decide: a prefill burst
    (``prefill_interference``), a preemption or KV high-water (``kv_pressure``), a draft acceptance drop
    (``spec_decode``). With none of them, speculative decoding being active on the node is the remaining
-   explanation for a slow rhythm (``spec_decode``, lower confidence); otherwise ``unknown``.
+   explanation for a slow rhythm (``spec_decode``, lower confidence); otherwise ``unknown``. Either way a
+   draft collapse is believed only if the rhythm could be that slow: it leaves one token per step where the
+   node's steps gave its acceptance length, so it stretches the stream's usual server gap by about that
+   factor, never into a freeze many times longer (``unknown``, with the bound in the evidence).
 5. Across streams: a late arrival on one stream is that connection's, but when a host the stream shares with
    others (its client process, its serving node) held at least half of its other streams that had content due
    over the same time and released them at about the same instant, the host paused (a CPU-starved client or
@@ -65,7 +68,9 @@ class StallRules:
     secondary_share: float = 0.25
     """The other part at least this share of the gap is named in the evidence as the secondary cause."""
     event_slack_us: int = 300_000
-    """Engine events are sampled every 250 ms: a gap's window is widened by this much to meet them."""
+    """Engine events are sampled every 250 ms: one may have begun this long before it was seen (a long step
+    started before the interval that counted it, a level crossed before the sample that saw it). It was over by
+    the sample that closed it, so it explains a gap only if it had not ended before the gap began."""
     recurring_network_stalls: int = 2
     """This many network stalls of about one length (within ``hiccup_factor`` of their median) make a stream a
     buffering gateway's: it flushes on a period, where pauses and hiccups come in all lengths."""
@@ -88,6 +93,14 @@ class StallRules:
     the same pause."""
     due_slack_us: int = 5_000
     """When a chunk was due (sent, plus its stream's quickest path) is known to within about this much."""
+    spec_step_slack: float = 2.0
+    """A draft collapse stretches a server gap by the acceptance length, and the step itself by up to this
+    factor (the draft and verify passes grow with the batch): the longest gap it can make, over the usual."""
+    collapse_neighbours: int = 3
+    collapse_rhythm: float = 2.0
+    """A collapse slows a stretch: the ``collapse_neighbours`` server gaps on one side of its stall average at
+    least this many usual gaps (it leaves one token per step where several came; a rejection streak at normal
+    acceptance slows a chunk or two)."""
 
 
 @dataclass(frozen=True)
@@ -215,10 +228,12 @@ def attribute(
     *,
     spec_active: bool,
     rules: StallRules,
+    spec_accept_length: float | None = None,
     shared_hosts: Callable[[], Iterable[SharedHost]] | None = None,
 ) -> list[Stall]:
-    """The client's stalls, each with a cause, a confidence and its evidence. ``shared_hosts`` gives, when asked,
-    the hosts this stream shares with others (its client process, its serving node)."""
+    """The client's stalls, each with a cause, a confidence and its evidence. ``spec_accept_length`` is the
+    node's tokens per speculative step (None: not reported); ``shared_hosts`` gives, when asked, the hosts this
+    stream shares with others (its client process, its serving node)."""
     stalls = find_stalls(client, rules)
     if not stalls:
         return stalls
@@ -229,6 +244,7 @@ def attribute(
     c_index, _, c_cumulative = client.content()
     s_index, s_offsets, s_cumulative = server.content()
     arrivals = Arrivals.of(client, server)
+    s_gaps = np.diff(s_offsets)
     network: list[Stall] = []
     hosts: list[SharedHost] | None = None
     for stall in stalls:
@@ -250,6 +266,11 @@ def attribute(
         )
         window = (server.start_us + int(s_offsets[j_before]), server.start_us + int(s_offsets[j_through]))
         engine, confidence, engine_evidence = _engine_cause(window, node_events, spec_active, rules)
+        if engine == "spec_decode":
+            ruled_out = _not_a_collapse(s_gaps, j_before, j_through, spec_accept_length, rules)
+            if ruled_out:
+                engine, confidence = "unknown", 0.3
+                engine_evidence["spec_decode_ruled_out"] = ruled_out
         if server_part >= rules.server_share * stall.gap_us:
             stall.cause, stall.confidence = engine, confidence
             stall.evidence.update(engine_evidence)
@@ -339,12 +360,31 @@ def _node_slow(stall: Stall, window: tuple[int, int], hosts: list[SharedHost], r
             stall.evidence["silent_together_with"] = f"{silent} of {served} streams served on node {host.name}"
 
 
+def _not_a_collapse(
+    server_gaps: np.ndarray, first: int, last: int, accept_length: float | None, rules: StallRules
+) -> str | None:
+    """Why the server's wait from content chunk ``first`` to ``last`` cannot be a draft collapse, if it cannot:
+    a collapse holds for a stretch of the answer, so the chunks beside the wait came slowly too (a streak of
+    drafts rejected at normal acceptance delays one chunk and is over), and it leaves one token per step where
+    steps gave ``accept_length``, so the wait is at most about that many usual gaps."""
+    usual = float(np.median(server_gaps))
+    wait = float(server_gaps[first:last].sum())
+    if accept_length is not None and wait > rules.spec_step_slack * accept_length * usual:
+        bound = rules.spec_step_slack * accept_length * usual
+        return f"at {accept_length:.1f} tokens per step a collapse stretches the usual gap to {bound / 1000:.1f} ms"
+    side = rules.collapse_neighbours
+    beside = [server_gaps[max(first - side, 0) : first], server_gaps[last : last + side]]
+    pace = max((float(gaps.mean()) for gaps in beside if gaps.size), default=0.0)
+    if pace < rules.collapse_rhythm * usual:
+        return f"the chunks beside it came {pace / max(usual, 1.0):.1f}x the usual gap apart, not a slowed stretch"
+    return None
+
+
 def _engine_cause(
     window: tuple[int, int], events: list[NodeEvent], spec_active: bool, rules: StallRules
 ) -> tuple[str, float, dict[str, str]]:
     """What the node's engine did in the server gap's window: a cause, its confidence and the evidence."""
-    low, high = window[0] - rules.event_slack_us, window[1] + rules.event_slack_us
-    seen = {e.kind for e in events if e.start_us <= high and e.end_us >= low}
+    seen = {e.kind for e in events if e.start_us - rules.event_slack_us <= window[1] and e.end_us >= window[0]}
     for kind, cause in ENGINE_EVENT_CAUSES:
         if kind in seen:
             return cause, 0.85, {"node_events": ",".join(sorted(seen))}

@@ -58,11 +58,15 @@ WHERE node_name IN {nodes:Array(String)} AND start_time <= {high:DateTime64(6)}
   AND (end_time IS NULL OR end_time >= {low:DateTime64(6)})
 """
 SPEC_SQL = """
-SELECT node_name FROM engine_samples
-WHERE metric = 'spec_draft_tokens' AND value > 0 AND node_name IN {nodes:Array(String)}
+SELECT node_name, maxIf(value, metric = 'spec_accept_length'), countIf(metric = 'spec_accept_length')
+FROM engine_samples
+WHERE metric IN ('spec_draft_tokens', 'spec_accept_length') AND node_name IN {nodes:Array(String)}
   AND time BETWEEN {low:DateTime64(6)} AND {high:DateTime64(6)}
 GROUP BY node_name
+HAVING maxIf(value, metric = 'spec_draft_tokens') > 0
 """
+"""Nodes that ran speculative decoding, with their longest acceptance length (the most a collapse can slow them;
+agents that do not report it give no bound)."""
 
 
 @dataclass(frozen=True)
@@ -133,11 +137,14 @@ class AttributionJob:
         high = max(row[7] + row[8] for row in streams) + self.rules.event_slack_us
         window = {"nodes": nodes, "low": _time(low), "high": _time(high)}
         events: dict[str, list[NodeEvent]] = defaultdict(list)
-        spec_nodes: set[str] = set()
+        spec_nodes: dict[str, float | None] = {}
         if nodes:
             for node, kind, start, end in self._client.query(EVENTS_SQL, parameters=window).result_rows:
                 events[node].append(NodeEvent(kind, start, end))
-            spec_nodes = {node for (node,) in self._client.query(SPEC_SQL, parameters=window).result_rows}
+            spec_nodes = {
+                node: length if reported else None
+                for node, length, reported in self._client.query(SPEC_SQL, parameters=window).result_rows
+            }
 
         sides_of: dict[tuple[str, str], tuple[Timeline, Timeline | None, str]] = {}
         for _tenant, trace, span, _service, side, _model, _instance, start, _duration in streams:
@@ -165,6 +172,7 @@ class AttributionJob:
                 events.get(node, []),
                 spec_active=node in spec_nodes,
                 rules=self.rules,
+                spec_accept_length=spec_nodes.get(node),
                 shared_hosts=partial(peers.of, (trace, span)),
             )
             identity = {

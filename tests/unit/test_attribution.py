@@ -87,6 +87,9 @@ def test_server_late_with_a_preemption_on_the_node_is_kv_pressure():
     stall = only(attribute(client, server, [event("preemption", server, 11)], spec_active=False, rules=RULES))
     assert (stall.cause, stall.seq, stall.server_seq) == ("kv_pressure", 11, 11)
     assert stall.server_gap_us == 600 * MS and "preemption" in stall.evidence["node_events"]
+    # an event is over by the sample that saw it: one counted before the gap began did not make it
+    earlier = only(attribute(client, server, [event("preemption", server, 9)], spec_active=False, rules=RULES))
+    assert earlier.cause == "unknown"
 
 
 def test_a_prefill_burst_outranks_other_engine_events():
@@ -96,22 +99,43 @@ def test_a_prefill_burst_outranks_other_engine_events():
     assert stall.cause == "prefill_interference"
 
 
+SPEC_STEADY = [45.0] * 30
+"""A large model with speculative decoding: a chunk every 45 ms."""
+COLLAPSED = [*SPEC_STEADY[:8], *[170.0] * 5, *SPEC_STEADY[13:]]
+"""Draft acceptance collapses for five chunks: each takes nearly four steps instead of one."""
+
+
+def spec_stalls(gaps: list[float], drop: tuple[int, int] | None = None, **kwargs) -> list[Stall]:
+    """Attribute the stalls of a stream served as ``gaps``, with an acceptance drop seen from chunk ``drop[0]``
+    to chunk ``drop[1]``."""
+    server = timeline(gaps)
+    at = [] if drop is None else [server.start_us + int(server.offsets_us[chunk]) for chunk in drop]
+    events = [NodeEvent("spec_acceptance_drop", *at)] if at else []
+    return attribute(timeline(gaps), server, events, rules=RULES, **kwargs)
+
+
 def test_spec_decode_from_an_acceptance_drop_or_by_elimination():
-    server = timeline(with_gap(7, 180))
-    by_event = only(
-        attribute(
-            timeline(with_gap(7, 180)),
-            server,
-            [event("spec_acceptance_drop", server, 8)],
-            spec_active=True,
-            rules=RULES,
-        )
-    )
-    assert (by_event.cause, by_event.confidence) == ("spec_decode", 0.85)
-    by_elimination = only(attribute(timeline(with_gap(7, 180)), server, [], spec_active=True, rules=RULES))
-    assert (by_elimination.cause, by_elimination.confidence) == ("spec_decode", 0.6)
-    unexplained = only(attribute(timeline(with_gap(7, 180)), server, [], spec_active=False, rules=RULES))
-    assert unexplained.cause == "unknown"
+    by_event = spec_stalls(COLLAPSED, drop=(9, 13), spec_active=True)
+    assert [(s.seq, s.cause, s.confidence) for s in by_event] == [(seq, "spec_decode", 0.85) for seq in range(9, 14)]
+    by_elimination = spec_stalls(COLLAPSED, spec_active=True)
+    assert {(s.cause, s.confidence) for s in by_elimination} == {("spec_decode", 0.6)}
+    assert {s.cause for s in spec_stalls(COLLAPSED, spec_active=False)} == {"unknown"}
+
+
+def test_a_lone_slow_chunk_is_not_a_draft_collapse():
+    """Drafts rejected a few steps running at normal acceptance delay one chunk; a collapse slows a stretch."""
+    for drop in (None, (8, 9)):
+        stall = only(spec_stalls(with_gap(7, 170, SPEC_STEADY), drop=drop, spec_active=True))
+        assert stall.cause == "unknown"
+        assert "1.0x the usual gap apart" in stall.evidence["spec_decode_ruled_out"]
+
+
+def test_a_draft_collapse_cannot_explain_a_freeze_longer_than_the_acceptance_length_allows():
+    """Chunks every 45 ms: at 2 tokens per step a collapse stretches a gap to 2 x 2 x 45 = 180 ms at most."""
+    frozen = [*SPEC_STEADY[:8], 170.0, 170.0, 400.0, 170.0, 170.0, *SPEC_STEADY[13:]]
+    stalls = spec_stalls(frozen, drop=(9, 13), spec_active=True, spec_accept_length=2.0)
+    assert [s.cause for s in stalls] == ["spec_decode", "spec_decode", "unknown", "spec_decode", "spec_decode"]
+    assert "to 180.0 ms" in stalls[2].evidence["spec_decode_ruled_out"]
 
 
 def test_server_on_time_client_late_is_the_network_once_a_hiccup_repeatedly_a_gateway():

@@ -270,22 +270,29 @@ def test_step_tokens_max_is_the_highest_bucket_that_gained(observations: list[in
     assert values.get("step_tokens_max") == expected_max
 
 
-@pytest.mark.parametrize(("drafts", "accepted", "expected"), [(400, 300, 0.75), (10, 0, 0.0), (0, 0, None)])
-def test_vllm_spec_acceptance_is_accepted_over_draft_tokens_in_the_interval(drafts, accepted, expected) -> None:
+@pytest.mark.parametrize(
+    ("drafts", "accepted", "acceptance", "length"), [(100, 240, 0.8, 3.4), (100, 0, 0.0, 1.0), (0, 0, None, None)]
+)
+def test_vllm_spec_acceptance_and_length_come_from_the_interval_counters(drafts, accepted, acceptance, length) -> None:
+    """Three draft tokens per draft: acceptance is accepted over draft tokens, length 1 + accepted per draft."""
     endpoint = Endpoint(fixture("vllm_v1"))
     scrape = scraper(endpoint)
     scrape.scrape()
-    text = add(fixture("vllm_v1"), "vllm:spec_decode_num_draft_tokens_total", drafts, **V0)
+    text = add(fixture("vllm_v1"), "vllm:spec_decode_num_drafts_total", drafts, **V0)
+    text = add(text, "vllm:spec_decode_num_draft_tokens_total", 3 * drafts, **V0)
     endpoint.answer = add(text, "vllm:spec_decode_num_accepted_tokens_total", accepted, **V0)
 
-    assert engine_values(scrape.scrape())["vllm"].get("spec_acceptance") == expected
+    values = engine_values(scrape.scrape())["vllm"]
+    assert (values.get("spec_acceptance"), values.get("spec_accept_length")) == (acceptance, length)
+    assert "_vllm_spec_drafts" not in values
 
 
-def test_sglang_spec_acceptance_is_its_gauge_when_speculative_decoding_runs() -> None:
+def test_sglang_spec_acceptance_and_length_are_its_gauges_when_speculative_decoding_runs() -> None:
     text = add(fixture("sglang"), "sglang:spec_accept_length", 3.2)
     text = add(text, "sglang:spec_accept_rate", 0.73)
 
-    assert engine_values(scraper(Endpoint(text)).scrape())["sglang"]["spec_acceptance"] == 0.73
+    values = engine_values(scraper(Endpoint(text)).scrape())["sglang"]
+    assert (values["spec_acceptance"], values["spec_accept_length"]) == (0.73, 3.2)
 
 
 def test_sglang_increases() -> None:
