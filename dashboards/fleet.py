@@ -1,7 +1,7 @@
 """The fleet's headline numbers over a time range: what `streamscope demo` prints and the report opens with.
 
-Each figure is one SQL query over ``streams`` or ``chunks`` (client side), written with the plugin's
-macros like every panel, so it can be reproduced by hand or in Grafana.
+Each figure is one SQL query over ``streams`` or ``chunks`` (the chosen side, the client's by default), written
+with the plugin's macros like every panel, so it can be reproduced by hand or in Grafana.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dashboards.macros import QueryContext, resolve
-from dashboards.panels import CLIENT, STORED_BYTES_SQL
+from dashboards.panels import SELECTED, STORED_BYTES_SQL, chosen
 from ingest.sql import QueryResult
 
 Query = Callable[[str], QueryResult]
@@ -27,7 +27,7 @@ SELECT
     sum(wire_bytes) / greatest(sum(content_bytes), 1) AS wire_per_content_byte,
     countIf(outcome IN ('cancelled', 'disconnected')) / count() AS cancel_rate
 FROM stream_metrics
-WHERE {CLIENT}
+WHERE {SELECTED}
 """
 
 GAPS_SQL = f"""
@@ -36,7 +36,7 @@ SELECT
     quantileExact(0.95)(gap_us) AS gap_p95_us,
     quantileExact(0.99)(gap_us) AS gap_p99_us
 FROM chunks
-WHERE {CLIENT} AND kind = 'content'
+WHERE {SELECTED} AND kind = 'content'
 """
 
 
@@ -80,10 +80,11 @@ class Summary:
 def summarize(
     run: Query, ctx: QueryContext, slo_us: int, variables: Mapping[str, Sequence[str]] | None = None
 ) -> Summary:
+    values = chosen(variables)
     streams, ttft50, ttft95, p99p99, goodput, lead, per_chunk, envelope, cancels = run(
-        resolve(STREAMS_SQL.replace("{slo_us}", str(int(slo_us))), ctx, variables)
+        resolve(STREAMS_SQL.replace("{slo_us}", str(int(slo_us))), ctx, values)
     ).rows[0]
-    gap50, gap95, gap99 = run(resolve(GAPS_SQL, ctx, variables)).rows[0]
+    gap50, gap95, gap99 = run(resolve(GAPS_SQL, ctx, values)).rows[0]
     (stored,) = run(STORED_BYTES_SQL).rows[0]
 
     def ms(value: float | None) -> float:

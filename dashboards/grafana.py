@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dashboards.boards import BOARDS, Board
-from dashboards.panels import VARIABLES, Panel
+from dashboards.panels import DEFAULTS, SIDE, SIDES, VARIABLES, Panel
 
 DATASOURCE = {"type": "grafana-clickhouse-datasource", "uid": "clickhouse"}
 """The data source dashboards/grafana/provisioning/datasources/clickhouse.yaml provisions."""
@@ -28,6 +28,7 @@ _VARIABLE_SOURCES = {
     "service": "SELECT DISTINCT service FROM streams WHERE $__timeFilter(start_time) ORDER BY service",
     "provider": "SELECT DISTINCT provider FROM chunks WHERE $__timeFilter(start_time) ORDER BY provider",
     "model": "SELECT DISTINCT model FROM chunks WHERE $__timeFilter(start_time) ORDER BY model",
+    "route": "SELECT DISTINCT route FROM streams WHERE $__timeFilter(start_time) AND route != '' ORDER BY route",
 }
 
 
@@ -115,6 +116,23 @@ def _query_variable(name: str) -> dict[str, Any]:
     }
 
 
+def _side_variable() -> dict[str, Any]:
+    """One side at a time, the client's when the dashboard opens."""
+    (default,) = DEFAULTS[SIDE]
+    return {
+        "type": "custom",
+        "name": SIDE,
+        "label": SIDE,
+        "query": ",".join(SIDES),
+        "multi": False,
+        "includeAll": False,
+        "current": {"text": default, "value": default},
+        "options": [{"text": side, "value": side, "selected": side == default} for side in SIDES],
+        "hide": 0,
+        "skipUrlSync": False,
+    }
+
+
 def _trace_variable() -> dict[str, Any]:
     return {
         "type": "textbox",
@@ -136,7 +154,9 @@ def dashboard(board: Board) -> dict[str, Any]:
             panels.append(_panel(panel, panel_id, x, y, width))
             panel_id, x = panel_id + 1, x + width
         y += max(_HEIGHT[panel.kind] for panel, _ in row)
-    variables = [_trace_variable()] if board.trace_variable else [_query_variable(v) for v in VARIABLES]
+    variables = (
+        [_trace_variable()] if board.trace_variable else [_side_variable(), *(_query_variable(v) for v in VARIABLES)]
+    )
     return {
         "uid": board.uid,
         "title": board.title,

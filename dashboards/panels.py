@@ -2,13 +2,15 @@
 runs them. Each panel is SQL in the ClickHouse plugin's dialect (backend macros only, so the same text also
 works in alert rules) over the tables and views in schema/migrations.
 
-Client-side chunks are the ones measured: the inter-token latency the application received. Chunks carry
-their stream's start time, so "over time" buckets chunks by when their stream started.
+The panels show one side's view of the streams (the ``side`` variable): the client's by default, the
+inter-token latency the application received. Chunks carry their stream's start time, so "over time" buckets
+chunks by when their stream started.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -66,21 +68,36 @@ def _itl_bucket_columns() -> str:
     return ",\n    ".join(columns)
 
 
-VARIABLES = ("tenant", "service", "provider", "model")
-"""Dashboard variables; each filters the column of the same name (All by default, and in the report)."""
+VARIABLES = ("tenant", "service", "provider", "model", "route")
+"""Multi-valued dashboard variables, All by default (and in the report). Each filters the column of its name,
+but route: that is the server's (``http.route``), so a client row is kept when its trace's server span was
+served on one of the chosen routes."""
+SIDES = ("client", "server", "browser")
+SIDE = "side"
+"""The single-valued variable naming whose view of the streams the panels show. The client's by default: the
+latency the application received. Never All: one stream's sides measure the same content twice."""
+DEFAULTS: dict[str, tuple[str, ...]] = {SIDE: (SIDES[0],)}
+"""The variables' values before anyone chooses (All for those not named)."""
+_CONDITIONS = {name: f"{{alias}}{name} IN (${{{name}:singlequote}})" for name in VARIABLES}
+_CONDITIONS["route"] = "{alias}trace_id IN (SELECT trace_id FROM streams WHERE route IN (${route:singlequote}))"
 
 
-def filters(*columns: str, alias: str = "") -> str:
-    """The dashboard-variable conditions on ``columns`` (plugin's $__conditionalAll: All adds nothing)."""
-    return " AND ".join(f"$__conditionalAll({alias}{c} IN (${{{c}:singlequote}}), ${c})" for c in columns)
+def chosen(variables: Mapping[str, Sequence[str]] | None = None) -> dict[str, Sequence[str]]:
+    """The dashboard's variable values: those given, the defaults for the rest."""
+    return {**DEFAULTS, **{name: values for name, values in (variables or {}).items() if values}}
 
 
-ALL_FILTERS = filters(*VARIABLES)
-CLIENT = f"$__timeFilter(start_time) AND side = 'client' AND {ALL_FILTERS}"
-"""Client-side rows in the range, narrowed by the dashboard's variables."""
-CLIENT_CONTENT_CHUNKS = f"{CLIENT} AND kind IN ('first', 'content')"
-STALL_FILTERS = filters("tenant", "service", "model")
-"""Stalls and quality rows carry no provider."""
+def filters(*names: str, alias: str = "") -> str:
+    """The conditions of the dashboard variables ``names`` (plugin's $__conditionalAll: All adds nothing)."""
+    return " AND ".join(f"$__conditionalAll({_CONDITIONS[n].replace('{alias}', alias)}, ${n})" for n in names)
+
+
+ON_SIDE = f"side = ${{{SIDE}:singlequote}}"
+SELECTED = f"$__timeFilter(start_time) AND {ON_SIDE} AND {filters(*VARIABLES)}"
+"""Rows in the range of the chosen side, narrowed by the dashboard's variables."""
+SELECTED_CONTENT_CHUNKS = f"{SELECTED} AND kind IN ('first', 'content')"
+STALL_FILTERS = f"{ON_SIDE} AND {filters('tenant', 'service', 'model', 'route')}"
+"""Stalls and quality rows carry no provider (stalls are found on the client and browser sides)."""
 
 STORED_BYTES_SQL = """
 SELECT sum(data_compressed_bytes) / greatest(sum(rows), 1)
@@ -98,7 +115,7 @@ ITL_HEATMAP = Panel(
     $__timeInterval(start_time) AS time,
     {_itl_bucket_columns()}
 FROM chunks
-WHERE {CLIENT} AND kind = 'content'
+WHERE {SELECTED} AND kind = 'content'
 GROUP BY time
 ORDER BY time""",
     unit="ms",
@@ -111,7 +128,7 @@ STREAM_P99_HISTOGRAM = Panel(
     "histogram",
     f"""SELECT gap_p99_us / 1000 AS p99_ms
 FROM stream_metrics
-WHERE {CLIENT} AND gap_p99_us IS NOT NULL""",
+WHERE {SELECTED} AND gap_p99_us IS NOT NULL""",
     unit="ms",
 )
 
@@ -137,7 +154,7 @@ TOKENS_PER_CHUNK = Panel(
     f"""SELECT $__timeInterval(start_time) AS time, concat(provider, ' ', model) AS series,
     quantileExact(0.5)(tokens) AS tokens_per_chunk
 FROM chunks
-WHERE {CLIENT_CONTENT_CHUNKS}
+WHERE {SELECTED_CONTENT_CHUNKS}
 GROUP BY time, series
 ORDER BY time, series""",
     unit="short",
@@ -159,7 +176,7 @@ FROM (
         SELECT $__timeInterval(start_time) AS time, provider, model,
             quantileExact(0.5)(tokens) AS median, count() AS chunks
         FROM chunks
-        WHERE {CLIENT_CONTENT_CHUNKS}
+        WHERE {SELECTED_CONTENT_CHUNKS}
         GROUP BY time, provider, model
     )
     WINDOW w AS (PARTITION BY provider, model ORDER BY time ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
@@ -197,7 +214,7 @@ STREAM_SHAPE = Panel(
     countIf(stuck_loop) AS stuck_loops,
     round(countIf(stall_count > 0) / streams, 3) AS stall_rate
 FROM stream_metrics
-WHERE {CLIENT}
+WHERE {SELECTED}
 GROUP BY model
 ORDER BY streams DESC, model""",
 )
@@ -216,14 +233,14 @@ FROM (
         quantileExact(0.5)(gap_us) / 1000 AS gap_p50_ms, quantileExact(0.95)(gap_us) / 1000 AS gap_p95_ms,
         quantileExact(0.99)(gap_us) / 1000 AS gap_p99_ms, max(gap_us) / 1000 AS gap_max_ms
     FROM chunks
-    WHERE {CLIENT_CONTENT_CHUNKS} AND kind = 'content'
+    WHERE {SELECTED_CONTENT_CHUNKS} AND kind = 'content'
     GROUP BY model
 ) AS g
 LEFT JOIN (
     SELECT model, round(quantileExact(0.5)(tokens_per_s), 1) AS tokens_per_s_p50,
         round(countIf(stall_count > 0) / count(), 3) AS stall_rate
     FROM stream_metrics
-    WHERE {CLIENT}
+    WHERE {SELECTED}
     GROUP BY model
 ) AS s ON s.model = g.model
 LEFT JOIN (
@@ -231,9 +248,9 @@ LEFT JOIN (
     FROM chunks AS c
     INNER JOIN (
         SELECT trace_id, span_id, first_tool_call_seq FROM streams
-        WHERE $__timeFilter(start_time) AND side = 'client' AND first_tool_call_seq IS NOT NULL
+        WHERE $__timeFilter(start_time) AND first_tool_call_seq IS NOT NULL
     ) AS f ON f.trace_id = c.trace_id AND f.span_id = c.span_id AND f.first_tool_call_seq = c.seq
-    WHERE $__timeFilter(c.start_time) AND c.side = 'client' AND {filters(*VARIABLES, alias="c.")}
+    WHERE $__timeFilter(c.start_time) AND c.{ON_SIDE} AND {filters(*VARIABLES, alias="c.")}
     GROUP BY model
 ) AS t ON t.model = g.model
 ORDER BY model""",
@@ -251,7 +268,7 @@ STREAM_QUALITY = Panel(
     round(quantileExact(0.5)(andes_qoe), 3) AS andes_qoe_p50,
     round(quantileExact(0.1)(andes_qoe), 3) AS andes_qoe_p10
 FROM stream_quality
-WHERE $__timeFilter(start_time) AND side IN ('client', 'browser') AND {STALL_FILTERS}
+WHERE $__timeFilter(start_time) AND {STALL_FILTERS}
 GROUP BY model
 ORDER BY streams DESC, model""",
 )
@@ -271,7 +288,7 @@ CHUNK_ECONOMICS = Panel(
         FROM ingest_requests WHERE $__timeFilter(time) AND signal = 'traces') AS otlp_bytes_per_chunk,
     (SELECT round(({STORED_BYTES_SQL.strip()}), 2)) AS stored_bytes_per_chunk
 FROM stream_metrics
-WHERE {CLIENT}
+WHERE {SELECTED}
 GROUP BY provider, model
 ORDER BY chunks DESC""",
 )
@@ -292,9 +309,9 @@ CROSS JOIN (
         quantileExact(0.5)(propagation_us) / 1000 AS propagation_ms_p50,
         quantileExact(0.95)(propagation_us) / 1000 AS propagation_ms_p95
     FROM cancellations
-    WHERE {CLIENT}
+    WHERE {SELECTED}
 ) AS c
-WHERE {CLIENT}
+WHERE {SELECTED}
 GROUP BY c.tokens_after_cancel, c.propagation_ms_p50, c.propagation_ms_p95""",
 )
 
@@ -313,9 +330,9 @@ ORDER BY side, seq""",
     x_field="ms_since_request",
 )
 
-WORST_STALLED_TRACE = """SELECT trace_id
+WORST_STALLED_TRACE = f"""SELECT trace_id
 FROM stalls
-WHERE $__timeFilter(start_time) AND server_gap_us IS NOT NULL
+WHERE $__timeFilter(start_time) AND server_gap_us IS NOT NULL AND {STALL_FILTERS}
 ORDER BY gap_us DESC, trace_id
 LIMIT 1"""
 """The trace the report draws in STREAM_TIMELINE: the longest stall in the range seen from both sides."""
@@ -340,7 +357,7 @@ FLEET_STATS = Panel(
     countIf(ifNull(gap_max_us, 0) <= {SLO_US}) / count() AS itl_goodput,
     countIf(stall_count > 0) / count() AS stall_rate
 FROM stream_metrics
-WHERE {CLIENT}""",
+WHERE {SELECTED}""",
 )
 
 ITL_GOODPUT = Panel(
@@ -352,7 +369,7 @@ ITL_GOODPUT = Panel(
     f"""SELECT $__timeInterval(start_time) AS time, 'goodput' AS series,
     countIf(ifNull(gap_max_us, 0) <= {SLO_US}) / count() AS itl_goodput
 FROM stream_metrics
-WHERE {CLIENT}
+WHERE {SELECTED}
 GROUP BY time
 ORDER BY time""",
     unit="percentunit",
@@ -367,7 +384,7 @@ TTFT_OVER_TIME = Panel(
     f"""SELECT time, series, value FROM (
     SELECT $__timeInterval(start_time) AS time, quantilesExact(0.5, 0.95)(ttft_us) AS q
     FROM stream_metrics
-    WHERE {CLIENT} AND ttft_us IS NOT NULL
+    WHERE {SELECTED} AND ttft_us IS NOT NULL
     GROUP BY time
 )
 ARRAY JOIN ['p50', 'p95'] AS series, arrayMap(x -> x / 1000, q) AS value

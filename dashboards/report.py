@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from dashboards.fleet import Query, Summary, summarize
 from dashboards.macros import QueryContext, resolve
-from dashboards.panels import PANELS, STREAM_TIMELINE, WORST_STALLED_TRACE, Panel
+from dashboards.panels import PANELS, STREAM_TIMELINE, WORST_STALLED_TRACE, Panel, chosen
 from ingest.sql import QueryResult
 
 _DURATION = re.compile(r"(\d+)([smhd])")
@@ -52,6 +52,8 @@ class Report:
     panels: list[PanelResult]
     trace_id: str | None
     """The trace drawn client against server: the longest stall in the range seen from both sides."""
+    variables: Mapping[str, Sequence[str]]
+    """The dashboard variables the report was narrowed by (the side always among them)."""
 
     def result(self, key: str) -> QueryResult | None:
         return next((p.result for p in self.panels if p.panel.key == key), None)
@@ -60,9 +62,11 @@ class Report:
 def build_report(
     run: Query, start: datetime, end: datetime, slo_us: int, variables: Mapping[str, Sequence[str]] | None = None
 ) -> Report:
-    """Every panel over [start, end], narrowed by dashboard ``variables`` (e.g. {"model": ["m-2"]}; All if absent)."""
+    """Every panel over [start, end], narrowed by dashboard ``variables`` (e.g. {"model": ["m-2"]}; the defaults
+    if absent: the client side, All of the rest)."""
     ctx = QueryContext(start, end, interval_for(start, end))
-    found = run(resolve(WORST_STALLED_TRACE, ctx)).rows
+    variables = chosen(variables)
+    found = run(resolve(WORST_STALLED_TRACE, ctx, variables)).rows
     trace_id = found[0][0] if found else None
     results = []
     for panel in PANELS:
@@ -70,7 +74,7 @@ def build_report(
             continue
         sql = panel.bind(trace_id=trace_id) if panel.variables else panel.sql
         results.append(PanelResult(panel, run(resolve(sql, ctx, variables))))
-    return Report(ctx, slo_us, summarize(run, ctx, slo_us, variables), results, trace_id)
+    return Report(ctx, slo_us, summarize(run, ctx, slo_us, variables), results, trace_id, variables)
 
 
 def cell(value: object) -> str:
@@ -87,4 +91,5 @@ def title_line(report: Report) -> str:
     return (
         f"streamscope report · {ctx.start:%Y-%m-%d %H:%M:%S} → {ctx.end:%Y-%m-%d %H:%M:%S} UTC"
         f" · {ctx.interval.total_seconds():g} s intervals"
+        + "".join(f" · {name} {', '.join(values)}" for name, values in report.variables.items())
     )

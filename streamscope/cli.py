@@ -43,6 +43,7 @@ def _fail_plainly(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _cli() -> click.Group:
+    from dashboards.panels import SIDES
     from streamscope import __version__, env
 
     storage_option = click.option(
@@ -364,6 +365,14 @@ def _cli() -> click.Group:
     @click.option("--service", multiple=True, help="Only these services (repeatable).")
     @click.option("--provider", multiple=True, help="Only these providers (repeatable).")
     @click.option("--model", multiple=True, help="Only these models (repeatable).")
+    @click.option("--route", multiple=True, help="Only streams their server served on these routes (repeatable).")
+    @click.option(
+        "--side",
+        type=click.Choice(SIDES),
+        default=SIDES[0],
+        show_default=True,
+        help="Whose view of the streams: what the client received, what the server sent, what the browser drew.",
+    )
     @_fail_plainly
     def report(
         storage_dsn: str | None,
@@ -372,6 +381,7 @@ def _cli() -> click.Group:
         start: datetime | None,
         end: datetime | None,
         html_path: Path,
+        side: str,
         **variables: tuple[str, ...],
     ) -> None:
         """Print stream health for a time range and write an HTML report with charts.
@@ -401,7 +411,7 @@ def _cli() -> click.Group:
         if start >= end:
             raise click.BadParameter("the range must start before it ends", param_hint="--from/--to")
         with opened_store(storage_dsn or env.default_storage_dsn(), collector_url) as run:
-            built = build_report(run, start, end, env.stall_threshold_us(), variables)
+            built = build_report(run, start, end, env.stall_threshold_us(), {**variables, "side": (side,)})
         print_report(built, Console())
         write_html(built, html_path)
         click.echo(f"HTML report: {html_path.resolve()}")

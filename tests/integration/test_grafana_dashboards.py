@@ -21,7 +21,7 @@ from collector.service import Collector
 from dashboards import grafana
 from dashboards.boards import BOARDS
 from dashboards.macros import QueryContext, resolve
-from dashboards.panels import WORST_STALLED_TRACE, Panel
+from dashboards.panels import DEFAULTS, FLEET_STATS, STALL_CAUSES, WORST_STALLED_TRACE, Panel, chosen
 from ingest import sql
 from streamscope.workload.load import attribute_settled, run_load, wait_until_stored
 from streamscope.workload.scenario import load_scenario, plan
@@ -111,15 +111,48 @@ def shape_problems(panel: Panel, result: sql.QueryResult) -> list[str]:
 def test_every_panel_query_runs_on_demo_data_with_its_shape(demo):
     client, ctx = demo
     run = lambda q: sql.parse_result(sql.query_json(client, q))  # noqa: E731
-    (trace,) = run(resolve(WORST_STALLED_TRACE, ctx)).rows[0]
+    (trace,) = run(resolve(WORST_STALLED_TRACE, ctx, DEFAULTS)).rows[0]
     checked = set()
     for board in BOARDS:
         for panel in board.panels:
             if panel.key in checked:
                 continue
             checked.add(panel.key)
-            result = run(resolve(panel.bind(trace_id=trace) if panel.variables else panel.sql, ctx))
+            result = run(resolve(panel.bind(trace_id=trace) if panel.variables else panel.sql, ctx, DEFAULTS))
             assert not shape_problems(panel, result), (panel.key, shape_problems(panel, result))
             if panel.key not in MAY_BE_EMPTY:
                 assert result.rows, f"{panel.key} returned nothing on demo data"
     assert len(checked) >= 25
+
+
+def test_side_and_route_variables_narrow_the_panels(demo):
+    """Side picks whose streams are counted (the client's by default); route keeps the streams whose server span
+    was served on a chosen route, whichever side is shown."""
+    client, ctx = demo
+    run = lambda q, **variables: sql.parse_result(sql.query_json(client, resolve(q, ctx, chosen(variables))))  # noqa: E731
+    count = "SELECT side, count() FROM streams WHERE $__timeFilter(start_time) GROUP BY side"
+    per_side = dict(run(count).rows)
+    routes = run("SELECT DISTINCT route FROM streams WHERE route != ''").rows
+    assert routes == [["/v1/chat/completions"]]
+    served = (
+        "SELECT count() FROM streams WHERE side = 'client'"
+        " AND trace_id IN (SELECT trace_id FROM streams WHERE route != '')"
+    )
+    (with_server,) = run(served).rows[0]
+
+    def streams(**variables):
+        return run(FLEET_STATS.sql, **variables).rows[0][0]
+
+    assert streams() == per_side["client"] == streams(side=["client"])
+    assert streams(side=["server"]) == per_side["server"]
+    assert streams(route=["/v1/chat/completions"]) == with_server
+    assert streams(route=["/v1/nothing"]) == 0
+    stalls = lambda **variables: sum(row[1] for row in run(STALL_CAUSES.sql, **variables).rows)  # noqa: E731
+    assert stalls() > 0 and stalls(side=["server"]) == 0 and stalls(route=["/v1/nothing"]) == 0
+
+
+@pytest.mark.parametrize("board", [b for b in BOARDS if not b.trace_variable], ids=lambda b: b.uid)
+def test_the_side_variable_opens_on_the_client_and_has_no_all(board):
+    (side,) = [v for v in grafana.dashboard(board)["templating"]["list"] if v["name"] == "side"]
+    assert (side["current"]["value"], side["includeAll"], side["multi"]) == ("client", False, False)
+    assert [o["value"] for o in side["options"] if o["selected"]] == ["client"] == list(DEFAULTS["side"])

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from dashboards.panels import PANELS
-from dashboards.report import build_report, interval_for, parse_duration
+from dashboards.report import build_report, interval_for, parse_duration, title_line
 from dashboards.report_html import render_html
 from ingest import sql
 from ingest.attribution_job import AttributionJob
@@ -68,7 +68,17 @@ def store(store_client):
     client = steady(30)
     client[15:] = [o + 700 for o in client[15:]]
     spans.append(stream_span(30, 1, side="client", offsets_ms=client, tokens=[1] * 30, start_ns=T0 + 30 * S))
-    spans.append(stream_span(30, 2, side="server", offsets_ms=steady(30), tokens=[1] * 30, start_ns=T0 + 30 * S))
+    spans.append(
+        stream_span(
+            30,
+            2,
+            side="server",
+            offsets_ms=steady(30),
+            tokens=[1] * 30,
+            start_ns=T0 + 30 * S,
+            attributes={sc.HTTP_ROUTE: "/v1/chat/completions"},
+        )
+    )
     store_spans(store_client, spans)
     AttributionJob(store_client, settle_s=0).run_once(until=datetime.now(UTC))
     return store_client
@@ -125,6 +135,19 @@ def test_dashboard_variables_narrow_every_panel(store):
     assert report.result("stalls_by_cause").rows == []  # the one stall is on another model
 
 
+def test_side_and_route_narrow_every_panel(store):
+    default = build_report(run_on(store), START, END, slo_us=400_000)
+    assert default.summary.streams == 13 and "side client" in title_line(default)
+    server = build_report(run_on(store), START, END, slo_us=400_000, variables={"side": ["server"]})
+    assert server.summary.streams == 1 and server.summary.itl_goodput == 1.0  # the server sent on time
+    assert server.result("stalls_by_cause").rows == [] and "side server" in title_line(server)
+    # only the stalled stream's trace has a server span, served on the chat route
+    routed = build_report(run_on(store), START, END, slo_us=400_000, variables={"route": ["/v1/chat/completions"]})
+    assert routed.summary.streams == 1 and routed.summary.itl_goodput == 0.0
+    assert [row[1] for row in routed.result("stall_causes").rows] == [1]
+    assert "route /v1/chat/completions" in title_line(routed)
+
+
 def test_html_is_self_contained_with_a_chart_per_chart_panel(store):
     page = render_html(build_report(run_on(store), START, END, slo_us=400_000))
     charts = [p.key for p in PANELS if p.kind != "table"]
@@ -142,6 +165,8 @@ def test_report_command_prints_tables_and_writes_html(store, storage_dsn, tmp_pa
             "report",
             "--model",
             "",
+            "--side",
+            "client",
             "--storage",
             storage_dsn,
             "--from",
@@ -153,7 +178,7 @@ def test_report_command_prints_tables_and_writes_html(store, storage_dsn, tmp_pa
         ],
     )
     assert result.exit_code == 0, result.output
-    assert "Stall attribution" in result.output and "connection" in result.output
+    assert "Stall attribution" in result.output and "connection" in result.output and "side client" in result.output
     assert out.read_text().startswith("<!doctype html>")
 
 
