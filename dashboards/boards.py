@@ -51,12 +51,13 @@ ATTRIBUTION = Board(
 TRACE_COST = Board(
     "streamscope-cost",
     "Trace cost per chunk",
-    "What a chunk costs on the wire, in OTLP and on disk, and whether a provider started sending fewer tokens "
-    "per chunk.",
+    "What a chunk costs on the wire, in OTLP, on disk and on the user's screen, and whether a provider started "
+    "sending fewer tokens per chunk.",
     (
         ((p.TOKENS_PER_CHUNK, 12), (p.OTLP_BYTES_PER_CHUNK, 12)),
         ((p.CHUNK_ECONOMICS, 24),),
         ((p.CHUNKING_CHANGES, 12), (p.CANCELLATION, 12)),
+        ((p.BROWSER_RENDER, 24),),
     ),
 )
 

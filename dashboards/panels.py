@@ -160,6 +160,26 @@ ORDER BY time, series""",
     unit="short",
 )
 
+BROWSER_RENDER = Panel(
+    "browser_render",
+    "Render time per chunk in browsers",
+    "What the last hop adds to each content chunk in the browser: the app's render work, and the wait from the "
+    "chunk's arrival to the frame that showed it (p50 and p95 per interval; chunks whose paint was measured).",
+    "timeseries",
+    f"""SELECT time, series, value FROM (
+    SELECT $__timeInterval(start_time) AS time,
+        arrayConcat(quantilesExact(0.5, 0.95)(render_us), quantilesExact(0.5, 0.95)(paint_delay_us)) AS q
+    FROM chunks
+    WHERE $__timeFilter(start_time) AND side = 'browser' AND kind IN ('first', 'content') AND paint_delay_us > 0
+        AND {filters(*VARIABLES)}
+    GROUP BY time
+)
+ARRAY JOIN ['render p50', 'render p95', 'arrival to paint p50', 'arrival to paint p95'] AS series,
+    arrayMap(x -> x / 1000, q) AS value
+ORDER BY time, series""",
+    unit="ms",
+)
+
 CHUNKING_CHANGES = Panel(
     "chunking_changes",
     "Chunking changes",
@@ -539,5 +559,6 @@ PANELS: tuple[Panel, ...] = (
     CHUNK_ECONOMICS,
     CHUNKING_CHANGES,
     CANCELLATION,
+    BROWSER_RENDER,
     STREAM_TIMELINE,
 )

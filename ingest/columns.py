@@ -87,6 +87,8 @@ CHUNKS = pa.schema(
         ("tokens", pa.uint16()),
         ("content_bytes", pa.uint32()),
         ("wire_bytes", pa.uint32()),
+        ("paint_delay_us", pa.uint32()),
+        ("render_us", pa.uint32()),
     ]
 )
 

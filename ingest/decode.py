@@ -61,7 +61,15 @@ _LIMITS = {  # largest value each per-chunk column can store
     sc.STREAMSCOPE_CHUNKS_TOKENS: np.iinfo(np.uint16).max,
     sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES: np.iinfo(np.uint32).max,
     sc.STREAMSCOPE_CHUNKS_WIRE_BYTES: np.iinfo(np.uint32).max,
+    sc.STREAMSCOPE_CHUNKS_PAINT_DELAY_US: np.iinfo(np.uint32).max,
+    sc.STREAMSCOPE_CHUNKS_RENDER_US: np.iinfo(np.uint32).max,
 }
+_OPTIONAL_ARRAYS = (
+    sc.STREAMSCOPE_CHUNKS_WIRE_BYTES,
+    sc.STREAMSCOPE_CHUNKS_PAINT_DELAY_US,
+    sc.STREAMSCOPE_CHUNKS_RENDER_US,
+)
+"""Recommended, not required: a missing array is all zeros, which means not measured."""
 _U32_MAX = 2**32 - 1
 log = logging.getLogger(__name__)
 
@@ -72,13 +80,12 @@ class _SpanRejected(Exception):
 
 @dataclass
 class _Stream:
-    """One accepted stream span before vectorisation: scalars plus its four chunk arrays."""
+    """One accepted stream span before vectorisation: scalars plus its chunk arrays."""
 
     row: dict[str, Any]
     offsets: np.ndarray
-    tokens: np.ndarray
-    content_bytes: np.ndarray
-    wire_bytes: np.ndarray
+    values: np.ndarray
+    """One row per packed array after the offsets (tokens, content bytes, wire bytes, paint delay, render)."""
     first_byte_us: int | None
 
 
@@ -127,7 +134,7 @@ def _decode_span(
         raise _SpanRejected(f"streamscope.side must be one of {', '.join(sc.STREAMSCOPE_SIDE_VALUES)}, not {side!r}")
     if sc.STREAMSCOPE_CHUNKS_OFFSET_US in attrs:
         encoding = "packed"
-        offsets, tokens, content, wire = _packed_arrays(attrs)
+        offsets, values = _packed_arrays(attrs)
         events_dropped = False
     else:
         if scalars.get(sc.STREAMSCOPE_ENCODING) == "packed":
@@ -136,7 +143,7 @@ def _decode_span(
                 f" ({span.dropped_attributes_count} attributes dropped by the sender)"
             )
         encoding = "events"
-        offsets, tokens, content, wire = _event_arrays(span)
+        offsets, values = _event_arrays(span)
         events_dropped = span.dropped_events_count > 0
     truncated = events_dropped or bool(_bounded_int(scalars, sc.STREAMSCOPE_CHUNKS_DROPPED, 2**63 - 1))
     first_byte = scalars.get(sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US)
@@ -182,20 +189,18 @@ def _decode_span(
     return _Stream(
         row=row,
         offsets=offsets,
-        tokens=tokens,
-        content_bytes=content,
-        wire_bytes=wire,
+        values=values,
         first_byte_us=_bounded_int(scalars, sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US, 2**63 - 1)
         if first_byte is not None
         else None,
     )
 
 
-def _packed_arrays(attrs: dict[str, AnyValue]) -> tuple[np.ndarray, ...]:
+def _packed_arrays(attrs: dict[str, AnyValue]) -> tuple[np.ndarray, np.ndarray]:
     arrays = []
     for name in sc.PACKED_ARRAYS:
         if name not in attrs:
-            if name == sc.STREAMSCOPE_CHUNKS_WIRE_BYTES:  # recommended, not required: 0 = unknown
+            if name in _OPTIONAL_ARRAYS:
                 arrays.append(np.zeros_like(arrays[0]))
                 continue
             raise _SpanRejected(f"packed encoding without {name}")
@@ -207,49 +212,52 @@ def _packed_arrays(attrs: dict[str, AnyValue]) -> tuple[np.ndarray, ...]:
     if len(lengths) > 1:
         sizes = ", ".join(f"{name.rsplit('.', 1)[1]} {len(a)}" for name, a in zip(sc.PACKED_ARRAYS, arrays))
         raise _SpanRejected(f"chunk arrays of unequal length ({sizes})")
-    _check_timeline(*arrays)
-    return tuple(arrays)
+    offsets, values = arrays[0], np.vstack(arrays[1:])
+    _check_timeline(offsets, values)
+    return offsets, values
 
 
-def _event_arrays(span: Span) -> tuple[np.ndarray, ...]:
+def _event_arrays(span: Span) -> tuple[np.ndarray, np.ndarray]:
     chunk_events = [e for e in span.events if e.name == sc.CHUNK_EVENT]
     chunk_events.sort(key=lambda e: e.time_unix_nano)
     times = np.fromiter((e.time_unix_nano for e in chunk_events), dtype=np.uint64, count=len(chunk_events))
     if times.size and int(times[0]) < span.start_time_unix_nano:
         raise _SpanRejected("negative chunk offset: a chunk event precedes the span start")
     offsets = ((times - np.uint64(span.start_time_unix_nano)) // np.uint64(1000)).astype(np.int64)
-    values = np.zeros((3, len(chunk_events)), dtype=np.int64)
+    values = np.zeros((len(sc.CHUNK_EVENT_ATTRIBUTES), len(chunk_events)), dtype=np.int64)
     for i, event in enumerate(chunk_events):
         for kv in event.attributes:
             if kv.key in sc.CHUNK_EVENT_ATTRIBUTES:
                 if kv.value.WhichOneof("value") != "int_value":
                     raise _SpanRejected(f"chunk event {i}: {kv.key} must be an integer")
                 values[sc.CHUNK_EVENT_ATTRIBUTES.index(kv.key), i] = kv.value.int_value
-    tokens, content, wire = values
-    _check_timeline(offsets, tokens, content, wire)
-    return offsets, tokens, content, wire
+    _check_timeline(offsets, values)
+    return offsets, values
 
 
-def _check_timeline(offsets: np.ndarray, tokens: np.ndarray, content: np.ndarray, wire: np.ndarray) -> None:
+def _check_timeline(offsets: np.ndarray, values: np.ndarray) -> None:
     if offsets.size == 0:
         return
     if offsets.min() < 0:
         raise _SpanRejected("negative chunk offset")
     if np.any(np.diff(offsets) < 0):
         raise _SpanRejected("chunk offsets are not in order")
-    for name, values in zip(sc.PACKED_ARRAYS[1:], (tokens, content, wire)):
-        if values.min() < 0 or values.max() > _LIMITS[name]:
+    for name, row in zip(sc.PACKED_ARRAYS[1:], values, strict=True):
+        if row.min() < 0 or row.max() > _LIMITS[name]:
             raise _SpanRejected(f"{name} out of range 0..{_LIMITS[name]}")
-    if int(tokens.sum()) > _U32_MAX:
+    if int(values[0].sum()) > _U32_MAX:
         raise _SpanRejected(f"the stream's tokens add up to more than {_U32_MAX}")
 
 
 def _blocks(streams: list[_Stream], stall_threshold_us: int) -> tuple[pa.Table, pa.Table]:
     lengths = np.fromiter((s.offsets.size for s in streams), dtype=np.int64, count=len(streams))
-    offsets, tokens, content, wire = (
-        np.concatenate([getattr(s, name) for s in streams]) if streams else np.empty(0, dtype=np.int64)
-        for name in ("offsets", "tokens", "content_bytes", "wire_bytes")
+    offsets = np.concatenate([s.offsets for s in streams]) if streams else np.empty(0, dtype=np.int64)
+    values = (
+        np.concatenate([s.values for s in streams], axis=1)
+        if streams
+        else np.empty((len(sc.PACKED_ARRAYS) - 1, 0), dtype=np.int64)
     )
+    tokens, content, wire, paint_delay, render = values
     timeline = build_timeline(lengths, offsets, content)
     stats = stream_stats(lengths, offsets, tokens, content, wire, timeline, stall_threshold_us)
     rows = [s.row for s in streams]
@@ -308,6 +316,8 @@ def _blocks(streams: list[_Stream], stall_threshold_us: int) -> tuple[pa.Table, 
             pa.array(tokens.astype(np.uint16)),
             pa.array(content.astype(np.uint32)),
             pa.array(wire.astype(np.uint32)),
+            pa.array(paint_delay.astype(np.uint32)),
+            pa.array(render.astype(np.uint32)),
         ],
         schema=columns.CHUNKS,
     )

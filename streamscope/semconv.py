@@ -106,6 +106,12 @@ STREAMSCOPE_CHUNKS_CONTENT_BYTES: Final = "streamscope.chunks.content_bytes"
 STREAMSCOPE_CHUNKS_WIRE_BYTES: Final = "streamscope.chunks.wire_bytes"
 """Bytes each chunk took on the wire, framing included; 0 when unknown. type int[]; unit By; recommended (in the packed encoding); sides: client, server, browser, gateway; streamscope extension."""
 
+STREAMSCOPE_CHUNKS_PAINT_DELAY_US: Final = "streamscope.chunks.paint_delay_us"
+"""Microseconds from each chunk's arrival to the frame that showed it (the animation frame after the app rendered it); 0 when not measured. type int[]; unit us; recommended (in the packed encoding, on the browser side); sides: browser; streamscope extension."""
+
+STREAMSCOPE_CHUNKS_RENDER_US: Final = "streamscope.chunks.render_us"
+"""Microseconds of main-thread work the app spent rendering each chunk; 0 when not measured. type int[]; unit us; recommended (in the packed encoding, on the browser side); sides: browser; streamscope extension."""
+
 STREAMSCOPE_CHUNK_TOKENS: Final = "streamscope.chunk.tokens"
 """Tokens in this chunk. type int; unit {token}; required (on streamscope.chunk events); sides: client, server, browser, gateway; streamscope extension."""
 
@@ -114,6 +120,12 @@ STREAMSCOPE_CHUNK_CONTENT_BYTES: Final = "streamscope.chunk.content_bytes"
 
 STREAMSCOPE_CHUNK_WIRE_BYTES: Final = "streamscope.chunk.wire_bytes"
 """Bytes this chunk took on the wire, framing included; 0 when unknown. type int; unit By; recommended (on streamscope.chunk events); sides: client, server, browser, gateway; streamscope extension."""
+
+STREAMSCOPE_CHUNK_PAINT_DELAY_US: Final = "streamscope.chunk.paint_delay_us"
+"""Microseconds from this chunk's arrival to the frame that showed it; 0 when not measured. type int; unit us; recommended (on streamscope.chunk events, on the browser side); sides: browser; streamscope extension."""
+
+STREAMSCOPE_CHUNK_RENDER_US: Final = "streamscope.chunk.render_us"
+"""Microseconds of main-thread work the app spent rendering this chunk; 0 when not measured. type int; unit us; recommended (on streamscope.chunk events, on the browser side); sides: browser; streamscope extension."""
 
 STREAMSCOPE_TRUTH_CAUSE: Final = "streamscope.truth.cause"
 """The cause, from the stall taxonomy (plus chunking_regression, a change in tokens per chunk). type string; required; sides: simulator; streamscope extension."""
@@ -190,12 +202,16 @@ PACKED_ARRAYS: Final = (
     STREAMSCOPE_CHUNKS_TOKENS,
     STREAMSCOPE_CHUNKS_CONTENT_BYTES,
     STREAMSCOPE_CHUNKS_WIRE_BYTES,
+    STREAMSCOPE_CHUNKS_PAINT_DELAY_US,
+    STREAMSCOPE_CHUNKS_RENDER_US,
 )
 """The packed encoding's parallel arrays, in their canonical order."""
 CHUNK_EVENT_ATTRIBUTES: Final = (
     STREAMSCOPE_CHUNK_TOKENS,
     STREAMSCOPE_CHUNK_CONTENT_BYTES,
     STREAMSCOPE_CHUNK_WIRE_BYTES,
+    STREAMSCOPE_CHUNK_PAINT_DELAY_US,
+    STREAMSCOPE_CHUNK_RENDER_US,
 )
 """The chunk event's attributes, in the same order as PACKED_ARRAYS after the offset."""
 

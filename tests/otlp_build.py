@@ -37,17 +37,22 @@ def stream_span(
     tokens: Sequence[int],
     content_bytes: Sequence[int] | None = None,
     wire_bytes: Sequence[int] | None = None,
+    paint_delay_us: Sequence[int] | None = None,
+    render_us: Sequence[int] | None = None,
     start_ns: int = T0,
     attributes: dict[str, str | int | float | bool] | None = None,
 ) -> Span:
-    """A packed stream span; content bytes default to 4 per token, wire bytes to 0 (unknown)."""
+    """A packed stream span; content bytes default to 4 per token, wire bytes to 0 (unknown), and a browser's
+    paint and render arrays are sent when given."""
     content = list(content_bytes) if content_bytes is not None else [4 * t for t in tokens]
+    browser = {sc.STREAMSCOPE_CHUNKS_PAINT_DELAY_US: paint_delay_us, sc.STREAMSCOPE_CHUNKS_RENDER_US: render_us}
     values: dict[str, str | int | float | bool | Sequence[int]] = {
         sc.STREAMSCOPE_SIDE: side,
         sc.STREAMSCOPE_CHUNKS_OFFSET_US: [round(o * 1000) for o in offsets_ms],
         sc.STREAMSCOPE_CHUNKS_TOKENS: list(tokens),
         sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES: content,
         sc.STREAMSCOPE_CHUNKS_WIRE_BYTES: list(wire_bytes) if wire_bytes is not None else [0] * len(content),
+        **{name: list(v) for name, v in browser.items() if v is not None},
         **(attributes or {}),
     }
     end_ns = start_ns + round((offsets_ms[-1] if offsets_ms else 0) * 1e6) + 1_000_000

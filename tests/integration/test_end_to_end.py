@@ -241,6 +241,41 @@ def test_events_dropped_by_the_sender_are_flagged_not_silently_wrong(collector):
     assert collector.query_client.query(query).result_rows == [(128, True, None)]
 
 
+@pytest.mark.parametrize("encoding", ["packed", "events"])
+def test_browser_paint_and_render_times_are_stored_per_chunk(collector, encoding):
+    """A browser's stream span, as an OTel SDK sends it: each chunk's paint delay and render work reach `chunks`
+    (the packed arrays or the chunk events' attributes); client and server rows carry zeros."""
+    provider, _ = provider_for(collector, "http-protobuf", f"browser-{encoding}")
+    offsets, tokens, content = [90_000, 110_000, 150_000], [1, 2, 1], [4, 8, 4]
+    paint, render = [16_000, 9_000, 0], [3_000, 1_500, 0]  # the last chunk's paint was not measured
+    start_ns = time.time_ns()
+    span = provider.get_tracer("glass").start_span(
+        "chat", start_time=start_ns, attributes={sc.STREAMSCOPE_SIDE: "browser", sc.STREAMSCOPE_ENCODING: encoding}
+    )
+    if encoding == "packed":
+        span.set_attributes(
+            {
+                sc.STREAMSCOPE_CHUNKS_OFFSET_US: offsets,
+                sc.STREAMSCOPE_CHUNKS_TOKENS: tokens,
+                sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES: content,
+                sc.STREAMSCOPE_CHUNKS_PAINT_DELAY_US: paint,
+                sc.STREAMSCOPE_CHUNKS_RENDER_US: render,
+            }
+        )
+    else:
+        for chunk in zip(offsets, tokens, content, paint, render, strict=True):
+            attributes = dict(zip(sc.CHUNK_EVENT_ATTRIBUTES[:2] + sc.CHUNK_EVENT_ATTRIBUTES[3:], chunk[1:]))
+            span.add_event(sc.CHUNK_EVENT, attributes, timestamp=start_ns + chunk[0] * 1000)
+    span.end(end_time=start_ns + 200_000_000)
+    record_stream(provider, encoding, [(1_000, 1, 4, 60)] * 2)  # a client stream alongside
+    provider.shutdown()
+    rows = collector.query_client.query(
+        "SELECT side, groupArray(paint_delay_us), groupArray(render_us) FROM (SELECT * FROM chunks ORDER BY seq) "
+        "GROUP BY side ORDER BY side"
+    ).result_rows
+    assert rows == [("browser", paint, render), ("client", [0, 0], [0, 0])]
+
+
 def test_spans_that_are_not_streams_are_ignored(collector):
     provider, _ = provider_for(collector, "http-protobuf", "plain")
     tracer = provider.get_tracer("t")

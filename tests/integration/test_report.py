@@ -79,6 +79,19 @@ def store(store_client):
             attributes={sc.HTTP_ROUTE: "/v1/chat/completions"},
         )
     )
+    # a browser drawing a stream: 1..5 ms of render work per chunk, shown 10..50 ms after it arrived
+    spans.append(
+        stream_span(
+            40,
+            3,
+            side="browser",
+            offsets_ms=steady(5),
+            tokens=[1] * 5,
+            paint_delay_us=[10_000, 20_000, 30_000, 40_000, 50_000],
+            render_us=[1_000, 2_000, 3_000, 4_000, 5_000],
+            start_ns=T0 + 50 * S,
+        )
+    )
     store_spans(store_client, spans)
     AttributionJob(store_client, settle_s=0).run_once(until=datetime.now(UTC))
     return store_client
@@ -126,6 +139,16 @@ def test_every_panel_runs_and_the_hand_worked_numbers_hold(store):
     assert (by_model["m-2"]["tool_calls"], by_model["m-2"]["tool_call_pause_ms_p50"]) == (2, 170)
     assert by_model[""]["tool_calls"] in (0, None)
     assert by_model[""]["gap_p50_ms"] == 20 and by_model[""]["gap_max_ms"] == 720
+
+
+def test_render_time_per_chunk_in_browsers(store):
+    rows = build_report(run_on(store), START, END, slo_us=400_000).result("browser_render").rows
+    assert [(series, value) for _, series, value in rows] == [
+        ("arrival to paint p50", 30),
+        ("arrival to paint p95", 50),
+        ("render p50", 3),
+        ("render p95", 5),
+    ]
 
 
 def test_dashboard_variables_narrow_every_panel(store):
