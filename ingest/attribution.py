@@ -367,11 +367,13 @@ def _not_a_collapse(
     a collapse holds for a stretch of the answer, so the chunks beside the wait came slowly too (a streak of
     drafts rejected at normal acceptance delays one chunk and is over), and it leaves one token per step where
     steps gave ``accept_length``, so the wait is at most about that many usual gaps."""
+    if not server_gaps.size:
+        return None  # one server chunk: no rhythm to judge by
     usual = float(np.median(server_gaps))
-    wait = float(server_gaps[first:last].sum())
-    if accept_length is not None and wait > rules.spec_step_slack * accept_length * usual:
+    if accept_length is not None:
         bound = rules.spec_step_slack * accept_length * usual
-        return f"at {accept_length:.1f} tokens per step a collapse stretches the usual gap to {bound / 1000:.1f} ms"
+        if server_gaps[first:last].sum() > bound:
+            return f"at {accept_length:.1f} tokens per step a collapse stretches the usual gap to {bound / 1000:.1f} ms"
     side = rules.collapse_neighbours
     beside = [server_gaps[max(first - side, 0) : first], server_gaps[last : last + side]]
     pace = max((float(gaps.mean()) for gaps in beside if gaps.size), default=0.0)
