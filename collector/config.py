@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from collector.browser import DEFAULT_MAX_REQUEST_BYTES as DEFAULT_MAX_BROWSER_REQUEST_BYTES
 from streamscope import env
 
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024  # the OTLP specification's recommended limit
@@ -27,3 +28,8 @@ class CollectorConfig:
     """Apply pending migrations at start."""
     attribution_interval_s: float | None = 5.0
     """Attribute settled streams' stalls this often (None: never, e.g. when another collector does it)."""
+    cors_origins: tuple[str, ...] = ()
+    """Origins whose pages may load the snippet and send browser spans (``*`` for any); none: no CORS headers."""
+    browser_token: str | None = None
+    """The public token web pages must send with browser spans; None: the browser route is open."""
+    browser_max_request_bytes: int = DEFAULT_MAX_BROWSER_REQUEST_BYTES

@@ -8,6 +8,9 @@ in the request's encoding.
 ``POST /api/v1/alerts`` is the webhook Grafana's provisioned contact point calls: each alert of a notification
 becomes a row of ``alerts``, written through the same group-commit writer, with the same status codes and
 ``{"error": ...}`` JSON bodies.
+
+Web pages get the browser snippet at ``/sdk/streamscope.js`` and send their spans to ``/v1/browser/traces``
+(see ``collector.browser``); origins named in ``cors_origins`` may call both from their pages.
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ from typing import TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 from google.protobuf.message import Message
 from google.rpc.status_pb2 import Status
 
+from collector import browser
 from collector.config import CollectorConfig
-from collector.pipeline import SIGNALS, ExportPipeline, Signal
+from collector.pipeline import SIGNALS, TRACES, ExportPipeline, ExportResult, Signal
 from ingest.alerts import TABLE as ALERTS_TABLE
 from ingest.alerts import decode_alerts
 from ingest.otlp_body import parse_json, parse_protobuf, to_json
@@ -33,6 +38,7 @@ from streamscope.errors import DecodeError, RetryableWriteError, StreamscopeErro
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
+TEXT = "text/plain"
 RETRY_AFTER_S = "5"
 ALERTS_PATH = "/api/v1/alerts"
 M = TypeVar("M", bound=Message)
@@ -58,6 +64,15 @@ def create_app(
 
     for signal in SIGNALS:
         app.add_api_route(signal.path, _export_route(signal, pipeline, config), methods=["POST"])
+    app.add_api_route(browser.ROUTE, _export_route(TRACES, pipeline, config, from_browsers=True), methods=["POST"])
+
+    @app.get(browser.SNIPPET_PATH)
+    async def snippet(request: Request) -> Response:
+        source, etag = browser.snippet()
+        headers = {"ETag": etag, "Cache-Control": "public, max-age=300"}
+        if request.headers.get("if-none-match") == etag:
+            return Response(status_code=304, headers=headers)
+        return Response(source, media_type="text/javascript; charset=utf-8", headers=headers)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -71,6 +86,14 @@ def create_app(
     _add_alerts_route(app, pipeline, config)
     if sql is not None:
         _add_sql_route(app, sql)
+    if config.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(config.cors_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["content-type", "content-encoding", "authorization"],
+            max_age=7200,  # one preflight per page and two hours
+        )
     return app
 
 
@@ -111,22 +134,34 @@ def _add_sql_route(app: FastAPI, sql: Callable[[str], bytes]) -> None:
 
 
 def _export_route(
-    signal: Signal, pipeline: ExportPipeline, config: CollectorConfig
+    signal: Signal, pipeline: ExportPipeline, config: CollectorConfig, *, from_browsers: bool = False
 ) -> Callable[[Request], Awaitable[Response]]:
+    """An OTLP/HTTP export route; ``from_browsers``: the public browser route (see ``collector.browser``)."""
+    media_types = (JSON, TEXT) if from_browsers else (PROTOBUF, JSON)
+    limit = config.browser_max_request_bytes if from_browsers else config.max_request_bytes
+
     async def export(request: Request) -> Response:
         media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        answer_type = media_type if media_type in (PROTOBUF, JSON) else JSON
+        answer_type = PROTOBUF if media_type == PROTOBUF and not from_browsers else JSON
         try:
-            if answer_type != media_type:
-                raise _Refused(415, f"unsupported content type {media_type or '(none)'!r}: use {PROTOBUF} or {JSON}")
+            if media_type not in media_types:
+                accepted = " or ".join(media_types)
+                raise _Refused(415, f"unsupported content type {media_type or '(none)'!r}: use {accepted}")
+            if from_browsers and not browser.token_matches(
+                config.browser_token, request.query_params.get("token"), request.headers.get("authorization")
+            ):
+                raise _Refused(401, "missing or wrong browser ingest token (?token= or Authorization: Bearer)")
             encoding = _content_encoding(request)
-            body = await _read_body(request, config.max_request_bytes)
+            body = await _read_body(request, limit)
             # inflating and parsing take CPU time proportional to the body: off the event loop
-            message = await run_in_threadpool(
-                _decode, body, encoding, media_type, config.max_request_bytes, signal.request_type
-            )
-            received = Received("http", media_type.rsplit("/", 1)[1].removeprefix("x-"), encoding, len(body))
+            parse_as = PROTOBUF if media_type == PROTOBUF else JSON
+            message = await run_in_threadpool(_decode, body, encoding, parse_as, limit, signal.request_type)
+            refused = browser.keep_browser_spans(message) if from_browsers else 0
+            received = Received("http", parse_as.rsplit("/", 1)[1].removeprefix("x-"), encoding, len(body))
             result = await run_in_threadpool(pipeline.export, signal, message, config.tenant, received)
+            if refused:
+                message_parts = [browser.refusal_message(refused), result.error_message]
+                result = ExportResult(result.rejected + refused, "; ".join(filter(None, message_parts)))
         except Exception as exc:
             return _status(answer_type, *_failure(exc, f"an OTLP/HTTP {signal.name} export"))
         response = signal.response(result)
@@ -201,4 +236,4 @@ def _status(media_type: str, code: int, message: str, headers: dict[str, str] | 
 
 
 # google.rpc.Code for each HTTP answer (the OTLP spec leaves Status.code unused; we fill it for humans).
-_GRPC_CODE = {400: 3, 413: 8, 415: 3, 500: 13, 503: 14}
+_GRPC_CODE = {400: 3, 401: 16, 413: 8, 415: 3, 500: 13, 503: 14}

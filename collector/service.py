@@ -21,7 +21,7 @@ from ingest import migrations, sql, store
 from ingest.attribution_job import AttributionJob, PeriodicAttribution
 from ingest.group_commit import GroupCommitWriter
 from ingest.writer import ClickHouseWriter
-from streamscope._internal.serving import BackgroundServer, stop_on_signals
+from streamscope._internal.serving import BackgroundServer, connectable_host, stop_on_signals
 
 log = logging.getLogger(__name__)
 DISCOVERY_FILE = "collector.json"
@@ -43,11 +43,11 @@ class Collector:
 
     @property
     def http_url(self) -> str:
-        return f"http://{_connectable(self.config.host)}:{self.http_port}"
+        return f"http://{connectable_host(self.config.host)}:{self.http_port}"
 
     @property
     def grpc_endpoint(self) -> str:
-        return f"{_connectable(self.config.host)}:{self.grpc_port}"
+        return f"{connectable_host(self.config.host)}:{self.grpc_port}"
 
     def start(self) -> Collector:
         write_client = store.connect(self.target)
@@ -140,11 +140,3 @@ def running_collector_url(target: store.StoreTarget) -> str | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return str(info["http_url"])
-
-
-def _connectable(host: str) -> str:
-    if host in ("0.0.0.0", ""):
-        return "127.0.0.1"
-    if host == "::":
-        return "[::1]"
-    return f"[{host}]" if ":" in host else host

@@ -1,7 +1,12 @@
 """Stall attribution: find the stalls of one stream and name what caused each, with the evidence used.
 
 A stall is a gap between content chunks over the absolute threshold, or well over the stream's own median
-(a stream that normally ticks every 40 ms stalls at 200 ms). For each client stall:
+(a stream that normally ticks every 40 ms stalls at 200 ms), in what the reader saw: a browser's chunks count
+from the frame that painted them. For each client stall:
+
+0. On a browser, the part of the gap after the chunk that ended it had arrived is the screen's: the page had the
+   chunk and had not shown it (the app's render work, or a main thread too busy to paint). When it is the larger
+   part, the cause is ``client_render``; the rest of the gap, waiting for the chunk, is judged as below.
 
 1. The client chunk is aligned with the server's emission of the same content by cumulative content bytes
    (proxies re-chunk, never change content). Timestamps are only ever subtracted on one host: each chunk's
@@ -105,16 +110,27 @@ class StallRules:
 
 @dataclass(frozen=True)
 class Timeline:
-    """One side of one stream: absolute start (µs, that host's clock) and per-chunk offsets and content bytes."""
+    """One side of one stream: absolute start (µs, that host's clock) and per-chunk offsets and content bytes;
+    on a browser, how long after its arrival each chunk was painted (0: not measured)."""
 
     start_us: int
     offsets_us: np.ndarray
     content_bytes: np.ndarray
+    paint_delay_us: np.ndarray | None = None
 
     def content(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Indices of content chunks, their offsets, and cumulative content bytes up to each."""
+        """Indices of content chunks, their offsets (arrivals), and cumulative content bytes up to each."""
         index = np.flatnonzero(self.content_bytes > 0)
         return index, self.offsets_us[index], np.cumsum(self.content_bytes)[index]
+
+    def shown(self) -> tuple[np.ndarray, np.ndarray]:
+        """Indices of content chunks and when each was on screen: its arrival, or the frame that painted it where
+        that was measured (never before an earlier chunk was shown)."""
+        index = np.flatnonzero(self.content_bytes > 0)
+        offsets = self.offsets_us[index]
+        if self.paint_delay_us is not None:
+            offsets = np.maximum.accumulate(offsets + self.paint_delay_us[index])
+        return index, offsets
 
 
 @dataclass(frozen=True)
@@ -136,14 +152,27 @@ class Stall:
     server_seq: int | None = None
     path_delay_us: int | None = None
     """How late the chunk that ended the stall was on the path (see ``Arrivals``)."""
+    screen_us: int = 0
+    """The end of the gap the chunk that ended it had already arrived for (a browser that painted it late)."""
     evidence: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def wait_us(self) -> int:
+        """The part of the gap spent waiting for the chunk to arrive."""
+        return self.gap_us - self.screen_us
+
+    @property
+    def arrived_us(self) -> int:
+        return self.end_us - self.screen_us
 
 
 def find_stalls(timeline: Timeline, rules: StallRules) -> list[Stall]:
-    index, offsets, _ = timeline.content()
+    """The stalls of what the reader saw (see ``Timeline.shown``), each with the screen's part of it."""
+    index, shown = timeline.shown()
     if index.size < 2:
         return []
-    gaps = np.diff(offsets)
+    arrived = timeline.offsets_us[index]
+    gaps = np.diff(shown)
     median = float(np.median(gaps))
     stalled = (gaps >= rules.absolute_us) | (
         (gaps >= rules.relative_floor_us) & (gaps >= rules.relative_factor * max(median, 1.0))
@@ -151,9 +180,10 @@ def find_stalls(timeline: Timeline, rules: StallRules) -> list[Stall]:
     return [
         Stall(
             seq=int(index[k + 1]),
-            start_us=timeline.start_us + int(offsets[k]),
-            end_us=timeline.start_us + int(offsets[k + 1]),
+            start_us=timeline.start_us + int(shown[k]),
+            end_us=timeline.start_us + int(shown[k + 1]),
             gap_us=int(gaps[k]),
+            screen_us=int(min(gaps[k], shown[k + 1] - arrived[k + 1])),
             evidence={"median_gap_ms": f"{median / 1000:.1f}"},
         )
         for k in np.flatnonzero(stalled)
@@ -235,10 +265,11 @@ def attribute(
     node's tokens per speculative step (None: not reported); ``shared_hosts`` gives, when asked, the hosts this
     stream shares with others (its client process, its serving node)."""
     stalls = find_stalls(client, rules)
-    if not stalls:
+    waiting = [stall for stall in stalls if not _on_screen(stall, rules)]
+    if not waiting:
         return stalls
     if server is None or not server.content()[0].size:
-        for stall in stalls:
+        for stall in waiting:
             stall.evidence["server"] = "no server span for this trace"
         return stalls
     c_index, _, c_cumulative = client.content()
@@ -247,7 +278,7 @@ def attribute(
     s_gaps = np.diff(s_offsets)
     network: list[Stall] = []
     hosts: list[SharedHost] | None = None
-    for stall in stalls:
+    for stall in waiting:
         k = int(np.searchsorted(c_index, stall.seq))
         before, through = c_cumulative[k - 1], c_cumulative[k]
         # the server chunk that completed the content the client had, and the one that completed what arrived
@@ -256,8 +287,9 @@ def attribute(
         server_gap = int(s_offsets[j_through] - s_offsets[j_before])
         stall.server_gap_us, stall.server_seq = server_gap, int(s_index[j_through])
         stall.path_delay_us = int(arrivals.path_us[k])
-        server_part = _server_part(stall.gap_us, stall.path_delay_us)
-        path_part = stall.gap_us - server_part
+        wait = stall.wait_us
+        server_part = _server_part(wait, stall.path_delay_us)
+        path_part = wait - server_part
         stall.evidence.update(
             server_gap_ms=f"{server_gap / 1000:.1f}",
             client_gap_ms=f"{stall.gap_us / 1000:.1f}",
@@ -271,7 +303,7 @@ def attribute(
             if ruled_out:
                 engine, confidence = "unknown", 0.3
                 engine_evidence["spec_decode_ruled_out"] = ruled_out
-        if server_part >= rules.server_share * stall.gap_us:
+        if server_part >= rules.server_share * wait:
             stall.cause, stall.confidence = engine, confidence
             stall.evidence.update(engine_evidence)
             if engine in PER_REQUEST_CAUSES and shared_hosts is not None:
@@ -291,19 +323,34 @@ def attribute(
     return stalls
 
 
+def _on_screen(stall: Stall, rules: StallRules) -> bool:
+    """Whether the page had the chunk that ended ``stall`` for most of it (``client_render``); notes a sizeable
+    screen part as the secondary cause otherwise."""
+    if not stall.screen_us:
+        return False
+    stall.evidence["screen_part_ms"] = f"{stall.screen_us / 1000:.1f}"
+    if stall.screen_us >= rules.server_share * stall.gap_us:
+        stall.cause, stall.confidence = "client_render", 0.85
+        stall.evidence["waiting_part_ms"] = f"{stall.wait_us / 1000:.1f}"
+        return True
+    if stall.screen_us >= rules.secondary_share * stall.gap_us:
+        stall.evidence["secondary_cause"] = "client_render"
+    return False
+
+
 def _network_causes(network: list[Stall], first_chunk_held: int, rules: StallRules) -> None:
     """A buffering gateway or a connection hiccup, for the stalls the path caused."""
-    buffering = first_chunk_held >= rules.held_first_chunk_us or _recurring([s.gap_us for s in network], rules)
+    buffering = first_chunk_held >= rules.held_first_chunk_us or _recurring([s.wait_us for s in network], rules)
     if not network:
         return
-    typical = float(np.median([stall.gap_us for stall in network]))
-    added = [stall.gap_us - (stall.server_gap_us or 0) for stall in network]  # what the path added in the gap
+    typical = float(np.median([stall.wait_us for stall in network]))
+    added = [stall.wait_us - (stall.server_gap_us or 0) for stall in network]  # what the path added in the wait
     held = max(first_chunk_held, float(np.median(added)))  # how long the gateway holds: its first chunk, or typically
     for stall, path_added in zip(network, added, strict=True):
         assert stall.path_delay_us is not None
-        already_sent = stall.path_delay_us - stall.gap_us  # before the previous chunk arrived
+        already_sent = stall.path_delay_us - stall.wait_us  # before the previous chunk arrived
         left_behind = already_sent >= rules.left_behind_us and path_added - held >= rules.left_behind_extra_us
-        stands_out = stall.gap_us > rules.hiccup_factor * typical and stall.gap_us - typical >= rules.hiccup_extra_us
+        stands_out = stall.wait_us > rules.hiccup_factor * typical and stall.wait_us - typical >= rules.hiccup_extra_us
         hiccup = not buffering or left_behind or (len(network) >= 2 and stands_out)
         stall.cause = "connection" if hiccup else "network_buffering"
         stall.confidence = 0.75 if hiccup else 0.85
@@ -333,10 +380,10 @@ def _shared_pause(stall: Stall, hosts: list[SharedHost], rules: StallRules) -> b
     while this chunk was late on the path, until the same instant; if so the stall is ``unknown``, with that in
     the evidence."""
     assert stall.path_delay_us is not None
-    due_from = stall.end_us - stall.path_delay_us
+    due_from = stall.arrived_us - stall.path_delay_us
     silent_from = max(due_from, stall.start_us)  # the client waited on the path from here
     for host in hosts:
-        verdicts = [peer.held_through(due_from, silent_from, stall.end_us, rules) for peer in host.peers]
+        verdicts = [peer.held_through(due_from, silent_from, stall.arrived_us, rules) for peer in host.peers]
         held, telling = verdicts.count(True), len(verdicts) - verdicts.count(None)
         if held and 2 * held >= telling:
             stall.cause, stall.confidence = "unknown", 0.5

@@ -46,8 +46,9 @@ SELECT trace_id, span_id, side, node_name, toUnixTimestamp64Micro(start_time)
 FROM streams WHERE trace_id IN {traces:Array(String)}
 """
 CHUNKS_SQL = """
-SELECT trace_id, span_id, groupArray(offset_us), groupArray(content_bytes), groupArray(tokens)
-FROM (SELECT trace_id, span_id, seq, offset_us, content_bytes, tokens FROM chunk_timeline
+SELECT trace_id, span_id, groupArray(offset_us), groupArray(content_bytes), groupArray(tokens),
+       groupArray(paint_delay_us)
+FROM (SELECT trace_id, span_id, seq, offset_us, content_bytes, tokens, paint_delay_us FROM chunk_timeline
       WHERE trace_id IN {traces:Array(String)} ORDER BY seq)
 GROUP BY trace_id, span_id
 """
@@ -125,12 +126,12 @@ class AttributionJob:
         sides: dict[str, list[tuple[str, str, str, int]]] = defaultdict(list)
         for trace, span, side, node, start in self._client.query(TRACES_SQL, parameters={"traces": traces}).result_rows:
             sides[trace].append((span, side, node, start))
-        chunks: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
+        chunks: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         tokens: dict[tuple[str, str], np.ndarray] = {}
-        for trace, span, offsets, content, counts in self._client.query(
+        for trace, span, offsets, content, counts, paint in self._client.query(
             CHUNKS_SQL, parameters={"traces": traces}
         ).result_rows:
-            chunks[(trace, span)] = (np.asarray(offsets, dtype=np.int64), np.asarray(content, dtype=np.int64))
+            chunks[(trace, span)] = tuple(np.asarray(values, dtype=np.int64) for values in (offsets, content, paint))
             tokens[(trace, span)] = np.asarray(counts, dtype=np.int64)
         nodes = sorted({node for spans in sides.values() for _, side, node, _ in spans if side == "server" and node})
         low = min(row[7] for row in streams) - self.rules.event_slack_us

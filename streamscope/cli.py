@@ -84,9 +84,29 @@ def _cli() -> click.Group:
         type=click.IntRange(1, 1024),
         help="Largest request body, after decompression.",
     )
+    @click.option(
+        "--cors-origin",
+        "cors_origins",
+        multiple=True,
+        envvar=env.STREAMSCOPE_CORS_ORIGINS,
+        help="An origin whose pages may send browser spans (repeatable; * for any; env: comma-separated).",
+    )
+    @click.option(
+        "--browser-token",
+        envvar=env.STREAMSCOPE_BROWSER_TOKEN,
+        default=None,
+        help="Public token pages must send with browser spans (default: the browser route is open).",
+    )
     @_fail_plainly
     def collector(
-        storage_dsn: str | None, host: str, http_port: int, grpc_port: int, no_grpc: bool, max_request_mib: int
+        storage_dsn: str | None,
+        host: str,
+        http_port: int,
+        grpc_port: int,
+        no_grpc: bool,
+        max_request_mib: int,
+        cors_origins: tuple[str, ...],
+        browser_token: str | None,
     ) -> None:
         """Receive OTLP traces and store stream spans in ClickHouse.
 
@@ -106,6 +126,8 @@ def _cli() -> click.Group:
             http_port=http_port,
             grpc_port=None if no_grpc else grpc_port,
             max_request_bytes=max_request_mib * 1024 * 1024,
+            cors_origins=tuple(o.strip() for value in cors_origins for o in value.split(",") if o.strip()),
+            browser_token=browser_token,
         )
         Collector(config).serve_forever()
 

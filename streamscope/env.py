@@ -26,6 +26,13 @@ STREAMSCOPE_COLLECTOR_URL: Final = "STREAMSCOPE_COLLECTOR_URL"
 """Base URL of a running collector for `streamscope sql` to query through (found automatically when it owns
 the embedded store)."""
 
+STREAMSCOPE_CORS_ORIGINS: Final = "STREAMSCOPE_CORS_ORIGINS"
+"""The collector: origins (comma-separated, ``*`` for any) whose web pages may load the browser snippet and send
+browser spans."""
+
+STREAMSCOPE_BROWSER_TOKEN: Final = "STREAMSCOPE_BROWSER_TOKEN"
+"""The collector: the public token web pages send with browser spans (unset: the browser route is open)."""
+
 GRAFANA_URL: Final = "GRAFANA_URL"
 """`streamscope dashboards push`: base URL of the Grafana to provision (the name grafana-client's from_env reads)."""
 

@@ -88,6 +88,9 @@ STREAMSCOPE_NODE_NAME: Final = "streamscope.node.name"
 STREAMSCOPE_CHUNKS_DROPPED: Final = "streamscope.chunks_dropped"
 """Chunks the emitter did not keep (its per-stream cap); the stored timeline is then marked truncated. type int; conditionally required (if the emitter dropped chunks past its per-stream cap); sides: client, server, browser, gateway; streamscope extension."""
 
+STREAMSCOPE_BROWSER_FRAMES_DROPPED: Final = "streamscope.browser.frames_dropped"
+"""Animation frames the page missed while the stream was on screen (frames over 1/60 s late, counted while the page was visible): a stream that janks the page shows here. type int; recommended; sides: browser; streamscope extension."""
+
 STREAMSCOPE_REPETITION_SCORE: Final = "streamscope.repetition_score"
 """Share (0 to 1) of repeated text in the tail of the stream; high values flag stuck generation loops. type double; recommended; sides: client, server, browser, gateway; streamscope extension."""
 

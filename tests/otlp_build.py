@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Sequence
 
+from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
@@ -77,3 +80,15 @@ def store_spans(client, spans: Sequence[Span], service: str = "app", stall_thres
     batch = decode_traces(trace_request(spans, service), tenant="t", stall_threshold_us=stall_threshold_us)
     assert not batch.rejected, batch.rejection_message("span")
     ClickHouseWriter(client).write(batch)
+
+
+def otlp_json(request: ExportTraceServiceRequest) -> bytes:
+    """``request`` in OTLP JSON, as browsers and JSON exporters send it: ids in hex, not proto3's base64."""
+    document = json_format.MessageToDict(request)
+    for resource_spans in document.get("resourceSpans", []):
+        for scope_spans in resource_spans.get("scopeSpans", []):
+            for span in scope_spans.get("spans", []):
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in span:
+                        span[key] = base64.b64decode(span[key]).hex()
+    return json.dumps(document).encode()

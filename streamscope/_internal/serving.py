@@ -56,3 +56,12 @@ def stop_on_signals(stop: threading.Event) -> Iterator[threading.Event]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def connectable_host(host: str) -> str:
+    """The address to reach a server listening on ``host`` (all interfaces: loopback), bracketed for IPv6."""
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host

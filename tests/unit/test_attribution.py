@@ -265,3 +265,45 @@ def test_a_preemption_or_a_draft_collapse_does_not_silence_the_whole_node():
     everyone = [SharedHost("node", "n1", [others_silent, others_silent])]
     stall = only(attribute(server, server, prefill, spec_active=False, rules=RULES, shared_hosts=lambda: everyone))
     assert stall.cause == "prefill_interference"
+
+
+def painted(client: Timeline, delays_ms: dict[int, float], frame_ms: float = 8.0) -> Timeline:
+    """``client`` as a browser saw it: each chunk painted a frame after it arrived, ``delays_ms`` later for some."""
+    paint = np.full(client.offsets_us.size, int(frame_ms * MS), dtype=np.int64)
+    for at, ms in delays_ms.items():
+        paint[at] = int(ms * MS)
+    return Timeline(client.start_us, client.offsets_us, client.content_bytes, paint)
+
+
+def test_a_chunk_that_arrived_on_time_and_was_painted_late_is_client_render():
+    server = timeline(STEADY)
+    browser = painted(timeline(STEADY, start_us=server.start_us + 3 * MS), {12: 650})
+    stall = only(attribute(browser, server, [], spec_active=False, rules=RULES))
+    assert (stall.cause, stall.seq) == ("client_render", 12)
+    assert stall.gap_us == (20 + 650 - 8) * MS  # from the frame that showed chunk 11 to the one that showed 12
+    assert stall.evidence["screen_part_ms"] == "650.0"
+    # no server span is needed to see the page was slow
+    assert only(attribute(browser, None, [], spec_active=False, rules=RULES)).cause == "client_render"
+
+
+def test_a_browser_stall_still_names_the_server_or_the_path_when_they_held_it_longest():
+    server = timeline(with_gap(10, 600))
+    preemption = [event("preemption", server, 11)]
+    # the chunk came 600 ms late and then took 200 ms to paint: the server's part is the larger
+    browser = painted(timeline(with_gap(10, 600), start_us=server.start_us + 3 * MS), {11: 200})
+    stall = only(attribute(browser, server, preemption, spec_active=False, rules=RULES))
+    assert (stall.cause, stall.evidence["secondary_cause"]) == ("kv_pressure", "client_render")
+    # from the frame that showed chunk 10: 592 ms waiting for chunk 11, then 200 ms until it was painted
+    assert (stall.gap_us, stall.screen_us, stall.wait_us) == (792 * MS, 200 * MS, 592 * MS)
+    # painted a frame after arrival, a late arrival on the path reads as it does on any client
+    hiccup = painted(timeline(with_gap(12, 900), start_us=server.start_us), {})
+    assert only(attribute(hiccup, timeline(STEADY), [], spec_active=False, rules=RULES)).cause == "connection"
+
+
+def test_chunks_painted_in_one_frame_after_a_slow_render_make_one_stall():
+    # chunks 12-15 arrive on time while the page is busy, and all show in the frame 700 ms after chunk 12 arrived
+    base = timeline(STEADY)
+    busy = {12: 700, 13: 680, 14: 660, 15: 640}
+    stall = only(find_stalls(painted(base, busy), RULES))
+    # shown 8 ms after chunk 11 arrived, then nothing until chunk 12's frame, 20 + 700 ms after chunk 11 arrived
+    assert (stall.seq, stall.gap_us, stall.screen_us) == (12, (20 + 700 - 8) * MS, 700 * MS)

@@ -1,0 +1,455 @@
+/*
+ * streamscope browser snippet: what the user actually saw of each streamed answer.
+ *
+ * Served by the collector at /sdk/streamscope.js. Dependency-free, an ES module (it also sets
+ * window.streamscope):
+ *
+ *   import { init } from "https://collector.example:4318/sdk/streamscope.js";
+ *   const scope = init({ endpoint: "https://collector.example:4318", token: "…", service: "chat-ui" });
+ *   const response = await scope.fetch("/v1/chat/completions", { method: "POST", body }, { model: "m" });
+ *   // read response.body as usual; optionally call response.streamscope.rendered() after each render
+ *
+ * or, when the app reads the stream itself:
+ *
+ *   const stream = scope.stream({ model: "m" });
+ *   fetch(url, { headers: { ...stream.headers() } });  // traceparent: the backend's spans join this trace
+ *   stream.chunk(text); …; stream.rendered(); …; stream.end("completed");
+ *
+ * Per chunk it records the arrival (when the page's code received it), the main-thread work the app spent on
+ * it (until it asked for the next chunk, or called rendered()), and the frame that painted it (the first frame
+ * after that work); per stream the frames dropped while it streamed and how it ended. One span per stream,
+ * side "browser", in the packed encoding of schema/conventions/streaming.yaml, sent as OTLP/HTTP JSON to
+ * the collector's browser route (/v1/browser/traces): batched, gzip-compressed where the browser can, and
+ * sent with sendBeacon when the page is hidden. Unsampled streams record nothing and tell the backend so.
+ */
+const VERSION = "1";
+const FRAME_MS = 1000 / 60;
+const PAINT_WAIT_MS = 1000; // a stream whose last paints never come (a hidden tab) is sent without them
+const encoder = new TextEncoder();
+
+function hex(bytes) {
+  const values = crypto.getRandomValues(new Uint8Array(bytes));
+  return Array.from(values, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/** Calls back with the time just after the next frame was painted (its animation frame, then a task). */
+function afterNextPaint(callback) {
+  requestAnimationFrame(() => {
+    const channel = new MessageChannel();
+    channel.port1.onmessage = () => callback(performance.now());
+    channel.port2.postMessage(null);
+  });
+}
+
+function unixNanos(ms) {
+  return (BigInt(Math.round((performance.timeOrigin + ms) * 1000)) * 1000n).toString();
+}
+
+function quantile(values, q) {
+  if (!values.length) return null;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+}
+
+function attribute(key, value) {
+  if (Array.isArray(value)) {
+    return { key, value: { arrayValue: { values: value.map((v) => ({ intValue: v })) } } };
+  }
+  if (typeof value === "boolean") return { key, value: { boolValue: value } };
+  if (typeof value === "number") {
+    return { key, value: Number.isInteger(value) ? { intValue: value } : { doubleValue: value } };
+  }
+  return { key, value: { stringValue: String(value) } };
+}
+
+/** Generated content in one server-sent event: OpenAI chat and Responses, Anthropic Messages, vLLM, SGLang, TGI. */
+export function contentOf(event) {
+  if (!event || typeof event !== "object") return "";
+  let text = "";
+  for (const choice of event.choices || []) {
+    const delta = choice.delta || {};
+    for (const key of ["content", "reasoning_content", "reasoning", "refusal"]) {
+      if (typeof delta[key] === "string") text += delta[key];
+    }
+    for (const call of delta.tool_calls || []) {
+      if (call.function && typeof call.function.arguments === "string") text += call.function.arguments;
+    }
+  }
+  if (typeof event.delta === "string" && typeof event.type === "string" && event.type.endsWith(".delta")) {
+    text += event.delta; // Responses API
+  } else if (event.delta && typeof event.delta === "object") {
+    for (const key of ["text", "thinking", "partial_json"]) {
+      if (typeof event.delta[key] === "string") text += event.delta[key]; // Anthropic Messages
+    }
+  }
+  return text;
+}
+
+/** Server-sent events split across reads: the events each read completes, with their size on the wire. */
+class EventSplitter {
+  constructor() {
+    this.decoder = new TextDecoder();
+    this.pending = "";
+  }
+
+  push(bytes) {
+    this.pending += this.decoder.decode(bytes, { stream: true }).replace(/\r\n?/g, "\n");
+    const blocks = this.pending.split("\n\n");
+    this.pending = blocks.pop();
+    return blocks.map((block) => ({
+      data: block
+        .split("\n")
+        .filter((line) => line.startsWith("data:"))
+        .map((line) => line.slice(line[5] === " " ? 6 : 5))
+        .join("\n"),
+      wireBytes: encoder.encode(block).length + 2,
+    }));
+  }
+}
+
+/** One streamed response seen from this page: its chunk timeline, then one span. */
+class Stream {
+  constructor(scope, options) {
+    this.scope = scope;
+    this.options = options;
+    this.sampled = Math.random() < scope.sampleRate;
+    this.traceId = hex(16);
+    this.spanId = hex(8);
+    this.start = performance.now();
+    this.offsets = [];
+    this.arrivals = [];
+    this.tokens = [];
+    this.contentBytes = [];
+    this.wireBytes = [];
+    this.renderUs = [];
+    this.paintUs = [];
+    this.delivery = []; // indices of the chunks the app was last handed and is still working on
+    this.paintsPending = 0;
+    this.framesDropped = 0;
+    this.firstByte = null;
+    this.ended = false;
+    this.responseId = "";
+    this.responseModel = "";
+    if (this.sampled) this.watchFrames();
+  }
+
+  /** Headers for the request: the backend continues this trace (sampled or not, as decided here). */
+  headers() {
+    return { traceparent: `00-${this.traceId}-${this.spanId}-${this.sampled ? "01" : "00"}` };
+  }
+
+  /** A chunk reached the page now: its text (or content bytes), tokens when known, bytes it took on the wire. */
+  chunk(content, { tokens, wireBytes = 0 } = {}) {
+    if (!this.sampled || this.ended) return;
+    this.rendered();
+    this.delivery = [this.record(performance.now(), content, tokens, wireBytes)];
+  }
+
+  record(now, content, tokens, wireBytes) {
+    const bytes = typeof content === "string" ? encoder.encode(content).length : content || 0;
+    this.firstByte ??= now;
+    this.offsets.push(Math.max(0, Math.round((now - this.start) * 1000)));
+    this.arrivals.push(now);
+    this.contentBytes.push(bytes);
+    this.tokens.push(tokens ?? (bytes ? Math.max(1, Math.round(bytes / 4)) : 0));
+    this.wireBytes.push(wireBytes);
+    this.renderUs.push(0);
+    this.paintUs.push(0);
+    return this.offsets.length - 1;
+  }
+
+  /** The app finished rendering what it was last handed (the fetch wrapper calls this when the app reads again):
+   * its work is shared among those chunks, and the next frame is the one that shows them. */
+  rendered() {
+    const delivered = this.delivery.filter((i) => this.contentBytes[i] > 0);
+    this.delivery = [];
+    if (!delivered.length) return;
+    const now = performance.now();
+    const arrived = this.arrivals[delivered[0]];
+    for (const i of delivered) this.renderUs[i] = Math.round(((now - arrived) * 1000) / delivered.length);
+    this.paintsPending += 1;
+    afterNextPaint((painted) => {
+      for (const i of delivered) this.paintUs[i] = Math.max(1, Math.round((painted - arrived) * 1000));
+      this.paintsPending -= 1;
+      if (this.ended && !this.paintsPending) this.send();
+    });
+  }
+
+  /** How the stream ended: "completed", "cancelled" (the user stopped it) or "error" (with the error). */
+  end(outcome = "completed", error = null) {
+    if (this.ended) return;
+    this.rendered();
+    this.ended = true;
+    this.outcome = outcome;
+    this.error = error;
+    this.end_ = performance.now();
+    if (!this.sampled) return;
+    if (!this.paintsPending) this.send();
+    else setTimeout(() => this.send(), PAINT_WAIT_MS);
+  }
+
+  watchFrames() {
+    let last = null;
+    const frame = (now) => {
+      if (last !== null && document.visibilityState === "visible") {
+        const missed = Math.round((now - last) / FRAME_MS) - 1;
+        if (missed > 0) this.framesDropped += missed;
+      }
+      last = now;
+      if (!this.ended) requestAnimationFrame(frame);
+    };
+    requestAnimationFrame(frame);
+  }
+
+  send() {
+    if (this.sent) return;
+    this.sent = true;
+    this.scope.exporter.add(this.span());
+  }
+
+  span() {
+    const o = this.options;
+    const model = o.model || "";
+    const operation = o.operation || "chat";
+    const firstContent = this.contentBytes.findIndex((b) => b > 0);
+    const attributes = [
+      attribute("streamscope.side", "browser"),
+      attribute("streamscope.encoding", "packed"),
+      attribute("streamscope.transport", o.transport || "sse"),
+      attribute("streamscope.outcome", this.outcome),
+      attribute("gen_ai.operation.name", operation),
+      attribute("gen_ai.provider.name", o.provider || this.scope.provider),
+      attribute("gen_ai.request.model", model),
+      attribute("gen_ai.request.stream", true),
+      attribute("streamscope.tokens_estimated", true),
+      attribute("streamscope.browser.frames_dropped", this.framesDropped),
+      attribute("streamscope.chunks.offset_us", this.offsets),
+      attribute("streamscope.chunks.tokens", this.tokens),
+      attribute("streamscope.chunks.content_bytes", this.contentBytes),
+      attribute("streamscope.chunks.wire_bytes", this.wireBytes),
+      attribute("streamscope.chunks.render_us", this.renderUs),
+      attribute("streamscope.chunks.paint_delay_us", this.paintUs),
+    ];
+    if (this.responseId) attributes.push(attribute("gen_ai.response.id", this.responseId));
+    if (this.responseModel) attributes.push(attribute("gen_ai.response.model", this.responseModel));
+    if (this.firstByte !== null) {
+      attributes.push(attribute("streamscope.first_byte_offset_us", Math.round((this.firstByte - this.start) * 1000)));
+    }
+    if (firstContent >= 0) {
+      const seconds = this.offsets[firstContent] / 1e6;
+      attributes.push({ key: "gen_ai.response.time_to_first_chunk", value: { doubleValue: seconds } });
+    }
+    if (o.url) {
+      const url = new URL(o.url, location.href);
+      attributes.push(attribute("server.address", url.hostname));
+      attributes.push(attribute("server.port", Number(url.port) || (url.protocol === "https:" ? 443 : 80)));
+    }
+    if (this.outcome === "cancelled") {
+      attributes.push(attribute("streamscope.cancel_offset_us", Math.round((this.end_ - this.start) * 1000)));
+    }
+    if (this.error) attributes.push(attribute("error.type", this.error.name || "error"));
+    return {
+      traceId: this.traceId,
+      spanId: this.spanId,
+      name: `${operation} ${model}`.trim(),
+      kind: 3, // CLIENT
+      startTimeUnixNano: unixNanos(this.start),
+      endTimeUnixNano: unixNanos(this.end_),
+      attributes,
+      status: this.error ? { code: 2, message: String(this.error.message || this.error) } : {},
+    };
+  }
+
+  /** What the page can show while it streams: time to first content, gaps, paint and render (ms). */
+  stats() {
+    const content = this.offsets.map((offset, i) => [offset, i]).filter(([, i]) => this.contentBytes[i] > 0);
+    const gaps = content.slice(1).map(([offset], k) => (offset - content[k][0]) / 1000);
+    const paints = content.map(([, i]) => this.paintUs[i] / 1000).filter((ms) => ms > 0);
+    const renders = content.map(([, i]) => this.renderUs[i] / 1000);
+    return {
+      traceId: this.traceId,
+      sampled: this.sampled,
+      outcome: this.ended ? this.outcome : "streaming",
+      chunks: content.length,
+      ttftMs: content.length ? content[0][0] / 1000 : null,
+      gapP50Ms: quantile(gaps, 0.5),
+      gapMaxMs: gaps.length ? Math.max(...gaps) : null,
+      paintP50Ms: quantile(paints, 0.5),
+      paintP95Ms: quantile(paints, 0.95),
+      renderP50Ms: quantile(renders, 0.5),
+      framesDropped: this.framesDropped,
+    };
+  }
+
+  /** Wraps a fetch response so the app reads it unchanged while each chunk is timed. */
+  wrap(response) {
+    const stream = this;
+    const sse = (response.headers.get("content-type") || "").includes("text/event-stream");
+    const splitter = sse ? new EventSplitter() : null;
+    const decoder = sse ? null : new TextDecoder();
+    const reader = response.body.getReader();
+    const body = new ReadableStream(
+      {
+        async pull(controller) {
+          stream.rendered(); // the app asks for more: it has done its work on the last chunk
+          let read;
+          try {
+            read = await reader.read();
+          } catch (error) {
+            stream.end(error.name === "AbortError" ? "cancelled" : "error", error.name === "AbortError" ? null : error);
+            controller.error(error);
+            return;
+          }
+          if (read.done) {
+            stream.end("completed");
+            controller.close();
+            return;
+          }
+          stream.receive(read.value, splitter, decoder);
+          controller.enqueue(read.value);
+        },
+        cancel(reason) {
+          stream.end("cancelled");
+          return reader.cancel(reason);
+        },
+      },
+      { highWaterMark: 0 },
+    );
+    const wrapped = new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers });
+    Object.defineProperty(wrapped, "url", { value: response.url });
+    wrapped.streamscope = this;
+    return wrapped;
+  }
+
+  /** One read of the body reached the page: each server-sent event in it is a chunk (raw text: the read is). */
+  receive(bytes, splitter, decoder) {
+    if (!this.sampled) return;
+    this.rendered();
+    const now = performance.now();
+    if (!splitter) {
+      this.delivery = [this.record(now, decoder.decode(bytes, { stream: true }), undefined, bytes.length)];
+      return;
+    }
+    this.firstByte ??= now;
+    this.delivery = [];
+    for (const { data, wireBytes } of splitter.push(bytes)) {
+      let event = null;
+      try {
+        event = data && data !== "[DONE]" ? JSON.parse(data) : null;
+      } catch {
+        event = null;
+      }
+      if (event) {
+        this.responseId ||= typeof event.id === "string" ? event.id : "";
+        this.responseModel ||= typeof event.model === "string" ? event.model : "";
+      }
+      this.delivery.push(this.record(now, contentOf(event), undefined, wireBytes));
+    }
+  }
+}
+
+/** Finished spans, batched to the collector: by size, by time, and all at once when the page is hidden. */
+class Exporter {
+  constructor(scope) {
+    this.scope = scope;
+    this.spans = [];
+    this.timer = null;
+    addEventListener("visibilitychange", () => document.visibilityState === "hidden" && this.flush(true));
+    addEventListener("pagehide", () => this.flush(true));
+  }
+
+  add(span) {
+    this.spans.push(span);
+    if (this.spans.length >= this.scope.maxBatch) this.flush(false);
+    else this.timer ??= setTimeout(() => this.flush(false), this.scope.flushIntervalMs);
+  }
+
+  body(spans) {
+    const s = this.scope;
+    const resource = [
+      attribute("service.name", s.service),
+      attribute("service.instance.id", s.instanceId),
+      attribute("telemetry.sdk.name", "streamscope-browser"),
+      attribute("telemetry.sdk.language", "webjs"),
+      attribute("telemetry.sdk.version", VERSION),
+      attribute("user_agent.original", navigator.userAgent),
+    ];
+    const scope = { name: "streamscope.browser", version: VERSION };
+    return JSON.stringify({ resourceSpans: [{ resource: { attributes: resource }, scopeSpans: [{ scope, spans }] }] });
+  }
+
+  /** Sends what is queued; ``leaving``: the page may be gone before a fetch answers, so a beacon carries it. */
+  flush(leaving) {
+    clearTimeout(this.timer);
+    this.timer = null;
+    if (!this.spans.length) return Promise.resolve();
+    const body = this.body(this.spans.splice(0));
+    const url = this.scope.url;
+    if (leaving && navigator.sendBeacon && navigator.sendBeacon(url, new Blob([body], { type: "text/plain" }))) {
+      return Promise.resolve();
+    }
+    return this.post(url, body).catch(() => {}); // telemetry never breaks the page
+  }
+
+  async post(url, body) {
+    const headers = { "content-type": "application/json" };
+    let payload = body;
+    if (typeof CompressionStream === "function") {
+      const gzipped = new Blob([body]).stream().pipeThrough(new CompressionStream("gzip"));
+      payload = await new Response(gzipped).arrayBuffer();
+      headers["content-encoding"] = "gzip";
+    }
+    return fetch(url, { method: "POST", headers, body: payload, keepalive: payload.byteLength < 60000 });
+  }
+}
+
+class Scope {
+  constructor(options = {}) {
+    const endpoint = (options.endpoint || "").replace(/\/$/, "");
+    this.url = `${endpoint}/v1/browser/traces${options.token ? `?token=${encodeURIComponent(options.token)}` : ""}`;
+    this.service = options.service || "browser";
+    this.provider = options.provider || "openai";
+    this.sampleRate = options.sampleRate ?? 1;
+    this.maxBatch = options.maxBatch || 20;
+    this.flushIntervalMs = options.flushIntervalMs ?? 2000;
+    this.instanceId = hex(8);
+    this.exporter = new Exporter(this);
+  }
+
+  /** A stream the app feeds itself (see Stream.chunk, rendered, end, headers). */
+  stream(options = {}) {
+    return new Stream(this, options);
+  }
+
+  /** fetch() with the stream timed: traceparent on the request, the response body wrapped. */
+  async fetch(input, init = {}, options = {}) {
+    const url = typeof input === "string" ? input : input.url;
+    const stream = this.stream({ url, ...options });
+    const headers = new Headers(init.headers || (typeof input === "string" ? undefined : input.headers));
+    headers.set("traceparent", stream.headers().traceparent);
+    let response;
+    try {
+      response = await fetch(input, { ...init, headers });
+    } catch (error) {
+      stream.end(error.name === "AbortError" ? "cancelled" : "error", error.name === "AbortError" ? null : error);
+      throw error;
+    }
+    if (!response.ok || !response.body) {
+      stream.end("error", { name: `http_${response.status}`, message: response.statusText });
+      return response;
+    }
+    return stream.wrap(response);
+  }
+
+  /** Sends every finished span now (for tests and single-page apps that navigate away by hand). */
+  flush() {
+    return this.exporter.flush(false);
+  }
+}
+
+export function init(options) {
+  return new Scope(options);
+}
+
+export default { init, contentOf };
+if (typeof window !== "undefined") window.streamscope = { init, contentOf };
