@@ -186,13 +186,18 @@ def _cli() -> click.Group:
         show_default=True,
         help="How the chunk timeline travels on the span.",
     )
+    @click.option("--chat", is_flag=True, help="Then serve the demo chat page until Ctrl-C (browser spans too).")
+    @click.option("--chat-port", default=8080, show_default=True, type=click.IntRange(1, 65535))
     @_fail_plainly
-    def demo(storage_dsn: str | None, scenario: str, streams: int | None, encoding: str) -> None:
+    def demo(
+        storage_dsn: str | None, scenario: str, streams: int | None, encoding: str, chat: bool, chat_port: int
+    ) -> None:
         """Run a scenario against an embedded collector and print the stream-timing distributions.
 
         \b
         Example:
           streamscope demo --scenario kv-pressure
+          streamscope demo --chat     # then open http://127.0.0.1:8080/
         """
         from streamscope.demo.runner import DemoConfig, run_demo
 
@@ -202,7 +207,53 @@ def _cli() -> click.Group:
                 streams=streams,
                 storage_dsn=storage_dsn or env.default_storage_dsn(),
                 encoding=encoding,  # type: ignore[arg-type]
+                chat_port=chat_port if chat else None,
             )
+        )
+
+    @cli.command()
+    @click.option(
+        "--collector",
+        "collector_url",
+        default="http://127.0.0.1:4318",
+        show_default=True,
+        metavar="URL",
+        help="Collector that receives the engine's server spans.",
+    )
+    @click.option(
+        "--page-collector",
+        "page_collector_url",
+        default=None,
+        metavar="URL",
+        help="The collector as browsers reach it, for the page's spans [default: --collector].",
+    )
+    @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0 for all).")
+    @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
+    @click.option(
+        "--browser-token", envvar=env.STREAMSCOPE_BROWSER_TOKEN, default=None, help="The collector's public token."
+    )
+    @_fail_plainly
+    def chat(
+        collector_url: str, page_collector_url: str | None, host: str, port: int, browser_token: str | None
+    ) -> None:
+        """Serve the demo chat page: a simulated engine's answers, timed to the screen by the browser snippet.
+
+        The collector must let the page's origin in (streamscope collector --cors-origin http://127.0.0.1:8080).
+        Add ?render_ms=700&render_every=25 to the page's URL to make it a slow renderer.
+
+        \b
+        Example:
+          streamscope chat --collector http://127.0.0.1:4318 --port 8080
+        """
+        from streamscope.demo.chat import serve_chat
+
+        serve_chat(
+            collector_url,
+            announce=click.echo,
+            page_collector_url=page_collector_url,
+            browser_token=browser_token,
+            host=host,
+            port=port,
         )
 
     @cli.command()

@@ -260,10 +260,13 @@ class Stream {
     };
   }
 
-  /** What the page can show while it streams: time to first content, gaps, paint and render (ms). */
+  /** What the page can show while it streams: time to first content, gaps between what reached the screen
+   * (painted, where measured), paint and render (ms). */
   stats() {
     const content = this.offsets.map((offset, i) => [offset, i]).filter(([, i]) => this.contentBytes[i] > 0);
-    const gaps = content.slice(1).map(([offset], k) => (offset - content[k][0]) / 1000);
+    let shown = 0;
+    const screen = content.map(([offset, i]) => (shown = Math.max(shown, offset + this.paintUs[i])));
+    const gaps = screen.slice(1).map((t, k) => (t - screen[k]) / 1000);
     const paints = content.map(([, i]) => this.paintUs[i] / 1000).filter((ms) => ms > 0);
     const renders = content.map(([, i]) => this.renderUs[i] / 1000);
     return {

@@ -10,6 +10,8 @@ main-thread work on every K-th chunk), to see ``client_render`` stalls.
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 
@@ -17,7 +19,7 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
 from opentelemetry.sdk.trace import TracerProvider
 
-from streamscope._internal.serving import BackgroundServer, connectable_host
+from streamscope._internal.serving import BackgroundServer, connectable_host, stop_on_signals
 from streamscope._internal.setup import setup
 from streamscope.engine.app import EngineNode, NodeConfig
 
@@ -77,3 +79,20 @@ def start_chat(
     app = create_chat_app(engine, collector_url=page_collector_url or collector_url, browser_token=browser_token)
     server = BackgroundServer(app, host, port, name="demo-chat").start()
     return ChatServer(server, f"http://{connectable_host(host)}:{server.port}/", traces, engine)
+
+
+def serve_chat(
+    collector_url: str,
+    *,
+    announce: Callable[[str], None],
+    stop: threading.Event | None = None,
+    **options: object,
+) -> None:
+    """``streamscope chat``: serve the page (see ``start_chat`` for ``options``) until a signal, or ``stop``."""
+    chat = start_chat(collector_url, **options)  # type: ignore[arg-type]
+    try:
+        announce(f"demo chat: {chat.url} (spans to {collector_url}; Ctrl-C to stop)")
+        with stop_on_signals(stop or threading.Event()) as stopping:
+            stopping.wait()
+    finally:
+        chat.stop()

@@ -2,7 +2,8 @@
 
 Starts an embedded collector, runs the scenario's workload against it (engine nodes, the impairment proxy,
 instrumented clients; ``mixed`` by default), waits until every stream is stored, attributes the stalls, and
-summarises them with SQL on the store, next to the ground truth of what was injected.
+summarises them with SQL on the store, next to the ground truth of what was injected. With ``chat_port`` it
+then serves the demo chat page (``streamscope.demo.chat``) against the same collector until Ctrl-C.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from collector.config import CollectorConfig
 from collector.service import Collector
 from dashboards.fleet import Summary, summarize
 from dashboards.macros import QueryContext
-from ingest import sql
+from ingest import sql, store
+from ingest.attribution_job import AttributionJob, PeriodicAttribution
 from streamscope import env
 from streamscope._internal.recorder import Encoding, set_default_encoding
+from streamscope.demo.chat import serve_chat
 from streamscope.workload.load import LoadReport, attribute_settled, describe, run_load, wait_until_stored
 from streamscope.workload.scenario import load_scenario, plan
 
@@ -33,6 +36,8 @@ class DemoConfig:
     storage_dsn: str = field(default_factory=env.default_storage_dsn)
     encoding: Encoding = "packed"
     store_timeout_s: float = 60.0
+    chat_port: int | None = None
+    """After the run, serve the demo chat page on this port until Ctrl-C (None: finish)."""
 
 
 def run_demo(config: DemoConfig, console: Console | None = None) -> Summary:
@@ -49,6 +54,7 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> Summary:
             grpc_port=None,
             stall_threshold_us=stall_us,
             attribution_interval_s=None,  # attributed once, below, when the run is complete
+            cors_origins=_chat_origins(config.chat_port),
         )
     ).start()
     try:
@@ -86,23 +92,40 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> Summary:
             "GROUP BY kind ORDER BY kind",
             parameters=params,
         ).result_rows
+        console.print(
+            _table(
+                summary,
+                stall_us,
+                config.encoding,
+                report,
+                {
+                    "injected causes (ground truth)": truth,
+                    "attributed stalls": stalls,
+                    "engine events (GPU agents)": engine_events,
+                },
+            )
+        )
+        if config.chat_port is not None:
+            _serve_chat(collector, config.chat_port, console)
     finally:
         collector.stop()
-    console.print(
-        _table(
-            summary,
-            stall_us,
-            config.encoding,
-            report,
-            {
-                "injected causes (ground truth)": truth,
-                "attributed stalls": stalls,
-                "engine events (GPU agents)": engine_events,
-            },
-        )
-    )
     console.print(f"Next: streamscope report --storage {config.storage_dsn} --since 10m")
     return summary
+
+
+def _chat_origins(port: int | None) -> tuple[str, ...]:
+    return () if port is None else (f"http://127.0.0.1:{port}", f"http://localhost:{port}")
+
+
+def _serve_chat(collector: Collector, port: int, console: Console) -> None:
+    """The chat page on ``port`` until Ctrl-C, its streams attributed every few seconds meanwhile."""
+    client = store.connect(collector.target)  # the job's own connection: one per thread on the embedded engine
+    attribution = PeriodicAttribution(AttributionJob(client, settle_s=2.0), interval_s=2.0).start()
+    try:
+        serve_chat(collector.http_url, port=port, announce=console.print)
+    finally:
+        attribution.stop()
+        client.close()
 
 
 def _table(summary: Summary, stall_us: int, encoding: str, report: LoadReport, counts: dict[str, list[tuple]]) -> Table:

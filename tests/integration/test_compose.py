@@ -186,7 +186,7 @@ def test_every_dependency_waits_for_a_health_check():
     assert all_services["grafana"]["depends_on"] == {"clickhouse": {"condition": "service_healthy"}}
 
 
-@pytest.mark.parametrize("name", ["collector", "workload", "gpu-agent"])
+@pytest.mark.parametrize("name", ["collector", "workload", "chat", "gpu-agent"])
 def test_services_of_the_streamscope_image_run_commands_the_cli_accepts(name):
     service = services()[name]
     assert service["image"] == services()["collector"]["image"]
@@ -209,6 +209,16 @@ def test_workload_service_loops_a_shipped_scenario_into_the_collector_service():
     params = parsed_command(services()["workload"]["command"])
     assert params["scenario"] in shipped() and params["loop"]
     assert params["collector_url"] == "http://collector:4318"
+
+
+def test_chat_page_sends_browser_spans_to_the_published_collector_which_admits_its_origin():
+    chat = parsed_command(services()["chat"]["command"])
+    assert chat["collector_url"] == "http://collector:4318"
+    assert chat["page_collector_url"] == "http://localhost:4318"  # as the browser on the host reaches it
+    assert chat["host"] == "0.0.0.0" and chat["port"] in published_ports(services()["chat"])
+    assert 4318 in published_ports(services()["collector"])
+    origins = services()["collector"]["environment"]["STREAMSCOPE_CORS_ORIGINS"]
+    assert f"http://localhost:{chat['port']}" in origins.split(",")
 
 
 def test_gpu_profile_runs_the_agent_on_nvidia_devices_against_the_collector():
