@@ -40,11 +40,12 @@ ATTRIBUTION = Board(
     "streamscope-attribution",
     "Jitter attribution",
     "Where each stall came from: causes over time, the nodes' KV pressure, preemptions and step sizes against "
-    "them, and the client's gap next to the server's.",
+    "them, the client's gap next to the server's, and where a browser's first token spent its time.",
     (
         ((p.STALLS_BY_CAUSE, 16), (p.STALL_CAUSES, 8)),
         ((p.KV_USAGE, 8), (p.PREEMPTIONS, 8), (p.STEP_TOKENS, 8)),
         ((p.CLIENT_VS_SERVER, 14), (p.ENGINE_EVENTS, 10)),
+        ((p.GPU_TO_GLASS, 24),),
     ),
 )
 

@@ -180,6 +180,35 @@ ORDER BY time, series""",
     unit="ms",
 )
 
+GPU_TO_GLASS = Panel(
+    "gpu_to_glass",
+    "GPU to glass: the first token",
+    "Where a browser's wait for its first token went, averaged per interval over browser streams whose server span "
+    "is in the same trace: the engine (request received to first chunk emitted: queue and prefill), the network "
+    "(the browser's time to first chunk less the engine's: both hops, and any gateway), and the screen (arrival to "
+    "the frame that painted it). Durations on each host, never a clock subtraction.",
+    "timeseries",
+    f"""SELECT time, series, value FROM (
+    SELECT $__timeInterval(b.start_time) AS time,
+        avg(s.ttft_us) / 1000 AS engine,
+        avg(greatest(toInt64(b.ttft_us) - toInt64(s.ttft_us), 0)) / 1000 AS network,
+        avg(f.paint_delay_us) / 1000 AS screen
+    FROM stream_metrics AS b
+    INNER JOIN stream_metrics AS s ON s.tenant = b.tenant AND s.trace_id = b.trace_id AND s.side = 'server'
+    INNER JOIN (
+        SELECT tenant, trace_id, span_id, paint_delay_us FROM chunks
+        WHERE $__timeFilter(start_time) AND side = 'browser' AND kind = 'first'
+    ) AS f ON f.tenant = b.tenant AND f.trace_id = b.trace_id AND f.span_id = b.span_id
+    WHERE $__timeFilter(b.start_time) AND b.side = 'browser' AND b.ttft_us IS NOT NULL AND s.ttft_us IS NOT NULL
+        AND {filters(*VARIABLES, alias="b.")}
+    GROUP BY time
+)
+ARRAY JOIN ['1 engine', '2 network', '3 screen'] AS series, [engine, network, screen] AS value
+ORDER BY time, series""",
+    unit="ms",
+    stacked=True,
+)
+
 CHUNKING_CHANGES = Panel(
     "chunking_changes",
     "Chunking changes",
@@ -337,14 +366,22 @@ GROUP BY c.tokens_after_cancel, c.propagation_ms_p50, c.propagation_ms_p95""",
 
 STREAM_TIMELINE = Panel(
     "stream_timeline",
-    "One stream, client against server",
+    "One stream, from the server to the screen",
     "Content delivered over time on each side of one trace, each side timed from its own span start (the "
-    "client sending the request, the server receiving it: one network hop apart, never a clock subtraction).",
+    "client sending the request, the server receiving it: one network hop apart, never a clock subtraction); "
+    "for a browser, also when each chunk was painted.",
     "timeline",
-    """SELECT side, offset_us / 1000 AS ms_since_request,
-    sum(content_bytes) OVER (PARTITION BY side ORDER BY seq) AS content_bytes
-FROM chunk_timeline
-WHERE trace_id = '${trace_id}' AND kind IN ('first', 'content')
+    """SELECT side, ms_since_request, content_bytes FROM (
+    SELECT side, seq, offset_us / 1000 AS ms_since_request,
+        sum(content_bytes) OVER (PARTITION BY side ORDER BY seq) AS content_bytes
+    FROM chunk_timeline
+    WHERE trace_id = '${trace_id}' AND kind IN ('first', 'content')
+    UNION ALL
+    SELECT 'browser painted' AS side, seq, (offset_us + paint_delay_us) / 1000 AS ms_since_request,
+        sum(content_bytes) OVER (ORDER BY seq) AS content_bytes
+    FROM chunk_timeline
+    WHERE trace_id = '${trace_id}' AND side = 'browser' AND kind IN ('first', 'content') AND paint_delay_us > 0
+)
 ORDER BY side, seq""",
     variables=("trace_id",),
     x_field="ms_since_request",
@@ -560,5 +597,6 @@ PANELS: tuple[Panel, ...] = (
     CHUNKING_CHANGES,
     CANCELLATION,
     BROWSER_RENDER,
+    GPU_TO_GLASS,
     STREAM_TIMELINE,
 )

@@ -4,14 +4,11 @@ simulated engine, and its browser span must reach ClickHouse joined to the engin
 trace, with paint times a screen could have; a page that renders slowly must have its stall blamed on
 ``client_render``.
 
-Needs the packages chromium and chromium-driver (``.ci/run`` installs them).
+Needs the packages chromium and chromium-driver (``.ci/run`` installs them; see tests/browser.py).
 """
 
 from __future__ import annotations
 
-import shutil
-import socket
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -21,52 +18,19 @@ from collector.config import CollectorConfig
 from collector.service import Collector
 from ingest.attribution_job import AttributionJob
 from streamscope.demo.chat import ChatServer, start_chat
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
-CHROMIUM_FLAGS = (
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+from tests import browser
 
 
 @pytest.fixture(scope="module")
 def chromium(tmp_path_factory: pytest.TempPathFactory):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not shutil.which(path)]
-    if missing:
-        pytest.fail(f"{', '.join(missing)} not found: apt-get install chromium chromium-driver (as .ci/run does)")
-    options = Options()
-    options.binary_location = CHROMIUM
-    for flag in CHROMIUM_FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium')}")
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_script_timeout(60)
-    yield driver
-    driver.quit()
+    with browser.chromium(tmp_path_factory.mktemp("chromium")) as driver:
+        yield driver
 
 
 @pytest.fixture
 def chat_stack(storage_dsn: str) -> Iterator[tuple[Collector, ChatServer]]:
     """A collector that lets exactly the chat page's origin in, and the chat page in front of an engine node."""
-    port = _free_port()
+    port = browser.free_port()
     collector = Collector(
         CollectorConfig(
             storage_dsn=storage_dsn,
@@ -82,23 +46,6 @@ def chat_stack(storage_dsn: str) -> Iterator[tuple[Collector, ChatServer]]:
     collector.stop()
 
 
-def _chat(driver, url: str) -> str:
-    """Load the page, send the prompt, wait for the answer and the span's flush; returns the trace id."""
-    driver.get(url)
-    _wait(lambda: driver.execute_script("return window.chatReady === true"), "the page to load the snippet")
-    driver.find_element("id", "send").click()
-    _wait(lambda: driver.execute_script("return Boolean(window.chat && window.chat.done)"), "the answer")
-    return driver.execute_script("return window.chat.traceId")
-
-
-def _wait(condition, what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
 def _stored_sides(collector: Collector, chat: ChatServer, trace_id: str) -> dict[str, tuple]:
     chat.traces.force_flush()
     query = (
@@ -112,13 +59,13 @@ def _stored_sides(collector: Collector, chat: ChatServer, trace_id: str) -> dict
         rows = collector.query_client.query(query, parameters={"trace": trace_id}).result_rows
         return {row[0] for row in rows} == {"browser", "server"}
 
-    _wait(both_stored, f"the browser and server spans of trace {trace_id}", 20)
+    browser.wait_for(both_stored, f"the browser and server spans of trace {trace_id}", 20)
     return {row[0]: row[1:] for row in rows}
 
 
 def test_the_browser_span_joins_the_server_span_with_plausible_paint_times(chromium, chat_stack) -> None:
     collector, chat = chat_stack
-    trace_id = _chat(chromium, chat.url)
+    trace_id = browser.chat(chromium, chat.url)
     sides = _stored_sides(collector, chat, trace_id)
 
     browser_span, _, service, outcome, content_bytes, content_chunks, attributes = sides["browser"]
@@ -142,7 +89,7 @@ def test_the_browser_span_joins_the_server_span_with_plausible_paint_times(chrom
 def test_a_slow_renderer_is_blamed_on_client_render(chromium, chat_stack) -> None:
     collector, chat = chat_stack
     # 700 ms of main-thread work on the 25th read: the chunks have arrived, the screen cannot show them
-    trace_id = _chat(chromium, f"{chat.url}?render_ms=700&render_every=25&max_tokens=200")
+    trace_id = browser.chat(chromium, f"{chat.url}?render_ms=700&render_every=25&max_tokens=200")
     _stored_sides(collector, chat, trace_id)
 
     AttributionJob(collector.query_client, settle_s=0).run_once(until=datetime.now(UTC))

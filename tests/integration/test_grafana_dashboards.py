@@ -23,16 +23,17 @@ from dashboards.boards import BOARDS
 from dashboards.macros import QueryContext, resolve
 from dashboards.panels import DEFAULTS, FLEET_STATS, STALL_CAUSES, WORST_STALLED_TRACE, Panel, chosen
 from ingest import sql
+from streamscope.demo.chat import start_chat
 from streamscope.workload.load import attribute_settled, run_load, wait_until_stored
 from streamscope.workload.scenario import load_scenario, plan
+from tests import browser
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "tests" / "fixtures" / "schemas" / "grafana-dashboard.jsonschema.json"
 DATASOURCES = ROOT / "dashboards" / "grafana" / "provisioning" / "datasources" / "clickhouse.yaml"
 NO_GPU_HERE = {"gpu_utilization", "gpu_memory", "gpu_power"}
 """NVML panels: the demo's nodes have no GPU, so these queries run but return no rows."""
-MAY_BE_EMPTY = NO_GPU_HERE | {"chunking_changes", "trace_node_events", "spec_acceptance", "browser_render"}
-"""(The demo has no browser yet: render times are checked on hand-built browser spans in test_report.)"""
+MAY_BE_EMPTY = NO_GPU_HERE | {"chunking_changes", "trace_node_events", "spec_acceptance"}
 NUMERIC = re.compile(r"^(Nullable\()?(U?Int\d+|Float\d+|Decimal.*)\)?$")
 TEXT = re.compile(r"^(LowCardinality\()?(Nullable\()?String\)?\)?$")
 
@@ -72,17 +73,35 @@ def test_panels_never_overlap():
 
 
 @pytest.fixture(scope="module")
-def demo(chdb_dir):
-    """A shortened mixed scenario, attributed: engines, proxy, GPU agents and clients into the embedded store."""
+def demo(chdb_dir, tmp_path_factory):
+    """A shortened mixed scenario, attributed: engines, proxy, GPU agents and clients into the embedded store; and
+    one answer on the demo chat page in headless Chromium, for the browser's panels."""
     dsn = f"chdb://{chdb_dir}?database=t_{uuid.uuid4().hex[:12]}"
     scenario = load_scenario("mixed")
     scenario = replace(scenario, load=replace(scenario.load, streams=40))
-    collector = Collector(CollectorConfig(storage_dsn=dsn, http_port=0, grpc_port=None, attribution_interval_s=None))
+    chat_port = browser.free_port()
+    collector = Collector(
+        CollectorConfig(
+            storage_dsn=dsn,
+            http_port=0,
+            grpc_port=None,
+            attribution_interval_s=None,
+            cors_origins=(f"http://127.0.0.1:{chat_port}",),
+        )
+    )
     collector.start()
     try:
         start = datetime.now(UTC) - timedelta(minutes=1)
         run_load(scenario, collector.http_url)
+        chat = start_chat(collector.http_url, port=chat_port)
+        try:
+            with browser.chromium(tmp_path_factory.mktemp("chromium")) as driver:
+                browser.chat(driver, chat.url)
+        finally:
+            chat.stop()  # (flushes the engine's server span)
         wait_until_stored(collector.query_client, len(plan(scenario)), start, 60)
+        browser_streams = "SELECT count() FROM streams WHERE side = 'browser'"
+        browser.wait_for(lambda: collector.query_client.query(browser_streams).result_rows[0][0], "the browser span")
         attribute_settled(collector.query_client)
         yield (
             collector.query_client,

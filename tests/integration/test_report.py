@@ -92,6 +92,10 @@ def store(store_client):
             start_ns=T0 + 50 * S,
         )
     )
+    # ... and its server: first chunk emitted 60 ms after the request arrived (the browser had it at 100 ms)
+    spans.append(
+        stream_span(40, 4, side="server", offsets_ms=[60, 80, 100, 120, 140], tokens=[1] * 5, start_ns=T0 + 50 * S)
+    )
     store_spans(store_client, spans)
     AttributionJob(store_client, settle_s=0).run_once(until=datetime.now(UTC))
     return store_client
@@ -151,6 +155,12 @@ def test_render_time_per_chunk_in_browsers(store):
     ]
 
 
+def test_gpu_to_glass_splits_the_browsers_first_token_into_engine_network_and_screen(store):
+    rows = build_report(run_on(store), START, END, slo_us=400_000).result("gpu_to_glass").rows
+    # the engine emitted the first chunk 60 ms in, the browser had it 100 ms in and painted it 10 ms later
+    assert [(series, value) for _, series, value in rows] == [("1 engine", 60), ("2 network", 40), ("3 screen", 10)]
+
+
 def test_dashboard_variables_narrow_every_panel(store):
     report = build_report(run_on(store), START, END, slo_us=400_000, variables={"model": ["m-2"]})
     assert report.summary.streams == 4 and report.summary.itl_goodput == 1.0
@@ -162,7 +172,7 @@ def test_side_and_route_narrow_every_panel(store):
     default = build_report(run_on(store), START, END, slo_us=400_000)
     assert default.summary.streams == 13 and "side client" in title_line(default)
     server = build_report(run_on(store), START, END, slo_us=400_000, variables={"side": ["server"]})
-    assert server.summary.streams == 1 and server.summary.itl_goodput == 1.0  # the server sent on time
+    assert server.summary.streams == 2 and server.summary.itl_goodput == 1.0  # the servers sent on time
     assert server.result("stalls_by_cause").rows == [] and "side server" in title_line(server)
     # only the stalled stream's trace has a server span, served on the chat route
     routed = build_report(run_on(store), START, END, slo_us=400_000, variables={"route": ["/v1/chat/completions"]})

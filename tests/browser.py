@@ -1,0 +1,73 @@
+"""Debian's headless Chromium, driven by Selenium through chromium-driver, and the demo chat page in it.
+
+``.ci/run`` installs the packages chromium and chromium-driver; without them the browser tests fail and say so.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+CHROMIUM_FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",  # this machine's closed network refuses Chromium's own calls home
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+)
+
+
+@contextmanager
+def chromium(profile: Path) -> Iterator:
+    """A headless Chromium with an empty profile in ``profile``."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not shutil.which(path)]
+    if missing:
+        pytest.fail(f"{', '.join(missing)} not found: apt-get install chromium chromium-driver (as .ci/run does)")
+    options = Options()
+    options.binary_location = CHROMIUM
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def chat(driver, url: str) -> str:
+    """Load the demo chat page, send its prompt, wait for the answer and the span's flush; returns the trace id."""
+    driver.get(url)
+    wait_for(lambda: driver.execute_script("return window.chatReady === true"), "the page to load the snippet")
+    driver.find_element("id", "send").click()
+    wait_for(lambda: driver.execute_script("return Boolean(window.chat && window.chat.done)"), "the answer")
+    return driver.execute_script("return window.chat.traceId")
+
+
+def wait_for(condition: Callable[[], object], what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
