@@ -64,10 +64,11 @@ FROM engine_samples
 WHERE metric IN ('spec_draft_tokens', 'spec_accept_length') AND node_name IN {nodes:Array(String)}
   AND time BETWEEN {low:DateTime64(6)} AND {high:DateTime64(6)}
 GROUP BY node_name
-HAVING maxIf(value, metric = 'spec_draft_tokens') > 0
+HAVING maxIf(value, metric = 'spec_draft_tokens') > 0 OR maxIf(value, metric = 'spec_accept_length') > 0
 """
 """Nodes that ran speculative decoding, with their longest acceptance length (the most a collapse can slow them;
-agents that do not report it give no bound)."""
+agents that do not report it give no bound). vLLM counts draft tokens; SGLang reports only its acceptance length,
+0 when it does not speculate."""
 
 
 @dataclass(frozen=True)

@@ -127,3 +127,36 @@ def test_the_job_attributes_stalls_writes_quality_and_never_repeats_itself(store
 
     assert job.run_once(until=datetime.now(UTC) + timedelta(seconds=2)) == 0  # the watermark moved on
     assert store_client.query("SELECT count() FROM stream_quality").result_rows[0][0] == 3
+
+
+def test_an_sglang_node_reporting_only_its_acceptance_length_runs_speculative_decoding(store_client):
+    # SGLang exports sglang:spec_accept_length (0 when it does not speculate) and no draft-token counter
+    collapsed = [45.0] * 10 + [170.0] * 5 + [45.0] * 15  # five chunks at one token per step instead of three
+    write(
+        store_client,
+        [span(7, 8, "server", T0 + 5 * MS, collapsed, node="sglang-0"), span(7, 7, "client", T0, collapsed)],
+        [],
+    )
+    samples = [
+        ["t", datetime.fromtimestamp((T0 + k * 250 * MS) / 1e9, UTC), "sglang-0", "spec_accept_length", length]
+        for k, length in enumerate([3.0, 3.0, 1.1, 1.0, 3.0])
+    ]
+    columns = ["tenant", "time", "node_name", "metric", "value"]
+    store_client.insert("engine_samples", samples, column_names=columns)
+
+    AttributionJob(store_client, settle_s=0).run_once(until=datetime.now(UTC) + timedelta(seconds=1))
+    causes = store_client.query(
+        "SELECT DISTINCT cause FROM stalls WHERE trace_id = {t:String}", parameters={"t": "07" * 16}
+    )
+    assert causes.result_rows == [("spec_decode",)]
+    # the same node with speculation off (the gauge at 0) has no explanation for the slow stretch
+    store_client.command("TRUNCATE TABLE stalls")
+    store_client.command("TRUNCATE TABLE attribution_progress")
+    store_client.command(
+        "ALTER TABLE engine_samples UPDATE value = 0 WHERE node_name = 'sglang-0' SETTINGS mutations_sync = 1"
+    )
+    AttributionJob(store_client, settle_s=0).run_once(until=datetime.now(UTC) + timedelta(seconds=1))
+    causes = store_client.query(
+        "SELECT DISTINCT cause FROM stalls WHERE trace_id = {t:String}", parameters={"t": "07" * 16}
+    )
+    assert causes.result_rows == [("unknown",)]
