@@ -103,3 +103,61 @@ def test_a_slow_renderer_is_blamed_on_client_render(chromium, chat_stack) -> Non
     assert side == "browser"
     assert gap_us >= 600_000
     assert float(evidence["screen_part_ms"]) >= 0.5 * gap_us / 1000
+
+
+def test_the_user_stopping_the_answer_is_a_cancelled_browser_stream(chromium, chat_stack) -> None:
+    collector, chat = chat_stack
+    chromium.get(f"{chat.url}?max_tokens=3000")
+    browser.wait_for(lambda: chromium.execute_script("return window.chatReady === true"), "the page")
+    chromium.find_element("id", "send").click()
+    shown = "return document.querySelector('[data-key=chunks]')?.textContent"
+    browser.wait_for(lambda: int(chromium.execute_script(shown) or 0) >= 20, "twenty chunks on screen")
+    chromium.find_element("id", "stop").click()
+    browser.wait_for(lambda: chromium.execute_script("return Boolean(window.chat && window.chat.done)"), "the stop")
+    trace_id = chromium.execute_script("return window.chat.traceId")
+
+    sides = _stored_sides(collector, chat, trace_id)
+    _, _, _, outcome, _, chunks, _ = sides["browser"]
+    assert outcome == "cancelled" and 20 <= chunks < 3000
+    cancel_us, duration_us = collector.query_client.query(
+        "SELECT cancel_offset_us, duration_us FROM streams WHERE trace_id = {t:String} AND side = 'browser'",
+        parameters={"t": trace_id},
+    ).result_rows[0]
+    assert 0 < cancel_us <= duration_us
+    assert sides["server"][3] != "completed"  # the engine saw its reader go away before the end
+
+
+def test_an_app_that_feeds_chunks_itself_with_sampling_and_a_beacon_on_page_hide(chromium, chat_stack) -> None:
+    collector, chat = chat_stack
+    chromium.get(chat.url)
+    browser.wait_for(lambda: chromium.execute_script("return window.chatReady === true"), "the page")
+    script = """
+        const [endpoint, done] = arguments;
+        const scope = window.streamscope.init({ endpoint, service: "fed-by-hand", flushIntervalMs: 60000 });
+        const never = window.streamscope.init({ endpoint, service: "unsampled", sampleRate: 0 });
+        const skipped = never.stream({ model: "m" });
+        skipped.chunk("not kept");
+        skipped.end("completed");
+        const stream = scope.stream({ model: "m", transport: "websocket" });
+        const pause = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+        (async () => {
+          for (const text of ["Hello", ", ", "world"]) { stream.chunk(text); await pause(30); stream.rendered(); }
+          stream.end("completed");
+          await pause(300);  // its last paint, then the span is queued (not sent: the interval is a minute)
+          window.dispatchEvent(new Event("pagehide"));  // the page goes away: a beacon carries the queue
+          const sampled = stream.headers().traceparent;
+          done({ trace: stream.traceId, sampled, unsampled: skipped.headers().traceparent });
+        })();
+    """
+    ids = chromium.execute_async_script(script, collector.http_url)
+    assert ids["sampled"].endswith("-01") and ids["unsampled"].endswith("-00")
+
+    query = "SELECT service, outcome, transport, content_chunks, content_bytes FROM streams WHERE side = 'browser'"
+    browser.wait_for(lambda: collector.query_client.query(query).result_rows, "the beacon's span", 10)
+    assert collector.query_client.query(query).result_rows == [("fed-by-hand", "completed", "websocket", 3, 12)]
+    painted = collector.query_client.query(
+        "SELECT countIf(paint_delay_us > 0) FROM chunks WHERE trace_id = {t:String}", parameters={"t": ids["trace"]}
+    ).result_rows[0][0]
+    assert painted == 3
+    beacon = collector.query_client.query("SELECT content_type, content_encoding FROM ingest_requests").result_rows
+    assert beacon == [("json", "identity")]  # text/plain, uncompressed: what sendBeacon sends without a preflight
