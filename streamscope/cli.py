@@ -63,6 +63,12 @@ def _cli() -> click.Group:
         help="Query through this collector instead of opening the store.",
     )
 
+    def collector_option(help: str, default: str | None = "http://127.0.0.1:4318") -> Callable[[Any], Any]:
+        """``--collector``: the OTLP/HTTP base URL a command sends to."""
+        return click.option(
+            "--collector", "collector_url", default=default, show_default=bool(default), metavar="URL", help=help
+        )
+
     @click.group(
         context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
         epilog='Example: streamscope demo, then streamscope sql "SELECT side, count() FROM streams GROUP BY side"',
@@ -212,14 +218,7 @@ def _cli() -> click.Group:
         )
 
     @cli.command()
-    @click.option(
-        "--collector",
-        "collector_url",
-        default="http://127.0.0.1:4318",
-        show_default=True,
-        metavar="URL",
-        help="Collector that receives the engine's server spans.",
-    )
+    @collector_option("Collector that receives the engine's server spans.")
     @click.option(
         "--page-collector",
         "page_collector_url",
@@ -258,14 +257,7 @@ def _cli() -> click.Group:
 
     @cli.command()
     @click.argument("scenario")
-    @click.option(
-        "--collector",
-        "collector_url",
-        default="http://127.0.0.1:4318",
-        show_default=True,
-        metavar="URL",
-        help="OTLP/HTTP base URL of the collector that receives spans and ground truth.",
-    )
+    @collector_option("OTLP/HTTP base URL of the collector that receives spans and ground truth.")
     @click.option("--loop", is_flag=True, help="Run the scenario again and again (for a long-lived demo stack).")
     @_fail_plainly
     def load(scenario: str, collector_url: str, loop: bool) -> None:
@@ -313,13 +305,7 @@ def _cli() -> click.Group:
     @click.option("--tokens-per-chunk", type=click.IntRange(1, 64), default=None)
     @click.option("--burst-at-head", type=click.IntRange(0, 10_000), default=None)
     @click.option("--ignore-disconnect", is_flag=True, help="Keep generating when clients go away.")
-    @click.option(
-        "--collector",
-        "collector_url",
-        default=None,
-        metavar="URL",
-        help="Export server spans and ground truth to this collector (OTLP/HTTP base URL).",
-    )
+    @collector_option("Export server spans and ground truth to this collector (OTLP/HTTP base URL).", default=None)
     @_fail_plainly
     def engine(
         scenario: str | None,
@@ -355,13 +341,7 @@ def _cli() -> click.Group:
     @click.option("--scenario", default=None, help="Take the impairments from this scenario's proxy section.")
     @click.option("--host", default="127.0.0.1", show_default=True)
     @click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535))
-    @click.option(
-        "--collector",
-        "collector_url",
-        default=None,
-        metavar="URL",
-        help="Export ground truth to this collector (OTLP/HTTP base URL).",
-    )
+    @collector_option("Export ground truth to this collector (OTLP/HTTP base URL).", default=None)
     @_fail_plainly
     def proxy(upstream: str, scenario: str | None, host: str, port: int, collector_url: str | None) -> None:
         """An HTTP proxy in front of an engine that can buffer, stall, re-chunk or drop event streams.
@@ -492,7 +472,7 @@ def _cli() -> click.Group:
     @cli.command("gpu-agent")
     @click.option("--node", required=True, help="This node's name, as the engine's server spans carry it.")
     @click.option("--engine-url", default=None, metavar="URL", help="The engine's metrics endpoint (…/metrics).")
-    @click.option("--collector", "collector_url", default="http://127.0.0.1:4318", show_default=True, metavar="URL")
+    @collector_option("OTLP/HTTP base URL of the collector the agent sends to.")
     @click.option("--engine-interval-ms", default=250, show_default=True, type=click.IntRange(10, 600_000))
     @click.option("--gpu-interval-ms", default=1000, show_default=True, type=click.IntRange(10, 600_000))
     @click.option("--no-gpu", is_flag=True, help="Do not read NVML (engine telemetry only).")
