@@ -154,10 +154,10 @@ def _export_route(
             encoding = _content_encoding(request)
             body = await _read_body(request, limit)
             # inflating and parsing take CPU time proportional to the body: off the event loop
-            parse_as = PROTOBUF if media_type == PROTOBUF else JSON
-            message = await run_in_threadpool(_decode, body, encoding, parse_as, limit, signal.request_type)
+            # (text/plain from a beacon is JSON)
+            message = await run_in_threadpool(_decode, body, encoding, answer_type, limit, signal.request_type)
             refused = browser.keep_browser_spans(message) if from_browsers else 0
-            received = Received("http", parse_as.rsplit("/", 1)[1].removeprefix("x-"), encoding, len(body))
+            received = Received("http", answer_type.rsplit("/", 1)[1].removeprefix("x-"), encoding, len(body))
             result = await run_in_threadpool(pipeline.export, signal, message, config.tenant, received)
             if refused:
                 message_parts = [browser.refusal_message(refused), result.error_message]

@@ -123,14 +123,14 @@ class Timeline:
         index = np.flatnonzero(self.content_bytes > 0)
         return index, self.offsets_us[index], np.cumsum(self.content_bytes)[index]
 
-    def shown(self) -> tuple[np.ndarray, np.ndarray]:
-        """Indices of content chunks and when each was on screen: its arrival, or the frame that painted it where
-        that was measured (never before an earlier chunk was shown)."""
+    def shown(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Indices of content chunks, their arrivals, and when each was on screen: its arrival, or the frame that
+        painted it where that was measured (never before an earlier chunk was shown)."""
         index = np.flatnonzero(self.content_bytes > 0)
-        offsets = self.offsets_us[index]
-        if self.paint_delay_us is not None:
-            offsets = np.maximum.accumulate(offsets + self.paint_delay_us[index])
-        return index, offsets
+        arrived = self.offsets_us[index]
+        if self.paint_delay_us is None:
+            return index, arrived, arrived
+        return index, arrived, np.maximum.accumulate(arrived + self.paint_delay_us[index])
 
 
 @dataclass(frozen=True)
@@ -168,10 +168,9 @@ class Stall:
 
 def find_stalls(timeline: Timeline, rules: StallRules) -> list[Stall]:
     """The stalls of what the reader saw (see ``Timeline.shown``), each with the screen's part of it."""
-    index, shown = timeline.shown()
+    index, arrived, shown = timeline.shown()
     if index.size < 2:
         return []
-    arrived = timeline.offsets_us[index]
     gaps = np.diff(shown)
     median = float(np.median(gaps))
     stalled = (gaps >= rules.absolute_us) | (

@@ -244,16 +244,12 @@ def _cli() -> click.Group:
         Example:
           streamscope chat --collector http://127.0.0.1:4318 --port 8080
         """
-        from streamscope.demo.chat import serve_chat
+        from streamscope.demo.chat import serve_chat, start_chat
 
-        serve_chat(
-            collector_url,
-            announce=click.echo,
-            page_collector_url=page_collector_url,
-            browser_token=browser_token,
-            host=host,
-            port=port,
+        chat = start_chat(
+            collector_url, page_collector_url=page_collector_url, browser_token=browser_token, host=host, port=port
         )
+        serve_chat(chat, announce=click.echo)
 
     @cli.command()
     @click.argument("scenario")

@@ -56,7 +56,6 @@ class ChatServer:
     server: BackgroundServer
     url: str
     traces: TracerProvider
-    node: EngineNode
 
     def stop(self) -> None:
         self.server.stop()
@@ -70,28 +69,20 @@ def start_chat(
     browser_token: str | None = None,
     host: str = "127.0.0.1",
     port: int = 0,
-    node: NodeConfig | None = None,
 ) -> ChatServer:
     """Serve the chat page; the node's spans go to ``collector_url``, the page's to ``page_collector_url``
     (the collector's address as browsers reach it; the same by default)."""
     traces = setup(CHAT_SERVICE, endpoint=collector_url, set_global=False)
-    engine = EngineNode(node or NodeConfig(node="chat-node"), tracer_provider=traces)
+    engine = EngineNode(NodeConfig(node="chat-node"), tracer_provider=traces)
     app = create_chat_app(engine, collector_url=page_collector_url or collector_url, browser_token=browser_token)
     server = BackgroundServer(app, host, port, name="demo-chat").start()
-    return ChatServer(server, f"http://{connectable_host(host)}:{server.port}/", traces, engine)
+    return ChatServer(server, f"http://{connectable_host(host)}:{server.port}/", traces)
 
 
-def serve_chat(
-    collector_url: str,
-    *,
-    announce: Callable[[str], None],
-    stop: threading.Event | None = None,
-    **options: object,
-) -> None:
-    """``streamscope chat``: serve the page (see ``start_chat`` for ``options``) until a signal, or ``stop``."""
-    chat = start_chat(collector_url, **options)  # type: ignore[arg-type]
+def serve_chat(chat: ChatServer, *, announce: Callable[[str], None], stop: threading.Event | None = None) -> None:
+    """``streamscope chat``: keep ``chat`` serving until a signal (or ``stop``), then stop it."""
     try:
-        announce(f"demo chat: {chat.url} (spans to {collector_url}; Ctrl-C to stop)")
+        announce(f"demo chat: {chat.url} (Ctrl-C to stop)")
         with stop_on_signals(stop or threading.Event()) as stopping:
             stopping.wait()
     finally:

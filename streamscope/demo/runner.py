@@ -23,7 +23,7 @@ from ingest import sql, store
 from ingest.attribution_job import AttributionJob, PeriodicAttribution
 from streamscope import env
 from streamscope._internal.recorder import Encoding, set_default_encoding
-from streamscope.demo.chat import serve_chat
+from streamscope.demo.chat import serve_chat, start_chat
 from streamscope.workload.load import LoadReport, attribute_settled, describe, run_load, wait_until_stored
 from streamscope.workload.scenario import load_scenario, plan
 
@@ -122,7 +122,7 @@ def _serve_chat(collector: Collector, port: int, console: Console) -> None:
     client = store.connect(collector.target)  # the job's own connection: one per thread on the embedded engine
     attribution = PeriodicAttribution(AttributionJob(client, settle_s=2.0), interval_s=2.0).start()
     try:
-        serve_chat(collector.http_url, port=port, announce=console.print)
+        serve_chat(start_chat(collector.http_url, port=port), announce=console.print)
     finally:
         attribution.stop()
         client.close()
