@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from collector.config import CollectorConfig
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 CHROMIUM_FLAGS = (
@@ -54,6 +56,17 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def collector_for_chat(storage_dsn: str, chat_port: int) -> CollectorConfig:
+    """An in-process collector (HTTP only, attributed by hand) that lets exactly the chat page's origin in."""
+    return CollectorConfig(
+        storage_dsn=storage_dsn,
+        http_port=0,
+        grpc_port=None,
+        attribution_interval_s=None,
+        cors_origins=(f"http://127.0.0.1:{chat_port}",),
+    )
 
 
 def chat(driver, url: str) -> str:

@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 
 import pytest
 
-from collector.config import CollectorConfig
 from collector.service import Collector
 from ingest.attribution_job import AttributionJob
 from streamscope.demo.chat import ChatServer, start_chat
@@ -31,15 +30,7 @@ def chromium(tmp_path_factory: pytest.TempPathFactory):
 def chat_stack(storage_dsn: str) -> Iterator[tuple[Collector, ChatServer]]:
     """A collector that lets exactly the chat page's origin in, and the chat page in front of an engine node."""
     port = browser.free_port()
-    collector = Collector(
-        CollectorConfig(
-            storage_dsn=storage_dsn,
-            http_port=0,
-            grpc_port=None,
-            attribution_interval_s=None,
-            cors_origins=(f"http://127.0.0.1:{port}",),
-        )
-    ).start()
+    collector = Collector(browser.collector_for_chat(storage_dsn, port)).start()
     chat = start_chat(collector.http_url, port=port)
     yield collector, chat
     chat.stop()

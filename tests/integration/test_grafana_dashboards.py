@@ -16,7 +16,6 @@ import jsonschema
 import pytest
 import yaml
 
-from collector.config import CollectorConfig
 from collector.service import Collector
 from dashboards import grafana
 from dashboards.boards import BOARDS
@@ -80,15 +79,7 @@ def demo(chdb_dir, tmp_path_factory):
     scenario = load_scenario("mixed")
     scenario = replace(scenario, load=replace(scenario.load, streams=40))
     chat_port = browser.free_port()
-    collector = Collector(
-        CollectorConfig(
-            storage_dsn=dsn,
-            http_port=0,
-            grpc_port=None,
-            attribution_interval_s=None,
-            cors_origins=(f"http://127.0.0.1:{chat_port}",),
-        )
-    )
+    collector = Collector(browser.collector_for_chat(dsn, chat_port))
     collector.start()
     try:
         start = datetime.now(UTC) - timedelta(minutes=1)
