@@ -78,7 +78,7 @@ def main() -> None:
         migrations.migrate(client)
         writer = ClickHouseWriter(client)
         for request in requests(args.streams, args.chunks):
-            writer.write(decode_traces(request, tenant="default", stall_threshold_us=400_000))
+            writer.write([decode_traces(request, tenant="default", stall_threshold_us=400_000)])
         for table in ("chunks", "streams"):
             client.command(f"OPTIMIZE TABLE {table} FINAL")
         rows, total = client.query(

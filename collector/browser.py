@@ -2,15 +2,15 @@
 
 Browsers are the internet: ``/v1/browser/traces`` accepts OTLP/HTTP JSON only (``text/plain`` too, the type
 ``navigator.sendBeacon`` can send without a CORS preflight), a smaller body than the OTLP routes, only stream
-spans of the browser side (anything else in a request is refused through partial_success), and, when a
-public token is configured, only requests that carry it (``?token=`` or ``Authorization: Bearer``). The
-token is public by nature (it ships in the page): it limits what a page can write, not who reads.
+spans of the browser side (anything else in a request is refused through partial_success), and, when public
+browser tokens are configured (collector.auth), only requests that carry one (``?token=`` or
+``Authorization: Bearer``), stored under that token's tenant. Such a token is public by nature (it ships in
+the page): it limits what a page can write, not who reads.
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 from functools import cache
 from importlib import resources
 
@@ -30,14 +30,6 @@ def snippet() -> tuple[bytes, str]:
     """The snippet's source and its ETag."""
     source = resources.files("streamscope.browser").joinpath("streamscope.js").read_bytes()
     return source, f'"{hashlib.sha256(source).hexdigest()[:16]}"'
-
-
-def token_matches(expected: str | None, query_token: str | None, authorization: str | None) -> bool:
-    """Whether a request may write browser spans: always when no token is configured."""
-    if not expected:
-        return True
-    offered = query_token or (authorization or "").removeprefix("Bearer ").strip()
-    return hmac.compare_digest(offered.encode(), expected.encode())
 
 
 def keep_browser_spans(request: ExportTraceServiceRequest) -> int:

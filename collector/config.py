@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from collector.auth import Credentials
 from collector.browser import DEFAULT_MAX_REQUEST_BYTES as DEFAULT_MAX_BROWSER_REQUEST_BYTES
+from ingest.limits import DEFAULT_LIMITS, SpanLimits
 from streamscope import env
 
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024  # the OTLP specification's recommended limit
+DEFAULT_SPOOL_MAX_BYTES = 2 * 1024**3
+DEFAULT_MAX_INFLIGHT_BYTES = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -19,11 +25,31 @@ class CollectorConfig:
     """None disables OTLP/gRPC."""
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     """Largest request body accepted, measured after decompression (HTTP 413 / gRPC RESOURCE_EXHAUSTED)."""
+    limits: SpanLimits = DEFAULT_LIMITS
+    """Spans per request, chunks and attributes per span, string lengths (see ingest.limits)."""
     stall_threshold_us: int = field(default_factory=env.stall_threshold_us)
     tenant: str = "default"
-    """Tenant stored on every row until authentication maps credentials to tenants."""
+    """The tenant of every request while authentication is off (no ``tokens``)."""
+    tokens: Mapping[str, str] = field(default_factory=dict)
+    """Secret bearer token → tenant; any token turns authentication on (see collector.auth)."""
+    browser_tokens: Mapping[str, str] = field(default_factory=dict)
+    """Public token web pages send with browser spans → tenant."""
     write_timeout_s: float = 30.0
-    """How long a request waits for its rows to reach the store before it is answered 503."""
+    """How long a request waits for the spool to take it before it is answered 503."""
+    store_wait_s: float = 5.0
+    """After a request is durable, how long it waits for the store too, while the store is healthy, so a reader
+    who sent it sees its rows; 0: answer as soon as it is in the spool."""
+    spool_dir: Path | None = None
+    """Where accepted batches wait for the store; None: ``spool/<database>`` beside an embedded store, else
+    ``<data dir>/spool/<host>-<port>-<database>``."""
+    spool_max_bytes: int = DEFAULT_SPOOL_MAX_BYTES
+    """Past this much waiting for the store, requests are answered 503 with Retry-After."""
+    spool_fsync: str = "always"
+    """``always``: acknowledged batches survive a machine crash; ``never``: a process crash (see ingest.spool)."""
+    max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES
+    """Request bodies (decompressed) being read, decoded and spooled at once at most; past it, 429."""
+    tenant_bytes_per_s: float | None = None
+    """Request bytes (decompressed) each tenant may send per second, sustained; None: no limit. Past it, 429."""
     migrate: bool = True
     """Apply pending migrations at start."""
     attribution_interval_s: float | None = 5.0
@@ -31,5 +57,11 @@ class CollectorConfig:
     cors_origins: tuple[str, ...] = ()
     """Origins whose pages may load the snippet and send browser spans (``*`` for any); none: no CORS headers."""
     browser_token: str | None = None
-    """The public token web pages must send with browser spans; None: the browser route is open."""
+    """A public browser token for ``tenant`` (shorthand for one entry of ``browser_tokens``)."""
     browser_max_request_bytes: int = DEFAULT_MAX_BROWSER_REQUEST_BYTES
+
+    def credentials(self) -> Credentials:
+        browser = dict(self.browser_tokens)
+        if self.browser_token:
+            browser[self.browser_token] = self.tenant
+        return Credentials(self.tenant, self.tokens, browser)

@@ -11,17 +11,30 @@ from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
+from collector.admission import Admission
+from collector.auth import Unauthorized
 from collector.pipeline import LOGS, METRICS, TRACES, ExportPipeline, Signal
 from ingest.request_log import Received
-from streamscope.errors import RetryableWriteError, WriteError
+from streamscope.errors import LimitExceeded, RetryableWriteError, WriteError
 
 log = logging.getLogger(__name__)
 
 
-def _export(pipeline: ExportPipeline, tenant: str, signal: Signal, request: Message, context: grpc.ServicerContext):
+def _export(
+    pipeline: ExportPipeline, admission: Admission, signal: Signal, request: Message, context: grpc.ServicerContext
+):
     try:
-        received = Received("grpc", "protobuf", "", None)
-        return signal.response(pipeline.export(signal, request, tenant, received))
+        tenant = admission.credentials.tenant(dict(context.invocation_metadata()).get("authorization"))
+        size = request.ByteSize()
+        with admission.budget.reserve() as reservation:
+            reservation.take(size)
+            admission.rate.admit(tenant, size)
+            received = Received("grpc", "protobuf", "", None)
+            return signal.response(pipeline.export(signal, request, tenant, received))
+    except Unauthorized as exc:
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+    except LimitExceeded as exc:
+        context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
     except RetryableWriteError as exc:
         context.abort(grpc.StatusCode.UNAVAILABLE, f"{exc}; retry later")
     except WriteError as exc:
@@ -33,31 +46,37 @@ def _export(pipeline: ExportPipeline, tenant: str, signal: Signal, request: Mess
 
 
 class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self, pipeline: ExportPipeline, tenant: str) -> None:
-        self._pipeline, self._tenant = pipeline, tenant
+    def __init__(self, pipeline: ExportPipeline, admission: Admission) -> None:
+        self._pipeline, self._admission = pipeline, admission
 
     def Export(self, request, context):
-        return _export(self._pipeline, self._tenant, TRACES, request, context)
+        return _export(self._pipeline, self._admission, TRACES, request, context)
 
 
 class LogsService(logs_service_pb2_grpc.LogsServiceServicer):
-    def __init__(self, pipeline: ExportPipeline, tenant: str) -> None:
-        self._pipeline, self._tenant = pipeline, tenant
+    def __init__(self, pipeline: ExportPipeline, admission: Admission) -> None:
+        self._pipeline, self._admission = pipeline, admission
 
     def Export(self, request, context):
-        return _export(self._pipeline, self._tenant, LOGS, request, context)
+        return _export(self._pipeline, self._admission, LOGS, request, context)
 
 
 class MetricsService(metrics_service_pb2_grpc.MetricsServiceServicer):
-    def __init__(self, pipeline: ExportPipeline, tenant: str) -> None:
-        self._pipeline, self._tenant = pipeline, tenant
+    def __init__(self, pipeline: ExportPipeline, admission: Admission) -> None:
+        self._pipeline, self._admission = pipeline, admission
 
     def Export(self, request, context):  # the generated servicer names it
-        return _export(self._pipeline, self._tenant, METRICS, request, context)
+        return _export(self._pipeline, self._admission, METRICS, request, context)
 
 
 def start_grpc_server(
-    pipeline: ExportPipeline, *, host: str, port: int, tenant: str, max_request_bytes: int, workers: int = 8
+    pipeline: ExportPipeline,
+    admission: Admission,
+    *,
+    host: str,
+    port: int,
+    max_request_bytes: int,
+    workers: int = 8,
 ) -> tuple[grpc.Server, int]:
     """Start serving; returns the server and the bound port (useful when ``port`` is 0).
 
@@ -67,9 +86,9 @@ def start_grpc_server(
         ThreadPoolExecutor(max_workers=workers, thread_name_prefix="otlp-grpc"),
         options=[("grpc.max_receive_message_length", max_request_bytes)],
     )
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(TraceService(pipeline, tenant), server)
-    logs_service_pb2_grpc.add_LogsServiceServicer_to_server(LogsService(pipeline, tenant), server)
-    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(MetricsService(pipeline, tenant), server)
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(TraceService(pipeline, admission), server)
+    logs_service_pb2_grpc.add_LogsServiceServicer_to_server(LogsService(pipeline, admission), server)
+    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(MetricsService(pipeline, admission), server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"cannot listen for OTLP/gRPC on {host}:{port}")

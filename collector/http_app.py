@@ -28,13 +28,23 @@ from google.protobuf.message import Message
 from google.rpc.status_pb2 import Status
 
 from collector import browser
+from collector.admission import Admission, Reservation
+from collector.auth import Credentials, Unauthorized
 from collector.config import CollectorConfig
 from collector.pipeline import SIGNALS, TRACES, ExportPipeline, ExportResult, Signal
 from ingest.alerts import TABLE as ALERTS_TABLE
 from ingest.alerts import decode_alerts
 from ingest.otlp_body import parse_json, parse_protobuf, to_json
 from ingest.request_log import Received
-from streamscope.errors import DecodeError, RetryableWriteError, StreamscopeError, WriteError
+from ingest.sql import QueryRefused
+from streamscope.errors import (
+    DecodeError,
+    LimitExceeded,
+    Overloaded,
+    RetryableWriteError,
+    StreamscopeError,
+    WriteError,
+)
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -56,15 +66,17 @@ def create_app(
     pipeline: ExportPipeline,
     config: CollectorConfig,
     *,
+    admission: Admission,
     ready: Callable[[], bool],
-    sql: Callable[[str], bytes] | None,
+    sql: SqlRunner | None,
 ) -> FastAPI:
     """The OTLP/HTTP app; ``sql`` (read-only queries) is served only when given, i.e. for an embedded store."""
     app = FastAPI(title="streamscope collector", docs_url=None, redoc_url=None, openapi_url=None)
 
     for signal in SIGNALS:
-        app.add_api_route(signal.path, _export_route(signal, pipeline, config), methods=["POST"])
-    app.add_api_route(browser.ROUTE, _export_route(TRACES, pipeline, config, from_browsers=True), methods=["POST"])
+        app.add_api_route(signal.path, _export_route(signal, pipeline, config, admission), methods=["POST"])
+    browser_route = _export_route(TRACES, pipeline, config, admission, from_browsers=True)
+    app.add_api_route(browser.ROUTE, browser_route, methods=["POST"])
 
     @app.get(browser.SNIPPET_PATH)
     async def snippet(request: Request) -> Response:
@@ -83,9 +95,9 @@ def create_app(
         ok = await run_in_threadpool(ready)
         return JSONResponse({"status": "ready" if ok else "store unavailable"}, status_code=200 if ok else 503)
 
-    _add_alerts_route(app, pipeline, config)
+    _add_alerts_route(app, pipeline, config, admission)
     if sql is not None:
-        _add_sql_route(app, sql)
+        _add_sql_route(app, sql, admission.credentials)
     if config.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -97,7 +109,7 @@ def create_app(
     return app
 
 
-def _add_alerts_route(app: FastAPI, pipeline: ExportPipeline, config: CollectorConfig) -> None:
+def _add_alerts_route(app: FastAPI, pipeline: ExportPipeline, config: CollectorConfig, admission: Admission) -> None:
     @app.post(ALERTS_PATH)
     async def record_alerts(request: Request) -> JSONResponse:
         """Grafana's webhook contact point: the notification's alerts are stored, then acknowledged."""
@@ -105,19 +117,26 @@ def _add_alerts_route(app: FastAPI, pipeline: ExportPipeline, config: CollectorC
             media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
             if media_type != JSON:
                 raise _Refused(415, f"unsupported content type {media_type or '(none)'!r}: use {JSON}")
-            body = await _read_body(request, config.max_request_bytes)
-            batch = await run_in_threadpool(decode_alerts, body, tenant=config.tenant)
-            await run_in_threadpool(pipeline.store, batch)
+            tenant = admission.credentials.tenant(request.headers.get("authorization"))
+            with admission.budget.reserve() as reservation:
+                body = await _read_body(request, config.max_request_bytes, reservation)
+                batch = await run_in_threadpool(decode_alerts, body, tenant=tenant)
+                await run_in_threadpool(pipeline.store, batch)
         except Exception as exc:
             status, message, headers = _failure(exc, "a Grafana alert notification")
             return JSONResponse({"error": message}, status_code=status, headers=headers)
         return JSONResponse({"recorded": batch.rows(ALERTS_TABLE)})
 
 
-def _add_sql_route(app: FastAPI, sql: Callable[[str], bytes]) -> None:
+def _add_sql_route(app: FastAPI, sql: SqlRunner, credentials: Credentials) -> None:
     @app.post("/api/v1/sql")
     async def run_sql(request: Request) -> Response:
-        """Read-only SQL on the store, for `streamscope sql` while this process owns the embedded engine."""
+        """Read-only SQL on the store, for `streamscope sql` while this process owns the embedded engine; with
+        authentication on, a token's query sees its tenant's rows only."""
+        try:
+            tenant = credentials.tenant(request.headers.get("authorization")) if credentials.enabled else None
+        except Unauthorized as exc:
+            return JSONResponse({"error": str(exc)}, status_code=401, headers=_CHALLENGE)
         try:
             payload = await request.json()
         except (ValueError, RecursionError):
@@ -126,15 +145,22 @@ def _add_sql_route(app: FastAPI, sql: Callable[[str], bytes]) -> None:
         if not isinstance(query, str) or not query.strip():
             return JSONResponse({"error": 'body must be JSON: {"query": "SELECT …"}'}, status_code=400)
         try:
-            return Response(await run_in_threadpool(sql, query), media_type=JSON)
+            return Response(await run_in_threadpool(sql, query, tenant), media_type=JSON)
         except RetryableWriteError as exc:
             return JSONResponse({"error": str(exc)}, status_code=503)
+        except QueryRefused as exc:
+            return JSONResponse({"error": str(exc)}, status_code=403)
         except StreamscopeError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
 
 
 def _export_route(
-    signal: Signal, pipeline: ExportPipeline, config: CollectorConfig, *, from_browsers: bool = False
+    signal: Signal,
+    pipeline: ExportPipeline,
+    config: CollectorConfig,
+    admission: Admission,
+    *,
+    from_browsers: bool = False,
 ) -> Callable[[Request], Awaitable[Response]]:
     """An OTLP/HTTP export route; ``from_browsers``: the public browser route (see ``collector.browser``)."""
     media_types = (JSON, TEXT) if from_browsers else (PROTOBUF, JSON)
@@ -147,18 +173,23 @@ def _export_route(
             if media_type not in media_types:
                 accepted = " or ".join(media_types)
                 raise _Refused(415, f"unsupported content type {media_type or '(none)'!r}: use {accepted}")
-            if from_browsers and not browser.token_matches(
-                config.browser_token, request.query_params.get("token"), request.headers.get("authorization")
-            ):
-                raise _Refused(401, "missing or wrong browser ingest token (?token= or Authorization: Bearer)")
+            authorization = request.headers.get("authorization")
+            if from_browsers:
+                tenant = admission.credentials.browser_tenant(request.query_params.get("token"), authorization)
+            else:
+                tenant = admission.credentials.tenant(authorization)
             encoding = _content_encoding(request)
-            body = await _read_body(request, limit)
-            # inflating and parsing take CPU time proportional to the body: off the event loop
-            # (text/plain from a beacon is JSON)
-            message = await run_in_threadpool(_decode, body, encoding, answer_type, limit, signal.request_type)
-            refused = browser.keep_browser_spans(message) if from_browsers else 0
-            received = Received("http", answer_type.rsplit("/", 1)[1].removeprefix("x-"), encoding, len(body))
-            result = await run_in_threadpool(pipeline.export, signal, message, config.tenant, received)
+            with admission.budget.reserve() as reservation:
+                body = await _read_body(request, limit, reservation)
+                # inflating and parsing take CPU time proportional to the body: off the event loop
+                # (text/plain from a beacon is JSON)
+                message, size = await run_in_threadpool(
+                    _decode, body, encoding, answer_type, limit, signal.request_type, reservation
+                )
+                admission.rate.admit(tenant, size)
+                refused = browser.keep_browser_spans(message) if from_browsers else 0
+                received = Received("http", answer_type.rsplit("/", 1)[1].removeprefix("x-"), encoding, len(body))
+                result = await run_in_threadpool(pipeline.export, signal, message, tenant, received)
             if refused:
                 message_parts = [browser.refusal_message(refused), result.error_message]
                 result = ExportResult(result.rejected + refused, "; ".join(filter(None, message_parts)))
@@ -176,8 +207,14 @@ def _failure(exc: Exception, handling: str) -> tuple[int, str, dict[str, str]]:
     """Status, message and headers answering a request that raised ``exc``; the process keeps serving."""
     if isinstance(exc, _Refused):
         return exc.status, str(exc), exc.headers
+    if isinstance(exc, Unauthorized):
+        return 401, str(exc), _CHALLENGE
+    if isinstance(exc, LimitExceeded):
+        return 413, str(exc), {}
     if isinstance(exc, DecodeError):
         return 400, str(exc), {}
+    if isinstance(exc, Overloaded):
+        return 429, f"{exc}; retry later", {"Retry-After": RETRY_AFTER_S}
     if isinstance(exc, RetryableWriteError):
         return 503, f"{exc}; retry later", {"Retry-After": RETRY_AFTER_S}
     if isinstance(exc, WriteError):
@@ -193,25 +230,31 @@ def _content_encoding(request: Request) -> str:
     return encoding
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The request body as sent, refusing past ``limit`` bytes."""
+async def _read_body(request: Request, limit: int, reservation: Reservation) -> bytes:
+    """The request body as sent, refusing past ``limit`` bytes, and held in the in-flight budget as it arrives."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise _Refused(413, f"body of {declared} bytes exceeds the limit of {limit} bytes")
     received = bytearray()
     async for part in request.stream():
+        reservation.take(len(part))
         received += part
         if len(received) > limit:
             raise _Refused(413, f"body exceeds the limit of {limit} bytes")
     return bytes(received)
 
 
-def _decode(body: bytes, encoding: str, media_type: str, limit: int, message_type: type[M]) -> M:
+def _decode(
+    body: bytes, encoding: str, media_type: str, limit: int, message_type: type[M], reservation: Reservation
+) -> tuple[M, int]:
+    """The message, and the body's size once inflated."""
     if encoding == "gzip":
-        body = _gunzip(body, limit)
+        inflated = _gunzip(body, limit)
+        reservation.take(len(inflated))
+        body = inflated
     if media_type == PROTOBUF:
-        return parse_protobuf(body, message_type)
-    return parse_json(body, message_type)
+        return parse_protobuf(body, message_type), len(body)
+    return parse_json(body, message_type), len(body)
 
 
 def _gunzip(data: bytes, limit: int) -> bytes:
@@ -235,5 +278,9 @@ def _status(media_type: str, code: int, message: str, headers: dict[str, str] | 
     return Response(body, status_code=code, media_type=media_type, headers=headers)
 
 
+_CHALLENGE = {"WWW-Authenticate": "Bearer"}
+SqlRunner = Callable[[str, str | None], bytes]
+"""Runs a read-only query, for a tenant (its rows only) or for the operator (None)."""
+
 # google.rpc.Code for each HTTP answer (the OTLP spec leaves Status.code unused; we fill it for humans).
-_GRPC_CODE = {400: 3, 401: 16, 413: 8, 415: 3, 500: 13, 503: 14}
+_GRPC_CODE = {400: 3, 401: 16, 413: 8, 415: 3, 429: 8, 500: 13, 503: 14}

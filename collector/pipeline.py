@@ -10,6 +10,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import suppress
 from dataclasses import dataclass
 
 from google.protobuf.message import Message
@@ -34,6 +35,7 @@ from ingest.decode import decode_traces
 from ingest.decode_logs import decode_logs
 from ingest.decode_metrics import decode_metrics
 from ingest.group_commit import GroupCommitWriter
+from ingest.limits import DEFAULT_LIMITS, SpanLimits
 from ingest.request_log import Received, with_request_row
 from streamscope.errors import RetryableWriteError
 
@@ -56,17 +58,18 @@ class Signal:
     _respond: Callable[[ExportResult], Message]
 
     def response(self, result: ExportResult) -> Message:
-        """The OTLP response: partial_success only when something was rejected."""
+        """The OTLP response: partial_success only when something was rejected or there is a warning."""
         return self._respond(result)
 
 
 def _responder(
     response_type: type[Message], partial_type: type[Message], rejected_field: str
 ) -> Callable[[ExportResult], Message]:
-    """The signal's response: partial_success (with its own rejected-count field) only when something was rejected."""
+    """The signal's response: partial_success (with its own rejected-count field) only when something was rejected
+    or there is a warning (rejected 0 and a message, as the OTLP specification has it)."""
 
     def respond(result: ExportResult) -> Message:
-        if not result.rejected:
+        if not result.rejected and not result.error_message:
             return response_type()
         partial = partial_type(**{rejected_field: result.rejected}, error_message=result.error_message)
         return response_type(partial_success=partial)
@@ -99,12 +102,21 @@ SIGNALS = (TRACES, LOGS, METRICS)
 
 
 class ExportPipeline:
-    def __init__(self, writer: GroupCommitWriter, *, stall_threshold_us: int, write_timeout_s: float) -> None:
+    def __init__(
+        self,
+        writer: GroupCommitWriter,
+        *,
+        stall_threshold_us: int,
+        write_timeout_s: float,
+        store_wait_s: float,
+        limits: SpanLimits = DEFAULT_LIMITS,
+    ) -> None:
         self._writer = writer
         self._write_timeout_s = write_timeout_s
+        self._store_wait_s = store_wait_s
         self._decoders: dict[str, Callable[[Message, str], DecodedBatch]] = {
             TRACES.name: lambda request, tenant: decode_traces(
-                request, tenant=tenant, stall_threshold_us=stall_threshold_us
+                request, tenant=tenant, stall_threshold_us=stall_threshold_us, limits=limits
             ),
             LOGS.name: lambda request, tenant: decode_logs(request, tenant=tenant),
             METRICS.name: lambda request, tenant: decode_metrics(request, tenant=tenant),
@@ -113,7 +125,8 @@ class ExportPipeline:
         self._counts_lock = threading.Lock()
 
     def export(self, signal: Signal, request: Message, tenant: str, received: Received) -> ExportResult:
-        """Store the request's rows and its ``ingest_requests`` row; returns once written. Raises WriteError."""
+        """Accept the request's rows and its ``ingest_requests`` row; returns once durable (see ``store``).
+        Raises WriteError."""
         batch = self._decoders[signal.name](request, tenant)
         with_request_row(batch, tenant=tenant, signal=signal.name, received=received, message_bytes=request.ByteSize())
         self.store(batch)
@@ -123,13 +136,22 @@ class ExportPipeline:
         return ExportResult(rejected=len(batch.rejected), error_message=batch.rejection_message(signal.noun))
 
     def store(self, batch: DecodedBatch) -> None:
-        """Write ``batch`` through the group-commit writer and count its rows; raises WriteError."""
+        """Hand ``batch`` to the writer and return once it is durable in the spool; raises WriteError.
+
+        While the store keeps up, it also waits (up to ``store_wait_s``) for the rows to be written, so whoever
+        sent them reads them next; while the store fails it does not, and the spool holds them meanwhile.
+        """
+        ticket = self._writer.submit(batch)
         try:
-            self._writer.write(batch, timeout_s=self._write_timeout_s)
+            ticket.spooled.result(timeout=self._write_timeout_s)
         except FutureTimeout:
-            raise RetryableWriteError(f"store did not confirm the write within {self._write_timeout_s:g} s") from None
+            waited = f"{self._write_timeout_s:g} s"
+            raise RetryableWriteError(f"the spool did not take the request within {waited}") from None
         with self._counts_lock:
             self._counts.update({table: batch.rows(table) for table in batch.blocks})
+        if self._store_wait_s > 0 and self._writer.store_healthy:
+            with suppress(FutureTimeout):  # durable either way: the store will have it when it catches up
+                ticket.stored.result(timeout=self._store_wait_s)
 
     def counts(self) -> dict[str, int]:
         """Totals since start: rows per table, and ignored_/rejected_ items per signal."""

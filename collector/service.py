@@ -13,14 +13,19 @@ import os
 import threading
 from pathlib import Path
 
+from clickhouse_connect.driver.client import Client
+
+from collector.admission import Admission
 from collector.config import CollectorConfig
 from collector.grpc_server import start_grpc_server
-from collector.http_app import create_app
+from collector.http_app import SqlRunner, create_app
 from collector.pipeline import ExportPipeline
 from ingest import migrations, sql, store
 from ingest.attribution_job import AttributionJob, PeriodicAttribution
 from ingest.group_commit import GroupCommitWriter
+from ingest.spool import Spool
 from ingest.writer import ClickHouseWriter
+from streamscope import env
 from streamscope._internal.serving import BackgroundServer, connectable_host, stop_on_signals
 
 log = logging.getLogger(__name__)
@@ -46,6 +51,14 @@ class Collector:
         return f"http://{connectable_host(self.config.host)}:{self.http_port}"
 
     @property
+    def spool_dir(self) -> Path:
+        if self.config.spool_dir is not None:
+            return self.config.spool_dir
+        if self.target.embedded and self.target.path is not None:
+            return self.target.path / "spool" / self.target.database
+        return env.default_data_dir() / "spool" / f"{self.target.host}-{self.target.port}-{self.target.database}"
+
+    @property
     def grpc_endpoint(self) -> str:
         return f"{connectable_host(self.config.host)}:{self.grpc_port}"
 
@@ -58,27 +71,34 @@ class Collector:
             applied = migrations.migrate(write_client)
             for migration in applied:
                 log.info("applied migration %s", migration.path.name)
-        self._writer = GroupCommitWriter(ClickHouseWriter(write_client))
+        spool = Spool(self.spool_dir, max_bytes=self.config.spool_max_bytes, fsync=self.config.spool_fsync)
+        if replay := len(spool.pending()):
+            log.info("writing %d spool segment(s) left from the last run", replay)
+        self._writer = GroupCommitWriter(spool, ClickHouseWriter(write_client))
         self.pipeline = ExportPipeline(
             self._writer,
             stall_threshold_us=self.config.stall_threshold_us,
             write_timeout_s=self.config.write_timeout_s,
+            store_wait_s=self.config.store_wait_s,
+            limits=self.config.limits,
         )
+        admission = Admission.from_config(self.config)
         app = create_app(
             self.pipeline,
             self.config,
+            admission=admission,
             ready=lambda: bool(store.call(query_client.ping)),
             # the store's own server answers SQL directly; this route exists for the embedded engine only
-            sql=(lambda query: sql.query_json(query_client, query)) if self.target.embedded else None,
+            sql=self._sql_runner(query_client) if self.target.embedded else None,
         )
         self._http = BackgroundServer(app, self.config.host, self.config.http_port, name="otlp-http").start()
         self.http_port = self._http.port
         if self.config.grpc_port is not None:
             self._grpc, self.grpc_port = start_grpc_server(
                 self.pipeline,
+                admission,
                 host=self.config.host,
                 port=self.config.grpc_port,
-                tenant=self.config.tenant,
                 max_request_bytes=self.config.max_request_bytes,
             )
         if self.config.attribution_interval_s:
@@ -90,6 +110,18 @@ class Collector:
             ).start()
         self._write_discovery()
         return self
+
+    def _sql_runner(self, query_client: Client) -> SqlRunner:
+        """Operator queries on the read-only session; tenants' on a client of their own (collector.http_app)."""
+        tenant_client = store.connect(self.target)  # no session settings: tenants' queries carry their own
+        self._clients.append(tenant_client)
+
+        def run(query: str, tenant: str | None) -> bytes:
+            if tenant is None:
+                return sql.query_json(query_client, query)
+            return sql.tenant_query_json(tenant_client, query, tenant)
+
+        return run
 
     def stop(self) -> None:
         """Stop accepting, answer what is in flight, write what is queued, release the store."""

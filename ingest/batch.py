@@ -27,6 +27,8 @@ class DecodedBatch:
     ignored: int = 0
     """Items that were valid but not for us (spans that are not streams, logs of other events)."""
     rejected: list[Rejection] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    """What was accepted only in part (strings truncated at the limits): said to the sender, nothing refused."""
 
     def rows(self, table: str) -> int:
         block = self.blocks.get(table)
@@ -37,13 +39,20 @@ class DecodedBatch:
         return sum(block.num_rows for block in self.blocks.values())
 
     def rejection_message(self, noun: str) -> str:
-        """One English sentence for ``partial_success.error_message``; empty when nothing was rejected."""
-        if not self.rejected:
-            return ""
-        shown = "; ".join(str(r) for r in self.rejected[:_MAX_REASONS_REPORTED])
-        more = len(self.rejected) - _MAX_REASONS_REPORTED
-        suffix = f"; and {more} more" if more > 0 else ""
-        return f"rejected {len(self.rejected)} {noun}(s): {shown}{suffix}"
+        """One English sentence for ``partial_success.error_message``: what was rejected, then the warnings
+        (the OTLP specification's way to warn with nothing rejected); empty when there is neither."""
+        parts = []
+        if self.rejected:
+            parts.append(f"rejected {len(self.rejected)} {noun}(s): {_some(self.rejected)}")
+        if self.warnings:
+            parts.append(f"accepted with warnings: {_some(self.warnings)}")
+        return "; ".join(parts)
+
+
+def _some(items: Sequence[object]) -> str:
+    shown = "; ".join(str(item) for item in items[:_MAX_REASONS_REPORTED])
+    more = len(items) - _MAX_REASONS_REPORTED
+    return shown + (f"; and {more} more" if more > 0 else "")
 
 
 def concat(batches: Sequence[DecodedBatch]) -> DecodedBatch:
@@ -59,4 +68,5 @@ def concat(batches: Sequence[DecodedBatch]) -> DecodedBatch:
         blocks={table: pa.concat_tables(blocks).unify_dictionaries() for table, blocks in tables.items()},
         ignored=sum(b.ignored for b in batches),
         rejected=[r for b in batches for r in b.rejected],
+        warnings=[w for b in batches for w in b.warnings],
     )

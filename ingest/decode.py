@@ -24,6 +24,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from ingest import columns
 from ingest.batch import DecodedBatch, Rejection
 from ingest.int_arrays import NotAnIntArray, decode_int_array
+from ingest.limits import DEFAULT_LIMITS, SpanLimits, SpanOverLimit
 from ingest.timeline import build_timeline, stream_stats
 from streamscope import semconv as sc
 
@@ -89,15 +90,21 @@ class _Stream:
     first_byte_us: int | None
 
 
-def decode_traces(request: ExportTraceServiceRequest, *, tenant: str, stall_threshold_us: int) -> DecodedBatch:
-    """Decode every stream span in ``request`` for ``tenant``."""
+def decode_traces(
+    request: ExportTraceServiceRequest, *, tenant: str, stall_threshold_us: int, limits: SpanLimits = DEFAULT_LIMITS
+) -> DecodedBatch:
+    """Decode every stream span in ``request`` for ``tenant``; raises LimitExceeded past ``limits``' span count."""
+    limits.check_span_count(sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans))
     accepted: list[_Stream] = []
     rejected: list[Rejection] = []
+    warnings: list[str] = []
     ignored = 0
+    seen: set[tuple[bytes, bytes]] = set()
     for resource_spans in request.resource_spans:
-        resource = attribute_map(resource_spans.resource.attributes)
-        service = str(resource.get("service.name", ""))
-        resource_strings = _stringified(resource)
+        resource_strings = _stringified(attribute_map(resource_spans.resource.attributes))
+        if warning := limits.truncate("resource", resource_strings):
+            warnings.append(warning)
+        service = resource_strings.get("service.name", "")
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 attrs = {kv.key: kv.value for kv in span.attributes}
@@ -105,8 +112,16 @@ def decode_traces(request: ExportTraceServiceRequest, *, tenant: str, stall_thre
                     ignored += 1
                     continue
                 try:
-                    accepted.append(_decode_span(span, attrs, tenant, service, resource_strings))
-                except _SpanRejected as exc:
+                    limits.check_span(len(span.attributes), len(span.events))
+                    if (span.trace_id, span.span_id) in seen:
+                        raise _SpanRejected("the same span twice in one request")
+                    seen.add((span.trace_id, span.span_id))
+                    stream = _decode_span(span, attrs, tenant, service, resource_strings)
+                    limits.check_chunks(stream.offsets.size)
+                    if warning := limits.truncate(_subject(span), stream.row, stream.row["attributes"]):
+                        warnings.append(warning)
+                    accepted.append(stream)
+                except (_SpanRejected, SpanOverLimit) as exc:
                     rejected.append(Rejection(_subject(span), str(exc)))
                 except Exception as exc:  # a decoder bug must cost one span, never the request
                     log.exception("unexpected error decoding a stream span")
@@ -114,7 +129,9 @@ def decode_traces(request: ExportTraceServiceRequest, *, tenant: str, stall_thre
                         Rejection(_subject(span), f"internal error decoding this span ({type(exc).__name__})")
                     )
     streams, chunks = _blocks(accepted, stall_threshold_us)
-    return DecodedBatch(blocks={"chunks": chunks, "streams": streams}, ignored=ignored, rejected=rejected)
+    return DecodedBatch(
+        blocks={"chunks": chunks, "streams": streams}, ignored=ignored, rejected=rejected, warnings=warnings
+    )
 
 
 def _subject(span: Span) -> str:

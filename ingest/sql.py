@@ -7,13 +7,15 @@ One function serves every way a command reads the store: directly, and through a
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
-from ingest import store
+from ingest import columns, store
+from streamscope.errors import StreamscopeError
 
 READ_ONLY = {
     "max_execution_time": 60,
@@ -21,11 +23,44 @@ READ_ONLY = {
     "readonly": 1,  # last: readonly=1 then freezes the settings above
 }
 
+_TABLE_NAME = re.compile(r"\btable_name: ([^,\s]+)")
+
 
 def query_json(client: Client, sql: str) -> bytes:
     """Run ``sql`` with the session read-only; raises WriteError with ClickHouse's message on a bad query."""
     with store.translated_errors():
         return client.raw_query(sql, fmt="JSONCompact", settings=READ_ONLY)
+
+
+def tenant_query_json(client: Client, sql: str, tenant: str) -> bytes:
+    """``query_json`` seeing only ``tenant``'s rows; ``client`` must be one no session setting was made on.
+
+    Every table of ours is read through a filter on its ``tenant`` column (ClickHouse's
+    ``additional_table_filters``, which views and subqueries go through), set with read-only in the query's own
+    SETTINGS, so the query cannot change it. A query naming a table function or another database's table is
+    refused (QueryRefused): those would read around the filter. ``tenant`` is a checked name (collector.auth).
+    """
+    statement = sql.strip().rstrip(";")
+    with store.translated_errors():
+        plan = client.raw_query(f"EXPLAIN QUERY TREE {statement}", fmt="TSVRaw").decode()
+        _check_tenant_scoped(plan, client.database)
+        only = f"tenant = ''{tenant}''"  # quoted inside a quoted map value
+        filters = ", ".join(f"'{table}': '{only}'" for table in columns.TABLES)
+        settings = ", ".join(f"{name} = {value}" for name, value in READ_ONLY.items())
+        scoped = f"SELECT * FROM ({statement}) SETTINGS additional_table_filters = {{{filters}}}, {settings}"
+        return client.raw_query(scoped, fmt="JSONCompact")
+
+
+class QueryRefused(StreamscopeError):
+    """A tenant's query would read beyond the tenant's rows."""
+
+
+def _check_tenant_scoped(plan: str, database: str) -> None:
+    if "TABLE_FUNCTION" in plan:
+        raise QueryRefused("a tenant's query may not use table functions: read the tables by name")
+    for table in _TABLE_NAME.findall(plan):
+        if not table.startswith(f"{database}."):
+            raise QueryRefused(f"a tenant's query may read only the {database} database, not {table}")
 
 
 @dataclass(frozen=True)

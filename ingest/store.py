@@ -27,8 +27,22 @@ _DATABASE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Driver exceptions that mean "the store is not reachable right now": the same call may succeed later.
 # OperationalError covers connection failures, timeouts and broken streams (StreamFailureError).
 RETRYABLE_DRIVER_ERRORS: tuple[type[Exception], ...] = (OperationalError,)
-# Every other driver exception means the store refused the request as given.
+# Every other driver exception means the store refused the request as given...
 PERMANENT_DRIVER_ERRORS: tuple[type[Exception], ...] = (ClickHouseError, StreamCompleteException)
+# ...except these ClickHouse error codes, which say the server is overloaded or briefly unable, not that the
+# request is wrong: the same insert succeeds once merges, memory or replicas catch up.
+RETRYABLE_SERVER_CODES = {
+    159: "TIMEOUT_EXCEEDED",
+    202: "TOO_MANY_SIMULTANEOUS_QUERIES",
+    209: "SOCKET_TIMEOUT",
+    210: "NETWORK_ERROR",
+    241: "MEMORY_LIMIT_EXCEEDED",
+    242: "TABLE_IS_READ_ONLY",
+    252: "TOO_MANY_PARTS",
+    319: "UNKNOWN_STATUS_OF_INSERT",
+    999: "KEEPER_EXCEPTION",
+}
+_SERVER_CODE = re.compile(r"\bCode: (\d+)\.")
 
 
 @dataclass(frozen=True)
@@ -126,6 +140,9 @@ def translated_errors() -> Iterator[None]:
     except RETRYABLE_DRIVER_ERRORS as exc:
         raise RetryableWriteError(f"store unavailable: {exc}") from exc
     except PERMANENT_DRIVER_ERRORS as exc:
+        code = _SERVER_CODE.search(str(exc))
+        if code and int(code.group(1)) in RETRYABLE_SERVER_CODES:
+            raise RetryableWriteError(f"store busy: {_first_line(exc)}") from exc
         raise WriteError(f"store refused the request: {_first_line(exc)}") from exc
 
 

@@ -1,15 +1,23 @@
-"""Write decoded blocks to ClickHouse: one Arrow insert per table, chunks before streams.
+"""Write decoded blocks to ClickHouse: one Arrow insert per table, chunks before streams, idempotently.
 
-Knows ClickHouse and nothing of OTLP. At start it checks that the tables' columns are the ones ingest
-builds (the blocks' Arrow schemas), so a store that was not migrated fails loudly instead of mid-write.
+Knows ClickHouse and nothing of OTLP. Every insert carries a deduplication token named by the caller (the
+spool segment it comes from) and the table, and the tables keep a window of recent tokens (migration 0016):
+writing the same segment again, after a crash between the insert and the spool's confirmation, stores
+nothing twice. Spans a client sent again in a later request are dropped first (``ingest.dedup``).
+
+At start it checks that the tables' columns are the ones ingest builds (the blocks' Arrow schemas), so a
+store that was not migrated fails loudly instead of mid-write.
 """
 
 from __future__ import annotations
 
+import uuid
+
 from clickhouse_connect.driver.client import Client
 
 from ingest import columns, store
-from ingest.batch import DecodedBatch
+from ingest.batch import DecodedBatch, concat
+from ingest.dedup import drop_repeated_spans
 from streamscope.errors import SchemaMismatch
 
 
@@ -37,15 +45,21 @@ class ClickHouseWriter:
                         "run `streamscope migrate` with this version of streamscope"
                     )
 
-    def write(self, batch: DecodedBatch) -> None:
-        """Insert the batch's rows, one table at a time in ``columns.TABLES`` order; raises WriteError or
-        RetryableWriteError.
+    def write(self, batches: list[DecodedBatch], token: str | None = None) -> int:
+        """Insert the batches' rows, one table at a time in ``columns.TABLES`` order, as one insert per table
+        deduplicated by ``token`` (None: a one-off insert, never taken for a repeat); returns how many repeated
+        spans were left out. Raises WriteError or RetryableWriteError.
 
         Chunks go before streams (a stream row is the marker that its chunks are complete) and the request log
         goes last (a logged request's rows are all in), whatever order merged batches listed them in.
         """
         with store.translated_errors():
+            batches, repeated = drop_repeated_spans(self._client, batches)
+            merged = concat(batches)
+            token = token or uuid.uuid4().hex
             for table in columns.TABLES:
-                block = batch.blocks.get(table)
+                block = merged.blocks.get(table)
                 if block is not None and block.num_rows:
-                    self._client.insert_arrow(table, block)
+                    settings = {"insert_deduplication_token": f"{token}-{table}"}
+                    self._client.insert_arrow(table, block, settings=settings)
+        return repeated

@@ -3,9 +3,12 @@
     StreamscopeError
      ├── ConfigError            a setting or DSN is wrong; the message says which and how to fix it
      ├── DecodeError            an OTLP body could not be decoded (the collector answers 400)
+     │    └── LimitExceeded     the request asks more than the collector's limits allow (413)
      ├── SchemaMismatch         the store's tables differ from schema/ (run `streamscope migrate`)
      ├── WriteError             the store refused or failed a write
      │    └── RetryableWriteError   the store is unreachable or busy; the same write may succeed later
+     │         ├── SpoolFull        the store has been behind for so long that the spool is full (503)
+     │         └── Overloaded       more requests in flight than the memory budget allows (429)
      └── GrafanaError           a Grafana was unreachable or refused a request (`streamscope dashboards push`)
 
 Driver exceptions are translated into this tree in ``ingest.store`` and nowhere else; grafana-client's in
@@ -27,6 +30,10 @@ class DecodeError(StreamscopeError):
     """An OTLP request body could not be decoded."""
 
 
+class LimitExceeded(DecodeError):
+    """A request is past one of the collector's limits as a whole (too many spans)."""
+
+
 class SchemaMismatch(StreamscopeError):
     """The store's schema is not the one this version of streamscope writes."""
 
@@ -37,6 +44,14 @@ class WriteError(StreamscopeError):
 
 class RetryableWriteError(WriteError):
     """The store is unavailable or overloaded; retrying the same write may succeed."""
+
+
+class SpoolFull(RetryableWriteError):
+    """The durable spool holds as much as it may: nothing more is accepted until the store catches up."""
+
+
+class Overloaded(RetryableWriteError):
+    """The collector is at its in-flight memory budget or a tenant at its rate limit; retry after a pause."""
 
 
 class GrafanaError(StreamscopeError):

@@ -79,7 +79,7 @@ def trace_request(spans: Sequence[Span], service: str = "app") -> ExportTraceSer
 def store_spans(client, spans: Sequence[Span], service: str = "app", stall_threshold_us: int = 400_000) -> None:
     batch = decode_traces(trace_request(spans, service), tenant="t", stall_threshold_us=stall_threshold_us)
     assert not batch.rejected, batch.rejection_message("span")
-    ClickHouseWriter(client).write(batch)
+    ClickHouseWriter(client).write([batch])
 
 
 def otlp_json(request: ExportTraceServiceRequest) -> bytes:

@@ -68,7 +68,7 @@ def write(client, spans: list[Span], events: list[LogRecord]) -> None:
             )
         ]
     )
-    writer.write(decode_traces(request, tenant="t", stall_threshold_us=400_000))
+    writer.write([decode_traces(request, tenant="t", stall_threshold_us=400_000)])
     logs = ExportLogsServiceRequest(
         resource_logs=[
             ResourceLogs(
@@ -77,7 +77,7 @@ def write(client, spans: list[Span], events: list[LogRecord]) -> None:
             )
         ]
     )
-    writer.write(decode_logs(logs, tenant="t"))
+    writer.write([decode_logs(logs, tenant="t")])
 
 
 def preemption(start_ns: int, end_ns: int) -> LogRecord:

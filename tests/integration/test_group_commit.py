@@ -1,4 +1,4 @@
-"""Concurrent requests share one insert; a refused batch fails only its own request."""
+"""The spool and the writer behind it: durable before acknowledged, written once, whatever fails in between."""
 
 from __future__ import annotations
 
@@ -9,74 +9,171 @@ import pytest
 from ingest.batch import DecodedBatch
 from ingest.decode import decode_traces
 from ingest.group_commit import GroupCommitConfig, GroupCommitWriter
+from ingest.request_log import Received, with_request_row
+from ingest.spool import Spool, decode, encode
 from ingest.writer import ClickHouseWriter
-from streamscope.errors import RetryableWriteError, WriteError
+from streamscope.errors import ConfigError, RetryableWriteError, SpoolFull, WriteError
 from tests.integration.test_bad_input import request_of, stream_span
+
+FAST_RETRY = GroupCommitConfig(retry_initial_s=0.01, retry_max_s=0.05)
 
 
 def batch(span_byte: int, tenant: str, chunks: int = 3) -> DecodedBatch:
-    return decode_traces(request_of(stream_span(span_byte, list(range(chunks)))), tenant=tenant, stall_threshold_us=1)
+    """A request's batch: one stream span of ``chunks`` chunks, and the request's log row."""
+    request = request_of(stream_span(span_byte, list(range(chunks))))
+    decoded = decode_traces(request, tenant=tenant, stall_threshold_us=1)
+    received = Received("http", "protobuf", "identity", request.ByteSize())
+    with_request_row(decoded, tenant=tenant, signal="traces", received=received, message_bytes=request.ByteSize())
+    return decoded
 
 
-class GatedWriter:
-    """The real ClickHouse writer, held at a gate so that requests queue up behind the first write."""
+def stored(client, table: str = "chunks") -> list[tuple]:
+    return client.query(f"SELECT tenant, count() FROM {table} GROUP BY tenant ORDER BY tenant").result_rows
 
-    def __init__(self, writer: ClickHouseWriter | None) -> None:
+
+class GatedSink:
+    """The real ClickHouse writer, held at a gate; it may first fail a number of times as a busy store would."""
+
+    def __init__(self, writer: ClickHouseWriter | None, failures: int = 0) -> None:
         self.writer = writer
         self.gate = threading.Event()
-        self.groups: list[int] = []
+        self.failures = failures
+        self.segments: list[int] = []
 
-    def write(self, decoded: DecodedBatch) -> None:
+    def write(self, batches: list[DecodedBatch], token: str) -> int:
         self.gate.wait(10)
-        if self.writer is not None:
-            self.writer.write(decoded)
-        self.groups.append(decoded.rows("streams"))  # only groups the store took
+        if self.failures:
+            self.failures -= 1
+            raise RetryableWriteError("store busy: Too many parts (TOO_MANY_PARTS)")
+        repeated = self.writer.write(batches, token) if self.writer else 0
+        self.segments.append(len(batches))
+        return repeated
 
 
-def test_queued_batches_are_written_together(store_client):
-    sink = GatedWriter(ClickHouseWriter(store_client))
-    writer = GroupCommitWriter(sink)
-    first = writer.submit(batch(1, "a"))
-    queued = [writer.submit(batch(i, f"tenant-{i}")) for i in range(2, 6)]
+def test_a_batch_is_durable_before_the_store_has_it_and_stored_once_it_does(tmp_path, store_client):
+    sink = GatedSink(ClickHouseWriter(store_client))
+    writer = GroupCommitWriter(Spool(tmp_path, max_bytes=10**8), sink, FAST_RETRY)
+    tickets = [writer.submit(batch(i, f"tenant-{i}")) for i in range(1, 6)]
+    for ticket in tickets:
+        ticket.spooled.result(timeout=10)
+    assert not any(ticket.stored.done() for ticket in tickets)
+    assert len(list(tmp_path.glob("*.seg"))) >= 1
     sink.gate.set()
-    for future in [first, *queued]:
-        future.result(timeout=10)
+    for ticket in tickets:
+        ticket.stored.result(timeout=10)
     writer.shutdown()
-    assert sink.groups == [1, 4]
-    rows = store_client.query("SELECT tenant, count() FROM chunks GROUP BY tenant ORDER BY tenant").result_rows
-    assert rows == [("a", 3)] + [(f"tenant-{i}", 3) for i in range(2, 6)]
+    assert sum(sink.segments) == 5 and len(sink.segments) < 5  # some were spooled and inserted together
+    assert stored(store_client) == [(f"tenant-{i}", 3) for i in range(1, 6)]
+    assert not list(tmp_path.glob("*.seg"))
+
+
+def test_the_writer_retries_a_failing_store_and_catches_up(tmp_path, store_client):
+    sink = GatedSink(ClickHouseWriter(store_client), failures=4)
+    writer = GroupCommitWriter(Spool(tmp_path, max_bytes=10**8), sink, FAST_RETRY)
+    ticket = writer.submit(batch(1, "a"))
+    ticket.spooled.result(timeout=10)
+    sink.gate.set()
+    ticket.stored.result(timeout=10)
+    assert writer.store_healthy and "TOO_MANY_PARTS" in writer.last_error
+    writer.shutdown()
+    assert stored(store_client) == [("a", 3)]
+
+
+def test_segments_left_by_a_crash_are_written_at_start_and_only_once(tmp_path, store_client):
+    spool = Spool(tmp_path, max_bytes=10**8)
+    first = spool.append([batch(1, "a"), batch(2, "b")])
+    spool.append([batch(3, "c")])
+    # the crash came after the store took the first segment and before the spool heard it
+    ClickHouseWriter(store_client).write(spool.read(first), spool.token([first]))
+    spool.close()
+
+    writer = GroupCommitWriter(Spool(tmp_path, max_bytes=10**8), ClickHouseWriter(store_client), FAST_RETRY)
+    writer.shutdown()
+    assert stored(store_client) == [("a", 3), ("b", 3), ("c", 3)]
+    assert stored(store_client, "streams") == [("a", 1), ("b", 1), ("c", 1)]
+    assert stored(store_client, "ingest_requests") == [("a", 1), ("b", 1), ("c", 1)]
+    assert not list(tmp_path.glob("*.seg"))
+
+
+def test_spans_sent_again_in_a_later_request_are_stored_once(tmp_path, store_client):
+    writer = GroupCommitWriter(Spool(tmp_path, max_bytes=10**8), ClickHouseWriter(store_client), FAST_RETRY)
+    writer.submit(batch(1, "a")).stored.result(timeout=10)
+    again = [writer.submit(batch(1, "a")), writer.submit(batch(2, "a")), writer.submit(batch(2, "a"))]
+    for ticket in again:
+        ticket.stored.result(timeout=10)
+    writer.shutdown()
+    assert stored(store_client) == [("a", 6)]
+    assert stored(store_client, "streams") == [("a", 2)]
+    assert stored(store_client, "ingest_requests") == [("a", 4)]  # every request is logged, once
 
 
 class RefusingSink:
     def __init__(self) -> None:
         self.written: list[str] = []
 
-    def write(self, decoded: DecodedBatch) -> None:
-        tenants = set(decoded.blocks["streams"].column("tenant").to_pylist())
+    def write(self, batches: list[DecodedBatch], token: str) -> int:
+        tenants = {t for b in batches for t in b.blocks["streams"].column("tenant").to_pylist()}
         if "bad" in tenants:
             raise WriteError("store refused the request: bad rows")
         self.written.extend(sorted(tenants))
+        return 0
 
 
-def test_a_refused_batch_fails_only_its_own_request():
+def test_a_refused_batch_is_quarantined_and_the_others_stored(tmp_path):
+    spool = Spool(tmp_path, max_bytes=10**8)
+    spool.append([batch(1, "x"), batch(2, "bad"), batch(3, "y")])
     sink = RefusingSink()
-    writer = GroupCommitWriter(sink)
-    futures = {tenant: writer.submit(batch(i + 1, tenant)) for i, tenant in enumerate(["x", "bad", "y"])}
-    with pytest.raises(WriteError, match="bad rows"):
-        futures["bad"].result(timeout=10)
-    futures["x"].result(timeout=10)
-    futures["y"].result(timeout=10)
+    writer = GroupCommitWriter(spool, sink, FAST_RETRY)
+    refused = writer.submit(batch(4, "bad"))
+    with pytest.raises(WriteError, match=r"kept in .*quarantine"):
+        refused.stored.result(timeout=10)
     writer.shutdown()
-    assert sorted(sink.written) == ["x", "y"]
+    assert sink.written == ["x", "y"]
+    kept = sorted((tmp_path / "quarantine").glob("*.seg"))
+    assert len(kept) == 2
+    for path in kept:
+        (quarantined,) = decode(path.read_bytes(), path)
+        assert quarantined.blocks["streams"].column("tenant").to_pylist() == ["bad"]
 
 
-def test_a_full_queue_answers_retry_later():
-    sink = GatedWriter(writer=None)
-    writer = GroupCommitWriter(sink, GroupCommitConfig(max_pending_rows=10))
-    writer.submit(batch(1, "a", chunks=4))  # taken by the worker, held at the gate
-    writer.submit(batch(2, "b", chunks=4))  # 5 rows pending
-    with pytest.raises(RetryableWriteError, match="queue full"):
-        writer.submit(batch(3, "c", chunks=8))
+def test_an_unreadable_segment_is_set_aside_and_the_rest_written(tmp_path, store_client):
+    spool = Spool(tmp_path, max_bytes=10**8)
+    damaged = spool.append([batch(1, "a")])
+    spool.append([batch(2, "b")])
+    damaged.path.write_bytes(damaged.path.read_bytes()[:40])
+    spool.close()
+    writer = GroupCommitWriter(Spool(tmp_path, max_bytes=10**8), ClickHouseWriter(store_client), FAST_RETRY)
+    writer.shutdown()
+    assert stored(store_client) == [("b", 3)]
+    assert (tmp_path / "quarantine" / damaged.path.name).exists()
+
+
+def test_a_full_spool_refuses_and_takes_again_once_drained(tmp_path):
+    sink = GatedSink(writer=None)
+    spool = Spool(tmp_path, max_bytes=len(encode([batch(1, "a")])) * 3 // 2)
+    writer = GroupCommitWriter(spool, sink, FAST_RETRY)
+    writer.submit(batch(1, "a")).spooled.result(timeout=10)
+    with pytest.raises(SpoolFull, match="spool full"):
+        for i in range(2, 20):
+            writer.submit(batch(i, "a")).spooled.result(timeout=10)
     sink.gate.set()
+    writer.submit(batch(30, "a")).stored.result(timeout=10)
     writer.shutdown()
-    assert sink.groups == [1, 1]
+    assert spool.bytes == 0
+
+
+def test_one_collector_per_spool(tmp_path):
+    first = Spool(tmp_path, max_bytes=10**6)
+    with pytest.raises(ConfigError, match="in use by another collector"):
+        Spool(tmp_path, max_bytes=10**6)
+    first.close()
+    Spool(tmp_path, max_bytes=10**6).close()
+
+
+def test_shutdown_leaves_what_the_store_did_not_take_in_the_spool(tmp_path):
+    sink = GatedSink(writer=None, failures=10**6)
+    sink.gate.set()
+    writer = GroupCommitWriter(Spool(tmp_path, max_bytes=10**8), sink, FAST_RETRY)
+    writer.submit(batch(1, "a")).spooled.result(timeout=10)
+    writer.shutdown(drain_timeout_s=0.2)
+    assert [s.seq for s in Spool(tmp_path, max_bytes=10**8).pending()] == [1]

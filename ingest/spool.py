@@ -1,0 +1,223 @@
+"""The durable spool: accepted batches on local disk until the store confirms them (write-ahead).
+
+Each append is one *segment* file holding one or more decoded batches (Arrow IPC, one stream per table per
+batch). A segment is written under a temporary name, flushed, and renamed into place, so a reader sees whole
+segments or none; the writer removes a segment only after the store has every row of it. After a crash, the
+segments still on disk are exactly what was acknowledged and not yet confirmed written.
+
+fsync policy (``fsync``):
+  ``always``  the file and then the directory are fsynced before ``append`` returns: an acknowledged batch
+              survives a crash of the process *and* of the machine (power loss, kernel panic).
+  ``never``   the bytes are in the operating system's page cache when ``append`` returns: they survive a
+              crash of the process (kill -9, OOM kill) but not of the machine. Faster on slow disks.
+
+The writer may insert several segments at once. It first records which (``GROUP``), so that after a crash it
+inserts exactly the same ones again under the same token, whatever arrived since; with no group recorded, the
+interrupted insert (if any) was of the oldest segment alone.
+
+One process owns a spool directory at a time (an exclusive lock on ``LOCK``). The spool's identity (a random
+id kept in ``ID``) names its segments' insert deduplication tokens, so a segment replayed after a crash is
+deduplicated by the store, and a fresh spool never collides with an old one.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import struct
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import pyarrow as pa
+
+from ingest.batch import DecodedBatch
+from streamscope.errors import ConfigError, SpoolFull, WriteError
+
+FsyncPolicy = Literal["always", "never"]
+FSYNC_POLICIES: tuple[FsyncPolicy, ...] = ("always", "never")
+MAGIC = b"streamscope-spool/1\n"
+_FRAME = struct.Struct("<IQ")  # header length, payload length
+_SUFFIX = ".seg"
+_QUARANTINE = "quarantine"
+_GROUP = "GROUP"
+
+
+@dataclass(frozen=True)
+class Segment:
+    seq: int
+    path: Path
+    size: int
+
+
+class Spool:
+    def __init__(self, directory: Path, *, max_bytes: int, fsync: FsyncPolicy = "always") -> None:
+        if fsync not in FSYNC_POLICIES:
+            raise ConfigError(f"spool fsync policy {fsync!r}: use one of {', '.join(FSYNC_POLICIES)}")
+        self.directory = directory
+        self.max_bytes = max_bytes
+        self._fsync = fsync == "always"
+        directory.mkdir(parents=True, exist_ok=True)
+        self._lock_file = (directory / "LOCK").open("a")
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock_file.close()
+            raise ConfigError(f"spool {directory} is in use by another collector; give each its own") from None
+        self.id = self._identity()
+        for leftover in directory.glob("*.tmp"):  # an append that never completed was never acknowledged
+            leftover.unlink()
+        self._segments = {s.seq: s for s in self._scan()}
+        self._next_seq = max(self._segments, default=0) + 1
+        self._mutex = threading.Lock()
+
+    def close(self) -> None:
+        self._lock_file.close()
+
+    @property
+    def bytes(self) -> int:
+        with self._mutex:
+            return sum(s.size for s in self._segments.values())
+
+    def pending(self) -> list[Segment]:
+        """Segments not yet confirmed written, oldest first."""
+        with self._mutex:
+            return [self._segments[seq] for seq in sorted(self._segments)]
+
+    def append(self, batches: list[DecodedBatch]) -> Segment:
+        """Write ``batches`` as one segment, durable per the fsync policy.
+
+        Raises SpoolFull when the segment would take the spool past ``max_bytes``.
+        """
+        payload = encode(batches)
+        with self._mutex:
+            used = sum(s.size for s in self._segments.values())
+            if used + len(payload) > self.max_bytes:
+                raise SpoolFull(
+                    f"spool full: {used} bytes waiting for the store, limit {self.max_bytes} bytes; "
+                    "the store is down or slower than the load"
+                )
+            seq = self._next_seq
+            self._next_seq += 1
+            segment = Segment(seq, self._path(seq), len(payload))
+            # reserved before the write so concurrent appends count each other
+            self._segments[seq] = segment
+        try:
+            self._write_file(segment.path, payload)
+        except OSError as exc:
+            with self._mutex:
+                del self._segments[seq]
+            raise WriteError(f"cannot write spool segment {segment.path}: {exc}") from exc
+        return segment
+
+    def read(self, segment: Segment) -> list[DecodedBatch]:
+        return decode(segment.path.read_bytes(), segment.path)
+
+    def token(self, segments: list[Segment]) -> str:
+        """The insert deduplication token of ``segments`` written together (consecutive, oldest first)."""
+        return f"{self.id}-{segments[0].seq}-{segments[-1].seq}"
+
+    def begin_group(self, segments: list[Segment]) -> None:
+        """Record that ``segments`` (consecutive, more than one) are about to be inserted together."""
+        self._write_file(self.directory / _GROUP, f"{segments[0].seq} {segments[-1].seq}".encode())
+
+    def first_group(self) -> list[Segment]:
+        """The segments to insert first after a start: exactly those of an insert a crash may have interrupted."""
+        pending = self.pending()
+        path = self.directory / _GROUP
+        if not path.exists():
+            return pending[:1]
+        first, last = (int(seq) for seq in path.read_text().split())
+        return [s for s in pending if first <= s.seq <= last]
+
+    def remove(self, segments: list[Segment]) -> None:
+        """The store has every row of ``segments``: forget them (and the group they formed)."""
+        for segment in segments:
+            segment.path.unlink(missing_ok=True)
+        (self.directory / _GROUP).unlink(missing_ok=True)
+        with self._mutex:
+            for segment in segments:
+                self._segments.pop(segment.seq, None)
+
+    def quarantine(self, batch: DecodedBatch, name: str) -> Path:
+        """Keep a batch the store refused for good out of the way (never deleted by us); returns its file."""
+        path = self._quarantine_dir() / f"{name}{_SUFFIX}"
+        self._write_file(path, encode([batch]))
+        return path
+
+    def set_aside(self, segment: Segment) -> Path:
+        """Move a segment that cannot be read to the quarantine, for a human to look at."""
+        path = self._quarantine_dir() / segment.path.name
+        segment.path.rename(path)
+        with self._mutex:
+            self._segments.pop(segment.seq, None)
+        return path
+
+    def _quarantine_dir(self) -> Path:
+        directory = self.directory / _QUARANTINE
+        directory.mkdir(exist_ok=True)
+        return directory
+
+    def _write_file(self, path: Path, payload: bytes) -> None:
+        temporary = path.with_suffix(".tmp")
+        with temporary.open("wb") as out:
+            out.write(payload)
+            out.flush()
+            if self._fsync:
+                os.fsync(out.fileno())
+        temporary.rename(path)
+        if self._fsync:
+            directory = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+
+    def _path(self, seq: int) -> Path:
+        return self.directory / f"{seq:020d}{_SUFFIX}"
+
+    def _scan(self) -> Iterator[Segment]:
+        for path in self.directory.glob(f"*{_SUFFIX}"):
+            if path.stem.isdigit():
+                yield Segment(int(path.stem), path, path.stat().st_size)
+
+    def _identity(self) -> str:
+        path = self.directory / "ID"
+        if not path.exists():
+            self._write_file(path, uuid.uuid4().hex.encode())
+        return path.read_text().strip()
+
+
+def encode(batches: list[DecodedBatch]) -> bytes:
+    """Batches as one segment: frames of (JSON header, Arrow IPC stream), one per table per batch."""
+    parts = [MAGIC]
+    for index, batch in enumerate(batches):
+        for table, block in batch.blocks.items():
+            header = json.dumps({"batch": index, "table": table}).encode()
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, block.schema) as stream:
+                stream.write_table(block)
+            payload = sink.getvalue()
+            parts += [_FRAME.pack(len(header), payload.size), header, payload.to_pybytes()]
+    return b"".join(parts)
+
+
+def decode(data: bytes, source: Path) -> list[DecodedBatch]:
+    if not data.startswith(MAGIC):
+        raise WriteError(f"{source} is not a spool segment")
+    batches: dict[int, DecodedBatch] = {}
+    offset = len(MAGIC)
+    view = memoryview(data)
+    while offset < len(data):
+        header_size, payload_size = _FRAME.unpack_from(data, offset)
+        offset += _FRAME.size
+        header = json.loads(bytes(view[offset : offset + header_size]))
+        offset += header_size
+        block = pa.ipc.open_stream(pa.py_buffer(view[offset : offset + payload_size])).read_all()
+        offset += payload_size
+        batches.setdefault(header["batch"], DecodedBatch()).blocks[header["table"]] = block
+    return [batches[index] for index in sorted(batches)]
