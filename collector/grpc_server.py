@@ -13,65 +13,80 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
 from collector.admission import Admission
 from collector.auth import Unauthorized
+from collector.metrics import SelfMetrics
 from collector.pipeline import LOGS, METRICS, TRACES, ExportPipeline, Signal
 from ingest.request_log import Received
-from streamscope.errors import LimitExceeded, RetryableWriteError, WriteError
+from streamscope.errors import LimitExceeded, Overloaded, RetryableWriteError, WriteError
 
 log = logging.getLogger(__name__)
 
 
-def _export(
-    pipeline: ExportPipeline, admission: Admission, signal: Signal, request: Message, context: grpc.ServicerContext
-):
-    try:
-        tenant = admission.credentials.tenant(dict(context.invocation_metadata()).get("authorization"))
-        size = request.ByteSize()
-        with admission.budget.reserve() as reservation:
-            reservation.take(size)
-            admission.rate.admit(tenant, size)
-            received = Received("grpc", "protobuf", "", None)
-            return signal.response(pipeline.export(signal, request, tenant, received))
-    except Unauthorized as exc:
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
-    except LimitExceeded as exc:
-        context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
-    except RetryableWriteError as exc:
-        context.abort(grpc.StatusCode.UNAVAILABLE, f"{exc}; retry later")
-    except WriteError as exc:
-        context.abort(grpc.StatusCode.INTERNAL, str(exc))
-    except Exception:
-        log.exception("unexpected error handling an OTLP/gRPC %s export", signal.name)
-        context.abort(grpc.StatusCode.INTERNAL, "internal error in the collector; the request was not stored")
-    raise AssertionError("unreachable: context.abort raises")
+class _Exporter:
+    """One export call: admission, the pipeline, and the status OTLP/gRPC gives each failure."""
+
+    def __init__(self, pipeline: ExportPipeline, admission: Admission, metrics: SelfMetrics) -> None:
+        self._pipeline, self._admission, self._metrics = pipeline, admission, metrics
+
+    def __call__(self, signal: Signal, request: Message, context: grpc.ServicerContext) -> Message:
+        try:
+            tenant = self._admission.credentials.tenant(dict(context.invocation_metadata()).get("authorization"))
+            size = request.ByteSize()
+            with self._admission.budget.reserve() as reservation:
+                reservation.take(size)
+                self._admission.rate.admit(tenant, size)
+                received = Received("grpc", "protobuf", "", None)
+                return signal.response(self._pipeline.export(signal, request, tenant, received))
+        except Exception as exc:
+            code, http_status, message = _failure(exc, signal)
+            self._metrics.refused(http_status)
+            context.abort(code, message)
+        raise AssertionError("unreachable: context.abort raises")
+
+
+def _failure(exc: Exception, signal: Signal) -> tuple[grpc.StatusCode, int, str]:
+    """The gRPC status, the HTTP status it stands for (for the metrics), and the message."""
+    if isinstance(exc, Unauthorized):
+        return grpc.StatusCode.UNAUTHENTICATED, 401, str(exc)
+    if isinstance(exc, LimitExceeded):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, 413, str(exc)
+    if isinstance(exc, Overloaded):  # UNAVAILABLE: the status OTLP exporters retry without RetryInfo
+        return grpc.StatusCode.UNAVAILABLE, 429, f"{exc}; retry later"
+    if isinstance(exc, RetryableWriteError):
+        return grpc.StatusCode.UNAVAILABLE, 503, f"{exc}; retry later"
+    if isinstance(exc, WriteError):
+        return grpc.StatusCode.INTERNAL, 500, str(exc)
+    log.error("unexpected error handling an OTLP/gRPC %s export", signal.name, exc_info=exc)
+    return grpc.StatusCode.INTERNAL, 500, "internal error in the collector; the request was not stored"
 
 
 class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self, pipeline: ExportPipeline, admission: Admission) -> None:
-        self._pipeline, self._admission = pipeline, admission
+    def __init__(self, export: _Exporter) -> None:
+        self._export = export
 
     def Export(self, request, context):
-        return _export(self._pipeline, self._admission, TRACES, request, context)
+        return self._export(TRACES, request, context)
 
 
 class LogsService(logs_service_pb2_grpc.LogsServiceServicer):
-    def __init__(self, pipeline: ExportPipeline, admission: Admission) -> None:
-        self._pipeline, self._admission = pipeline, admission
+    def __init__(self, export: _Exporter) -> None:
+        self._export = export
 
     def Export(self, request, context):
-        return _export(self._pipeline, self._admission, LOGS, request, context)
+        return self._export(LOGS, request, context)
 
 
 class MetricsService(metrics_service_pb2_grpc.MetricsServiceServicer):
-    def __init__(self, pipeline: ExportPipeline, admission: Admission) -> None:
-        self._pipeline, self._admission = pipeline, admission
+    def __init__(self, export: _Exporter) -> None:
+        self._export = export
 
     def Export(self, request, context):  # the generated servicer names it
-        return _export(self._pipeline, self._admission, METRICS, request, context)
+        return self._export(METRICS, request, context)
 
 
 def start_grpc_server(
     pipeline: ExportPipeline,
     admission: Admission,
+    metrics: SelfMetrics,
     *,
     host: str,
     port: int,
@@ -86,9 +101,10 @@ def start_grpc_server(
         ThreadPoolExecutor(max_workers=workers, thread_name_prefix="otlp-grpc"),
         options=[("grpc.max_receive_message_length", max_request_bytes)],
     )
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(TraceService(pipeline, admission), server)
-    logs_service_pb2_grpc.add_LogsServiceServicer_to_server(LogsService(pipeline, admission), server)
-    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(MetricsService(pipeline, admission), server)
+    export = _Exporter(pipeline, admission, metrics)
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(TraceService(export), server)
+    logs_service_pb2_grpc.add_LogsServiceServicer_to_server(LogsService(export), server)
+    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(MetricsService(export), server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"cannot listen for OTLP/gRPC on {host}:{port}")

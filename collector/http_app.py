@@ -31,6 +31,8 @@ from collector import browser
 from collector.admission import Admission, Reservation
 from collector.auth import Credentials, Unauthorized
 from collector.config import CollectorConfig
+from collector.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from collector.metrics import CountRefusals, SelfMetrics
 from collector.pipeline import SIGNALS, TRACES, ExportPipeline, ExportResult, Signal
 from ingest.alerts import TABLE as ALERTS_TABLE
 from ingest.alerts import decode_alerts
@@ -67,7 +69,8 @@ def create_app(
     config: CollectorConfig,
     *,
     admission: Admission,
-    ready: Callable[[], bool],
+    metrics: SelfMetrics,
+    readiness: Callable[[], tuple[bool, dict]],
     sql: SqlRunner | None,
 ) -> FastAPI:
     """The OTLP/HTTP app; ``sql`` (read-only queries) is served only when given, i.e. for an embedded store."""
@@ -92,12 +95,18 @@ def create_app(
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
-        ok = await run_in_threadpool(ready)
-        return JSONResponse({"status": "ready" if ok else "store unavailable"}, status_code=200 if ok else 503)
+        """200 while requests can be accepted (the spool has room), with the store's and the spool's state."""
+        ok, state = await run_in_threadpool(readiness)
+        return JSONResponse(state, status_code=200 if ok else 503)
+
+    @app.get("/metrics")
+    async def self_metrics() -> Response:
+        return Response(metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
 
     _add_alerts_route(app, pipeline, config, admission)
     if sql is not None:
         _add_sql_route(app, sql, admission.credentials)
+    app.add_middleware(CountRefusals, metrics=metrics)
     if config.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -121,7 +130,7 @@ def _add_alerts_route(app: FastAPI, pipeline: ExportPipeline, config: CollectorC
             with admission.budget.reserve() as reservation:
                 body = await _read_body(request, config.max_request_bytes, reservation)
                 batch = await run_in_threadpool(decode_alerts, body, tenant=tenant)
-                await run_in_threadpool(pipeline.store, batch)
+                await run_in_threadpool(pipeline.store, batch, "alerts")
         except Exception as exc:
             status, message, headers = _failure(exc, "a Grafana alert notification")
             return JSONResponse({"error": message}, status_code=status, headers=headers)

@@ -6,8 +6,6 @@ decoding, writing and partial-success accounting happen here, once, for every si
 
 from __future__ import annotations
 
-import threading
-from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import suppress
@@ -30,6 +28,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from collector.metrics import SelfMetrics
 from ingest.batch import DecodedBatch
 from ingest.decode import decode_traces
 from ingest.decode_logs import decode_logs
@@ -109,9 +108,11 @@ class ExportPipeline:
         stall_threshold_us: int,
         write_timeout_s: float,
         store_wait_s: float,
+        metrics: SelfMetrics,
         limits: SpanLimits = DEFAULT_LIMITS,
     ) -> None:
         self._writer = writer
+        self._metrics = metrics
         self._write_timeout_s = write_timeout_s
         self._store_wait_s = store_wait_s
         self._decoders: dict[str, Callable[[Message, str], DecodedBatch]] = {
@@ -121,21 +122,16 @@ class ExportPipeline:
             LOGS.name: lambda request, tenant: decode_logs(request, tenant=tenant),
             METRICS.name: lambda request, tenant: decode_metrics(request, tenant=tenant),
         }
-        self._counts: Counter[str] = Counter()
-        self._counts_lock = threading.Lock()
 
     def export(self, signal: Signal, request: Message, tenant: str, received: Received) -> ExportResult:
         """Accept the request's rows and its ``ingest_requests`` row; returns once durable (see ``store``).
         Raises WriteError."""
         batch = self._decoders[signal.name](request, tenant)
         with_request_row(batch, tenant=tenant, signal=signal.name, received=received, message_bytes=request.ByteSize())
-        self.store(batch)
-        with self._counts_lock:
-            self._counts[f"ignored_{signal.name}"] += batch.ignored
-            self._counts[f"rejected_{signal.name}"] += len(batch.rejected)
+        self.store(batch, signal.name)
         return ExportResult(rejected=len(batch.rejected), error_message=batch.rejection_message(signal.noun))
 
-    def store(self, batch: DecodedBatch) -> None:
+    def store(self, batch: DecodedBatch, signal: str) -> None:
         """Hand ``batch`` to the writer and return once it is durable in the spool; raises WriteError.
 
         While the store keeps up, it also waits (up to ``store_wait_s``) for the rows to be written, so whoever
@@ -147,13 +143,7 @@ class ExportPipeline:
         except FutureTimeout:
             waited = f"{self._write_timeout_s:g} s"
             raise RetryableWriteError(f"the spool did not take the request within {waited}") from None
-        with self._counts_lock:
-            self._counts.update({table: batch.rows(table) for table in batch.blocks})
+        self._metrics.accepted(signal, batch)
         if self._store_wait_s > 0 and self._writer.store_healthy:
             with suppress(FutureTimeout):  # durable either way: the store will have it when it catches up
                 ticket.stored.result(timeout=self._store_wait_s)
-
-    def counts(self) -> dict[str, int]:
-        """Totals since start: rows per table, and ignored_/rejected_ items per signal."""
-        with self._counts_lock:
-            return dict(self._counts)

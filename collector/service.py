@@ -19,6 +19,7 @@ from collector.admission import Admission
 from collector.config import CollectorConfig
 from collector.grpc_server import start_grpc_server
 from collector.http_app import SqlRunner, create_app
+from collector.metrics import SelfMetrics
 from collector.pipeline import ExportPipeline
 from ingest import migrations, sql, store
 from ingest.attribution_job import AttributionJob, PeriodicAttribution
@@ -27,6 +28,7 @@ from ingest.spool import Spool
 from ingest.writer import ClickHouseWriter
 from streamscope import env
 from streamscope._internal.serving import BackgroundServer, connectable_host, stop_on_signals
+from streamscope.errors import WriteError
 
 log = logging.getLogger(__name__)
 DISCOVERY_FILE = "collector.json"
@@ -74,20 +76,41 @@ class Collector:
         spool = Spool(self.spool_dir, max_bytes=self.config.spool_max_bytes, fsync=self.config.spool_fsync)
         if replay := len(spool.pending()):
             log.info("writing %d spool segment(s) left from the last run", replay)
-        self._writer = GroupCommitWriter(spool, ClickHouseWriter(write_client))
+        self.metrics = metrics = SelfMetrics()
+        self._writer = writer = GroupCommitWriter(spool, ClickHouseWriter(write_client), observer=metrics)
         self.pipeline = ExportPipeline(
-            self._writer,
+            writer,
             stall_threshold_us=self.config.stall_threshold_us,
             write_timeout_s=self.config.write_timeout_s,
             store_wait_s=self.config.store_wait_s,
+            metrics=metrics,
             limits=self.config.limits,
         )
         admission = Admission.from_config(self.config)
+        metrics.watch("spool_bytes", "Bytes in the spool waiting for the store.", lambda: spool.bytes)
+        metrics.watch("spool_segments", "Spool segments waiting for the store.", writer.backlog)
+        metrics.watch("inflight_bytes", "Request bytes being read, decoded and spooled.", lambda: admission.budget.used)
+        metrics.watch("store_up", "1 while the store takes writes, 0 while they fail.", lambda: writer.store_healthy)
+
+        def readiness() -> tuple[bool, dict]:
+            room = spool.bytes + self.config.max_request_bytes <= spool.max_bytes
+            try:
+                store_up = writer.store_healthy and bool(store.call(query_client.ping))
+            except WriteError:
+                store_up = False
+            state = {
+                "status": "ready" if room else "spool full",
+                "store": "up" if store_up else f"down: {writer.last_error or 'no answer to ping'}",
+                "spool": {"segments": writer.backlog(), "bytes": spool.bytes, "max_bytes": spool.max_bytes},
+            }
+            return room, state
+
         app = create_app(
             self.pipeline,
             self.config,
             admission=admission,
-            ready=lambda: bool(store.call(query_client.ping)),
+            metrics=metrics,
+            readiness=readiness,
             # the store's own server answers SQL directly; this route exists for the embedded engine only
             sql=self._sql_runner(query_client) if self.target.embedded else None,
         )
@@ -97,6 +120,7 @@ class Collector:
             self._grpc, self.grpc_port = start_grpc_server(
                 self.pipeline,
                 admission,
+                metrics,
                 host=self.config.host,
                 port=self.config.grpc_port,
                 max_request_bytes=self.config.max_request_bytes,

@@ -19,6 +19,7 @@ from gpu_agent.events import EngineEvent
 from gpu_agent.export import OtlpShipper, Outbox, agent_resource
 from gpu_agent.samples import Sample
 from streamscope import semconv as sc
+from tests.self_metrics import metric
 
 
 @pytest.mark.parametrize("transport", ["http", "grpc"])
@@ -39,7 +40,7 @@ def test_an_sdk_gauge_named_by_the_convention_lands_in_engine_samples(collector,
         "SELECT node_name, host, source, metric, engine, value FROM engine_samples"
     ).result_rows
     assert rows == [("gpu-node-3", "h3", "engine", "kv_usage", "vllm", 0.73)]
-    assert collector.pipeline.counts()["ignored_metrics"] == 1
+    assert metric(collector.http_url, "streamscope_collector_ignored_items_total", signal="metrics") == 1
 
 
 def test_shipper_delivers_samples_and_events(collector):

@@ -20,6 +20,7 @@ from streamscope import semconv as sc
 from streamscope._internal.formats import make_format
 from streamscope._internal.observer import StreamObserver
 from tests.clock import FakeClock
+from tests.self_metrics import metric
 from tests.sse_fixtures import TOOL_CALL_FIXTURES, first_tool_call, fixture_events
 
 EXPORTERS = {
@@ -283,7 +284,7 @@ def test_spans_that_are_not_streams_are_ignored(collector):
         pass
     record_stream(provider, "packed", [(100, 1, 3, 10)])
     provider.shutdown()
-    assert collector.pipeline.counts()["ignored_traces"] == 1
+    assert metric(collector.http_url, "streamscope_collector_ignored_items_total", signal="traces") == 1
     assert collector.query_client.query("SELECT count() FROM streams").result_rows[0][0] == 1
 
 

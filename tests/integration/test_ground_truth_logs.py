@@ -14,6 +14,7 @@ from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from streamscope import semconv as sc
 from streamscope.workload.ground_truth import GroundTruth
 from streamscope.workload.truth_export import OtlpGroundTruthSink, ground_truth_logger
+from tests.self_metrics import metric
 
 TRUTH = GroundTruth(
     cause="kv_pressure",
@@ -101,4 +102,4 @@ def test_bad_ground_truth_is_rejected_and_other_logs_are_ignored(collector, bad,
     assert partial.rejected_log_records == 1 and "log record 2" in partial.error_message
     assert reason in partial.error_message
     assert collector.query_client.query("SELECT cause FROM ground_truth").result_rows == [("connection",)]
-    assert collector.pipeline.counts()["ignored_logs"] == 1
+    assert metric(collector.http_url, "streamscope_collector_ignored_items_total", signal="logs") == 1
