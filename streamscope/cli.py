@@ -103,6 +103,39 @@ def _cli() -> click.Group:
         default=None,
         help="Public token pages must send with browser spans (default: the browser route is open).",
     )
+    @click.option(
+        "--auth-file",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        envvar=env.STREAMSCOPE_AUTH_FILE,
+        default=None,
+        help="YAML of bearer tokens → tenants; turns authentication on (see docs/operations.md).",
+    )
+    @click.option(
+        "--spool-dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help="Where accepted batches wait for the store [default: beside an embedded store].",
+    )
+    @click.option(
+        "--spool-max-mib",
+        default=2048,
+        show_default=True,
+        type=click.IntRange(1),
+        help="Spool size past which requests are answered 503.",
+    )
+    @click.option(
+        "--spool-fsync",
+        type=click.Choice(["always", "never"]),
+        default="always",
+        show_default=True,
+        help="always: survives a machine crash; never: a process crash.",
+    )
+    @click.option(
+        "--tenant-rate-mib",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        help="MiB per second each tenant may send, sustained (default: no limit).",
+    )
     @_fail_plainly
     def collector(
         storage_dsn: str | None,
@@ -113,6 +146,11 @@ def _cli() -> click.Group:
         max_request_mib: int,
         cors_origins: tuple[str, ...],
         browser_token: str | None,
+        auth_file: Path | None,
+        spool_dir: Path | None,
+        spool_max_mib: int,
+        spool_fsync: str,
+        tenant_rate_mib: float | None,
     ) -> None:
         """Receive OTLP traces and store stream spans in ClickHouse.
 
@@ -122,10 +160,12 @@ def _cli() -> click.Group:
         """
         import logging
 
+        from collector.auth import load_tokens
         from collector.config import CollectorConfig
         from collector.service import Collector
 
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        tokens, browser_tokens = load_tokens(auth_file) if auth_file else ({}, {})
         config = CollectorConfig(
             storage_dsn=storage_dsn or env.default_storage_dsn(),
             host=host,
@@ -134,6 +174,12 @@ def _cli() -> click.Group:
             max_request_bytes=max_request_mib * 1024 * 1024,
             cors_origins=tuple(o.strip() for value in cors_origins for o in value.split(",") if o.strip()),
             browser_token=browser_token,
+            tokens=tokens,
+            browser_tokens=browser_tokens,
+            spool_dir=spool_dir,
+            spool_max_bytes=spool_max_mib * 1024 * 1024,
+            spool_fsync=spool_fsync,
+            tenant_bytes_per_s=tenant_rate_mib * 1024 * 1024 if tenant_rate_mib else None,
         )
         Collector(config).serve_forever()
 

@@ -33,6 +33,9 @@ browser spans."""
 STREAMSCOPE_BROWSER_TOKEN: Final = "STREAMSCOPE_BROWSER_TOKEN"
 """The collector: the public token web pages send with browser spans (unset: the browser route is open)."""
 
+STREAMSCOPE_AUTH_FILE: Final = "STREAMSCOPE_AUTH_FILE"
+"""The collector's tokens file (bearer tokens → tenants); set, it turns authentication on."""
+
 GRAFANA_URL: Final = "GRAFANA_URL"
 """`streamscope dashboards push`: base URL of the Grafana to provision (the name grafana-client's from_env reads)."""
 

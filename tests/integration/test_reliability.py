@@ -1,0 +1,169 @@
+"""Faults injected into real processes: a collector killed mid-load, a store that refuses writes for a while.
+
+Every stream a sender was told was accepted must be stored, exactly once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from collector.config import CollectorConfig
+from collector.service import Collector
+from ingest.spool import Spool
+from streamscope import StreamRecorder
+from streamscope.errors import ConfigError
+from tests.browser import free_port
+from tests.integration.test_group_commit import batch
+from tests.otlp_build import stream_span, trace_request
+from tests.self_metrics import metric
+
+STREAMSCOPE = [sys.executable, "-m", "streamscope.cli"]
+PROTOBUF = {"content-type": "application/x-protobuf"}
+
+
+class CollectorProcess:
+    """``streamscope collector`` as its own process, on a fixed port so that it can be killed and restarted."""
+
+    def __init__(self, data: Path, port: int) -> None:
+        self.data, self.port = data, port
+        self.url = f"http://127.0.0.1:{port}"
+        self.process: subprocess.Popen | None = None
+        self.log = data.parent / "collector.log"
+
+    def start(self) -> CollectorProcess:
+        command = [*STREAMSCOPE, "collector", "--storage", f"chdb://{self.data}", "--http-port", str(self.port)]
+        with self.log.open("a") as log:
+            self.process = subprocess.Popen([*command, "--no-grpc"], stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while True:
+            assert self.process.poll() is None, self.log.read_text()
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "collector did not start"
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        assert self.process.wait(timeout=60) == 0, self.log.read_text()
+
+    def sql(self, query: str) -> list[list]:
+        response = httpx.post(f"{self.url}/api/v1/sql", json={"query": query}, timeout=30)
+        assert response.status_code == 200, response.text
+        return response.json()["data"]
+
+
+def record_streams(provider: TracerProvider, count: int, chunks: int) -> None:
+    for _ in range(count):
+        recorder = StreamRecorder(side="client", provider="openai", request_model="m", tracer_provider=provider)
+        recorder.start()
+        for _ in range(chunks):
+            recorder.chunk(1, 4, 0)
+        recorder.finish()
+
+
+def test_a_collector_killed_mid_load_loses_and_repeats_nothing(tmp_path):
+    streams, chunks = 400, 25
+    collector = CollectorProcess(tmp_path / "store", free_port()).start()
+    exporter = OTLPSpanExporter(endpoint=f"{collector.url}/v1/traces", timeout=90)  # retries until then
+    provider = TracerProvider(resource=Resource.create({"service.name": "load"}))
+    provider.add_span_processor(BatchSpanProcessor(exporter, max_export_batch_size=10, schedule_delay_millis=20))
+    record_streams(provider, streams, chunks)
+    deadline = time.monotonic() + 60
+    while metric(collector.url, "streamscope_collector_accepted_rows_total", table="streams") < streams / 4:
+        assert time.monotonic() < deadline, "the load did not start"
+        time.sleep(0.02)
+    collector.kill()  # mid-load: requests in flight, some spooled and not yet written
+    collector.start()
+    assert provider.force_flush(timeout_millis=120_000)
+    provider.shutdown()
+
+    (stored, distinct), *_ = collector.sql("SELECT count(), uniqExact(trace_id, span_id) FROM streams")
+    (chunk_rows, distinct_chunks), *_ = collector.sql("SELECT count(), uniqExact(trace_id, span_id, seq) FROM chunks")
+    collector.stop()
+    assert (stored, distinct) == (streams, streams)
+    assert (chunk_rows, distinct_chunks) == (streams * chunks, streams * chunks)
+
+
+def test_a_store_outage_fills_the_spool_then_heals_by_itself(storage_dsn, store_client, tmp_path):
+    first = trace_request([stream_span(1, 1, side="client", offsets_ms=[0, 10, 20], tokens=[1, 1, 1])])
+    config = CollectorConfig(
+        storage_dsn=storage_dsn,
+        http_port=0,
+        grpc_port=None,
+        attribution_interval_s=None,
+        spool_dir=tmp_path / "spool",
+        spool_max_bytes=1024 * 1024,
+        store_wait_s=1.0,
+    )
+    collector = Collector(config).start()
+    try:
+        post = lambda request: httpx.post(  # noqa: E731
+            f"{collector.http_url}/v1/traces", content=request.SerializeToString(), headers=PROTOBUF, timeout=30
+        )
+        assert post(first).status_code == 200
+        # the store refuses every insert as an overloaded server does (TOO_MANY_PARTS), until restored
+        for table in ("chunks", "streams"):
+            store_client.command(f"ALTER TABLE {table} MODIFY SETTING parts_to_throw_insert = 1")
+        accepted, refused = [], []
+        for trace in range(2, 400):
+            request = trace_request([stream_span(trace, 1, side="client", offsets_ms=[0, 10, 20], tokens=[1, 1, 1])])
+            response = post(request)
+            if response.status_code == 503:
+                assert response.headers["retry-after"]
+                refused.append(trace)
+                break
+            assert response.status_code == 200, response.text
+            accepted.append(trace)
+        assert refused and len(accepted) > 10, "the spool should take a backlog, then refuse"
+        ready = httpx.get(f"{collector.http_url}/readyz").json()
+        assert ready["store"].startswith("down") and "TOO_MANY_PARTS" in ready["store"]
+        assert metric(collector.http_url, "streamscope_collector_store_up") == 0
+        assert metric(collector.http_url, "streamscope_collector_refused_requests_total", reason="unavailable") >= 1
+
+        for table in ("chunks", "streams"):
+            store_client.command(f"ALTER TABLE {table} MODIFY SETTING parts_to_throw_insert = 3000")
+        deadline = time.monotonic() + 60
+        while httpx.get(f"{collector.http_url}/readyz").json()["spool"]["segments"]:
+            assert time.monotonic() < deadline, "the spool did not drain"
+            time.sleep(0.1)
+        assert post(trace_request([stream_span(refused[0], 1, side="client", offsets_ms=[0], tokens=[1])])).is_success
+    finally:
+        collector.stop()
+    rows = store_client.query("SELECT count(), uniqExact(trace_id) FROM streams").result_rows
+    assert rows == [(len(accepted) + 2, len(accepted) + 2)]
+
+
+@pytest.mark.parametrize("fsync", ["always", "never"])
+def test_either_fsync_policy_leaves_segments_a_new_process_reads(tmp_path, fsync):
+    spool = Spool(tmp_path, max_bytes=10**6, fsync=fsync)
+    spool.append([batch(1, "a")])
+    spool.close()
+    reopened = Spool(tmp_path, max_bytes=10**6)
+    (segment,) = reopened.pending()
+    assert reopened.read(segment)[0].rows("chunks") == 3
+
+
+def test_an_unknown_fsync_policy_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="fsync policy 'sometimes'"):
+        Spool(tmp_path, max_bytes=10**6, fsync="sometimes")  # type: ignore[arg-type]
