@@ -1,0 +1,131 @@
+"""Tokens map to tenants: no token, no write; the stored tenant is the token's; a tenant reads only its rows."""
+
+from __future__ import annotations
+
+import grpc
+import httpx
+import pytest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+
+from collector.auth import load_tokens
+from collector.config import CollectorConfig
+from collector.service import Collector
+from streamscope.errors import ConfigError
+from tests.otlp_build import any_value, otlp_json, stream_span, trace_request
+
+PROTOBUF = {"content-type": "application/x-protobuf"}
+INJECTION = "m'); DROP TABLE streams; --"
+
+
+@pytest.fixture
+def secured(storage_dsn):
+    config = CollectorConfig(
+        storage_dsn=storage_dsn,
+        http_port=0,
+        grpc_port=0,
+        attribution_interval_s=None,
+        tokens={"secret-a": "team-a", "secret-b": "team-b"},
+        browser_tokens={"public-a": "team-a"},
+    )
+    running = Collector(config).start()
+    yield running
+    running.stop()
+
+
+def body(trace: int, side: str = "client", model: str = "m") -> bytes:
+    model_attribute = {"gen_ai.request.model": model}
+    span = stream_span(trace, 1, side=side, offsets_ms=[0, 5], tokens=[1, 1], attributes=model_attribute)
+    request = trace_request([span])
+    # a payload that claims a tenant: it must not matter
+    claims = [KeyValue(key="service.name", value=any_value("app")), KeyValue(key="tenant", value=any_value("team-b"))]
+    request.resource_spans[0].resource.CopyFrom(Resource(attributes=claims))
+    return request.SerializeToString()
+
+
+def post(collector, content: bytes, token: str | None, path: str = "/v1/traces", headers=PROTOBUF) -> httpx.Response:
+    auth = {"authorization": f"Bearer {token}"} if token else {}
+    return httpx.post(f"{collector.http_url}{path}", content=content, headers={**headers, **auth}, timeout=30)
+
+
+def sql(collector, query: str, token: str | None) -> httpx.Response:
+    auth = {"authorization": f"Bearer {token}"} if token else {}
+    return httpx.post(f"{collector.http_url}/api/v1/sql", json={"query": query}, headers=auth, timeout=30)
+
+
+@pytest.mark.parametrize("token", [None, "wrong", "public-a"])
+def test_otlp_without_a_valid_secret_token_is_401_and_stores_nothing(secured, token):
+    response = post(secured, body(1), token)
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"] == "Bearer"
+    assert sql(secured, "SELECT count() FROM streams", "secret-a").json()["data"] == [[0]]
+
+
+def test_the_stored_tenant_is_the_tokens_never_the_payloads(secured, store_client):
+    assert post(secured, body(1), "secret-a").status_code == 200
+    assert post(secured, body(2), "secret-b").status_code == 200
+    rows = store_client.query("SELECT tenant, trace_id FROM streams ORDER BY tenant").result_rows
+    assert [tenant for tenant, _ in rows] == ["team-a", "team-b"]
+
+
+def test_a_tenant_reads_only_its_own_rows_and_cannot_read_around_the_filter(secured):
+    post(secured, body(1), "secret-a")
+    post(secured, body(2), "secret-b")
+    for token, tenant in [("secret-a", "team-a"), ("secret-b", "team-b")]:
+        rows = sql(secured, "SELECT DISTINCT tenant FROM chunk_timeline", token).json()["data"]
+        assert rows == [[tenant]]
+    assert sql(secured, "SELECT count() FROM streams", None).status_code == 401
+    for query in ("SELECT * FROM merge(currentDatabase(), '^streams$')", "SELECT * FROM system.tables"):
+        refused = sql(secured, query, "secret-a")
+        assert refused.status_code == 403, refused.text
+    spoofed = sql(
+        secured, "SELECT count() FROM streams SETTINGS additional_table_filters = {'streams': '1'}", "secret-a"
+    )
+    assert spoofed.json()["data"] == [[1]]
+
+
+def test_sql_injection_strings_in_attributes_are_stored_verbatim_and_harmless(secured, store_client):
+    assert post(secured, body(1, model=INJECTION), "secret-a").status_code == 200
+    assert store_client.query("SELECT request_model FROM streams").result_rows == [(INJECTION,)]
+    found = sql(secured, "SELECT count() FROM streams", "secret-a").json()["data"]
+    assert found == [[1]]
+
+
+def test_browser_route_takes_public_tokens_for_their_tenant_only(secured, store_client):
+    browser_body = otlp_json(trace_request([stream_span(3, 1, side="browser", offsets_ms=[0, 5], tokens=[1, 1])]))
+    json_headers = {"content-type": "application/json"}
+    assert post(secured, browser_body, None, "/v1/browser/traces", json_headers).status_code == 401
+    assert post(secured, browser_body, "secret-b", "/v1/browser/traces", json_headers).status_code == 401
+    assert post(secured, browser_body, "public-a", "/v1/browser/traces", json_headers).status_code == 200
+    assert store_client.query("SELECT tenant, side FROM streams").result_rows == [("team-a", "browser")]
+
+
+def test_the_alert_webhook_needs_a_token(secured):
+    response = httpx.post(f"{secured.http_url}/api/v1/alerts", json={"alerts": []}, timeout=10)
+    assert response.status_code == 401
+
+
+def test_grpc_without_a_token_is_unauthenticated_and_with_one_stores_for_its_tenant(secured, store_client):
+    with grpc.insecure_channel(secured.grpc_endpoint) as channel:
+        stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+        request = trace_request([stream_span(4, 1, side="server", offsets_ms=[0, 5], tokens=[1, 1])])
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.Export(request, timeout=10)
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        stub.Export(request, timeout=10, metadata=[("authorization", "Bearer secret-b")])
+    assert store_client.query("SELECT tenant FROM streams").result_rows == [("team-b",)]
+
+
+def test_the_tokens_file_is_checked(tmp_path):
+    path = tmp_path / "tokens.yaml"
+    path.write_text("tokens:\n  s3cret: team-a\nbrowser_tokens:\n  pub: team-a\n")
+    assert load_tokens(path) == ({"s3cret": "team-a"}, {"pub": "team-a"})
+    for text, message in [
+        ('tokens:\n  s3cret: "team a\'"\n', "tenant name"),
+        ("browser_tokens:\n  pub: team-a\n", "no tokens"),
+        ("users: []\n", "expected a mapping"),
+    ]:
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=message):
+            load_tokens(path)
