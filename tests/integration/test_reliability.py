@@ -19,11 +19,12 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from collector.admission import InflightBudget
 from collector.config import CollectorConfig
 from collector.service import Collector
 from ingest.spool import Spool
 from streamscope import StreamRecorder
-from streamscope.errors import ConfigError
+from streamscope.errors import ConfigError, Overloaded
 from tests.browser import free_port
 from tests.integration.test_group_commit import batch
 from tests.otlp_build import stream_span, trace_request
@@ -167,3 +168,40 @@ def test_either_fsync_policy_leaves_segments_a_new_process_reads(tmp_path, fsync
 def test_an_unknown_fsync_policy_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="fsync policy 'sometimes'"):
         Spool(tmp_path, max_bytes=10**6, fsync="sometimes")  # type: ignore[arg-type]
+
+
+def test_a_tenant_over_its_rate_is_told_to_come_back(storage_dsn):
+    config = CollectorConfig(
+        storage_dsn=storage_dsn,
+        http_port=0,
+        grpc_port=None,
+        attribution_interval_s=None,
+        tokens={"secret-a": "team-a", "secret-b": "team-b"},
+        tenant_bytes_per_s=1000,  # 2,000 bytes of burst
+    )
+    collector = Collector(config).start()
+    try:
+
+        def post(trace: int, token: str) -> httpx.Response:
+            request = trace_request([stream_span(trace, 1, side="client", offsets_ms=[0] * 40, tokens=[1] * 40)])
+            headers = {**PROTOBUF, "authorization": f"Bearer {token}"}
+            return httpx.post(f"{collector.http_url}/v1/traces", content=request.SerializeToString(), headers=headers)
+
+        answers = [post(trace, "secret-a").status_code for trace in range(1, 8)]
+        assert answers[0] == 200 and 429 in answers
+        assert post(99, "secret-b").status_code == 200  # another tenant is not slowed
+        assert metric(collector.http_url, "streamscope_collector_refused_requests_total", reason="overloaded") >= 1
+    finally:
+        collector.stop()
+
+
+def test_the_inflight_budget_refuses_a_second_request_past_it_and_frees_on_release():
+    budget = InflightBudget(max_bytes=1000)
+    with budget.reserve() as first:
+        first.take(1500)  # one request alone may use it all: the size limits bound it
+        with budget.reserve() as second, pytest.raises(Overloaded, match="1500 bytes of requests in flight"):
+            second.take(1)
+    assert budget.used == 0
+    with budget.reserve() as again:
+        again.take(900)
+    assert budget.used == 0
