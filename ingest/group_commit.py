@@ -187,7 +187,9 @@ class GroupCommitWriter:
         while (group := self._next_group()) is not None:
             try:
                 error = self._write_group(group)
-            except RetryableWriteError as exc:
+            except Exception as exc:  # the store failed, or the disk did: the same group again, later
+                if not isinstance(exc, RetryableWriteError):
+                    log.error("writing spool segments %s failed; retrying", [s.seq for s in group], exc_info=exc)
                 self._store_failed(exc)
                 self._first_group = group  # the same segments again, under the same token
                 if not self._pause(backoff):

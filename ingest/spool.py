@@ -152,7 +152,8 @@ class Spool:
     def set_aside(self, segment: Segment) -> Path:
         """Move a segment that cannot be read to the quarantine, for a human to look at."""
         path = self._quarantine_dir() / segment.path.name
-        segment.path.rename(path)
+        if segment.path.exists():  # already moved when the same group is tried again
+            segment.path.rename(path)
         with self._mutex:
             self._segments.pop(segment.seq, None)
         return path
