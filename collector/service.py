@@ -93,7 +93,8 @@ class Collector:
         metrics.watch("store_up", "1 while the store takes writes, 0 while they fail.", lambda: writer.store_healthy)
 
         def readiness() -> tuple[bool, dict]:
-            room = spool.bytes + self.config.max_request_bytes <= spool.max_bytes
+            waiting = spool.bytes
+            room = waiting + self.config.max_request_bytes <= spool.max_bytes
             try:
                 store_up = writer.store_healthy and bool(store.call(query_client.ping))
             except WriteError:
@@ -101,7 +102,7 @@ class Collector:
             state = {
                 "status": "ready" if room else "spool full",
                 "store": "up" if store_up else f"down: {writer.last_error or 'no answer to ping'}",
-                "spool": {"segments": writer.backlog(), "bytes": spool.bytes, "max_bytes": spool.max_bytes},
+                "spool": {"segments": writer.backlog(), "bytes": waiting, "max_bytes": spool.max_bytes},
             }
             return room, state
 

@@ -104,10 +104,6 @@ class GroupCommitWriter:
             self._lock.notify_all()
         return ticket
 
-    def write(self, batch: DecodedBatch, timeout_s: float | None = None) -> None:
-        """Block until ``batch`` is durable in the spool; raises what the spool raised."""
-        self.submit(batch).spooled.result(timeout=timeout_s)
-
     def backlog(self) -> int:
         """Segments waiting for the store."""
         with self._lock:
