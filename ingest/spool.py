@@ -17,7 +17,9 @@ interrupted insert (if any) was of the oldest segment alone.
 
 One process owns a spool directory at a time (an exclusive lock on ``LOCK``). The spool's identity (a random
 id kept in ``ID``) names its segments' insert deduplication tokens, so a segment replayed after a crash is
-deduplicated by the store, and a fresh spool never collides with an old one.
+deduplicated by the store. Numbering goes on after the newest segment still pending; a spool opened with none
+pending cannot know the numbers it used before, so it takes a new identity: a new segment's token never repeats
+one still in the store's deduplication window, which would have the store drop it as a replay.
 """
 
 from __future__ import annotations
@@ -68,10 +70,10 @@ class Spool:
         except BlockingIOError:
             self._lock_file.close()
             raise ConfigError(f"spool {directory} is in use by another collector; give each its own") from None
-        self.id = self._identity()
         for leftover in directory.glob("*.tmp"):  # an append that never completed was never acknowledged
             leftover.unlink()
         self._segments = {s.seq: s for s in self._scan()}
+        self.id = self._identity(renew=not self._segments)
         self._next_seq = max(self._segments, default=0) + 1
         self._mutex = threading.Lock()
 
@@ -186,9 +188,9 @@ class Spool:
             if path.stem.isdigit():
                 yield Segment(int(path.stem), path, path.stat().st_size)
 
-    def _identity(self) -> str:
+    def _identity(self, renew: bool) -> str:
         path = self.directory / "ID"
-        if not path.exists():
+        if renew or not path.exists():
             self._write_file(path, uuid.uuid4().hex.encode())
         return path.read_text().strip()
 

@@ -95,6 +95,16 @@ def test_segments_left_by_a_crash_are_written_at_start_and_only_once(tmp_path, s
     assert not list(tmp_path.glob("*.seg"))
 
 
+def test_a_drained_spool_opened_again_never_repeats_a_token_so_new_data_is_not_taken_for_a_replay(
+    tmp_path, store_client
+):
+    for run, tenant in enumerate(["before", "after"]):
+        writer = GroupCommitWriter(Spool(tmp_path, max_bytes=10**8), ClickHouseWriter(store_client), FAST_RETRY)
+        writer.submit(batch(run + 1, tenant)).stored.result(timeout=10)  # segment 1 of a spool drained each time
+        writer.shutdown()
+    assert stored(store_client) == [("after", 3), ("before", 3)]
+
+
 def test_spans_sent_again_in_a_later_request_are_stored_once(tmp_path, store_client):
     writer = GroupCommitWriter(Spool(tmp_path, max_bytes=10**8), ClickHouseWriter(store_client), FAST_RETRY)
     writer.submit(batch(1, "a")).stored.result(timeout=10)
