@@ -4,8 +4,9 @@ their quality indices to ``stream_quality``.
 Why a periodic job rather than materialized views: a stall's cause needs both sides of the stream and the
 node's engine events, which arrive in separate requests, seconds apart; a view fires on one insert into one
 table. The job waits until a stream has settled (``settle_s`` after it was stored), attributes every stream
-stored since its watermark in one pass of a few queries, and advances the watermark it keeps in
-``attribution_progress`` so a restart neither skips nor repeats streams.
+stored since its watermark in passes of a few queries, and advances the watermark it keeps in
+``attribution_progress`` after each pass, so a restart neither skips nor repeats streams. A pass holds at most
+``pass_streams`` streams (and their chunks) in memory, however far behind the job is after an outage.
 
 A stream's stalls are attributed from its own two sides and its node's events, and checked against the other
 client streams of the same pass that share its client process (service instance) or its serving node: a host
@@ -37,10 +38,13 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 STREAMS_SQL = """
 SELECT tenant, trace_id, span_id, service, side, if(response_model != '', response_model, request_model),
-       resource_attributes['service.instance.id'], toUnixTimestamp64Micro(start_time), duration_us
+       resource_attributes['service.instance.id'], toUnixTimestamp64Micro(start_time), duration_us, ingested_at
 FROM streams
 WHERE ingested_at > {since:DateTime64(3)} AND ingested_at <= {until:DateTime64(3)}
+ORDER BY ingested_at
+LIMIT {limit:UInt32} WITH TIES
 """
+"""At most ``limit`` streams, and every stream stored in the same instant as the last: the pass can end there."""
 TRACES_SQL = """
 SELECT trace_id, span_id, side, node_name, toUnixTimestamp64Micro(start_time)
 FROM streams WHERE trace_id IN {traces:Array(String)}
@@ -89,11 +93,16 @@ class AttributionJob:
         *,
         settle_s: float = 10.0,
         quality: QualityTargets | None = None,
+        pass_streams: int = 5000,
+        insert_client: Client | None = None,
     ) -> None:
+        """``client`` reads; ``insert_client`` (default: ``client``) writes stalls, quality and progress."""
         self._client = client
+        self._insert_client = insert_client or client
         self.rules = rules or StallRules()
         self.settle_s = settle_s
         self.quality = quality or QualityTargets()
+        self.pass_streams = pass_streams
 
     def watermark(self) -> datetime:
         rows = self._client.query(
@@ -102,25 +111,40 @@ class AttributionJob:
         value = rows[0][0] if rows else None
         if not value or value.year <= 1970:
             return EPOCH
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
+        return _utc(value)
 
     def run_once(self, until: datetime | None = None) -> int:
         """Attribute every stream stored after the watermark and at least ``settle_s`` ago; returns stalls written."""
+        until = until or datetime.now(UTC) - timedelta(seconds=self.settle_s)
+        written = 0
+        while True:
+            stalls, caught_up = self.run_pass(until)
+            written += stalls
+            if caught_up:
+                return written
+
+    def run_pass(self, until: datetime | None = None) -> tuple[int, bool]:
+        """One bounded pass from the watermark towards ``until``; returns stalls written and whether it got there."""
         with store.translated_errors():
             since = self.watermark()
             until = until or datetime.now(UTC) - timedelta(seconds=self.settle_s)
             if until <= since:
-                return 0
-            streams = self._client.query(STREAMS_SQL, parameters={"since": since, "until": until}).result_rows
+                return 0, True
+            parameters = {"since": since, "until": until, "limit": self.pass_streams}
+            rows = self._client.query(STREAMS_SQL, parameters=parameters).result_rows
+            caught_up = len(rows) < self.pass_streams
+            if not caught_up:
+                until = _utc(rows[-1][-1])  # ordered by ingested_at, ties included: the pass ends on a whole instant
+            streams = [row[:-1] for row in rows]
             stalls, quality = self._attribute(streams) if streams else ([], [])
             if stalls:
-                self._client.insert_arrow("stalls", pa.Table.from_pylist(stalls, schema=columns.STALLS))
+                self._insert_client.insert_arrow("stalls", pa.Table.from_pylist(stalls, schema=columns.STALLS))
             if quality:
-                self._client.insert_arrow(
+                self._insert_client.insert_arrow(
                     "stream_quality", pa.Table.from_pylist(quality, schema=columns.STREAM_QUALITY)
                 )
-            self._client.insert("attribution_progress", [[JOB, until]], column_names=["job", "through"])
-            return len(stalls)
+            self._insert_client.insert("attribution_progress", [[JOB, until]], column_names=["job", "through"])
+            return len(stalls), caught_up
 
     def _attribute(self, streams: list[tuple[Any, ...]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         traces = sorted({row[1] for row in streams})
@@ -260,6 +284,10 @@ def _row(stall: Stall, identity: dict[str, str]) -> dict[str, Any]:
     }
 
 
+def _utc(value: datetime) -> datetime:
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
 def _time(microseconds: int) -> datetime:
     return EPOCH + timedelta(microseconds=microseconds)
 
@@ -285,6 +313,7 @@ class PeriodicAttribution:
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
             try:
-                self.job.run_once()
+                while not self._stop.is_set() and not self.job.run_pass()[1]:
+                    pass  # behind: the next pass starts at once
             except Exception:
                 log.exception("attribution run failed; it is retried on the next tick")

@@ -160,3 +160,21 @@ def test_an_sglang_node_reporting_only_its_acceptance_length_runs_speculative_de
         "SELECT DISTINCT cause FROM stalls WHERE trace_id = {t:String}", parameters={"t": "07" * 16}
     )
     assert causes.result_rows == [("unknown",)]
+
+
+def test_a_job_far_behind_catches_up_in_bounded_passes_without_skipping_or_repeating(store_client):
+    for trace in range(1, 8):  # seven inserts, seven instants of ingestion
+        write(store_client, [span(trace, trace, "client", T0, with_gap(5, 700))], [])
+    job = AttributionJob(store_client, settle_s=0, pass_streams=3)
+    until = datetime.now(UTC) + timedelta(seconds=1)
+
+    def rated() -> int:
+        return store_client.query("SELECT count() FROM stream_quality").result_rows[0][0]
+
+    stalls, caught_up = job.run_pass(until)
+    first_pass = rated()
+    assert not caught_up and 3 <= first_pass < 7 and stalls == first_pass  # one 700 ms stall per stream
+    assert job.watermark() < until
+    assert job.run_once(until) == 7 - first_pass
+    assert store_client.query("SELECT count(), uniqExact(trace_id) FROM stream_quality").result_rows == [(7, 7)]
+    assert job.run_pass(until) == (0, True)
