@@ -19,6 +19,9 @@ DEFAULT_MAX_INFLIGHT_BYTES = 256 * 1024 * 1024
 @dataclass(frozen=True)
 class CollectorConfig:
     storage_dsn: str = field(default_factory=env.default_storage_dsn)
+    """Where spans are inserted, as whom: on a server, an account that may insert (and migrate, with ``migrate``)."""
+    query_storage_dsn: str | None = None
+    """The same store as another account, for everything the collector reads; None: the storage DSN's."""
     host: str = "127.0.0.1"
     http_port: int = 4318
     grpc_port: int | None = 4317

@@ -1,7 +1,9 @@
 """Run the collector: open and migrate the store, then serve OTLP over HTTP and gRPC.
 
 ``Collector.start()`` serves from background threads and returns, so the demo and the tests can run one
-in-process; ``streamscope collector`` calls ``serve_forever()``. While it runs with the embedded engine it
+in-process; ``streamscope collector`` calls ``serve_forever()``. It inserts through the storage DSN's account
+and reads (repeated-span lookups, the attribution job, SQL) through the query DSN's, when one is given, so a
+server can give each account only the grants it needs. While it runs with the embedded engine it
 leaves ``collector.json`` in the data directory, telling other commands to query through its HTTP API.
 """
 
@@ -11,6 +13,7 @@ import json
 import logging
 import os
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from clickhouse_connect.driver.client import Client
@@ -28,7 +31,7 @@ from ingest.spool import Spool
 from ingest.writer import ClickHouseWriter
 from streamscope import env
 from streamscope._internal.serving import BackgroundServer, connectable_host, stop_on_signals
-from streamscope.errors import WriteError
+from streamscope.errors import ConfigError, WriteError
 
 log = logging.getLogger(__name__)
 DISCOVERY_FILE = "collector.json"
@@ -38,6 +41,7 @@ class Collector:
     def __init__(self, config: CollectorConfig) -> None:
         self.config = config
         self.target = store.parse_dsn(config.storage_dsn)
+        self.read_target = self._read_target()
         self.http_port: int | None = None
         self.grpc_port: int | None = None
         self._writer: GroupCommitWriter | None = None
@@ -64,20 +68,37 @@ class Collector:
     def grpc_endpoint(self) -> str:
         return f"{connectable_host(self.config.host)}:{self.grpc_port}"
 
+    def _read_target(self) -> store.StoreTarget:
+        if not self.config.query_storage_dsn:
+            return self.target
+        read = store.parse_dsn(self.config.query_storage_dsn)
+        if replace(read, username=self.target.username, password=self.target.password) != self.target:
+            raise ConfigError(
+                f"the query DSN must name the same store and database as the storage DSN, with another account: "
+                f"{self.config.query_storage_dsn!r}"
+            )
+        return read
+
+    def _connect(self, target: store.StoreTarget, create_database: bool = False) -> Client:
+        """A client of its own (the embedded engine wants one per thread), closed at stop."""
+        client = store.connect(target, create_database=create_database)
+        self._clients.append(client)
+        return client
+
     def start(self) -> Collector:
-        write_client = store.connect(self.target)
-        query_client = store.connect(self.target)
-        self._clients = [write_client, query_client]
-        self.query_client = query_client
+        write_client = self._connect(self.target, create_database=self.config.migrate)
         if self.config.migrate:
             applied = migrations.migrate(write_client)
             for migration in applied:
                 log.info("applied migration %s", migration.path.name)
+        self.query_client = query_client = self._connect(self.read_target)
         spool = Spool(self.spool_dir, max_bytes=self.config.spool_max_bytes, fsync=self.config.spool_fsync)
         if replay := len(spool.pending()):
             log.info("writing %d spool segment(s) left from the last run", replay)
         self.metrics = metrics = SelfMetrics()
-        self._writer = writer = GroupCommitWriter(spool, ClickHouseWriter(write_client), observer=metrics)
+        self._writer = writer = GroupCommitWriter(
+            spool, ClickHouseWriter(write_client, lookups=self._connect(self.read_target)), observer=metrics
+        )
         self.pipeline = ExportPipeline(
             writer,
             stall_threshold_us=self.config.stall_threshold_us,
@@ -127,19 +148,14 @@ class Collector:
                 max_request_bytes=self.config.max_request_bytes,
             )
         if self.config.attribution_interval_s:
-            # its own client: the embedded engine wants one connection per thread
-            attribution_client = store.connect(self.target)
-            self._clients.append(attribution_client)
-            self._attribution = PeriodicAttribution(
-                AttributionJob(attribution_client), self.config.attribution_interval_s
-            ).start()
+            job = AttributionJob(self._connect(self.read_target), insert_client=self._connect(self.target))
+            self._attribution = PeriodicAttribution(job, self.config.attribution_interval_s).start()
         self._write_discovery()
         return self
 
     def _sql_runner(self, query_client: Client) -> SqlRunner:
         """Operator queries on the read-only session; tenants' on a client of their own (collector.http_app)."""
-        tenant_client = store.connect(self.target)  # no session settings: tenants' queries carry their own
-        self._clients.append(tenant_client)
+        tenant_client = self._connect(self.read_target)  # no session settings: tenants' queries carry their own
 
         def run(query: str, tenant: str | None) -> bytes:
             if tenant is None:

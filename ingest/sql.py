@@ -28,8 +28,15 @@ _TABLE_NAME = re.compile(r"\btable_name: ([^,\s]+)")
 
 def query_json(client: Client, sql: str) -> bytes:
     """Run ``sql`` with the session read-only; raises WriteError with ClickHouse's message on a bad query."""
+    settings = READ_ONLY if not _profile_read_only(client) else {k: v for k, v in READ_ONLY.items() if k != "readonly"}
     with store.translated_errors():
-        return client.raw_query(sql, fmt="JSONCompact", settings=READ_ONLY)
+        return client.raw_query(sql, fmt="JSONCompact", settings=settings)
+
+
+def _profile_read_only(client: Client) -> bool:
+    """Whether the account's profile already keeps it read-only; ClickHouse then refuses any change of ``readonly``."""
+    setting = client.server_settings.get("readonly")
+    return setting is not None and setting.value != "0"
 
 
 def tenant_query_json(client: Client, sql: str, tenant: str) -> bytes:
@@ -40,6 +47,8 @@ def tenant_query_json(client: Client, sql: str, tenant: str) -> bytes:
     SETTINGS, so the query cannot change it. A query naming a table function or another database's table is
     refused (QueryRefused): those would read around the filter. ``tenant`` is a checked name (collector.auth).
     """
+    if _profile_read_only(client):
+        raise QueryRefused("tenant queries need an account whose settings the collector may freeze (readonly=0)")
     statement = sql.strip().rstrip(";")
     with store.translated_errors():
         plan = client.raw_query(f"EXPLAIN QUERY TREE {statement}", fmt="TSVRaw").decode()

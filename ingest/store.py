@@ -101,18 +101,24 @@ def _checked_database(name: str, dsn: str) -> str:
     return name
 
 
-def connect(target: StoreTarget) -> Client:
-    """A client on ``target``'s database, creating the database if it does not exist yet."""
+def connect(target: StoreTarget, create_database: bool = True) -> Client:
+    """A client on ``target``'s database, creating the database first if asked and it does not exist yet.
+
+    ``create_database=False`` for accounts that may not create one (the collector's writer and reader):
+    ClickHouse checks the grant even when the database exists.
+    """
     with translated_errors():
         if target.embedded:
             assert target.path is not None
             target.path.mkdir(parents=True, exist_ok=True)
-            bootstrap = clickhouse_connect.get_client(interface="chdb", path=str(target.path))
-            bootstrap.command(f"CREATE DATABASE IF NOT EXISTS {target.database}")
+            if create_database:
+                bootstrap = clickhouse_connect.get_client(interface="chdb", path=str(target.path))
+                bootstrap.command(f"CREATE DATABASE IF NOT EXISTS {target.database}")
             return clickhouse_connect.get_client(interface="chdb", path=str(target.path), database=target.database)
-        bootstrap = _server_client(target, database="default")
-        bootstrap.command(f"CREATE DATABASE IF NOT EXISTS {target.database}")
-        bootstrap.close()
+        if create_database:
+            bootstrap = _server_client(target, database="default")
+            bootstrap.command(f"CREATE DATABASE IF NOT EXISTS {target.database}")
+            bootstrap.close()
         return _server_client(target, database=target.database)
 
 

@@ -7,6 +7,9 @@ nothing twice. Spans a client sent again in a later request are dropped first (`
 
 At start it checks that the tables' columns are the ones ingest builds (the blocks' Arrow schemas), so a
 store that was not migrated fails loudly instead of mid-write.
+
+It inserts through one client and reads (the schema check, the repeated-span lookup) through another, so the
+inserting account may be one that can do nothing else (schema/clickhouse/users.d: ``streamscope_writer``).
 """
 
 from __future__ import annotations
@@ -34,11 +37,13 @@ def table_columns(client: Client, table: str) -> list[str]:
 class ClickHouseWriter:
     """Synchronous writer; ``write`` returns once the store has the rows."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, lookups: Client | None = None) -> None:
+        """``client`` inserts; ``lookups`` (default: ``client``) reads, on its own connection."""
         self._client = client
+        self._lookups = lookups or client
         with store.translated_errors():
             for table, schema in columns.TABLES.items():
-                found = table_columns(client, table)
+                found = table_columns(self._lookups, table)
                 if found != schema.names:
                     raise SchemaMismatch(
                         f"table {table} has columns {found or 'none'}, expected {schema.names}: "
@@ -54,12 +59,16 @@ class ClickHouseWriter:
         goes last (a logged request's rows are all in), whatever order merged batches listed them in.
         """
         with store.translated_errors():
-            batches, repeated = drop_repeated_spans(self._client, batches)
-            merged = concat(batches)
-            token = token or uuid.uuid4().hex
+            batches, repeated = drop_repeated_spans(self._lookups, batches)
+        self.insert(concat(batches), token)
+        return repeated
+
+    def insert(self, batch: DecodedBatch, token: str | None = None) -> None:
+        """Insert ``batch``'s rows as they are (no lookup), through the inserting client only."""
+        token = token or uuid.uuid4().hex
+        with store.translated_errors():
             for table in columns.TABLES:
-                block = merged.blocks.get(table)
+                block = batch.blocks.get(table)
                 if block is not None and block.num_rows:
                     settings = {"insert_deduplication_token": f"{token}-{table}"}
                     self._client.insert_arrow(table, block, settings=settings)
-        return repeated

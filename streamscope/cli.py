@@ -84,6 +84,18 @@ def _cli() -> click.Group:
     @click.option("--grpc-port", default=4317, show_default=True, type=click.IntRange(0, 65535), help="OTLP/gRPC port.")
     @click.option("--no-grpc", is_flag=True, help="Serve OTLP over HTTP only.")
     @click.option(
+        "--query-storage",
+        "query_storage_dsn",
+        envvar=env.STREAMSCOPE_QUERY_STORAGE,
+        default=None,
+        help="The same store as an account that may read, for lookups and attribution [default: --storage].",
+    )
+    @click.option(
+        "--no-migrate",
+        is_flag=True,
+        help="Do not create or update the tables (run `streamscope migrate` as an account that may).",
+    )
+    @click.option(
         "--max-request-mib",
         default=64,
         show_default=True,
@@ -143,6 +155,8 @@ def _cli() -> click.Group:
         http_port: int,
         grpc_port: int,
         no_grpc: bool,
+        query_storage_dsn: str | None,
+        no_migrate: bool,
         max_request_mib: int,
         cors_origins: tuple[str, ...],
         browser_token: str | None,
@@ -168,6 +182,8 @@ def _cli() -> click.Group:
         tokens, browser_tokens = load_tokens(auth_file) if auth_file else ({}, {})
         config = CollectorConfig(
             storage_dsn=storage_dsn or env.default_storage_dsn(),
+            query_storage_dsn=query_storage_dsn,
+            migrate=not no_migrate,
             host=host,
             http_port=http_port,
             grpc_port=None if no_grpc else grpc_port,

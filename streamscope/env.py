@@ -13,6 +13,9 @@ from typing import Final
 STREAMSCOPE_STORAGE: Final = "STREAMSCOPE_STORAGE"
 """Storage DSN: ``chdb:///abs/path`` (embedded, the default) or ``clickhouse://user:pass@host:8123/db``."""
 
+STREAMSCOPE_QUERY_STORAGE: Final = "STREAMSCOPE_QUERY_STORAGE"
+"""The collector: the same store as another account, for what it reads (unset: the storage DSN's account)."""
+
 STREAMSCOPE_DATA_DIR: Final = "STREAMSCOPE_DATA_DIR"
 """Directory for the embedded engine's data when no DSN is given (default ~/.local/share/streamscope)."""
 

@@ -31,7 +31,7 @@ def opened_store(storage_dsn: str, collector_url: str | None) -> Iterator[Query]
         with httpx.Client(base_url=url.rstrip("/"), timeout=60.0) as http:
             yield lambda query: sql.parse_result(_through_collector(http, query))
         return
-    client = store.connect(target)
+    client = store.connect(target, create_database=target.embedded)  # on a server, a reading account cannot
     try:
         yield lambda query: sql.parse_result(sql.query_json(client, query))
     finally:

@@ -50,6 +50,15 @@ def test_mistakes_end_in_one_line_not_a_traceback(args, message):
     assert "Traceback" not in result.stderr
 
 
+def test_a_collector_that_may_not_migrate_names_what_is_missing(tmp_path):
+    fresh = f"chdb://{tmp_path / 'store'}"
+    other = run("collector", "--storage", fresh, "--query-storage", f"{fresh}?database=other", "--no-grpc")
+    assert other.returncode == 1 and "must name the same store and database" in other.stderr
+    unmigrated = run("collector", "--storage", fresh, "--no-migrate", "--no-grpc", "--http-port", "0")
+    assert unmigrated.returncode == 1 and "Traceback" not in unmigrated.stderr
+    assert "streamscope does not exist" in unmigrated.stderr  # the database migrate creates
+
+
 def test_help_shows_an_example():
     for command in ("collector", "migrate", "sql", "demo"):
         result = run(command, "--help")

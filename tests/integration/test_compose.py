@@ -128,9 +128,17 @@ def datasource() -> dict:
     return only
 
 
+def service_target(service: str, option: str = "--storage") -> store.StoreTarget:
+    command = services()[service]["command"]
+    return store.parse_dsn(command[command.index(option) + 1])
+
+
 def collector_target() -> store.StoreTarget:
-    command = services()["collector"]["command"]
-    return store.parse_dsn(command[command.index("--storage") + 1])
+    return service_target("collector")
+
+
+def password_of(account: ET.Element) -> str:
+    return services()["clickhouse"]["environment"][account.find("password").get("from_env")]
 
 
 def test_compose_file_follows_the_compose_specification():
@@ -177,30 +185,42 @@ def test_every_port_the_readme_quick_start_names_is_published():
     assert named <= published
 
 
-def test_every_dependency_waits_for_a_health_check():
+def test_every_dependency_waits_for_a_health_check_or_a_one_shot_job_to_succeed():
     all_services = services()
     for name, service in all_services.items():
         for dependency, condition in service.get("depends_on", {}).items():
-            assert condition == {"condition": "service_healthy"}, f"{name} -> {dependency}"
-            assert "healthcheck" in all_services[dependency]
+            if "healthcheck" in all_services[dependency]:
+                assert condition == {"condition": "service_healthy"}, f"{name} -> {dependency}"
+            else:  # a job that exits: started again by nothing, waited for until it has succeeded
+                assert condition == {"condition": "service_completed_successfully"}, f"{name} -> {dependency}"
+                assert "restart" not in all_services[dependency]
     assert all_services["grafana"]["depends_on"] == {"clickhouse": {"condition": "service_healthy"}}
 
 
-@pytest.mark.parametrize("name", ["collector", "workload", "chat", "gpu-agent"])
+@pytest.mark.parametrize("name", ["migrate", "collector", "workload", "chat", "gpu-agent"])
 def test_services_of_the_streamscope_image_run_commands_the_cli_accepts(name):
     service = services()[name]
     assert service["image"] == services()["collector"]["image"]
     parsed_command(service["command"])
 
 
-def test_collector_writes_as_the_writer_user_into_the_database_clickhouse_creates():
-    target = collector_target()
-    clickhouse = services()["clickhouse"]
-    writer = user(target.username)
-    assert target.host == "clickhouse" and target.port == 8123
-    assert target.database == clickhouse["environment"]["CLICKHOUSE_DB"]
-    assert target.password == clickhouse["environment"][writer.find("password").get("from_env")]
-    assert grants(writer) == [f"GRANT ALL ON {target.database}.*"]
+def test_the_migrate_job_alone_changes_the_schema_and_the_collector_inserts_and_reads_as_other_accounts():
+    database = services()["clickhouse"]["environment"]["CLICKHOUSE_DB"]
+    admin, writer, reader = (
+        service_target("migrate"),
+        collector_target(),
+        service_target("collector", "--query-storage"),
+    )
+    for target in (admin, writer, reader):
+        assert (target.host, target.port, target.database) == ("clickhouse", 8123, database)
+        assert target.password == password_of(user(target.username))
+    assert len({admin.username, writer.username, reader.username}) == 3
+    assert grants(user(admin.username)) == [f"GRANT ALL ON {database}.*"]
+    assert grants(user(writer.username)) == [f"GRANT INSERT ON {database}.*"]
+    assert grants(user(reader.username)) == [f"GRANT SELECT ON {database}.*"]
+    assert parsed_command(services()["migrate"]["command"])["storage_dsn"]
+    assert parsed_command(services()["collector"]["command"])["no_migrate"]
+    assert services()["collector"]["depends_on"] == {"migrate": {"condition": "service_completed_successfully"}}
 
 
 def test_workload_service_loops_a_shipped_scenario_into_the_collector_service():
@@ -238,44 +258,62 @@ def test_grafana_user_only_reads_the_streamscope_database():
     assert reader.find("password").get("from_env") in services()["clickhouse"]["environment"]
 
 
-def test_users_config_behaves_on_the_clickhouse_engine(tmp_path):
-    """The grants parse as ClickHouse parses them, and a session under the Grafana user's profile runs the plugin's
-    queries but no write or DDL. In a child process: chDB allows one engine per process."""
-    database = collector_target().database
-    reader = user(datasource()["jsonData"]["username"])
-    readonly = users_config().findtext(f"profiles/{reader.findtext('profile')}/readonly")
-    named_grants = [
-        f"{grant} TO {account.tag}" for account in users_config().find("users") for grant in grants(account)
-    ]
-    steps = [
-        *((f"SELECT formatQuery('{grant}')", grant) for grant in named_grants),
-        (f"CREATE DATABASE {database}", ""),
-        (f"CREATE TABLE {database}.streams (id UInt8) ENGINE = MergeTree ORDER BY id", ""),
-        (f"SET readonly = {readonly}", ""),
-        (f"SELECT count() FROM {database}.streams SETTINGS {PLUGIN_QUERY_SETTINGS}", "0"),
-        (f"INSERT INTO {database}.streams VALUES (1)", "refused"),
-        (f"CREATE TABLE {database}.other (id UInt8) ENGINE = MergeTree ORDER BY id", "refused"),
-        ("SET readonly = 0", "refused"),
-    ]
-    script = (
-        "import json, sys\n"
-        "from chdb import session\n"
-        "engine = session.Session(sys.argv[1])\n"
-        "for sql in json.load(sys.stdin):\n"
-        "    try:\n"
-        "        print(json.dumps(engine.query(sql, 'TSV').bytes().decode().strip()))\n"
-        "    except Exception as exc:\n"
-        "        print(json.dumps('refused' if '(READONLY)' in str(exc) else str(exc)))\n"
+def engine_users_config(account: ET.Element) -> str:
+    """A users config for the embedded engine whose ``default`` user has ``account``'s grants and profile."""
+    config = ET.Element("clickhouse")
+    profiles = ET.SubElement(config, "profiles")
+    profiles.extend(users_config().find("profiles"))
+    ET.SubElement(profiles, "default")
+    ET.SubElement(ET.SubElement(config, "quotas"), "default")
+    default = ET.SubElement(ET.SubElement(config, "users"), "default")
+    ET.SubElement(default, "password")
+    ET.SubElement(ET.SubElement(default, "networks"), "ip").text = "::/0"
+    ET.SubElement(default, "profile").text = account.findtext("profile")
+    ET.SubElement(default, "quota").text = "default"
+    default.append(account.find("grants"))
+    return ET.tostring(config, encoding="unicode")
+
+
+def as_account(name: str, data: Path, *actions: str) -> dict[str, str]:
+    """Try ``actions`` (tests.clickhouse_account) as the account ``name`` on the engine at ``data``."""
+    users_xml = data.parent / f"{name}-users.xml"
+    users_xml.write_text(engine_users_config(user(name)))
+    command = [sys.executable, "-m", "tests.clickhouse_account", str(data), str(users_xml), *actions]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def test_each_account_may_do_its_job_and_nothing_more_on_the_clickhouse_engine(tmp_path):
+    """The shipped grants and profiles, enforced by the engine itself, against streamscope's own code paths."""
+    data = tmp_path / "engine"
+    admin, writer, reader = (
+        service_target("migrate"),
+        collector_target(),
+        service_target("collector", "--query-storage"),
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path / "engine")],
-        input=json.dumps([sql for sql, _ in steps]),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    assert [json.loads(line) for line in result.stdout.splitlines()] == [expected for _, expected in steps]
+    grafana = datasource()["jsonData"]["username"]
+    assert as_account(admin.username, data, "create database", "migrate") == {"create database": "ok", "migrate": "ok"}
+
+    trespass = ("create database", "migrate", "alter delete", "truncate", "drop table")
+    assert as_account(
+        writer.username, data, "insert spans", "look up repeated spans", "streamscope sql", *trespass
+    ) == {
+        "insert spans": "ok",
+        "look up repeated spans": "denied",  # the writer cannot even read back what it wrote
+        "streamscope sql": "denied",
+        **dict.fromkeys(trespass, "denied"),
+    }
+    for name in (reader.username, grafana):
+        assert as_account(
+            name, data, "look up repeated spans", "streamscope sql", "dashboard query", "insert spans", *trespass
+        ) == {
+            "look up repeated spans": "ok",
+            "streamscope sql": "ok",
+            "dashboard query": "ok",  # with the plugin's per-query settings
+            "insert spans": "denied",
+            **dict.fromkeys(trespass, "denied"),
+        }
 
 
 def test_datasource_is_the_clickhouse_service_read_as_the_grafana_user():
