@@ -243,7 +243,8 @@ class GroupCommitWriter:
                     break
                 except RetryableWriteError as retryable:
                     self._store_failed(retryable)
-                    time.sleep(backoff)
+                    if not self._pause(backoff):
+                        raise  # shutting down: the group stays spooled; the batches written keep their tokens
                     backoff = min(backoff * 2, self._config.retry_max_s)
                 except Exception as refused:
                     path = self._spool.quarantine(batch, f"{token}.{index}")

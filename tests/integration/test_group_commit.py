@@ -187,3 +187,23 @@ def test_shutdown_leaves_what_the_store_did_not_take_in_the_spool(tmp_path):
     writer.submit(batch(1, "a")).spooled.result(timeout=10)
     writer.shutdown(drain_timeout_s=0.2)
     assert [s.seq for s in Spool(tmp_path, max_bytes=10**8).pending()] == [1]
+
+
+class RefusedThenBusySink:
+    """Refuses a multi-batch insert outright, then is busy for every batch tried alone."""
+
+    def write(self, batches: list[DecodedBatch], token: str) -> int:
+        if len(batches) > 1:
+            raise WriteError("store refused the request: bad rows")
+        raise RetryableWriteError("store busy: Too many parts (TOO_MANY_PARTS)")
+
+
+def test_shutdown_ends_a_batch_by_batch_retry_and_leaves_the_segment_in_the_spool(tmp_path):
+    spool = Spool(tmp_path, max_bytes=10**8)
+    spool.append([batch(1, "a"), batch(2, "b")])
+    writer = GroupCommitWriter(spool, RefusedThenBusySink(), FAST_RETRY)
+    stopping = threading.Thread(target=writer.shutdown, kwargs={"drain_timeout_s": 0.2})
+    stopping.start()
+    stopping.join(timeout=30)
+    assert not stopping.is_alive(), "shutdown waited on a store that stays busy"
+    assert [s.seq for s in Spool(tmp_path, max_bytes=10**8).pending()] == [1]
