@@ -267,7 +267,10 @@ class GroupCommitWriter:
             self._observer.quarantined(batches)
 
     def _pause(self, seconds: float) -> bool:
-        """Wait before the next attempt; False when the shutdown's drain deadline has passed."""
+        """Wait ``seconds`` before the next attempt, however often new segments wake the lock (a busy store is
+        not retried at the request rate); False when the shutdown's drain deadline came first."""
+        resume = time.monotonic() + seconds
         with self._lock:
-            self._lock.wait(min(seconds, max(0.0, self._drain_deadline - time.monotonic())))
+            while (now := time.monotonic()) < (until := min(resume, self._drain_deadline)):
+                self._lock.wait(until - now)
         return time.monotonic() <= self._drain_deadline
