@@ -23,7 +23,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from ingest import columns
 from ingest.batch import DecodedBatch, Rejection
-from ingest.int_arrays import NotAnIntArray, decode_int_array
+from ingest.int_arrays import NotAnIntArray, decode_int_arrays
 from ingest.limits import DEFAULT_LIMITS, SpanLimits, SpanOverLimit
 from ingest.timeline import build_timeline, stream_stats
 from streamscope import semconv as sc
@@ -84,10 +84,15 @@ class _Stream:
     """One accepted stream span before vectorisation: scalars plus its chunk arrays."""
 
     row: dict[str, Any]
-    offsets: np.ndarray
-    values: np.ndarray
-    """One row per packed array after the offsets (tokens, content bytes, wire bytes, paint delay, render)."""
+    chunk_count: int
     first_byte_us: int | None
+    packed: list[AnyValue | None] | None = None
+    """The packed arrays in ``sc.PACKED_ARRAYS`` order (None: an optional one not sent), until the request's
+    arrays are decoded together."""
+    offsets: np.ndarray | None = None
+    values: np.ndarray | None = None
+    """One row per packed array after the offsets (tokens, content bytes, wire bytes, paint delay, render)."""
+    subject: str = ""
 
 
 def decode_traces(
@@ -117,7 +122,7 @@ def decode_traces(
                         raise _SpanRejected("the same span twice in one request")
                     seen.add((span.trace_id, span.span_id))
                     stream = _decode_span(span, attrs, tenant, service, resource_strings)
-                    limits.check_chunks(stream.offsets.size)
+                    limits.check_chunks(stream.chunk_count)
                     if warning := limits.truncate(_subject(span), stream.row, stream.row["attributes"]):
                         warnings.append(warning)
                     accepted.append(stream)
@@ -128,6 +133,7 @@ def decode_traces(
                     rejected.append(
                         Rejection(_subject(span), f"internal error decoding this span ({type(exc).__name__})")
                     )
+    accepted = _with_timelines(accepted, rejected)
     streams, chunks = _blocks(accepted, stall_threshold_us)
     return DecodedBatch(
         blocks={"chunks": chunks, "streams": streams}, ignored=ignored, rejected=rejected, warnings=warnings
@@ -149,9 +155,12 @@ def _decode_span(
     side = str(scalars[sc.STREAMSCOPE_SIDE])
     if side not in sc.STREAMSCOPE_SIDE_VALUES:
         raise _SpanRejected(f"streamscope.side must be one of {', '.join(sc.STREAMSCOPE_SIDE_VALUES)}, not {side!r}")
+    packed: list[AnyValue | None] | None = None
+    offsets = values = None
     if sc.STREAMSCOPE_CHUNKS_OFFSET_US in attrs:
         encoding = "packed"
-        offsets, values = _packed_arrays(attrs)
+        packed = _packed_values(attrs)
+        chunk_count = _element_count(attrs[sc.STREAMSCOPE_CHUNKS_OFFSET_US])
         events_dropped = False
     else:
         if scalars.get(sc.STREAMSCOPE_ENCODING) == "packed":
@@ -161,6 +170,7 @@ def _decode_span(
             )
         encoding = "events"
         offsets, values = _event_arrays(span)
+        chunk_count = offsets.size
         events_dropped = span.dropped_events_count > 0
     truncated = events_dropped or bool(_bounded_int(scalars, sc.STREAMSCOPE_CHUNKS_DROPPED, 2**63 - 1))
     first_byte = scalars.get(sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US)
@@ -199,39 +209,73 @@ def _decode_span(
         "cancel_offset_us": _bounded_int(scalars, sc.STREAMSCOPE_CANCEL_OFFSET_US, 2**63 - 1),
         "tokens_after_cancel": _bounded_int(scalars, sc.STREAMSCOPE_TOKENS_AFTER_CANCEL, _U32_MAX),
         "repetition_score": _float(scalars.get(sc.STREAMSCOPE_REPETITION_SCORE)),
-        "first_tool_call_seq": _chunk_seq(scalars, sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK, offsets.size, events_dropped),
+        "first_tool_call_seq": _chunk_seq(scalars, sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK, chunk_count, events_dropped),
         "attributes": {k: stringify(v) for k, v in scalars.items() if k not in _PROMOTED},
         "resource_attributes": resource,
     }
     return _Stream(
         row=row,
-        offsets=offsets,
-        values=values,
+        chunk_count=chunk_count,
         first_byte_us=_bounded_int(scalars, sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US, 2**63 - 1)
         if first_byte is not None
         else None,
+        packed=packed,
+        offsets=offsets,
+        values=values,
+        subject=_subject(span),
     )
 
 
-def _packed_arrays(attrs: dict[str, AnyValue]) -> tuple[np.ndarray, np.ndarray]:
-    arrays = []
+def _packed_values(attrs: dict[str, AnyValue]) -> list[AnyValue | None]:
     for name in sc.PACKED_ARRAYS:
-        if name not in attrs:
-            if name in _OPTIONAL_ARRAYS:
-                arrays.append(np.zeros_like(arrays[0]))
-                continue
+        if name not in attrs and name not in _OPTIONAL_ARRAYS:
             raise _SpanRejected(f"packed encoding without {name}")
-        try:
-            arrays.append(decode_int_array(attrs[name]))
-        except NotAnIntArray as exc:
-            raise _SpanRejected(f"{name}: {exc}") from None
-    lengths = {len(a) for a in arrays}
-    if len(lengths) > 1:
+    return [attrs.get(name) for name in sc.PACKED_ARRAYS]
+
+
+def _element_count(value: AnyValue) -> int:
+    return len(value.array_value.values) if value.WhichOneof("value") == "array_value" else 0
+
+
+def _packed_arrays(decoded: list[np.ndarray | NotAnIntArray | None]) -> tuple[np.ndarray, np.ndarray]:
+    """A span's decoded packed arrays as offsets and a row per other array (a missing optional one: zeros)."""
+    for name, array in zip(sc.PACKED_ARRAYS, decoded, strict=True):
+        if isinstance(array, NotAnIntArray):
+            raise _SpanRejected(f"{name}: {array}")
+    offsets = decoded[0]
+    assert isinstance(offsets, np.ndarray)
+    arrays = [np.zeros_like(offsets) if a is None else a for a in decoded]
+    if len({len(a) for a in arrays}) > 1:
         sizes = ", ".join(f"{name.rsplit('.', 1)[1]} {len(a)}" for name, a in zip(sc.PACKED_ARRAYS, arrays))
         raise _SpanRejected(f"chunk arrays of unequal length ({sizes})")
-    offsets, values = arrays[0], np.vstack(arrays[1:])
-    _check_timeline(offsets, values)
-    return offsets, values
+    return offsets, np.vstack(arrays[1:])
+
+
+def _with_timelines(streams: list[_Stream], rejected: list[Rejection]) -> list[_Stream]:
+    """``streams`` with their timelines decoded (every packed array of the request in one pass) and checked;
+    a span whose timeline is malformed goes to ``rejected`` instead."""
+    present = [value for s in streams if s.packed is not None for value in s.packed if value is not None]
+    decoded = iter(decode_int_arrays(present))
+    kept = []
+    for stream in streams:
+        try:
+            if stream.packed is not None:
+                stream.offsets, stream.values = _packed_arrays(
+                    [next(decoded) if value is not None else None for value in stream.packed]
+                )
+            kept.append(stream)
+        except _SpanRejected as exc:
+            rejected.append(Rejection(stream.subject, str(exc)))
+    if _timelines_valid(kept):
+        return kept
+    valid = []
+    for stream in kept:  # the rare request with a bad timeline: find which
+        assert stream.offsets is not None and stream.values is not None
+        if error := _timeline_error(stream.offsets, stream.values):
+            rejected.append(Rejection(stream.subject, error))
+        else:
+            valid.append(stream)
+    return valid
 
 
 def _event_arrays(span: Span) -> tuple[np.ndarray, np.ndarray]:
@@ -248,32 +292,55 @@ def _event_arrays(span: Span) -> tuple[np.ndarray, np.ndarray]:
                 if kv.value.WhichOneof("value") != "int_value":
                     raise _SpanRejected(f"chunk event {i}: {kv.key} must be an integer")
                 values[sc.CHUNK_EVENT_ATTRIBUTES.index(kv.key), i] = kv.value.int_value
-    _check_timeline(offsets, values)
     return offsets, values
 
 
-def _check_timeline(offsets: np.ndarray, values: np.ndarray) -> None:
-    if offsets.size == 0:
-        return
-    if offsets.min() < 0:
-        raise _SpanRejected("negative chunk offset")
-    if np.any(np.diff(offsets) < 0):
-        raise _SpanRejected("chunk offsets are not in order")
-    for name, row in zip(sc.PACKED_ARRAYS[1:], values, strict=True):
-        if row.min() < 0 or row.max() > _LIMITS[name]:
-            raise _SpanRejected(f"{name} out of range 0..{_LIMITS[name]}")
-    if int(values[0].sum()) > _U32_MAX:
-        raise _SpanRejected(f"the stream's tokens add up to more than {_U32_MAX}")
-
-
-def _blocks(streams: list[_Stream], stall_threshold_us: int) -> tuple[pa.Table, pa.Table]:
-    lengths = np.fromiter((s.offsets.size for s in streams), dtype=np.int64, count=len(streams))
+def _concatenated(streams: list[_Stream]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Chunk counts per stream, and every stream's offsets and value rows one after another."""
+    lengths = np.fromiter((s.chunk_count for s in streams), dtype=np.int64, count=len(streams))
     offsets = np.concatenate([s.offsets for s in streams]) if streams else np.empty(0, dtype=np.int64)
     values = (
         np.concatenate([s.values for s in streams], axis=1)
         if streams
         else np.empty((len(sc.PACKED_ARRAYS) - 1, 0), dtype=np.int64)
     )
+    return lengths, offsets, values
+
+
+def _timelines_valid(streams: list[_Stream]) -> bool:
+    """Whether every stream passes ``_timeline_error``, checked on all of them at once."""
+    lengths, offsets, values = _concatenated(streams)
+    if offsets.size == 0:
+        return True
+    steps = np.diff(offsets)
+    starts = np.cumsum(lengths) - lengths
+    steps[starts[(starts > 0) & (starts < offsets.size)] - 1] = 0  # across a boundary between streams
+    owner = np.repeat(np.arange(lengths.size), lengths)
+    return bool(
+        offsets.min() >= 0
+        and steps.min(initial=0) >= 0
+        and all(row.min() >= 0 and row.max() <= _LIMITS[name] for name, row in zip(sc.PACKED_ARRAYS[1:], values))
+        and np.bincount(owner, weights=values[0], minlength=lengths.size).max() <= _U32_MAX
+    )
+
+
+def _timeline_error(offsets: np.ndarray, values: np.ndarray) -> str | None:
+    if offsets.size == 0:
+        return None
+    if offsets.min() < 0:
+        return "negative chunk offset"
+    if np.any(np.diff(offsets) < 0):
+        return "chunk offsets are not in order"
+    for name, row in zip(sc.PACKED_ARRAYS[1:], values, strict=True):
+        if row.min() < 0 or row.max() > _LIMITS[name]:
+            return f"{name} out of range 0..{_LIMITS[name]}"
+    if int(values[0].sum()) > _U32_MAX:
+        return f"the stream's tokens add up to more than {_U32_MAX}"
+    return None
+
+
+def _blocks(streams: list[_Stream], stall_threshold_us: int) -> tuple[pa.Table, pa.Table]:
+    lengths, offsets, values = _concatenated(streams)
     tokens, content, wire, paint_delay, render = values
     timeline = build_timeline(lengths, offsets, content)
     stats = stream_stats(lengths, offsets, tokens, content, wire, timeline, stall_threshold_us)

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue
 
 from ingest import int_arrays
-from ingest.int_arrays import NotAnIntArray, decode_int_array
+from ingest.int_arrays import NotAnIntArray, decode_int_array, decode_int_arrays
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 
@@ -49,3 +49,34 @@ def test_anything_but_integers_is_refused(value):
 def test_empty_array():
     assert decode_int_array(array()).dtype == np.int64
     assert decode_int_array(array()).size == 0
+
+
+ELEMENT = st.one_of(
+    INT64.map(lambda v: AnyValue(int_value=v)),
+    st.sampled_from([AnyValue(double_value=3.0), AnyValue(double_value=2.5), AnyValue(string_value="7")]),
+)
+
+
+@given(
+    st.lists(
+        st.one_of(st.lists(INT64.map(lambda v: AnyValue(int_value=v)), max_size=20), st.lists(ELEMENT, max_size=5))
+    )
+)
+def test_arrays_decoded_together_match_each_decoded_alone(arrays):
+    values = [array(*elements) for elements in arrays] + [AnyValue(int_value=1)]
+    together = decode_int_arrays(values)
+    assert len(together) == len(values)
+    for value, result in zip(values, together):
+        try:
+            alone = decode_int_array(value)
+        except NotAnIntArray as exc:
+            assert isinstance(result, NotAnIntArray) and str(result) == str(exc)
+        else:
+            assert isinstance(result, np.ndarray) and result.tolist() == alone.tolist()
+
+
+def test_plain_arrays_are_decoded_in_one_pass():
+    values = [array(*(AnyValue(int_value=v) for v in range(n))) for n in (3, 0, 200)]
+    together = decode_int_arrays(values)
+    assert [r.tolist() for r in together] == [list(range(n)) for n in (3, 0, 200)]
+    assert together[0].base is together[2].base is not None, "views into one decoded buffer"

@@ -52,7 +52,7 @@ def test_andes_qoe_of_a_late_start_by_hand():
     # one token, expected at 0 s (reader pace 1 token/s, so the expected curve reaches 1 at t = 1 s),
     # delivered at 1 s: behind by the whole ramp, a triangle of area 0.5; the expected area over [0, 1] s is
     # that same 0.5 -> QoE 0.
-    assert andes_qoe(np.array([1_000 * MS]), np.array([1]), 0, 1, step_us=1_000) == pytest.approx(0.0, abs=2e-3)
+    assert andes_qoe(np.array([1_000 * MS]), np.array([1]), 0, 1) == pytest.approx(0.0, abs=1e-12)
 
 
 def test_a_stall_lowers_andes_qoe_and_bursts_do_not_make_up_for_it():

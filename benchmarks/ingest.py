@@ -1,0 +1,261 @@
+"""Ingest throughput: OTLP/HTTP protobuf → one collector process → rows committed in the embedded engine.
+
+The streams are recorded by StreamRecorder in each encoding and encoded by OpenTelemetry's own OTLP encoder
+(``benchmarks.wire_cost``), then copied under fresh trace ids into as many gzipped requests as asked for, all
+before the clock starts. A ``streamscope collector`` process with its defaults (fsync'd spool, repeated-span
+lookup, attribution job) is started on a fresh store; senders post the requests over keep-alive connections,
+and the clock stops when a query sees every chunk committed. The collector's CPU time and peak RSS come from
+/proc.
+
+The baseline is the same streams, recorded as span events, inserted into the OpenTelemetry Collector
+ClickHouse exporter's ``otel_traces`` table (``benchmarks.otel_traces``) on the same engine. Its rows are
+built before the clock, so only the engine's insert is timed: an upper bound for any exporter writing that
+table. Our own ``chunks``/``streams`` insert is timed the same way beside it.
+
+    python -m benchmarks.ingest [--quick] [--streams 20000] [--chunks 250] [--senders 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import itertools
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from benchmarks import otel_traces
+from benchmarks.wire_cost import spans
+from ingest import migrations, store
+from ingest.decode import decode_traces
+from ingest.writer import ClickHouseWriter
+
+_HEADERS = {"content-type": "application/x-protobuf", "content-encoding": "gzip"}
+
+
+@dataclass(frozen=True)
+class Workload:
+    encoding: str
+    requests: list[ExportTraceServiceRequest]
+    warm_up: ExportTraceServiceRequest
+    """Sent before the clock starts, with spans of its own (a span sent twice is stored once)."""
+
+    @property
+    def chunks(self) -> int:
+        return sum(_chunks(span) for r in self.requests for span in r.resource_spans[0].scope_spans[0].spans)
+
+    def bodies(self) -> list[bytes]:
+        return [gzip.compress(r.SerializeToString(), compresslevel=6) for r in self.requests]
+
+
+def workload(encoding: str, streams: int, chunks: int, per_request: int, distinct: int = 200) -> Workload:
+    """``streams`` streams (rounded up to whole requests) in requests of ``per_request``, plus a warm-up request:
+    ``distinct`` recorded timelines repeated under new trace ids."""
+    finished, _ = spans(encoding, min(distinct, streams), chunks)
+    template = encode_spans(finished)
+    pool = [span for rs in template.resource_spans for ss in rs.scope_spans for span in ss.spans]
+    requests, ids = [], itertools.count(1)
+    for _ in range(-(-streams // per_request) + 1):
+        request = ExportTraceServiceRequest()
+        request.CopyFrom(template)
+        scope = request.resource_spans[0].scope_spans[0]
+        del scope.spans[:]
+        for _ in range(per_request):
+            trace = next(ids)
+            span = scope.spans.add()
+            span.CopyFrom(pool[trace % len(pool)])
+            span.trace_id = trace.to_bytes(16, "big")
+        requests.append(request)
+    return Workload(encoding, requests[:-1], warm_up=requests[-1])
+
+
+def _chunks(span) -> int:
+    for kv in span.attributes:
+        if kv.key == "streamscope.chunks.offset_us":
+            return len(kv.value.array_value.values)
+    return len(span.events)
+
+
+class CollectorProcess:
+    """``streamscope collector`` on a fresh embedded store, HTTP only."""
+
+    def __init__(self, data: Path, port: int) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        command = [sys.executable, "-m", "streamscope.cli", "collector", "--storage", f"chdb://{data}"]
+        self._log = (data.parent / "collector.log").open("w")
+        self.process = subprocess.Popen(
+            [*command, "--http-port", str(port), "--no-grpc"], stdout=self._log, stderr=subprocess.STDOUT
+        )
+        deadline = time.monotonic() + 120
+        while not self._ready():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"the collector did not start; see {self._log.name}")
+            time.sleep(0.2)
+
+    def _ready(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def count(self, query: str) -> int:
+        response = httpx.post(f"{self.url}/api/v1/sql", json={"query": query}, timeout=60)
+        response.raise_for_status()
+        return int(response.json()["data"][0][0])
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def rss_bytes(self) -> int:
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=120)
+        self._log.close()
+
+
+@dataclass(frozen=True)
+class Run:
+    chunks: int
+    seconds: float
+    acknowledged_s: float
+    cpu_s: float
+    peak_rss: int
+    refused: int
+
+    @property
+    def chunks_per_s(self) -> float:
+        return self.chunks / self.seconds
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def post_all(url: str, bodies: list[bytes], senders: int) -> int:
+    """Post every body, each until accepted (honouring Retry-After); returns how many answers were refusals."""
+    queue: Iterator[bytes] = iter(bodies)
+    lock = threading.Lock()
+    refused = 0
+
+    def send() -> None:
+        nonlocal refused
+        with httpx.Client(timeout=120) as client:
+            while True:
+                with lock:
+                    body = next(queue, None)
+                if body is None:
+                    return
+                while (response := client.post(f"{url}/v1/traces", content=body, headers=_HEADERS)).status_code in (
+                    429,
+                    503,
+                ):
+                    with lock:
+                        refused += 1
+                    time.sleep(float(response.headers.get("retry-after", "1")))
+                response.raise_for_status()
+
+    threads = [threading.Thread(target=send) for _ in range(senders)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return refused
+
+
+def through_collector(load: Workload, senders: int) -> Run:
+    """Post ``load`` to a fresh collector and time it until every chunk is committed."""
+    bodies = load.bodies()
+    with tempfile.TemporaryDirectory() as tmp:
+        collector = CollectorProcess(Path(tmp) / "store", _free_port())
+        try:
+            post_all(collector.url, [gzip.compress(load.warm_up.SerializeToString())], 1)  # first insert, lookup
+            expected = collector.count("SELECT count() FROM chunks") + load.chunks
+            peak = 0
+            sampling = threading.Event()
+
+            def sample() -> None:
+                nonlocal peak
+                while not sampling.wait(0.2):
+                    peak = max(peak, collector.rss_bytes())
+
+            sampler = threading.Thread(target=sample)
+            sampler.start()
+            cpu0, t0 = collector.cpu_seconds(), time.perf_counter()
+            refused = post_all(collector.url, bodies, senders)
+            acknowledged = time.perf_counter() - t0
+            while collector.count("SELECT count() FROM chunks") < expected:
+                time.sleep(0.05)
+            seconds, cpu = time.perf_counter() - t0, collector.cpu_seconds() - cpu0
+            sampling.set()
+            sampler.join()
+        finally:
+            collector.stop()
+    return Run(load.chunks, seconds, acknowledged, cpu, peak, refused)
+
+
+def insert_only(packed: Workload, events: Workload) -> tuple[float, float]:
+    """Chunks per second of the engine's insert alone: our tables (packed) and ``otel_traces`` (events)."""
+    ours = [decode_traces(r, tenant="default", stall_threshold_us=400_000) for r in packed.requests]
+    baseline = [otel_traces.otel_traces_block(r) for r in events.requests]
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:  # the engine may still be merging
+        client = store.connect(store.parse_dsn(f"chdb://{tmp}"))
+        migrations.migrate(client)
+        otel_traces.create(client)
+        writer = ClickHouseWriter(client)
+        t0 = time.perf_counter()
+        for batch in ours:
+            writer.insert(batch)
+        ours_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for block in baseline:
+            client.insert_arrow("otel_traces", block)
+        baseline_s = time.perf_counter() - t0
+    return packed.chunks / ours_s, events.chunks / baseline_s
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a small run (2,000 streams) that prints the same table")
+    parser.add_argument("--streams", type=int, default=20_000)
+    parser.add_argument("--chunks", type=int, default=250, help="mean chunks per stream")
+    parser.add_argument("--per-request", type=int, default=100, help="stream spans per OTLP request")
+    parser.add_argument("--senders", type=int, default=4, help="concurrent connections")
+    args = parser.parse_args()
+    streams = 2_000 if args.quick else args.streams
+    packed = workload("packed", streams, args.chunks, args.per_request)
+    events = workload("events", streams, args.chunks, args.per_request)
+    runs = {name: through_collector(load, args.senders) for name, load in (("packed", packed), ("events", events))}
+    ours, baseline = insert_only(packed, events)
+    sent = len(packed.requests) * args.per_request
+    print(f"{sent:,} streams, {packed.chunks:,} chunks, {args.per_request} per request, {args.senders} senders")
+    print(f"{'path':52} {'chunks/s':>11} {'CPU µs/chunk':>13} {'peak RSS':>9}")
+    for name, run in runs.items():
+        label = f"OTLP/HTTP → collector → committed, {name}"
+        cpu = run.cpu_s / run.chunks * 1e6
+        print(f"{label:52} {run.chunks_per_s:11,.0f} {cpu:13.2f} {run.peak_rss / 2**20:7.0f} M")
+    print(f"{'insert only: chunks + streams tables (packed)':52} {ours:11,.0f}")
+    print(f"{'insert only: otel_traces baseline (events)':52} {baseline:11,.0f}")
+
+
+if __name__ == "__main__":
+    main()
