@@ -30,7 +30,7 @@ from ingest.group_commit import GroupCommitWriter
 from ingest.spool import Spool
 from ingest.writer import ClickHouseWriter
 from streamscope import env
-from streamscope._internal.serving import BackgroundServer, connectable_host, stop_on_signals
+from streamscope._internal.serving import BackgroundServer, connectable_host, stop_on_signals, wait_until_set
 from streamscope.errors import ConfigError, WriteError
 
 log = logging.getLogger(__name__)
@@ -184,7 +184,7 @@ class Collector:
             self.start()
             log.info("collector listening: OTLP/HTTP %s, OTLP/gRPC %s", self.http_url, self.grpc_port or "off")
             try:
-                stop.wait()
+                wait_until_set(stop)
             finally:
                 self.stop()
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from gpu_agent.agent import GpuAgent
 from gpu_agent.samples import Sample
-from streamscope._internal.serving import stop_on_signals
+from streamscope._internal.serving import stop_on_signals, wait_until_set
 
 
 def print_samples(samples: list[Sample], as_json: bool) -> None:
@@ -32,6 +32,6 @@ def run_agent(agent: GpuAgent, announce: Callable[[str], None], stop: threading.
         config = agent.config
         announce(f"gpu agent for {config.node}: engine {config.engine_url or 'none'} -> {config.collector_url}")
         try:
-            stop.wait()
+            wait_until_set(stop)
         finally:
             agent.stop()

@@ -58,6 +58,17 @@ def stop_on_signals(stop: threading.Event) -> Iterator[threading.Event]:
             signal.signal(signum, handler)
 
 
+def wait_until_set(stop: threading.Event, poll_s: float = 0.2) -> None:
+    """Block the main thread until ``stop`` is set, waking every ``poll_s``.
+
+    A signal may be delivered to any thread of the process (the embedded engine has many), and Python runs
+    its handler only when the main thread next executes bytecode; an untimed wait would never get there, so
+    SIGTERM would set nothing.
+    """
+    while not stop.wait(poll_s):
+        pass
+
+
 def connectable_host(host: str) -> str:
     """The address to reach a server listening on ``host`` (all interfaces: loopback), bracketed for IPv6."""
     if host in ("0.0.0.0", ""):

@@ -19,7 +19,7 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
 from opentelemetry.sdk.trace import TracerProvider
 
-from streamscope._internal.serving import BackgroundServer, connectable_host, stop_on_signals
+from streamscope._internal.serving import BackgroundServer, connectable_host, stop_on_signals, wait_until_set
 from streamscope._internal.setup import setup
 from streamscope.engine.app import EngineNode, NodeConfig
 
@@ -84,6 +84,6 @@ def serve_chat(chat: ChatServer, *, announce: Callable[[str], None], stop: threa
     try:
         announce(f"demo chat: {chat.url} (Ctrl-C to stop)")
         with stop_on_signals(stop or threading.Event()) as stopping:
-            stopping.wait()
+            wait_until_set(stopping)
     finally:
         chat.stop()

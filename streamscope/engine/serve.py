@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from streamscope._internal.serving import BackgroundServer, stop_on_signals
+from streamscope._internal.serving import BackgroundServer, stop_on_signals, wait_until_set
 from streamscope._internal.setup import setup
 from streamscope.engine.app import EngineNode, NodeConfig
 from streamscope.workload.truth_export import OtlpGroundTruthSink, ground_truth_logger
@@ -66,7 +66,7 @@ def serve_engines(
             servers.append(BackgroundServer(node.app, host, port + i, name=f"engine-{config.node}").start())
             announce(f"{config.node}: http://{host}:{port + i} ({config.flavor} metrics at /metrics)")
         with stop_on_signals(stop):
-            stop.wait()
+            wait_until_set(stop)
     finally:
         for server in servers:
             server.stop()

@@ -6,7 +6,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from streamscope._internal.serving import BackgroundServer, stop_on_signals
+from streamscope._internal.serving import BackgroundServer, stop_on_signals, wait_until_set
 from streamscope.proxy.app import create_app
 from streamscope.proxy.config import ProxyConfig
 from streamscope.workload.ground_truth import GroundTruthSink
@@ -54,7 +54,7 @@ def run_proxy(
             )
             if on_ready is not None:
                 on_ready(server.port)
-            stop.wait()
+            wait_until_set(stop)
     finally:
         stopper = threading.Thread(target=server.stop, name="streamscope-proxy-stop", daemon=True)
         stopper.start()
