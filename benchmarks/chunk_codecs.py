@@ -4,7 +4,7 @@ Generates realistic chunk timelines (lognormal inter-chunk gaps around 25 ms wit
 tokens per chunk, OpenAI-sized SSE envelopes), stores the same rows once per codec variant on the embedded
 engine, and prints each column's compressed bytes per chunk. The migration's codecs are the winners here.
 
-    python -m benchmarks.chunk_codecs [--streams 4000] [--chunks 250]
+    python -m benchmarks.chunk_codecs [--quick] [--streams 4000] [--chunks 250]
 """
 
 from __future__ import annotations
@@ -98,9 +98,12 @@ def measure(client, data: dict[str, np.ndarray]) -> list[tuple[str, str, float]]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="400 streams: the same table, sooner")
     parser.add_argument("--streams", type=int, default=4000)
     parser.add_argument("--chunks", type=int, default=250, help="mean chunks per stream")
     args = parser.parse_args()
+    if args.quick:
+        args.streams = 400
     data = synthetic_chunks(args.streams, args.chunks)
     with tempfile.TemporaryDirectory() as tmp:
         client = clickhouse_connect.get_client(interface="chdb", path=tmp)

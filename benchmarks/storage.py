@@ -1,10 +1,13 @@
-"""Bytes on disk per chunk for the real ``chunks`` table, fed through the real decode and write path.
+"""Bytes on disk per chunk for the real ``chunks`` table, fed through the real decode and write path, against
+the OpenTelemetry Collector ClickHouse exporter's ``otel_traces`` holding the same streams as span events.
 
 Builds OTLP requests of synthetic streams (the same generator as chunk_codecs.py), decodes them with
 ingest.decode, writes them with ingest.writer into the embedded engine, merges, and reports compressed
-bytes per chunk (all columns, and each column), plus bytes per stream for ``streams``.
+bytes per chunk (all columns, and each column), plus bytes per stream for ``streams``. The same spans, each
+chunk turned into a ``streamscope.chunk`` event as the events encoding sends it, go into ``otel_traces``
+(``benchmarks.otel_traces``) on the same engine.
 
-    python -m benchmarks.storage [--streams 4000] [--chunks 250]
+    python -m benchmarks.storage [--quick] [--streams 4000] [--chunks 250]
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyVa
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
+from benchmarks import otel_traces
 from benchmarks.chunk_codecs import synthetic_chunks
 from ingest import migrations, store
 from ingest.decode import decode_traces
@@ -68,27 +72,53 @@ def requests(streams: int, chunks: int, per_request: int = 200) -> list[ExportTr
     ]
 
 
+def as_events(request: ExportTraceServiceRequest) -> ExportTraceServiceRequest:
+    """``request`` with each stream's packed arrays sent as one ``streamscope.chunk`` event per chunk instead."""
+    events = ExportTraceServiceRequest()
+    events.CopyFrom(request)
+    for span in (span for rs in events.resource_spans for ss in rs.scope_spans for span in ss.spans):
+        arrays = {kv.key: [v.int_value for v in kv.value.array_value.values] for kv in span.attributes}
+        kept = [kv for kv in span.attributes if kv.key not in sc.PACKED_ARRAYS]
+        del span.attributes[:]
+        span.attributes.extend([*kept, KeyValue(key=sc.STREAMSCOPE_ENCODING, value=_text("events"))])
+        values = [arrays.get(name) for name in sc.PACKED_ARRAYS[1:]]
+        for offset, *chunk in zip(arrays[sc.STREAMSCOPE_CHUNKS_OFFSET_US], *(v for v in values if v is not None)):
+            event = span.events.add(name=sc.CHUNK_EVENT, time_unix_nano=span.start_time_unix_nano + offset * 1000)
+            names = [n for n, v in zip(sc.CHUNK_EVENT_ATTRIBUTES, values) if v is not None]
+            event.attributes.extend(KeyValue(key=n, value=AnyValue(int_value=v)) for n, v in zip(names, chunk))
+    return events
+
+
+def _on_disk(client, table: str) -> tuple[int, int]:
+    """Rows and compressed bytes of ``table``'s active parts."""
+    return client.query(
+        "SELECT sum(rows), sum(data_compressed_bytes) FROM system.parts "
+        "WHERE database = currentDatabase() AND table = {table:String} AND active",
+        parameters={"table": table},
+    ).result_rows[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="400 streams: the same table, sooner")
     parser.add_argument("--streams", type=int, default=4000)
     parser.add_argument("--chunks", type=int, default=250, help="mean chunks per stream")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    streams = 400 if args.quick else args.streams
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:  # the engine may still be merging
         client = store.connect(store.parse_dsn(f"chdb://{tmp}"))
         migrations.migrate(client)
+        otel_traces.create(client)
         writer = ClickHouseWriter(client)
-        for request in requests(args.streams, args.chunks):
+        for request in requests(streams, args.chunks):
             writer.write([decode_traces(request, tenant="default", stall_threshold_us=400_000)])
-        for table in ("chunks", "streams"):
+            client.insert_arrow("otel_traces", otel_traces.otel_traces_block(as_events(request)))
+        for table in ("chunks", "streams", "otel_traces"):
             client.command(f"OPTIMIZE TABLE {table} FINAL")
-        rows, total = client.query(
-            "SELECT sum(rows), sum(data_compressed_bytes) FROM system.parts "
-            "WHERE database = currentDatabase() AND table = 'chunks' AND active"
-        ).result_rows[0]
-        stream_rows, stream_bytes = client.query(
-            "SELECT sum(rows), sum(data_compressed_bytes) FROM system.parts "
-            "WHERE database = currentDatabase() AND table = 'streams' AND active"
-        ).result_rows[0]
+        rows, total = _on_disk(client, "chunks")
+        stream_rows, stream_bytes = _on_disk(client, "streams")
+        (baseline_chunks,) = client.query("SELECT sum(length(Events.Name)) FROM otel_traces").result_rows[0]
+        baseline_bytes = _on_disk(client, "otel_traces")[1]
         columns = client.query(
             "SELECT name, data_compressed_bytes FROM system.columns "
             "WHERE database = currentDatabase() AND table = 'chunks' ORDER BY data_compressed_bytes DESC"
@@ -99,6 +129,13 @@ def main() -> None:
         f"streams: {stream_bytes / stream_rows:.1f} bytes per stream; "
         f"{(total + stream_bytes) / rows:.3f} bytes per chunk counting both tables"
     )
+    ours, baseline = (total + stream_bytes) / rows, baseline_bytes / baseline_chunks
+    print(
+        f"otel_traces: {baseline:.3f} bytes per chunk ({baseline_chunks:,} chunk events), {baseline / ours:.1f}x ours"
+    )
+    if not any(size for _, size in columns):
+        print("(per-column sizes need wide parts; parts this small are compact, so none are reported)")
+        return
     print(f"{'column':16} {'bytes/chunk':>12}")
     for name, size in columns:
         print(f"{name:16} {size / rows:12.3f}")

@@ -4,7 +4,7 @@ Records the same synthetic streams with StreamRecorder in each encoding (a fixed
 carry identical timelines), encodes the finished spans with OpenTelemetry's own OTLP encoders, and divides
 the request size by the number of chunks.
 
-    python -m benchmarks.wire_cost [--streams 50] [--chunks 250]
+    python -m benchmarks.wire_cost [--quick] [--streams 50] [--chunks 250]
 """
 
 from __future__ import annotations
@@ -58,9 +58,12 @@ def spans(encoding: str, streams: int, chunks: int):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="5 streams: the same table, sooner")
     parser.add_argument("--streams", type=int, default=50)
     parser.add_argument("--chunks", type=int, default=250)
     args = parser.parse_args()
+    if args.quick:
+        args.streams = 5
     print(f"{'encoding':9} {'format':9} {'bytes/chunk':>12} {'gzip bytes/chunk':>17}")
     for encoding in ("packed", "events"):
         finished, total_chunks = spans(encoding, args.streams, args.chunks)

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from clickhouse_connect.driver.client import Client
 
 from ingest import columns, store
@@ -153,11 +154,11 @@ class AttributionJob:
             sides[trace].append((span, side, node, start))
         chunks: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         tokens: dict[tuple[str, str], np.ndarray] = {}
-        for trace, span, offsets, content, counts, paint in self._client.query(
-            CHUNKS_SQL, parameters={"traces": traces}
-        ).result_rows:
-            chunks[(trace, span)] = tuple(np.asarray(values, dtype=np.int64) for values in (offsets, content, paint))
-            tokens[(trace, span)] = np.asarray(counts, dtype=np.int64)
+        timelines = self._client.query_arrow(CHUNKS_SQL, parameters={"traces": traces})
+        ids = zip(*(timelines.column(i).to_pylist() for i in (0, 1)))
+        for key, offsets, content, counts, paint in zip(ids, *(_rows(timelines.column(i)) for i in range(2, 6))):
+            chunks[key] = (offsets, content, paint)
+            tokens[key] = counts
         nodes = sorted({node for spans in sides.values() for _, side, node, _ in spans if side == "server" and node})
         low = min(row[7] for row in streams) - self.rules.event_slack_us
         high = max(row[7] + row[8] for row in streams) + self.rules.event_slack_us
@@ -230,6 +231,14 @@ class AttributionJob:
             "token_deadline_ms": targets.token_deadline_ms,
             "reading_tokens_per_s": targets.reading_tokens_per_s,
         }
+
+
+def _rows(column: pa.ChunkedArray) -> list[np.ndarray]:
+    """Each row of a column of integer lists as an int64 array: one conversion for the column, then views."""
+    lists = column.combine_chunks()
+    values = pc.list_flatten(lists).to_numpy(zero_copy_only=False).astype(np.int64)
+    bounds = np.cumsum(pc.list_value_length(lists).to_numpy(zero_copy_only=False))
+    return np.split(values, bounds[:-1])
 
 
 class _Peers:

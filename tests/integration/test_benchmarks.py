@@ -1,0 +1,36 @@
+"""Each benchmark's quick mode runs from a fresh clone and prints its table. Only that: the numbers themselves
+are measured by hand on the reference machine (docs/benchmarks.md), never asserted here."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHMARKS = {
+    "sdk_overhead": "span.add_event per chunk",
+    "wire_cost": "events    protobuf",
+    "chunk_codecs": "gap_us UInt32",
+    "storage": "otel_traces:",
+    "ingest": "insert only: otel_traces baseline (events)",
+    "query_latency": "panels; slowest median",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
+def test_quick_mode_prints_its_table(name):
+    run = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{name}", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert BENCHMARKS[name] in run.stdout, run.stdout
+    assert re.search(r"\d", run.stdout.split(BENCHMARKS[name], 1)[1]), "the table's row has no number"
+    assert "Traceback" not in run.stderr
