@@ -21,6 +21,7 @@ import argparse
 import gzip
 import itertools
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -39,6 +40,7 @@ from benchmarks.wire_cost import spans
 from ingest import migrations, store
 from ingest.decode import decode_traces
 from ingest.writer import ClickHouseWriter
+from streamscope import semconv as sc
 
 _HEADERS = {"content-type": "application/x-protobuf", "content-encoding": "gzip"}
 
@@ -85,7 +87,7 @@ def workload(encoding: str, streams: int, chunks: int, per_request: int, distinc
 
 def _chunks(span) -> int:
     for kv in span.attributes:
-        if kv.key == "streamscope.chunks.offset_us":
+        if kv.key == sc.STREAMSCOPE_CHUNKS_OFFSET_US:
             return len(kv.value.array_value.values)
     return len(span.events)
 
@@ -153,8 +155,6 @@ class Run:
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
