@@ -77,15 +77,21 @@ def as_events(request: ExportTraceServiceRequest) -> ExportTraceServiceRequest:
     events = ExportTraceServiceRequest()
     events.CopyFrom(request)
     for span in (span for rs in events.resource_spans for ss in rs.scope_spans for span in ss.spans):
-        arrays = {kv.key: [v.int_value for v in kv.value.array_value.values] for kv in span.attributes}
+        sent = {
+            kv.key: [v.int_value for v in kv.value.array_value.values]
+            for kv in span.attributes
+            if kv.key in sc.PACKED_ARRAYS
+        }
         kept = [kv for kv in span.attributes if kv.key not in sc.PACKED_ARRAYS]
         del span.attributes[:]
         span.attributes.extend([*kept, KeyValue(key=sc.STREAMSCOPE_ENCODING, value=_text("events"))])
-        values = [arrays.get(name) for name in sc.PACKED_ARRAYS[1:]]
-        for offset, *chunk in zip(arrays[sc.STREAMSCOPE_CHUNKS_OFFSET_US], *(v for v in values if v is not None)):
+        pairs = zip(sc.CHUNK_EVENT_ATTRIBUTES, sc.PACKED_ARRAYS[1:])
+        present = [(event_name, name) for event_name, name in pairs if name in sent]
+        for offset, *chunk in zip(sent[sc.STREAMSCOPE_CHUNKS_OFFSET_US], *(sent[name] for _, name in present)):
             event = span.events.add(name=sc.CHUNK_EVENT, time_unix_nano=span.start_time_unix_nano + offset * 1000)
-            names = [n for n, v in zip(sc.CHUNK_EVENT_ATTRIBUTES, values) if v is not None]
-            event.attributes.extend(KeyValue(key=n, value=AnyValue(int_value=v)) for n, v in zip(names, chunk))
+            event.attributes.extend(
+                KeyValue(key=event_name, value=AnyValue(int_value=v)) for (event_name, _), v in zip(present, chunk)
+            )
     return events
 
 

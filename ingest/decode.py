@@ -13,7 +13,7 @@ import logging
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -133,8 +133,8 @@ def decode_traces(
                     rejected.append(
                         Rejection(_subject(span), f"internal error decoding this span ({type(exc).__name__})")
                     )
-    accepted = _with_timelines(accepted, rejected)
-    streams, chunks = _blocks(accepted, stall_threshold_us)
+    accepted, timelines = _with_timelines(accepted, rejected)
+    streams, chunks = _blocks(accepted, timelines, stall_threshold_us)
     return DecodedBatch(
         blocks={"chunks": chunks, "streams": streams}, ignored=ignored, rejected=rejected, warnings=warnings
     )
@@ -251,9 +251,9 @@ def _packed_arrays(decoded: list[np.ndarray | NotAnIntArray | None]) -> tuple[np
     return offsets, np.vstack(arrays[1:])
 
 
-def _with_timelines(streams: list[_Stream], rejected: list[Rejection]) -> list[_Stream]:
-    """``streams`` with their timelines decoded (every packed array of the request in one pass) and checked;
-    a span whose timeline is malformed goes to ``rejected`` instead."""
+def _with_timelines(streams: list[_Stream], rejected: list[Rejection]) -> tuple[list[_Stream], _Timelines]:
+    """``streams`` with their timelines decoded (every packed array of the request in one pass) and checked,
+    and those timelines concatenated; a span whose timeline is malformed goes to ``rejected`` instead."""
     present = [value for s in streams if s.packed is not None for value in s.packed if value is not None]
     decoded = iter(decode_int_arrays(present))
     kept = []
@@ -266,8 +266,9 @@ def _with_timelines(streams: list[_Stream], rejected: list[Rejection]) -> list[_
             kept.append(stream)
         except _SpanRejected as exc:
             rejected.append(Rejection(stream.subject, str(exc)))
-    if _timelines_valid(kept):
-        return kept
+    timelines = _concatenated(kept)
+    if _all_valid(timelines):
+        return kept, timelines
     valid = []
     for stream in kept:  # the rare request with a bad timeline: find which
         assert stream.offsets is not None and stream.values is not None
@@ -275,7 +276,7 @@ def _with_timelines(streams: list[_Stream], rejected: list[Rejection]) -> list[_
             rejected.append(Rejection(stream.subject, error))
         else:
             valid.append(stream)
-    return valid
+    return valid, _concatenated(valid)
 
 
 def _event_arrays(span: Span) -> tuple[np.ndarray, np.ndarray]:
@@ -295,8 +296,15 @@ def _event_arrays(span: Span) -> tuple[np.ndarray, np.ndarray]:
     return offsets, values
 
 
-def _concatenated(streams: list[_Stream]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+class _Timelines(NamedTuple):
     """Chunk counts per stream, and every stream's offsets and value rows one after another."""
+
+    lengths: np.ndarray
+    offsets: np.ndarray
+    values: np.ndarray
+
+
+def _concatenated(streams: list[_Stream]) -> _Timelines:
     lengths = np.fromiter((s.chunk_count for s in streams), dtype=np.int64, count=len(streams))
     offsets = np.concatenate([s.offsets for s in streams]) if streams else np.empty(0, dtype=np.int64)
     values = (
@@ -304,12 +312,12 @@ def _concatenated(streams: list[_Stream]) -> tuple[np.ndarray, np.ndarray, np.nd
         if streams
         else np.empty((len(sc.PACKED_ARRAYS) - 1, 0), dtype=np.int64)
     )
-    return lengths, offsets, values
+    return _Timelines(lengths, offsets, values)
 
 
-def _timelines_valid(streams: list[_Stream]) -> bool:
+def _all_valid(timelines: _Timelines) -> bool:
     """Whether every stream passes ``_timeline_error``, checked on all of them at once."""
-    lengths, offsets, values = _concatenated(streams)
+    lengths, offsets, values = timelines
     if offsets.size == 0:
         return True
     steps = np.diff(offsets)
@@ -339,8 +347,8 @@ def _timeline_error(offsets: np.ndarray, values: np.ndarray) -> str | None:
     return None
 
 
-def _blocks(streams: list[_Stream], stall_threshold_us: int) -> tuple[pa.Table, pa.Table]:
-    lengths, offsets, values = _concatenated(streams)
+def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: int) -> tuple[pa.Table, pa.Table]:
+    lengths, offsets, values = timelines
     tokens, content, wire, paint_delay, render = values
     timeline = build_timeline(lengths, offsets, content)
     stats = stream_stats(lengths, offsets, tokens, content, wire, timeline, stall_threshold_us)
