@@ -27,13 +27,15 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import httpx
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks import otel_traces
 from benchmarks.wire_cost import spans
@@ -42,6 +44,7 @@ from ingest.decode import decode_traces
 from ingest.writer import ClickHouseWriter
 from streamscope import semconv as sc
 
+T = TypeVar("T")
 _HEADERS = {"content-type": "application/x-protobuf", "content-encoding": "gzip"}
 
 
@@ -93,11 +96,12 @@ def _chunks(span) -> int:
 
 
 class CollectorProcess:
-    """``streamscope collector`` on a fresh embedded store, HTTP only."""
+    """``streamscope collector`` on an embedded store (``options`` added to its command line), HTTP only."""
 
-    def __init__(self, data: Path, port: int) -> None:
+    def __init__(self, data: Path, *options: str) -> None:
+        port = free_port()
         self.url = f"http://127.0.0.1:{port}"
-        command = [sys.executable, "-m", "streamscope.cli", "collector", "--storage", f"chdb://{data}"]
+        command = [sys.executable, "-m", "streamscope.cli", "collector", "--storage", f"chdb://{data}", *options]
         self._log = (data.parent / "collector.log").open("w")
         self.process = subprocess.Popen(
             [*command, "--http-port", str(port), "--no-grpc"], stdout=self._log, stderr=subprocess.STDOUT
@@ -105,7 +109,9 @@ class CollectorProcess:
         deadline = time.monotonic() + 120
         while not self._ready():
             if self.process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the collector did not start; see {self._log.name}")
+                self.stop()
+                tail = Path(self._log.name).read_text().splitlines()[-20:]
+                raise SystemExit("the collector did not start:\n" + "\n".join(tail))
             time.sleep(0.2)
 
     def _ready(self) -> bool:
@@ -114,18 +120,29 @@ class CollectorProcess:
         except httpx.TransportError:
             return False
 
-    def count(self, query: str) -> int:
+    def scalar(self, query: str) -> int:
+        """The first value of the query's answer, through the collector's SQL route."""
         response = httpx.post(f"{self.url}/api/v1/sql", json={"query": query}, timeout=60)
         response.raise_for_status()
         return int(response.json()["data"][0][0])
+
+    def metrics(self) -> dict[str, float]:
+        """The collector's self-metrics, keyed ``name{label="value",...}`` as in the exposition."""
+        text = httpx.get(f"{self.url}/metrics", timeout=30).text
+        return {
+            sample.name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items())) + "}": sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        }
 
     def cpu_seconds(self) -> float:
         fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def rss_bytes(self) -> int:
+    def rss_bytes(self, kind: str = "VmRSS") -> int:
+        """Resident memory: all of it (``VmRSS``), or its anonymous part (``RssAnon``: not the mapped libraries)."""
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{kind}:"):
                 return int(line.split()[1]) * 1024
         return 0
 
@@ -154,15 +171,37 @@ class Run:
         return self.chunks / self.seconds
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
 
 
-def post_all(url: str, bodies: list[bytes], senders: int) -> None:
-    """Post every body, each until accepted (honouring Retry-After)."""
-    queue: Iterator[bytes] = iter(bodies)
+class Sampler(Generic[T]):
+    """Calls ``sample`` every ``interval_s`` on a thread of its own while in its ``with`` block; keeps the results."""
+
+    def __init__(self, sample: Callable[[], T], interval_s: float) -> None:
+        self.samples: list[T] = []
+        self._sample, self._interval_s = sample, interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self.samples.append(self._sample())
+
+    def __enter__(self) -> Sampler[T]:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def post_all(url: str, bodies: Iterable[bytes], senders: int) -> None:
+    """Post every body, each until accepted (honouring Retry-After); ``bodies`` is read under a lock."""
+    queue = iter(bodies)
     lock = threading.Lock()
 
     def send() -> None:
@@ -190,34 +229,23 @@ def through_collector(load: Workload, senders: int) -> Run:
     """Post ``load`` to a fresh collector and time it until every chunk is committed."""
     bodies = load.bodies()
     with tempfile.TemporaryDirectory() as tmp:
-        collector = CollectorProcess(Path(tmp) / "store", _free_port())
+        collector = CollectorProcess(Path(tmp) / "store")
         try:
             post_all(collector.url, [gzip.compress(load.warm_up.SerializeToString())], 1)  # first insert, lookup
-            expected = collector.count("SELECT count() FROM chunks") + load.chunks
-            rated = collector.count("SELECT count() FROM stream_quality") + load.streams
-            peak = 0
-            sampling = threading.Event()
-
-            def sample() -> None:
-                nonlocal peak
-                while not sampling.wait(0.2):
-                    peak = max(peak, collector.rss_bytes())
-
-            sampler = threading.Thread(target=sample)
-            sampler.start()
-            cpu0, t0 = collector.cpu_seconds(), time.perf_counter()
-            post_all(collector.url, bodies, senders)
-            while collector.count("SELECT count() FROM chunks") < expected:
-                time.sleep(0.05)
-            seconds, cpu = time.perf_counter() - t0, collector.cpu_seconds() - cpu0
-            while collector.count("SELECT count() FROM stream_quality") < rated:
-                time.sleep(0.5)
-            attribution_cpu = collector.cpu_seconds() - cpu0 - cpu
-            sampling.set()
-            sampler.join()
+            expected = collector.scalar("SELECT count() FROM chunks") + load.chunks
+            rated = collector.scalar("SELECT count() FROM stream_quality") + load.streams
+            with Sampler(collector.rss_bytes, 0.2) as rss:
+                cpu0, t0 = collector.cpu_seconds(), time.perf_counter()
+                post_all(collector.url, bodies, senders)
+                while collector.scalar("SELECT count() FROM chunks") < expected:
+                    time.sleep(0.05)
+                seconds, cpu = time.perf_counter() - t0, collector.cpu_seconds() - cpu0
+                while collector.scalar("SELECT count() FROM stream_quality") < rated:
+                    time.sleep(0.5)
+                attribution_cpu = collector.cpu_seconds() - cpu0 - cpu
         finally:
             collector.stop()
-    return Run(load.chunks, seconds, cpu, attribution_cpu, peak)
+    return Run(load.chunks, seconds, cpu, attribution_cpu, max(rss.samples, default=0))
 
 
 def insert_only(packed: Workload, events: Workload) -> tuple[float, float]:

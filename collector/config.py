@@ -10,6 +10,7 @@ from collector.auth import Credentials
 from collector.browser import DEFAULT_MAX_REQUEST_BYTES as DEFAULT_MAX_BROWSER_REQUEST_BYTES
 from ingest.limits import DEFAULT_LIMITS, SpanLimits
 from streamscope import env
+from streamscope.errors import ConfigError
 
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024  # the OTLP specification's recommended limit
 DEFAULT_SPOOL_MAX_BYTES = 2 * 1024**3
@@ -62,6 +63,14 @@ class CollectorConfig:
     browser_token: str | None = None
     """A public browser token for ``tenant`` (shorthand for one entry of ``browser_tokens``)."""
     browser_max_request_bytes: int = DEFAULT_MAX_BROWSER_REQUEST_BYTES
+
+    def __post_init__(self) -> None:
+        if self.spool_max_bytes < self.max_request_bytes:
+            raise ConfigError(
+                f"the spool limit ({self.spool_max_bytes} bytes) is below the largest request accepted "
+                f"({self.max_request_bytes} bytes): such a request could never be spooled, and the collector would "
+                "never report ready; raise the spool limit or lower the request limit"
+            )
 
     def credentials(self) -> Credentials:
         browser = dict(self.browser_tokens)

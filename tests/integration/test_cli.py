@@ -41,6 +41,7 @@ def test_migrate_then_up_to_date(tmp_path):
         (("migrate", "--storage", "mysql://nope"), "unknown storage DSN"),
         (("sql", "SELEC nonsense", "--storage", "chdb:///tmp/streamscope-cli-bad"), "Syntax error"),
         (("sql", "SELECT 1", "--collector-url", "http://127.0.0.1:9"), "did not answer"),
+        (("collector", "--spool-max-mib", "16", "--no-grpc"), "is below the largest request accepted"),
     ],
 )
 def test_mistakes_end_in_one_line_not_a_traceback(args, message):

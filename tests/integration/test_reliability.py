@@ -117,6 +117,7 @@ def test_a_store_outage_fills_the_spool_then_heals_by_itself(storage_dsn, store_
         attribution_interval_s=None,
         spool_dir=tmp_path / "spool",
         spool_max_bytes=1024 * 1024,
+        max_request_bytes=256 * 1024,
         store_wait_s=1.0,
     )
     collector = Collector(config).start()
