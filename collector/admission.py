@@ -1,18 +1,24 @@
 """Whether a request may go on: the collector's in-flight memory budget and each tenant's rate.
 
 Both answer "not now" (Overloaded: HTTP 429 with Retry-After, gRPC UNAVAILABLE), before the collector
-spends more memory or CPU on the request. The budget counts the bytes of request bodies being read,
-inflated, decoded and spooled, so the collector's memory stays bounded however many senders push at once;
-the rate keeps one tenant's burst from taking the budget from the others.
+spends more memory or CPU on the request. The budget counts the bytes of request bodies being read and
+inflated, and of their rows until spooled, so the collector's memory stays bounded however many senders push
+at once; the rate keeps one tenant's burst from taking the budget from the others.
+
+Between body and rows, a request is parsed: about ten times the body's size for packed stream spans (each
+array element becomes a message of its own), too fleeting to count but not to multiply. ``expansion`` lets
+as many requests be parsed and decoded at once as there are cores (the work holds the interpreter's lock, so
+more would add memory, not speed); the others wait their turn holding only their body.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from collector.auth import Credentials
@@ -20,6 +26,8 @@ from streamscope.errors import Overloaded
 
 if TYPE_CHECKING:
     from collector.config import CollectorConfig
+
+_CORES = os.cpu_count() or 1
 
 
 class InflightBudget:
@@ -97,6 +105,8 @@ class Admission:
     credentials: Credentials
     budget: InflightBudget
     rate: TenantRate
+    expansion: threading.BoundedSemaphore = field(default_factory=lambda: threading.BoundedSemaphore(_CORES))
+    """Held while a request is parsed and decoded into rows."""
 
     @classmethod
     def from_config(cls, config: CollectorConfig) -> Admission:

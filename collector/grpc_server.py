@@ -14,7 +14,8 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from collector.admission import Admission
 from collector.auth import Unauthorized
 from collector.metrics import SelfMetrics
-from collector.pipeline import LOGS, METRICS, TRACES, ExportPipeline, Signal
+from collector.pipeline import LOGS, METRICS, TRACES, ExportPipeline, ExportResult, Signal
+from ingest.group_commit import Ticket
 from ingest.request_log import Received
 from streamscope.errors import LimitExceeded, Overloaded, RetryableWriteError, WriteError
 
@@ -30,17 +31,26 @@ class _Exporter:
     def __call__(self, signal: Signal, request: Message, context: grpc.ServicerContext) -> Message:
         try:
             tenant = self._admission.credentials.tenant(dict(context.invocation_metadata()).get("authorization"))
-            size = request.ByteSize()
-            with self._admission.budget.reserve() as reservation:
-                reservation.take(size)
-                self._admission.rate.admit(tenant, size)
-                received = Received("grpc", "protobuf", "", None)
-                return signal.response(self._pipeline.export(signal, request, tenant, received))
+            result, ticket = self._accept(signal, request, tenant)
+            self._pipeline.wait_for_store(ticket)
+            return signal.response(result)
         except Exception as exc:
             code, http_status, message = _failure(exc, signal)
             self._metrics.refused(http_status)
             context.abort(code, message)
         raise AssertionError("unreachable: context.abort raises")
+
+    def _accept(self, signal: Signal, request: Message, tenant: str) -> tuple[ExportResult, Ticket]:
+        """Decode and spool the request within the in-flight budget; returns once it is durable, having let go of
+        the rows (gRPC holds the parsed request until the call ends)."""
+        size = request.ByteSize()
+        with self._admission.budget.reserve() as reservation:
+            reservation.take(size)
+            self._admission.rate.admit(tenant, size)
+            with self._admission.expansion:
+                batch = self._pipeline.decode(signal, request, tenant, Received("grpc", "protobuf", "", None))
+            ticket = self._pipeline.spool(batch, signal.name, reservation)
+        return ExportResult.of(batch, signal), ticket
 
 
 def _failure(exc: Exception, signal: Signal) -> tuple[grpc.StatusCode, int, str]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import zlib
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -36,6 +36,8 @@ from collector.metrics import CountRefusals, SelfMetrics
 from collector.pipeline import SIGNALS, TRACES, ExportPipeline, ExportResult, Signal
 from ingest.alerts import TABLE as ALERTS_TABLE
 from ingest.alerts import decode_alerts
+from ingest.batch import DecodedBatch
+from ingest.group_commit import Ticket
 from ingest.otlp_body import parse_json, parse_protobuf, to_json
 from ingest.request_log import Received
 from ingest.sql import QueryRefused
@@ -55,6 +57,14 @@ RETRY_AFTER_S = "5"
 ALERTS_PATH = "/api/v1/alerts"
 M = TypeVar("M", bound=Message)
 log = logging.getLogger(__name__)
+
+
+class Expanded(NamedTuple):
+    """A request body turned into rows."""
+
+    batch: DecodedBatch
+    refused_browser_spans: int
+    """Spans the browser route does not take (see ``collector.browser``)."""
 
 
 class _Refused(Exception):
@@ -130,7 +140,8 @@ def _add_alerts_route(app: FastAPI, pipeline: ExportPipeline, config: CollectorC
             with admission.budget.reserve() as reservation:
                 body = await _read_body(request, config.max_request_bytes, reservation)
                 batch = await run_in_threadpool(decode_alerts, body, tenant=tenant)
-                await run_in_threadpool(pipeline.store, batch, "alerts")
+                ticket = await run_in_threadpool(pipeline.spool, batch, "alerts", reservation)
+            await run_in_threadpool(pipeline.wait_for_store, ticket)
         except Exception as exc:
             status, message, headers = _failure(exc, "a Grafana alert notification")
             return JSONResponse({"error": message}, status_code=status, headers=headers)
@@ -175,6 +186,30 @@ def _export_route(
     media_types = (JSON, TEXT) if from_browsers else (PROTOBUF, JSON)
     limit = config.browser_max_request_bytes if from_browsers else config.max_request_bytes
 
+    def expand(body: bytes, encoding: str, answer_type: str, tenant: str, reservation: Reservation) -> Expanded:
+        """Inflate, parse and decode ``body``. The parsed request, many times the body's size, lives only in here,
+        and only ``admission.expansion`` of them at once."""
+        with admission.expansion:  # text/plain from a beacon is JSON, like the answer
+            message, size = _decode(body, encoding, answer_type, limit, signal.request_type, reservation)
+            admission.rate.admit(tenant, size)
+            refused = browser.keep_browser_spans(message) if from_browsers else 0
+            received = Received("http", answer_type.rsplit("/", 1)[1].removeprefix("x-"), encoding, len(body))
+            return Expanded(pipeline.decode(signal, message, tenant, received), refused)
+
+    async def accept(request: Request, tenant: str, encoding: str, answer_type: str) -> tuple[ExportResult, Ticket]:
+        """Read, decode and spool the request within the in-flight budget; returns once it is durable, having let
+        go of the body and the rows."""
+        with admission.budget.reserve() as reservation:
+            body = await _read_body(request, limit, reservation)
+            # inflating and parsing take CPU time proportional to the body: off the event loop
+            expanded = await run_in_threadpool(expand, body, encoding, answer_type, tenant, reservation)
+            ticket = await run_in_threadpool(pipeline.spool, expanded.batch, signal.name, reservation)
+        result, refused = ExportResult.of(expanded.batch, signal), expanded.refused_browser_spans
+        if refused:
+            message_parts = [browser.refusal_message(refused), result.error_message]
+            result = ExportResult(result.rejected + refused, "; ".join(filter(None, message_parts)))
+        return result, ticket
+
     async def export(request: Request) -> Response:
         media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         answer_type = PROTOBUF if media_type == PROTOBUF and not from_browsers else JSON
@@ -187,21 +222,8 @@ def _export_route(
                 tenant = admission.credentials.browser_tenant(request.query_params.get("token"), authorization)
             else:
                 tenant = admission.credentials.tenant(authorization)
-            encoding = _content_encoding(request)
-            with admission.budget.reserve() as reservation:
-                body = await _read_body(request, limit, reservation)
-                # inflating and parsing take CPU time proportional to the body: off the event loop
-                # (text/plain from a beacon is JSON)
-                message, size = await run_in_threadpool(
-                    _decode, body, encoding, answer_type, limit, signal.request_type, reservation
-                )
-                admission.rate.admit(tenant, size)
-                refused = browser.keep_browser_spans(message) if from_browsers else 0
-                received = Received("http", answer_type.rsplit("/", 1)[1].removeprefix("x-"), encoding, len(body))
-                result = await run_in_threadpool(pipeline.export, signal, message, tenant, received)
-            if refused:
-                message_parts = [browser.refusal_message(refused), result.error_message]
-                result = ExportResult(result.rejected + refused, "; ".join(filter(None, message_parts)))
+            result, ticket = await accept(request, tenant, _content_encoding(request), answer_type)
+            await run_in_threadpool(pipeline.wait_for_store, ticket)
         except Exception as exc:
             return _status(answer_type, *_failure(exc, f"an OTLP/HTTP {signal.name} export"))
         response = signal.response(result)

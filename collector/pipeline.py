@@ -1,7 +1,9 @@
-"""The one export path every transport calls: decode, write, and say what was accepted.
+"""The one export path every transport calls: decode, spool, wait for the store, and say what was accepted.
 
 HTTP and gRPC adapters only turn bytes into an OTLP request and results into their protocol's answer;
-decoding, writing and partial-success accounting happen here, once, for every signal we accept.
+decoding, writing and partial-success accounting happen here, once, for every signal we accept. The steps
+are separate calls so that a transport can let go of each request's memory as soon as the next step no
+longer needs it (see ``collector.admission``).
 """
 
 from __future__ import annotations
@@ -28,12 +30,13 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from collector.admission import Reservation
 from collector.metrics import SelfMetrics
 from ingest.batch import DecodedBatch
 from ingest.decode import decode_traces
 from ingest.decode_logs import decode_logs
 from ingest.decode_metrics import decode_metrics
-from ingest.group_commit import GroupCommitWriter
+from ingest.group_commit import GroupCommitWriter, Ticket
 from ingest.limits import DEFAULT_LIMITS, SpanLimits
 from ingest.request_log import Received, with_request_row
 from streamscope.errors import RetryableWriteError
@@ -43,6 +46,10 @@ from streamscope.errors import RetryableWriteError
 class ExportResult:
     rejected: int
     error_message: str
+
+    @classmethod
+    def of(cls, batch: DecodedBatch, signal: Signal) -> ExportResult:
+        return cls(rejected=len(batch.rejected), error_message=batch.rejection_message(signal.noun))
 
 
 @dataclass(frozen=True)
@@ -123,20 +130,21 @@ class ExportPipeline:
             METRICS.name: lambda request, tenant: decode_metrics(request, tenant=tenant),
         }
 
-    def export(self, signal: Signal, request: Message, tenant: str, received: Received) -> ExportResult:
-        """Accept the request's rows and its ``ingest_requests`` row; returns once durable (see ``store``).
-        Raises WriteError."""
+    def decode(self, signal: Signal, request: Message, tenant: str, received: Received) -> DecodedBatch:
+        """The request's rows, and its ``ingest_requests`` row.
+
+        A parsed request takes many times its size on the wire (each element of a packed array is a message of
+        its own), so transports decode a few at a time (``Admission.expansion``) and let go of the request as
+        soon as this returns.
+        """
         batch = self._decoders[signal.name](request, tenant)
         with_request_row(batch, tenant=tenant, signal=signal.name, received=received, message_bytes=request.ByteSize())
-        self.store(batch, signal.name)
-        return ExportResult(rejected=len(batch.rejected), error_message=batch.rejection_message(signal.noun))
+        return batch
 
-    def store(self, batch: DecodedBatch, signal: str) -> None:
-        """Hand ``batch`` to the writer and return once it is durable in the spool; raises WriteError.
-
-        While the store keeps up, it also waits (up to ``store_wait_s``) for the rows to be written, so whoever
-        sent them reads them next; while the store fails it does not, and the spool holds them meanwhile.
-        """
+    def spool(self, batch: DecodedBatch, signal: str, reservation: Reservation) -> Ticket:
+        """Hand ``batch`` to the writer, its bytes held in the request's ``reservation`` meanwhile; returns once it
+        is durable in the spool. Raises Overloaded past the in-flight budget, WriteError if the spool fails."""
+        reservation.take(batch.nbytes)
         ticket = self._writer.submit(batch)
         try:
             ticket.spooled.result(timeout=self._write_timeout_s)
@@ -144,6 +152,15 @@ class ExportPipeline:
             waited = f"{self._write_timeout_s:g} s"
             raise RetryableWriteError(f"the spool did not take the request within {waited}") from None
         self._metrics.accepted(signal, batch)
+        return ticket
+
+    def wait_for_store(self, ticket: Ticket) -> None:
+        """While the store keeps up, wait (up to ``store_wait_s``) for the spooled rows to be written, so whoever
+        sent them reads them next; while it fails, do not: the spool holds them meanwhile.
+
+        Transports call this holding neither the request nor its rows, and outside the in-flight budget: a
+        request waiting for the store costs nothing but its connection.
+        """
         if self._store_wait_s > 0 and self._writer.store_healthy:
             with suppress(FutureTimeout):  # durable either way: the store will have it when it catches up
                 ticket.stored.result(timeout=self._store_wait_s)

@@ -107,10 +107,12 @@ class Collector:
             metrics=metrics,
             limits=self.config.limits,
         )
-        admission = Admission.from_config(self.config)
+        self.admission = admission = Admission.from_config(self.config)
         metrics.watch("spool_bytes", "Bytes in the spool waiting for the store.", lambda: spool.bytes)
         metrics.watch("spool_segments", "Spool segments waiting for the store.", writer.backlog)
-        metrics.watch("inflight_bytes", "Request bytes being read, decoded and spooled.", lambda: admission.budget.used)
+        metrics.watch(
+            "inflight_bytes", "Bytes of requests and their rows on the way to the spool.", lambda: admission.budget.used
+        )
         metrics.watch("store_up", "1 while the store takes writes, 0 while they fail.", lambda: writer.store_healthy)
 
         def readiness() -> tuple[bool, dict]:

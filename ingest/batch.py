@@ -38,6 +38,11 @@ class DecodedBatch:
     def total_rows(self) -> int:
         return sum(block.num_rows for block in self.blocks.values())
 
+    @property
+    def nbytes(self) -> int:
+        """The memory its rows take."""
+        return sum(block.nbytes for block in self.blocks.values())
+
     def rejection_message(self, noun: str) -> str:
         """One English sentence for ``partial_success.error_message``: what was rejected, then the warnings
         (the OTLP specification's way to warn with nothing rejected); empty when there is neither."""

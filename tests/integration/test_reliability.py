@@ -11,7 +11,8 @@ import statistics
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -196,6 +197,78 @@ def test_a_tenant_over_its_rate_is_told_to_come_back(storage_dsn):
         assert metric(collector.http_url, "streamscope_collector_refused_requests_total", reason="overloaded") >= 1
     finally:
         collector.stop()
+
+
+@pytest.fixture
+def lone_collector(storage_dsn):
+    """A collector on the shared store, without the attribution job, that waits up to 60 s for the store."""
+    config = CollectorConfig(
+        storage_dsn=storage_dsn, http_port=0, grpc_port=None, attribution_interval_s=None, store_wait_s=60
+    )
+    collector = Collector(config).start()
+    yield collector
+    collector.stop()
+
+
+def _post_in_background(collector: Collector, trace: int, senders: ThreadPoolExecutor) -> Future[httpx.Response]:
+    request = trace_request([stream_span(trace, 1, side="client", offsets_ms=[0, 10, 20], tokens=[1, 1, 1])])
+    url = f"{collector.http_url}/v1/traces"
+    return senders.submit(httpx.post, url, content=request.SerializeToString(), headers=PROTOBUF, timeout=60)
+
+
+def _until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, f"never saw {what}"
+        time.sleep(0.02)
+
+
+def test_a_request_waiting_for_a_slow_store_holds_no_inflight_budget(lone_collector, store_client):
+    """Once durable in the spool, a request lets go of its body, its parsed message and its rows: a slow store
+    costs the collector connections, not memory."""
+    store_client.command("CREATE TABLE slow_sink (slept UInt8) ENGINE = Null")
+    store_client.command(
+        "CREATE MATERIALIZED VIEW slow_store TO slow_sink AS SELECT sleepEachRow(2) AS slept FROM chunks"
+        " SETTINGS function_sleep_max_microseconds_per_block = 0"
+    )
+    url = lone_collector.http_url
+    accepted = lambda: metric(url, "streamscope_collector_accepted_rows_total", table="chunks")  # noqa: E731
+    try:
+        with ThreadPoolExecutor(1) as senders:
+            answer = _post_in_background(lone_collector, 70_001, senders)
+            _until(lambda: accepted() == 3, "the request spooled")
+            assert not answer.done(), "the store took 3 chunks before 6 s of sleep"
+            assert metric(url, "streamscope_collector_inflight_bytes") == 0
+            assert metric(url, "streamscope_collector_spool_bytes") > 0
+            assert answer.result().status_code == 200
+    finally:
+        store_client.command("DROP VIEW slow_store")
+        store_client.command("DROP TABLE slow_sink")
+    stored = store_client.query("SELECT count() FROM chunks WHERE trace_id = %(t)s", {"t": f"{70_001:032x}"})
+    assert stored.result_rows == [(3,)]
+
+
+def test_requests_wait_their_turn_to_be_parsed_holding_only_their_body(lone_collector):
+    """Parsed, a request takes many times its body: only ``Admission.expansion`` of them are parsed at once."""
+    expansion, held = lone_collector.admission.expansion, 0
+    while expansion.acquire(blocking=False):
+        held += 1
+    url = lone_collector.http_url
+    try:
+        with ThreadPoolExecutor(1) as senders:
+            answer = _post_in_background(lone_collector, 70_002, senders)
+            _until(lambda: metric(url, "streamscope_collector_inflight_bytes") > 0, "the body read")
+            time.sleep(0.5)  # time enough to parse, decode and spool 3 chunks many times over, were it allowed
+            assert not answer.done()
+            assert metric(url, "streamscope_collector_accepted_rows_total", table="chunks") == 0
+            for _ in range(held):
+                expansion.release()
+            held = 0
+            assert answer.result().status_code == 200
+    finally:
+        for _ in range(held):
+            expansion.release()
+    assert metric(url, "streamscope_collector_accepted_rows_total", table="chunks") == 3
 
 
 def test_the_inflight_budget_refuses_a_second_request_past_it_and_frees_on_release():
