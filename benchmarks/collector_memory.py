@@ -28,6 +28,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from clickhouse_connect.driver.client import Client
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from benchmarks.ingest import CollectorProcess, Sampler, post_all, workload
@@ -78,17 +79,28 @@ class Run:
         return self.peak("anon", slice(None, middle)), self.peak("anon", slice(middle, None))
 
 
-def slow_down(data: Path, chunks_per_s: float) -> None:
-    """Make the store at ``data`` take chunks no faster than ``chunks_per_s`` (run in a child process: the
-    embedded engine opens one directory per process, and the collector opens this one next)."""
-    client = store.connect(store.parse_dsn(f"chdb://{data}"))
-    migrations.migrate(client)
-    client.command("CREATE TABLE bench_slow_sink (slept UInt8) ENGINE = Null")
+def slow_down(client: Client, seconds_per_chunk: float) -> None:
+    """Make every insert into ``chunks`` take ``seconds_per_chunk`` per row, until ``speed_up``: a view that
+    sleeps on each row it is shown (no cap per block, as ClickHouse's own 3 s would fail large inserts)."""
+    client.command("CREATE TABLE slow_store_sink (slept UInt8) ENGINE = Null")
     client.command(
-        "CREATE MATERIALIZED VIEW bench_slow TO bench_slow_sink"
-        f" AS SELECT sleepEachRow({1 / chunks_per_s:.9f}) AS slept FROM chunks"
+        "CREATE MATERIALIZED VIEW slow_store TO slow_store_sink"
+        f" AS SELECT sleepEachRow({seconds_per_chunk:.9f}) AS slept FROM chunks"
         " SETTINGS function_sleep_max_microseconds_per_block = 0"
     )
+
+
+def speed_up(client: Client) -> None:
+    client.command("DROP VIEW slow_store")
+    client.command("DROP TABLE slow_store_sink")
+
+
+def _slow_store(data: Path, chunks_per_s: float) -> None:
+    """The store at ``data``, migrated and slowed to ``chunks_per_s`` (in a child process: the embedded engine
+    opens one directory per process, and the collector opens this one next)."""
+    client = store.connect(store.parse_dsn(f"chdb://{data}"))
+    migrations.migrate(client)
+    slow_down(client, 1 / chunks_per_s)
 
 
 def fresh_bodies(template: ExportTraceServiceRequest, until: float) -> Iterator[bytes]:
@@ -106,7 +118,7 @@ def under_load(label: str, chunks_per_s: float | None, args: argparse.Namespace)
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:  # the engine may still be merging
         data = Path(tmp) / "store"
         if chunks_per_s is not None:
-            child = multiprocessing.get_context("spawn").Process(target=slow_down, args=(data, chunks_per_s))
+            child = multiprocessing.get_context("spawn").Process(target=_slow_store, args=(data, chunks_per_s))
             child.start()
             child.join()
             if child.exitcode != 0:

@@ -22,6 +22,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from benchmarks.collector_memory import slow_down, speed_up
 from collector.admission import InflightBudget
 from collector.config import CollectorConfig
 from collector.service import Collector
@@ -226,11 +227,7 @@ def _until(condition: Callable[[], bool], what: str) -> None:
 def test_a_request_waiting_for_a_slow_store_holds_no_inflight_budget(lone_collector, store_client):
     """Once durable in the spool, a request lets go of its body, its parsed message and its rows: a slow store
     costs the collector connections, not memory."""
-    store_client.command("CREATE TABLE slow_sink (slept UInt8) ENGINE = Null")
-    store_client.command(
-        "CREATE MATERIALIZED VIEW slow_store TO slow_sink AS SELECT sleepEachRow(2) AS slept FROM chunks"
-        " SETTINGS function_sleep_max_microseconds_per_block = 0"
-    )
+    slow_down(store_client, seconds_per_chunk=2)
     url = lone_collector.http_url
     accepted = lambda: metric(url, "streamscope_collector_accepted_rows_total", table="chunks")  # noqa: E731
     try:
@@ -242,8 +239,7 @@ def test_a_request_waiting_for_a_slow_store_holds_no_inflight_budget(lone_collec
             assert metric(url, "streamscope_collector_spool_bytes") > 0
             assert answer.result().status_code == 200
     finally:
-        store_client.command("DROP VIEW slow_store")
-        store_client.command("DROP TABLE slow_sink")
+        speed_up(store_client)
     stored = store_client.query("SELECT count() FROM chunks WHERE trace_id = %(t)s", {"t": f"{70_001:032x}"})
     assert stored.result_rows == [(3,)]
 
