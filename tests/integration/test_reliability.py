@@ -11,7 +11,6 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from collector.service import Collector
 from ingest.spool import Spool
 from streamscope import StreamRecorder
 from streamscope.errors import ConfigError, Overloaded
-from tests.browser import free_port
+from tests.browser import free_port, wait_for
 from tests.integration.test_group_commit import batch
 from tests.otlp_build import stream_span, trace_request
 from tests.self_metrics import metric
@@ -217,13 +216,6 @@ def _post_in_background(collector: Collector, trace: int, senders: ThreadPoolExe
     return senders.submit(httpx.post, url, content=request.SerializeToString(), headers=PROTOBUF, timeout=60)
 
 
-def _until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 30
-    while not condition():
-        assert time.monotonic() < deadline, f"never saw {what}"
-        time.sleep(0.02)
-
-
 def test_a_request_waiting_for_a_slow_store_holds_no_inflight_budget(lone_collector, store_client):
     """Once durable in the spool, a request lets go of its body, its parsed message and its rows: a slow store
     costs the collector connections, not memory."""
@@ -233,7 +225,7 @@ def test_a_request_waiting_for_a_slow_store_holds_no_inflight_budget(lone_collec
     try:
         with ThreadPoolExecutor(1) as senders:
             answer = _post_in_background(lone_collector, 70_001, senders)
-            _until(lambda: accepted() == 3, "the request spooled")
+            wait_for(lambda: accepted() == 3, "the request spooled", timeout_s=30)
             assert not answer.done(), "the store took 3 chunks before 6 s of sleep"
             assert metric(url, "streamscope_collector_inflight_bytes") == 0
             assert metric(url, "streamscope_collector_spool_bytes") > 0
@@ -253,7 +245,7 @@ def test_requests_wait_their_turn_to_be_parsed_holding_only_their_body(lone_coll
     try:
         with ThreadPoolExecutor(1) as senders:
             answer = _post_in_background(lone_collector, 70_002, senders)
-            _until(lambda: metric(url, "streamscope_collector_inflight_bytes") > 0, "the body read")
+            wait_for(lambda: metric(url, "streamscope_collector_inflight_bytes") > 0, "the body read", timeout_s=30)
             time.sleep(0.5)  # time enough to parse, decode and spool 3 chunks many times over, were it allowed
             assert not answer.done()
             assert metric(url, "streamscope_collector_accepted_rows_total", table="chunks") == 0
