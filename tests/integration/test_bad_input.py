@@ -132,6 +132,59 @@ def test_malformed_timelines_are_rejected_through_partial_success(collector):
     assert collector.query_client.query("SELECT span_id FROM streams").result_rows == [("01" * 8,)]
 
 
+def event_span(span_byte: int, events: list[tuple[int, str, dict[str, AnyValue]]]) -> Span:
+    """A span in the events encoding: (offset in µs, event name, attributes) per event, in the order given."""
+    start_ns = 1_800_000_000_000_000_000
+    span = Span(
+        trace_id=bytes([span_byte]) * 16,
+        span_id=bytes([span_byte]) * 8,
+        name="chat m",
+        start_time_unix_nano=start_ns,
+        end_time_unix_nano=start_ns + 1_000_000_000,
+        attributes=[KeyValue(key=sc.STREAMSCOPE_SIDE, value=AnyValue(string_value="client"))],
+    )
+    for offset_us, name, attributes in events:
+        event = span.events.add(name=name, time_unix_nano=start_ns + offset_us * 1000)
+        event.attributes.extend(KeyValue(key=k, value=v) for k, v in attributes.items())
+    return span
+
+
+def test_chunk_events_are_read_in_time_order_and_malformed_ones_rejected(collector):
+    def tokens(n: int) -> dict[str, AnyValue]:
+        return {
+            sc.STREAMSCOPE_CHUNK_TOKENS: AnyValue(int_value=n),
+            sc.STREAMSCOPE_CHUNK_CONTENT_BYTES: AnyValue(int_value=4),
+        }
+
+    body = request_of(
+        event_span(
+            1,
+            [
+                (30, sc.CHUNK_EVENT, tokens(3)),
+                (10, sc.CHUNK_EVENT, tokens(1)),
+                (15, "log", tokens(9)),
+                (20, sc.CHUNK_EVENT, tokens(2)),
+            ],
+        ),  # out of order, with an event that is not a chunk
+        event_span(
+            2,
+            [
+                (10, sc.CHUNK_EVENT, tokens(1)),
+                (20, sc.CHUNK_EVENT, {sc.STREAMSCOPE_CHUNK_TOKENS: AnyValue(string_value="2")}),
+            ],
+        ),
+        event_span(3, [(-5, sc.CHUNK_EVENT, tokens(1)), (20, sc.CHUNK_EVENT, tokens(1))]),
+    ).SerializeToString()
+    response = post(collector, body, PROTOBUF)
+    assert response.status_code == 200
+    partial = ExportTraceServiceResponse.FromString(response.content).partial_success
+    assert partial.rejected_spans == 2
+    assert f"chunk event 1: {sc.STREAMSCOPE_CHUNK_TOKENS} must be an integer" in partial.error_message
+    assert "a chunk event precedes the span start" in partial.error_message
+    rows = collector.query_client.query("SELECT span_id, seq, gap_us, tokens FROM chunks ORDER BY seq").result_rows
+    assert rows == [("01" * 8, 0, 10, 1), ("01" * 8, 1, 10, 2), ("01" * 8, 2, 10, 3)]
+
+
 def test_partial_success_in_json(collector):
     document = {
         "resourceSpans": [
