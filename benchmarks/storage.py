@@ -127,7 +127,8 @@ def main() -> None:
         baseline_bytes = _on_disk(client, "otel_traces")[1]
         columns = client.query(
             "SELECT name, data_compressed_bytes FROM system.columns "
-            "WHERE database = currentDatabase() AND table = 'chunks' ORDER BY data_compressed_bytes DESC"
+            "WHERE database = currentDatabase() AND table = 'chunks' AND default_kind != 'ALIAS' "
+            "ORDER BY data_compressed_bytes DESC"
         ).result_rows
     print(f"{rows:,} chunks in {stream_rows:,} streams")
     print(f"chunks: {total / rows:.3f} bytes per chunk on disk (compressed, all columns)")

@@ -296,9 +296,12 @@ LEFT JOIN (
     SELECT c.model AS model, count() AS tool_calls, quantileExact(0.5)(c.gap_us) / 1000 AS tool_call_pause_ms_p50
     FROM chunks AS c
     INNER JOIN (
-        SELECT trace_id, span_id, first_tool_call_seq FROM streams
+        SELECT toFixedString(unhex(trace_id), 16) AS trace_id_bytes, toFixedString(unhex(span_id), 8) AS span_id_bytes,
+            first_tool_call_seq
+        FROM streams
         WHERE $__timeFilter(start_time) AND first_tool_call_seq IS NOT NULL
-    ) AS f ON f.trace_id = c.trace_id AND f.span_id = c.span_id AND f.first_tool_call_seq = c.seq
+    ) AS f ON f.trace_id_bytes = c.trace_id_bytes AND f.span_id_bytes = c.span_id_bytes
+        AND f.first_tool_call_seq = c.seq
     WHERE $__timeFilter(c.start_time) AND c.{ON_SIDE} AND {filters(*VARIABLES, alias="c.")}
     GROUP BY model
 ) AS t ON t.model = g.model
@@ -375,12 +378,13 @@ STREAM_TIMELINE = Panel(
     SELECT side, seq, offset_us / 1000 AS ms_since_request,
         sum(content_bytes) OVER (PARTITION BY side ORDER BY seq) AS content_bytes
     FROM chunk_timeline
-    WHERE trace_id = '${trace_id}' AND kind IN ('first', 'content')
+    WHERE trace_id_bytes = unhex('${trace_id}') AND kind IN ('first', 'content')
     UNION ALL
     SELECT 'browser painted' AS side, seq, (offset_us + paint_delay_us) / 1000 AS ms_since_request,
         sum(content_bytes) OVER (ORDER BY seq) AS content_bytes
     FROM chunk_timeline
-    WHERE trace_id = '${trace_id}' AND side = 'browser' AND kind IN ('first', 'content') AND paint_delay_us > 0
+    WHERE trace_id_bytes = unhex('${trace_id}') AND side = 'browser' AND kind IN ('first', 'content')
+        AND paint_delay_us > 0
 )
 ORDER BY side, seq""",
     variables=("trace_id",),

@@ -1,7 +1,8 @@
 """Arrow schemas of the blocks ingest writes: one per table, in the tables' column order.
 
 They mirror schema/migrations (a test compares them with the DDL the migrations create); columns with a
-DEFAULT in the DDL (``ingested_at``) are filled by the store and absent here.
+DEFAULT in the DDL (``ingested_at``) are filled by the store, and ALIAS columns (``chunks.trace_id``) computed on
+read, so both are absent here.
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ CHUNKS = pa.schema(
     [
         ("tenant", _LC),
         ("start_time", _TIME),
-        ("trace_id", _LC),
-        ("span_id", _LC),
+        ("trace_id_bytes", pa.dictionary(pa.int32(), pa.binary(16))),
+        ("span_id_bytes", pa.dictionary(pa.int32(), pa.binary(8))),
         ("service", _LC),
         ("side", _LC),
         ("provider", _LC),

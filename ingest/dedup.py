@@ -23,7 +23,9 @@ from clickhouse_connect.driver.client import Client
 from ingest.batch import DecodedBatch
 
 STREAMS = "streams"
-_KEY_COLUMNS = ("trace_id", "span_id")
+_HEX_KEY = ("trace_id", "span_id")
+_BYTES_KEY = ("trace_id_bytes", "span_id_bytes")
+"""A table keys its rows by span with the ids in hex, or (chunks) with their bytes."""
 
 _STORED_KEYS = """
 SELECT concat(trace_id, span_id) FROM streams
@@ -67,14 +69,19 @@ def _stored_keys(client: Client, streams: pa.Table) -> set[str]:
 
 
 def _keys(block: pa.Table) -> pa.ChunkedArray:
-    return pc.binary_join_element_wise(*(pc.cast(block.column(c), pa.string()) for c in _KEY_COLUMNS), "")
+    """Each row's span key: its trace and span ids, in hex."""
+    return pc.binary_join_element_wise(*(pc.cast(block.column(c), pa.string()) for c in _HEX_KEY), "")
 
 
 def _without(batch: DecodedBatch, keys: pa.Array) -> DecodedBatch:
-    """``batch`` minus every row keyed by ``keys``, in each table that keys rows by span."""
+    """``batch`` minus every row keyed by ``keys`` (hex), in each table that keys rows by span."""
+    keys_as_bytes = pa.array([bytes.fromhex(key) for key in keys.to_pylist()], pa.binary())
     blocks = {}
     for table, block in batch.blocks.items():
-        if all(column in block.column_names for column in _KEY_COLUMNS):
+        if all(column in block.column_names for column in _HEX_KEY):
             block = block.filter(pc.invert(pc.is_in(_keys(block), value_set=keys)))
+        elif all(column in block.column_names for column in _BYTES_KEY):
+            row_keys = pc.binary_join_element_wise(*(pc.cast(block.column(c), pa.binary()) for c in _BYTES_KEY), b"")
+            block = block.filter(pc.invert(pc.is_in(row_keys, value_set=keys_as_bytes)))
         blocks[table] = block
     return DecodedBatch(blocks=blocks, ignored=batch.ignored, rejected=batch.rejected)

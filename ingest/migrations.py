@@ -2,23 +2,36 @@
 
 Applied migrations are recorded in ``schema_migrations`` with a checksum; a file edited after it was applied
 is an error (SchemaMismatch), not a silent drift. Every statement is written to be idempotent
-(``IF NOT EXISTS``), so two collectors starting at once against one server both succeed.
+(``IF NOT EXISTS``), so a migration cut short by a crash is simply run again. Pending migrations are applied
+under a lock (``schema_migrations_lock``), so two collectors starting at once against one server take turns:
+a migration that rebuilds a table must not copy its rows twice.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from clickhouse_connect.driver.client import Client
+from clickhouse_connect.driver.exceptions import DatabaseError
 
 from ingest import store
 from streamscope._internal.schema_files import migrations_dir
 from streamscope.errors import SchemaMismatch
 
 MIGRATIONS_TABLE = "schema_migrations"
+LOCK_TABLE = "schema_migrations_lock"
+LOCK_WAIT_S = 600.0
+"""How long a migrator waits for another to finish; a rebuild of a large table may take minutes."""
+_TABLE_ALREADY_EXISTS = "Code: 57."
 _FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _STATEMENT_END = re.compile(r";\s*(?:\n|$)")
 
@@ -74,24 +87,68 @@ def applied(client: Client) -> dict[int, str]:
     return {int(version): checksum for version, checksum in rows}
 
 
-def migrate(client: Client, directory: Path | None = None) -> list[Migration]:
+def migrate(client: Client, directory: Path | None = None, *, lock_wait_s: float = LOCK_WAIT_S) -> list[Migration]:
     """Apply every pending migration in order; return the ones applied now (empty when up to date)."""
     with store.translated_errors():
-        done = applied(client)
-        newly: list[Migration] = []
-        for migration in available(directory):
-            if migration.version in done:
-                if done[migration.version] != migration.checksum:
-                    raise SchemaMismatch(
-                        f"migration {migration.path.name} changed after it was applied; add a new migration instead"
-                    )
-                continue
-            for statement in migration.statements():
-                client.command(statement)
-            client.insert(
-                MIGRATIONS_TABLE,
-                [[migration.version, migration.name, migration.checksum]],
-                column_names=["version", "name", "checksum"],
+        if not _pending(client, directory):
+            return []
+        with _migration_lock(client, lock_wait_s):
+            newly = _pending(client, directory)  # read again: another migrator may have applied some meanwhile
+            for migration in newly:
+                for statement in migration.statements():
+                    client.command(statement)
+                client.insert(
+                    MIGRATIONS_TABLE,
+                    [[migration.version, migration.name, migration.checksum]],
+                    column_names=["version", "name", "checksum"],
+                )
+            return newly
+
+
+def _pending(client: Client, directory: Path | None) -> list[Migration]:
+    """The migrations not yet applied, in order; an applied one whose file changed since is an error."""
+    done = applied(client)
+    pending = []
+    for migration in available(directory):
+        if migration.version not in done:
+            pending.append(migration)
+        elif done[migration.version] != migration.checksum:
+            raise SchemaMismatch(
+                f"migration {migration.path.name} changed after it was applied; add a new migration instead"
             )
-            newly.append(migration)
-        return newly
+    return pending
+
+
+@contextmanager
+def _migration_lock(client: Client, wait_s: float, poll_s: float = 0.2) -> Iterator[None]:
+    """Hold the lock: a table only one of several concurrent CREATEs can make. Its comment names the holder."""
+    holder = f"{socket.gethostname()} pid {os.getpid()} since {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC"
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            client.command(
+                f"CREATE TABLE {LOCK_TABLE} (holder String) ENGINE = Memory COMMENT %(holder)s",
+                parameters={"holder": holder},
+            )
+            break
+        except DatabaseError as exc:
+            if _TABLE_ALREADY_EXISTS not in str(exc):
+                raise
+        if time.monotonic() >= deadline:
+            raise SchemaMismatch(
+                f"waited {wait_s:g} s for {LOCK_TABLE}, held by another migration ({_lock_holder(client)}); "
+                f"if no collector or `streamscope migrate` is running, drop it: DROP TABLE {LOCK_TABLE}"
+            )
+        time.sleep(poll_s)
+    try:
+        yield
+    finally:
+        client.command(f"DROP TABLE IF EXISTS {LOCK_TABLE}")
+
+
+def _lock_holder(client: Client) -> str:
+    rows = client.query(
+        "SELECT comment FROM system.tables WHERE database = currentDatabase() AND name = {name:String}",
+        parameters={"name": LOCK_TABLE},
+    ).result_rows
+    return rows[0][0] if rows else "released just now"

@@ -37,6 +37,7 @@ from typing import Literal
 
 import pyarrow as pa
 
+from ingest import columns
 from ingest.batch import DecodedBatch
 from streamscope.errors import ConfigError, SpoolFull, WriteError
 
@@ -222,5 +223,21 @@ def decode(data: bytes, source: Path) -> list[DecodedBatch]:
         offset += header_size
         block = pa.ipc.open_stream(pa.py_buffer(view[offset : offset + payload_size])).read_all()
         offset += payload_size
+        if header["table"] == "chunks" and "trace_id" in block.column_names:
+            block = _chunk_ids_as_bytes(block)
         batches.setdefault(header["batch"], DecodedBatch()).blocks[header["table"]] = block
     return [batches[index] for index in sorted(batches)]
+
+
+def _chunk_ids_as_bytes(block: pa.Table) -> pa.Table:
+    """A chunks block spooled before migration 0017, with hex trace and span ids, in the current layout: a
+    collector upgraded with segments still pending writes them, rather than setting them aside."""
+    for name in ("trace_id", "span_id"):
+        column = block.column(name).combine_chunks()
+        if not pa.types.is_dictionary(column.type):
+            column = column.dictionary_encode()
+        target = columns.CHUNKS.field(f"{name}_bytes")
+        ids = pa.array([bytes.fromhex(v) for v in column.dictionary.to_pylist()], target.type.value_type)
+        as_bytes = pa.DictionaryArray.from_arrays(column.indices, ids)
+        block = block.set_column(block.column_names.index(name), target.name, as_bytes)
+    return block

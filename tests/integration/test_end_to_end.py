@@ -192,7 +192,7 @@ def test_packed_and_events_encodings_give_identical_rows(collector, transport):
     client = collector.query_client
     chunk_rows = client.query(
         "SELECT groupArray((seq, kind, gap_us, tokens, content_bytes, wire_bytes)) FROM "
-        "(SELECT * FROM chunks ORDER BY seq) GROUP BY span_id"
+        "(SELECT * FROM chunks ORDER BY seq) GROUP BY span_id_bytes"
     ).result_rows
     assert len(chunk_rows) == 2 and chunk_rows[0] == chunk_rows[1]
     assert len(chunk_rows[0][0]) == len(chunks)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+import pyarrow as pa
 import pytest
 
 from ingest.batch import DecodedBatch
@@ -93,6 +94,26 @@ def test_segments_left_by_a_crash_are_written_at_start_and_only_once(tmp_path, s
     assert stored(store_client, "streams") == [("a", 1), ("b", 1), ("c", 1)]
     assert stored(store_client, "ingest_requests") == [("a", 1), ("b", 1), ("c", 1)]
     assert not list(tmp_path.glob("*.seg"))
+
+
+def test_segments_spooled_before_the_ids_became_bytes_are_written_after_the_upgrade(tmp_path, store_client):
+    """A chunks block in the layout before migration 0017 (hex trace_id and span_id), left in the spool by a
+    collector of an earlier version, is written by this one with the same ids."""
+    old = batch(0xAB, "a")
+    chunks = old.blocks["chunks"]
+    for name in ("trace_id", "span_id"):
+        hex_ids = pa.array([value.hex() for value in chunks.column(f"{name}_bytes").to_pylist()]).dictionary_encode()
+        chunks = chunks.set_column(chunks.column_names.index(f"{name}_bytes"), name, hex_ids)
+    old.blocks["chunks"] = chunks
+    spool = Spool(tmp_path, max_bytes=10**8)
+    spool.append([old])
+    spool.close()
+
+    writer = GroupCommitWriter(Spool(tmp_path, max_bytes=10**8), ClickHouseWriter(store_client), FAST_RETRY)
+    writer.shutdown()
+    assert store_client.query("SELECT DISTINCT trace_id, span_id FROM chunks").result_rows == [("ab" * 16, "ab" * 8)]
+    assert stored(store_client) == [("a", 3)]
+    assert not list(tmp_path.glob("*.seg")) and not list(tmp_path.rglob("*quarantine*/*"))
 
 
 def test_a_drained_spool_opened_again_never_repeats_a_token_so_new_data_is_not_taken_for_a_replay(

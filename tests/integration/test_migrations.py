@@ -3,6 +3,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import threading
 import zipfile
 from pathlib import Path
 
@@ -88,3 +89,130 @@ def test_installed_wheel_finds_its_schema_files(tmp_path):
     schema_dir, count = result.stdout.split()
     assert schema_dir == str(target / "streamscope" / "_schema")
     assert int(count) == len(migrations.available())
+
+
+REBUILD = 17
+"""0017 rebuilds chunks with the ids as bytes."""
+OLD_CHUNKS = [
+    (f"{trace:032x}", f"{span:016x}", seq, gap)
+    for trace, span in ((0xA1, 0xB1), (0xA1, 0xB2), (0xFF << 120, 0xC3))
+    for seq, gap in enumerate((300_000, 20_000, 25_000))
+]
+
+
+@pytest.fixture
+def before_rebuild(storage_dsn, tmp_path):
+    """A store at the migration before the rebuild, holding chunks with hex ids; the later files apart."""
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    for migration in migrations.available():
+        if migration.version < REBUILD:
+            shutil.copy(migration.path, earlier / migration.path.name)
+    from ingest import store
+
+    client = store.connect(store.parse_dsn(storage_dsn))
+    migrations.migrate(client, earlier)
+    client.command(
+        "INSERT INTO chunks (tenant, start_time, trace_id, span_id, service, side, provider, model, seq, kind, gap_us, "
+        "tokens, content_bytes, wire_bytes) VALUES "
+        + ", ".join(
+            f"('default', '2026-11-01 10:00:00', '{trace}', '{span}', 'app', 'client', 'openai', 'm', {seq}, "
+            f"{'first' if seq == 0 else 'content'!r}, {gap}, 1, 4, 60)"
+            for trace, span, seq, gap in OLD_CHUNKS
+        )
+    )
+    yield client
+    client.close()
+
+
+def stored_chunks(client) -> list[tuple]:
+    return client.query("SELECT trace_id, span_id, seq, gap_us FROM chunks ORDER BY trace_id, span_id, seq").result_rows
+
+
+def rebuild_statements() -> list[str]:
+    (rebuild,) = [m for m in migrations.available() if m.version == REBUILD]
+    return rebuild.statements()
+
+
+@pytest.mark.parametrize("done", range(len(rebuild_statements())))
+def test_rebuilding_chunks_keeps_every_row_even_when_run_again_after_a_crash(before_rebuild, done):
+    """The rebuild is cut short after ``done`` of its statements (a crash), then migrate runs it whole."""
+    for statement in rebuild_statements()[:done]:
+        before_rebuild.command(statement)
+    assert [m.version for m in migrations.migrate(before_rebuild)] == [REBUILD]
+    assert stored_chunks(before_rebuild) == sorted(OLD_CHUNKS)
+    (types,) = before_rebuild.query(
+        "SELECT groupArray((name, type)) FROM system.columns "
+        "WHERE database = currentDatabase() AND table = 'chunks' AND name LIKE '%\\_id%'"
+    ).result_rows[0]
+    assert dict(types) == {
+        "trace_id_bytes": "FixedString(16)",
+        "span_id_bytes": "FixedString(8)",
+        "trace_id": "String",
+        "span_id": "String",
+    }
+    (settings,) = before_rebuild.query(
+        "SELECT create_table_query FROM system.tables WHERE database = currentDatabase() AND name = 'chunks'"
+    ).result_rows[0]
+    assert "non_replicated_deduplication_window = 10000" in settings
+    timeline = before_rebuild.query(
+        "SELECT span_id, groupArray(offset_us) FROM (SELECT * FROM chunk_timeline ORDER BY seq) "
+        "GROUP BY span_id ORDER BY span_id"
+    ).result_rows
+    assert timeline == [(f"{s:016x}", [300_000, 320_000, 345_000]) for s in (0xB1, 0xB2, 0xC3)]
+
+
+def test_two_migrators_at_once_rebuild_chunks_once(before_rebuild, storage_dsn):
+    from ingest import store
+
+    clients = [before_rebuild, store.connect(store.parse_dsn(storage_dsn))]
+    results: list[object] = [None, None]
+
+    def run(index: int) -> None:
+        try:
+            results[index] = [m.version for m in migrations.migrate(clients[index])]
+        except Exception as exc:  # reported below
+            results[index] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(results, key=len) == [[], [REBUILD]]  # one applied it, the other found it applied
+    assert stored_chunks(before_rebuild) == sorted(OLD_CHUNKS)
+    clients[1].close()
+
+
+def test_a_migrator_waits_for_the_lock_then_applies_what_is_left(store_client, storage_dsn, tmp_path):
+    later = tmp_path / "later"
+    later.mkdir()
+    for migration in migrations.available():
+        shutil.copy(migration.path, later / migration.path.name)
+    (later / "9000_probe.sql").write_text("CREATE TABLE IF NOT EXISTS probe (x UInt8) ENGINE = Memory;\n")
+    store_client.command(f"CREATE TABLE {migrations.LOCK_TABLE} (holder String) ENGINE = Memory")
+    applied: list[list[int]] = []
+    waiting = threading.Thread(
+        target=lambda: applied.append([m.version for m in migrations.migrate(store_client, later, lock_wait_s=30)])
+    )
+    waiting.start()
+    waiting.join(timeout=1.0)
+    assert waiting.is_alive() and not applied  # held off by the lock
+    store_client.command(f"DROP TABLE {migrations.LOCK_TABLE}")
+    waiting.join(timeout=30)
+    assert applied == [[9000]]
+    assert not store_client.query(f"EXISTS TABLE {migrations.LOCK_TABLE}").result_rows[0][0]
+
+
+def test_a_lock_left_behind_is_reported_with_its_holder_and_the_way_out(store_client, tmp_path):
+    later = tmp_path / "later"
+    later.mkdir()
+    for migration in migrations.available():
+        shutil.copy(migration.path, later / migration.path.name)
+    (later / "9000_probe.sql").write_text("CREATE TABLE IF NOT EXISTS probe (x UInt8) ENGINE = Memory;\n")
+    store_client.command(
+        f"CREATE TABLE {migrations.LOCK_TABLE} (holder String) ENGINE = Memory COMMENT 'node-7 pid 41 since noon'"
+    )
+    with pytest.raises(SchemaMismatch, match=r"held by another migration \(node-7 pid 41 since noon\).*DROP TABLE"):
+        migrations.migrate(store_client, later, lock_wait_s=0.3)
+    assert not store_client.query("EXISTS TABLE probe").result_rows[0][0]
