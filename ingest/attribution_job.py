@@ -54,7 +54,7 @@ CHUNKS_SQL = """
 SELECT trace_id, span_id, groupArray(offset_us), groupArray(content_bytes), groupArray(tokens),
        groupArray(paint_delay_us)
 FROM (SELECT trace_id, span_id, seq, offset_us, content_bytes, tokens, paint_delay_us FROM chunk_timeline
-      WHERE trace_id_bytes IN (SELECT unhex(arrayJoin({traces:Array(String)}))) ORDER BY seq)
+      WHERE trace_id_bytes IN (SELECT toFixedString(unhex(arrayJoin({traces:Array(String)})), 16)) ORDER BY seq)
 GROUP BY trace_id, span_id
 """
 EVENTS_SQL = """
