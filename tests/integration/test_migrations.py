@@ -184,12 +184,18 @@ def test_two_migrators_at_once_rebuild_chunks_once(before_rebuild, storage_dsn):
     clients[1].close()
 
 
-def test_a_migrator_waits_for_the_lock_then_applies_what_is_left(store_client, storage_dsn, tmp_path):
-    later = tmp_path / "later"
-    later.mkdir()
+@pytest.fixture
+def later(tmp_path) -> Path:
+    """Every migration, and one more (9000) that the store has not had yet."""
+    directory = tmp_path / "later"
+    directory.mkdir()
     for migration in migrations.available():
-        shutil.copy(migration.path, later / migration.path.name)
-    (later / "9000_probe.sql").write_text("CREATE TABLE IF NOT EXISTS probe (x UInt8) ENGINE = Memory;\n")
+        shutil.copy(migration.path, directory / migration.path.name)
+    (directory / "9000_probe.sql").write_text("CREATE TABLE IF NOT EXISTS probe (x UInt8) ENGINE = Memory;\n")
+    return directory
+
+
+def test_a_migrator_waits_for_the_lock_then_applies_what_is_left(store_client, later):
     store_client.command(f"CREATE TABLE {migrations.LOCK_TABLE} (holder String) ENGINE = Memory")
     applied: list[list[int]] = []
     waiting = threading.Thread(
@@ -204,12 +210,7 @@ def test_a_migrator_waits_for_the_lock_then_applies_what_is_left(store_client, s
     assert not store_client.query(f"EXISTS TABLE {migrations.LOCK_TABLE}").result_rows[0][0]
 
 
-def test_a_lock_left_behind_is_reported_with_its_holder_and_the_way_out(store_client, tmp_path):
-    later = tmp_path / "later"
-    later.mkdir()
-    for migration in migrations.available():
-        shutil.copy(migration.path, later / migration.path.name)
-    (later / "9000_probe.sql").write_text("CREATE TABLE IF NOT EXISTS probe (x UInt8) ENGINE = Memory;\n")
+def test_a_lock_left_behind_is_reported_with_its_holder_and_the_way_out(store_client, later):
     store_client.command(
         f"CREATE TABLE {migrations.LOCK_TABLE} (holder String) ENGINE = Memory COMMENT 'node-7 pid 41 since noon'"
     )
