@@ -93,6 +93,17 @@ CHUNKS = pa.schema(
     ]
 )
 
+
+def ids_as_bytes(hex_ids: pa.Array | pa.ChunkedArray, column: str) -> pa.DictionaryArray:
+    """Hex ids as the dictionary of their bytes that ``CHUNKS``'s ``column`` holds; each distinct id is decoded
+    once."""
+    ids = hex_ids.combine_chunks() if isinstance(hex_ids, pa.ChunkedArray) else hex_ids
+    if not pa.types.is_dictionary(ids.type):
+        ids = ids.dictionary_encode()
+    as_bytes = pa.array([bytes.fromhex(v) for v in ids.dictionary.to_pylist()], CHUNKS.field(column).type.value_type)
+    return pa.DictionaryArray.from_arrays(ids.indices, as_bytes)
+
+
 GROUND_TRUTH = pa.schema(
     [
         ("tenant", _LC),

@@ -406,14 +406,9 @@ def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: i
 
     per_stream = timeline.stream.astype(np.int32)
 
-    def repeated(key: str, column: str | None = None) -> pa.DictionaryArray:
-        """The stream's value on each of its chunks (in ``column``, default ``key``), as indices into a
-        dictionary of distinct values; a hex id goes into a fixed-size binary column as its bytes."""
-        value_type = columns.CHUNKS.field(column or key).type.value_type
-        values = [r[key] for r in rows]
-        if pa.types.is_fixed_size_binary(value_type):
-            values = [bytes.fromhex(v) for v in values]
-        encoded = pa.array(values, value_type).dictionary_encode()
+    def repeated(key: str) -> pa.DictionaryArray:
+        """The stream's value on each of its chunks, as indices into a dictionary of distinct values."""
+        encoded = pa.array([r[key] for r in rows], pa.string()).dictionary_encode()
         return pa.DictionaryArray.from_arrays(encoded.indices.take(per_stream), encoded.dictionary)
 
     starts = np.fromiter((r["start_time"] for r in rows), dtype=np.int64, count=len(rows))
@@ -421,8 +416,8 @@ def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: i
         [
             repeated("tenant"),
             pa.array(starts[per_stream], pa.timestamp("us", tz="UTC")),
-            repeated("trace_id", "trace_id_bytes"),
-            repeated("span_id", "span_id_bytes"),
+            columns.ids_as_bytes(repeated("trace_id"), "trace_id_bytes"),
+            columns.ids_as_bytes(repeated("span_id"), "span_id_bytes"),
             repeated("service"),
             repeated("side"),
             repeated("provider"),

@@ -68,20 +68,19 @@ def _stored_keys(client: Client, streams: pa.Table) -> set[str]:
     return {key for (key,) in client.query(_STORED_KEYS, parameters=parameters).result_rows}
 
 
-def _keys(block: pa.Table) -> pa.ChunkedArray:
-    """Each row's span key: its trace and span ids, in hex."""
-    return pc.binary_join_element_wise(*(pc.cast(block.column(c), pa.string()) for c in _HEX_KEY), "")
+def _keys(block: pa.Table, key: tuple[str, str] = _HEX_KEY) -> pa.ChunkedArray:
+    """Each row's span key: its trace and span ids joined, as text for hex ids, as bytes for ids in bytes."""
+    as_type, separator = (pa.binary(), b"") if key == _BYTES_KEY else (pa.string(), "")
+    return pc.binary_join_element_wise(*(pc.cast(block.column(c), as_type) for c in key), separator)
 
 
 def _without(batch: DecodedBatch, keys: pa.Array) -> DecodedBatch:
     """``batch`` minus every row keyed by ``keys`` (hex), in each table that keys rows by span."""
-    keys_as_bytes = pa.array([bytes.fromhex(key) for key in keys.to_pylist()], pa.binary())
+    key_sets = {_HEX_KEY: keys, _BYTES_KEY: pa.array([bytes.fromhex(k) for k in keys.to_pylist()], pa.binary())}
     blocks = {}
     for table, block in batch.blocks.items():
-        if all(column in block.column_names for column in _HEX_KEY):
-            block = block.filter(pc.invert(pc.is_in(_keys(block), value_set=keys)))
-        elif all(column in block.column_names for column in _BYTES_KEY):
-            row_keys = pc.binary_join_element_wise(*(pc.cast(block.column(c), pa.binary()) for c in _BYTES_KEY), b"")
-            block = block.filter(pc.invert(pc.is_in(row_keys, value_set=keys_as_bytes)))
+        for key, key_set in key_sets.items():
+            if all(column in block.column_names for column in key):
+                block = block.filter(pc.invert(pc.is_in(_keys(block, key), value_set=key_set)))
         blocks[table] = block
     return DecodedBatch(blocks=blocks, ignored=batch.ignored, rejected=batch.rejected)

@@ -233,11 +233,6 @@ def _chunk_ids_as_bytes(block: pa.Table) -> pa.Table:
     """A chunks block spooled before migration 0017, with hex trace and span ids, in the current layout: a
     collector upgraded with segments still pending writes them, rather than setting them aside."""
     for name in ("trace_id", "span_id"):
-        column = block.column(name).combine_chunks()
-        if not pa.types.is_dictionary(column.type):
-            column = column.dictionary_encode()
-        target = columns.CHUNKS.field(f"{name}_bytes")
-        ids = pa.array([bytes.fromhex(v) for v in column.dictionary.to_pylist()], target.type.value_type)
-        as_bytes = pa.DictionaryArray.from_arrays(column.indices, ids)
-        block = block.set_column(block.column_names.index(name), target.name, as_bytes)
+        as_bytes = columns.ids_as_bytes(block.column(name), f"{name}_bytes")
+        block = block.set_column(block.column_names.index(name), f"{name}_bytes", as_bytes)
     return block
