@@ -15,13 +15,7 @@ together at the chunk's time. Times are microseconds from the request.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
-
-
-def _token_arrivals(offsets_us: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-    return np.repeat(np.asarray(offsets_us, dtype=np.float64), np.asarray(tokens, dtype=np.int64))
 
 
 def fluidity_index(
@@ -30,28 +24,27 @@ def fluidity_index(
     """Etalon's fluidity-index in [0, 1]; None for a stream without tokens.
 
     Walks chunks, not tokens: a chunk's later tokens arrive 0 µs after its first, always on time, so each of
-    them only banks a deadline of slack.
+    them only banks a deadline of slack. The walk carries slack from chunk to chunk, reset to 0 by a miss: with
+    each chunk's margin (slack + deadline - time taken), the slack after a check is max(margin, 0), a Lindley
+    recursion, so every margin is a running sum less its running minimum, computed for all chunks at once.
     """
-    missed = total = 0
-    slack = 0.0
-    previous = 0.0
-    for arrival, count in zip(np.asarray(offsets_us, dtype=np.float64).tolist(), np.asarray(tokens).tolist()):
-        if count <= 0:
-            continue
-        budget = first_deadline_us if total == 0 else token_deadline_us
-        taken = arrival - previous
-        if taken <= budget + slack:
-            slack += budget - taken
-            total += 1
-        else:
-            misses = math.floor((taken - slack - budget) / token_deadline_us) + 1
-            missed += misses
-            total += misses
-            slack = 0.0
-        slack += (count - 1) * token_deadline_us
-        total += count - 1
-        previous = arrival
-    return 1.0 - missed / total if total else None
+    counts = np.asarray(tokens, dtype=np.int64)
+    carrying = counts > 0
+    counts = counts[carrying]
+    if counts.size == 0:
+        return None
+    taken = np.diff(np.asarray(offsets_us, dtype=np.float64)[carrying], prepend=0.0)
+    budget = np.full(counts.size, float(token_deadline_us))
+    budget[0] = first_deadline_us
+    banked = (counts - 1) * float(token_deadline_us)  # the slack a chunk's later tokens bank
+    # margin[i] = max(margin[i-1], 0) + banked[i-1] + budget[i] - taken[i], margin[-1] = 0
+    running = np.cumsum(budget - taken + np.concatenate(([0.0], banked[:-1])))
+    margin = running - np.minimum.accumulate(np.concatenate(([0.0], running[:-1])))
+    late = margin < 0
+    misses = np.floor(-margin[late] / token_deadline_us) + 1  # every deadline the late chunk's gap spans
+    missed = int(misses.sum())
+    total = int(counts.sum()) - int(late.sum()) + missed
+    return 1.0 - missed / total
 
 
 def andes_qoe(
@@ -59,11 +52,12 @@ def andes_qoe(
 ) -> float | None:
     """Andes-style QoE in [0, 1] (1: never behind what the reader expected); None without tokens.
 
-    The areas are exact: the expected curve is a ramp and the shown curve a step function, so between
-    consecutive breakpoints (a token shown, the ramp reaching a whole token) their difference is linear and
-    of one sign, and the trapezoid rule integrates it without error.
+    The area is exact, token by token: the expected curve is a ramp (``expected_ttft_us`` ≥ 0), token i's share
+    of it rising from 0 to 1 over one reading pace from ``expected_ttft + i * pace``, and the shown curve counts
+    the tokens shown. Whenever the shown curve is behind, each token is either shown or not yet due in full, so
+    the area behind is the sum, over tokens, of token i's share of the ramp until it was shown.
     """
-    arrivals = _token_arrivals(offsets_us, tokens)
+    arrivals = np.repeat(np.asarray(offsets_us, dtype=np.float64), np.asarray(tokens, dtype=np.int64))
     n = arrivals.size
     if n == 0:
         return None
@@ -74,11 +68,6 @@ def andes_qoe(
     ramp_end = expected_ttft_us + n * pace
     end = max(float(shown[-1]), ramp_end)
     whole = n * n * pace / 2 + n * (end - ramp_end)
-    points = np.concatenate(([0.0, end], shown, expected_ttft_us + np.arange(n + 1) * pace))
-    points = np.unique(np.clip(points, 0.0, end))
-    left, right = points[:-1], points[1:]
-    actual = np.searchsorted(shown, left, side="right")
-    expected_left = np.clip((left - expected_ttft_us) / pace, 0, n)
-    expected_right = np.clip((right - expected_ttft_us) / pace, 0, n)
-    behind = np.maximum((expected_left + expected_right) / 2 - actual, 0.0) * (right - left)
+    late = (shown - ready - expected_ttft_us).clip(min=0.0)  # since token i's share of the ramp began
+    behind = np.where(late <= pace, late * late / (2 * pace), late - pace / 2)
     return float(1.0 - behind.sum() / whole) if whole > 0 else None

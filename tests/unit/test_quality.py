@@ -66,3 +66,54 @@ def test_a_stall_lowers_andes_qoe_and_bursts_do_not_make_up_for_it():
 def test_no_tokens_no_index():
     empty = np.array([], dtype=np.int64)
     assert fluidity_index(empty, empty, 1, 1) is None and andes_qoe(empty, empty, 1, 1) is None
+
+
+def fluidity_token_by_token(offsets_us, tokens, first_deadline_us, token_deadline_us):
+    """Etalon's definition as written: each token's deadline, slack carried, a miss per deadline a gap spans."""
+    missed = total = 0
+    slack = previous = 0.0
+    for arrival in np.repeat(offsets_us, tokens).tolist():
+        budget = first_deadline_us if total == 0 else token_deadline_us
+        taken = arrival - previous
+        if taken <= budget + slack:
+            slack += budget - taken
+            total += 1
+        else:
+            misses = int((taken - slack - budget) // token_deadline_us) + 1
+            missed, total, slack = missed + misses, total + misses, 0.0
+        previous = arrival
+    return 1.0 - missed / total if total else None
+
+
+def andes_by_breakpoints(offsets_us, tokens, expected_ttft_us, reading_tokens_per_s):
+    """Andes' QoE integrated piece by piece: between consecutive breakpoints (a token shown, the ramp reaching a
+    whole token) both curves are linear, so the trapezoid rule is exact."""
+    arrivals = np.repeat(np.asarray(offsets_us, dtype=np.float64), tokens)
+    n, pace = arrivals.size, 1e6 / reading_tokens_per_s
+    shown = np.maximum.accumulate(arrivals - np.arange(n) * pace) + np.arange(n) * pace
+    ramp_end = expected_ttft_us + n * pace
+    end = max(float(shown[-1]), ramp_end)
+    points = np.unique(np.clip(np.concatenate(([0.0, end], shown, expected_ttft_us + np.arange(n + 1) * pace)), 0, end))
+    left, right = points[:-1], points[1:]
+    expected = (np.clip((left - expected_ttft_us) / pace, 0, n) + np.clip((right - expected_ttft_us) / pace, 0, n)) / 2
+    behind = np.maximum(expected - np.searchsorted(shown, left, side="right"), 0.0) * (right - left)
+    return 1.0 - behind.sum() / (n * n * pace / 2 + n * (end - ramp_end))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_indices_agree_with_their_definitions_on_random_streams(seed):
+    rng = np.random.default_rng(seed)
+    size = int(rng.integers(1, 300))
+    gaps = rng.lognormal(np.log(40 * MS), 1.0, size).astype(np.int64)
+    gaps[rng.random(size) < 0.05] = 0  # chunks arriving together
+    offsets = np.cumsum(gaps) + int(rng.integers(0, 2_000 * MS))
+    tokens = rng.choice([0, 1, 1, 2, 5], size=size)
+    tokens[0] = 1
+    first, token = float(rng.integers(100, 1_500) * MS), float(rng.integers(10, 150) * MS)
+    assert fluidity_index(offsets, tokens, first, token) == pytest.approx(
+        fluidity_token_by_token(offsets, tokens, first, token), abs=1e-12
+    )
+    ttft, rate = float(rng.integers(0, 1_500) * MS), float(rng.uniform(2, 40))
+    assert andes_qoe(offsets, tokens, ttft, rate) == pytest.approx(
+        andes_by_breakpoints(offsets, tokens, ttft, rate), abs=1e-9
+    )
