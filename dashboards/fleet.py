@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dashboards.macros import QueryContext, resolve
-from dashboards.panels import SELECTED, STORED_BYTES_SQL, chosen
+from dashboards.panels import SELECTED, SELECTED_CHUNKS, STORED_BYTES_SQL, chosen
 from ingest.sql import QueryResult
 
 Query = Callable[[str], QueryResult]
@@ -36,7 +36,7 @@ SELECT
     quantileExact(0.95)(gap_us) AS gap_p95_us,
     quantileExact(0.99)(gap_us) AS gap_p99_us
 FROM chunks
-WHERE {SELECTED} AND kind = 'content'
+WHERE {SELECTED_CHUNKS} AND kind = 'content'
 """
 
 

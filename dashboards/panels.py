@@ -79,7 +79,13 @@ latency the application received. Never All: one stream's sides measure the same
 DEFAULTS: dict[str, tuple[str, ...]] = {SIDE: (SIDES[0],)}
 """The variables' values before anyone chooses (All for those not named)."""
 _CONDITIONS = {name: f"{{alias}}{name} IN (${{{name}:singlequote}})" for name in VARIABLES}
-_CONDITIONS["route"] = "{alias}trace_id IN (SELECT trace_id FROM streams WHERE route IN (${route:singlequote}))"
+_ROUTED = "FROM streams WHERE route IN (${route:singlequote})"
+_CONDITIONS["route"] = f"{{alias}}trace_id IN (SELECT trace_id {_ROUTED})"
+_CHUNK_CONDITIONS = {
+    **_CONDITIONS,
+    "route": f"{{alias}}trace_id_bytes IN (SELECT toFixedString(unhex(trace_id), 16) {_ROUTED})",
+}
+"""On chunks, route compares the stored id bytes: the hex ``trace_id`` there is computed on read, row by row."""
 
 
 def chosen(variables: Mapping[str, Sequence[str]] | None = None) -> dict[str, Sequence[str]]:
@@ -87,15 +93,18 @@ def chosen(variables: Mapping[str, Sequence[str]] | None = None) -> dict[str, Se
     return {**DEFAULTS, **{name: values for name, values in (variables or {}).items() if values}}
 
 
-def filters(*names: str, alias: str = "") -> str:
-    """The conditions of the dashboard variables ``names`` (plugin's $__conditionalAll: All adds nothing)."""
-    return " AND ".join(f"$__conditionalAll({_CONDITIONS[n].replace('{alias}', alias)}, ${n})" for n in names)
+def filters(*names: str, alias: str = "", over_chunks: bool = False) -> str:
+    """The conditions of the dashboard variables ``names`` (plugin's $__conditionalAll: All adds nothing), on the
+    ``chunks`` table if ``over_chunks``."""
+    conditions = _CHUNK_CONDITIONS if over_chunks else _CONDITIONS
+    return " AND ".join(f"$__conditionalAll({conditions[n].replace('{alias}', alias)}, ${n})" for n in names)
 
 
 ON_SIDE = f"side = ${{{SIDE}:singlequote}}"
 SELECTED = f"$__timeFilter(start_time) AND {ON_SIDE} AND {filters(*VARIABLES)}"
 """Rows in the range of the chosen side, narrowed by the dashboard's variables."""
-SELECTED_CONTENT_CHUNKS = f"{SELECTED} AND kind IN ('first', 'content')"
+SELECTED_CHUNKS = f"$__timeFilter(start_time) AND {ON_SIDE} AND {filters(*VARIABLES, over_chunks=True)}"
+SELECTED_CONTENT_CHUNKS = f"{SELECTED_CHUNKS} AND kind IN ('first', 'content')"
 STALL_FILTERS = f"{ON_SIDE} AND {filters('tenant', 'service', 'model', 'route')}"
 """Stalls and quality rows carry no provider (stalls are found on the client and browser sides)."""
 
@@ -115,7 +124,7 @@ ITL_HEATMAP = Panel(
     $__timeInterval(start_time) AS time,
     {_itl_bucket_columns()}
 FROM chunks
-WHERE {SELECTED} AND kind = 'content'
+WHERE {SELECTED_CHUNKS} AND kind = 'content'
 GROUP BY time
 ORDER BY time""",
     unit="ms",
@@ -171,7 +180,7 @@ BROWSER_RENDER = Panel(
         arrayConcat(quantilesExact(0.5, 0.95)(render_us), quantilesExact(0.5, 0.95)(paint_delay_us)) AS q
     FROM chunks
     WHERE $__timeFilter(start_time) AND side = 'browser' AND kind IN ('first', 'content') AND paint_delay_us > 0
-        AND {filters(*VARIABLES)}
+        AND {filters(*VARIABLES, over_chunks=True)}
     GROUP BY time
 )
 ARRAY JOIN ['render p50', 'render p95', 'arrival to paint p50', 'arrival to paint p95'] AS series,
@@ -302,7 +311,7 @@ LEFT JOIN (
         WHERE $__timeFilter(start_time) AND first_tool_call_seq IS NOT NULL
     ) AS f ON f.trace_id_bytes = c.trace_id_bytes AND f.span_id_bytes = c.span_id_bytes
         AND f.first_tool_call_seq = c.seq
-    WHERE $__timeFilter(c.start_time) AND c.{ON_SIDE} AND {filters(*VARIABLES, alias="c.")}
+    WHERE $__timeFilter(c.start_time) AND c.{ON_SIDE} AND {filters(*VARIABLES, alias="c.", over_chunks=True)}
     GROUP BY model
 ) AS t ON t.model = g.model
 ORDER BY model""",

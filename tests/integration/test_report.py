@@ -178,6 +178,8 @@ def test_side_and_route_narrow_every_panel(store):
     routed = build_report(run_on(store), START, END, slo_us=400_000, variables={"route": ["/v1/chat/completions"]})
     assert routed.summary.streams == 1 and routed.summary.itl_goodput == 0.0
     assert [row[1] for row in routed.result("stall_causes").rows] == [1]
+    gaps = lambda report: sum(sum(row[1:]) for row in report.result("itl_heatmap").rows)  # noqa: E731
+    assert gaps(routed) == 29 < gaps(default)  # chunks too: the 29 gaps of the routed trace's client stream
     assert "route /v1/chat/completions" in title_line(routed)
 
 
