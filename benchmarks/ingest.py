@@ -10,7 +10,8 @@ and the clock stops when a query sees every chunk committed. The collector's CPU
 The baseline is the same streams, recorded as span events, inserted into the OpenTelemetry Collector
 ClickHouse exporter's ``otel_traces`` table (``benchmarks.otel_traces``) on the same engine. Its rows are
 built before the clock, so only the engine's insert is timed: an upper bound for any exporter writing that
-table. Our own ``chunks``/``streams`` insert is timed the same way beside it.
+table. Our own ``chunks``/``streams`` insert is timed the same way beside it, and after it the attribution job
+alone, over the streams just inserted: the collector's other cost per chunk, paid once streams settle.
 
     python -m benchmarks.ingest [--quick] [--streams 20000] [--chunks 250] [--senders 4]
 """
@@ -29,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Generic, TypeVar
 
@@ -40,6 +42,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from benchmarks import otel_traces
 from benchmarks.wire_cost import spans
 from ingest import migrations, store
+from ingest.attribution_job import AttributionJob
 from ingest.decode import decode_traces
 from ingest.writer import ClickHouseWriter
 from streamscope import semconv as sc
@@ -248,8 +251,9 @@ def through_collector(load: Workload, senders: int) -> Run:
     return Run(load.chunks, seconds, cpu, attribution_cpu, max(rss.samples, default=0))
 
 
-def insert_only(packed: Workload, events: Workload) -> tuple[float, float]:
-    """Chunks per second of the engine's insert alone: our tables (packed) and ``otel_traces`` (events)."""
+def insert_only(packed: Workload, events: Workload) -> tuple[float, float, float]:
+    """Chunks per second of the engine's insert alone, our tables (packed) and ``otel_traces`` (events), and of
+    the attribution job alone over the streams inserted."""
     ours = [decode_traces(r, tenant="default", stall_threshold_us=400_000) for r in packed.requests]
     baseline = [otel_traces.otel_traces_block(r) for r in events.requests]
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:  # the engine may still be merging
@@ -262,10 +266,13 @@ def insert_only(packed: Workload, events: Workload) -> tuple[float, float]:
             writer.insert(batch)
         ours_s = time.perf_counter() - t0
         t0 = time.perf_counter()
+        AttributionJob(client, settle_s=0).run_once(until=datetime.now(UTC) + timedelta(seconds=1))
+        attribution_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
         for block in baseline:
             client.insert_arrow("otel_traces", block)
         baseline_s = time.perf_counter() - t0
-    return packed.chunks / ours_s, events.chunks / baseline_s
+    return packed.chunks / ours_s, events.chunks / baseline_s, packed.chunks / attribution_s
 
 
 def main() -> None:
@@ -280,7 +287,7 @@ def main() -> None:
     packed = workload("packed", streams, args.chunks, args.per_request)
     events = workload("events", streams, args.chunks, args.per_request)
     runs = {name: through_collector(load, args.senders) for name, load in (("packed", packed), ("events", events))}
-    ours, baseline = insert_only(packed, events)
+    ours, baseline, attribution = insert_only(packed, events)
     sent = len(packed.requests) * args.per_request
     print(f"{sent:,} streams, {packed.chunks:,} chunks, {args.per_request} per request, {args.senders} senders")
     print(f"{'path':52} {'chunks/s':>11} {'CPU µs/chunk':>13} {'+ attribution':>14} {'peak RSS':>9}")
@@ -290,6 +297,7 @@ def main() -> None:
         print(f"{label:52} {run.chunks_per_s:11,.0f} {cpu:13.2f} {attribution:14.2f} {run.peak_rss / 2**20:7.0f} M")
     print(f"{'insert only: chunks + streams tables (packed)':52} {ours:11,.0f}")
     print(f"{'insert only: otel_traces baseline (events)':52} {baseline:11,.0f}")
+    print(f"{'attribution job alone, over the packed streams':52} {attribution:11,.0f}")
 
 
 if __name__ == "__main__":
