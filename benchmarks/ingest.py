@@ -5,7 +5,7 @@ The streams are recorded by StreamRecorder in each encoding and encoded by OpenT
 before the clock starts. A ``streamscope collector`` process with its defaults (fsync'd spool, repeated-span
 lookup, attribution job) is started on a fresh store; senders post the requests over keep-alive connections,
 and the clock stops when a query sees every chunk committed. The collector's CPU time and peak RSS come from
-/proc.
+/proc, and the CPU time also by thread: the interpreter's, the engine's merges, and its other threads.
 
 The baseline is the same streams, recorded as span events, inserted into the OpenTelemetry Collector
 ClickHouse exporter's ``otel_traces`` table (``benchmarks.otel_traces``) on the same engine. Its rows are
@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -139,8 +140,20 @@ class CollectorProcess:
         }
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return _cpu_seconds(Path(f"/proc/{self.process.pid}/stat"))
+
+    def cpu_by_thread(self) -> Counter[str]:
+        """CPU seconds of the live threads by kind: the interpreter's (they keep the process's name), the engine's
+        merges, and its other threads (insert and query pipelines). Threads that ended are not counted."""
+        interpreter = Path(f"/proc/{self.process.pid}/comm").read_text().strip()
+        totals: Counter[str] = Counter()
+        for task in Path(f"/proc/{self.process.pid}/task").iterdir():
+            try:
+                name, seconds = (task / "comm").read_text().strip(), _cpu_seconds(task / "stat")
+            except OSError:  # it ended meanwhile
+                continue
+            totals[_THREAD_KINDS.get(name, "engine, other") if name != interpreter else "interpreter"] += seconds
+        return totals
 
     def rss_bytes(self, kind: str = "VmRSS") -> int:
         """Resident memory: all of it (``VmRSS``), or its anonymous part (``RssAnon``: not the mapped libraries)."""
@@ -159,6 +172,15 @@ class CollectorProcess:
         self._log.close()
 
 
+def _cpu_seconds(stat: Path) -> float:
+    """User and system CPU time from a /proc stat file (of a process or of one of its threads)."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+_THREAD_KINDS = {"MergeMutate": "engine merges"}
+
+
 @dataclass(frozen=True)
 class Run:
     chunks: int
@@ -168,6 +190,8 @@ class Run:
     attribution_cpu_s: float
     """Its CPU time after that, until the attribution job had rated every stream."""
     peak_rss: int
+    cpu_by_thread: Counter[str]
+    """``cpu_s`` by kind of thread (``CollectorProcess.cpu_by_thread``)."""
 
     @property
     def chunks_per_s(self) -> float:
@@ -238,17 +262,19 @@ def through_collector(load: Workload, senders: int) -> Run:
             expected = collector.scalar("SELECT count() FROM chunks") + load.chunks
             rated = collector.scalar("SELECT count() FROM stream_quality") + load.streams
             with Sampler(collector.rss_bytes, 0.2) as rss:
+                threads = collector.cpu_by_thread()
                 cpu0, t0 = collector.cpu_seconds(), time.perf_counter()
                 post_all(collector.url, bodies, senders)
                 while collector.scalar("SELECT count() FROM chunks") < expected:
                     time.sleep(0.05)
                 seconds, cpu = time.perf_counter() - t0, collector.cpu_seconds() - cpu0
+                threads = collector.cpu_by_thread() - threads
                 while collector.scalar("SELECT count() FROM stream_quality") < rated:
                     time.sleep(0.5)
                 attribution_cpu = collector.cpu_seconds() - cpu0 - cpu
         finally:
             collector.stop()
-    return Run(load.chunks, seconds, cpu, attribution_cpu, max(rss.samples, default=0))
+    return Run(load.chunks, seconds, cpu, attribution_cpu, max(rss.samples, default=0), threads)
 
 
 def insert_only(packed: Workload, events: Workload) -> tuple[float, float, float]:
@@ -287,7 +313,7 @@ def main() -> None:
     packed = workload("packed", streams, args.chunks, args.per_request)
     events = workload("events", streams, args.chunks, args.per_request)
     runs = {name: through_collector(load, args.senders) for name, load in (("packed", packed), ("events", events))}
-    ours, baseline, attribution = insert_only(packed, events)
+    ours, baseline, attribution_alone = insert_only(packed, events)
     sent = len(packed.requests) * args.per_request
     print(f"{sent:,} streams, {packed.chunks:,} chunks, {args.per_request} per request, {args.senders} senders")
     print(f"{'path':52} {'chunks/s':>11} {'CPU µs/chunk':>13} {'+ attribution':>14} {'peak RSS':>9}")
@@ -297,7 +323,11 @@ def main() -> None:
         print(f"{label:52} {run.chunks_per_s:11,.0f} {cpu:13.2f} {attribution:14.2f} {run.peak_rss / 2**20:7.0f} M")
     print(f"{'insert only: chunks + streams tables (packed)':52} {ours:11,.0f}")
     print(f"{'insert only: otel_traces baseline (events)':52} {baseline:11,.0f}")
-    print(f"{'attribution job alone, over the packed streams':52} {attribution:11,.0f}")
+    print(f"{'attribution job alone, over the packed streams':52} {attribution_alone:11,.0f}")
+    for name, run in runs.items():
+        threads = run.cpu_by_thread.most_common()
+        split = ", ".join(f"{kind} {seconds / run.chunks * 1e6:.2f}" for kind, seconds in threads)
+        print(f"CPU µs/chunk until committed, {name}, by thread: {split}")
 
 
 if __name__ == "__main__":
