@@ -101,9 +101,15 @@ def filters(*names: str, alias: str = "", over_chunks: bool = False) -> str:
 
 
 ON_SIDE = f"side = ${{{SIDE}:singlequote}}"
-SELECTED = f"$__timeFilter(start_time) AND {ON_SIDE} AND {filters(*VARIABLES)}"
-"""Rows in the range of the chosen side, narrowed by the dashboard's variables."""
-SELECTED_CHUNKS = f"$__timeFilter(start_time) AND {ON_SIDE} AND {filters(*VARIABLES, over_chunks=True)}"
+
+
+def _selected(over_chunks: bool = False) -> str:
+    """Rows in the range of the chosen side, narrowed by the dashboard's variables."""
+    return f"$__timeFilter(start_time) AND {ON_SIDE} AND {filters(*VARIABLES, over_chunks=over_chunks)}"
+
+
+SELECTED = _selected()
+SELECTED_CHUNKS = _selected(over_chunks=True)
 SELECTED_CONTENT_CHUNKS = f"{SELECTED_CHUNKS} AND kind IN ('first', 'content')"
 STALL_FILTERS = f"{ON_SIDE} AND {filters('tenant', 'service', 'model', 'route')}"
 """Stalls and quality rows carry no provider (stalls are found on the client and browser sides)."""
