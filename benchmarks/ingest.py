@@ -45,6 +45,7 @@ from benchmarks.wire_cost import spans
 from ingest import migrations, store
 from ingest.attribution_job import AttributionJob
 from ingest.decode import decode_traces
+from ingest.int_arrays import element_count
 from ingest.writer import ClickHouseWriter
 from streamscope import semconv as sc
 
@@ -95,7 +96,7 @@ def workload(encoding: str, streams: int, chunks: int, per_request: int, distinc
 def _chunks(span) -> int:
     for kv in span.attributes:
         if kv.key == sc.STREAMSCOPE_CHUNKS_OFFSET_US:
-            return len(kv.value.array_value.values)
+            return element_count(kv.value)
     return len(span.events)
 
 

@@ -1,8 +1,12 @@
 """Per-chunk cost in the application: StreamRecorder.chunk vs span.add_event per chunk vs one span per chunk.
 
-Each contender records the same number of chunks into a real OpenTelemetry SDK TracerProvider (with a
-no-op span processor, so only recording is timed, not export). The recorder's one-off cost at the end of
-the stream (building the span) is reported separately and also spread over the chunks.
+Each contender records the same number of chunks into a real OpenTelemetry SDK TracerProvider, whose span
+processor only keeps the finished spans. The recorder's one-off cost at the end of the stream (building the
+span) is reported separately and also spread over the chunks. A client recorder also records the OTel GenAI
+streaming histograms at the end of the stream, one measurement per chunk: the global meter provider does
+nothing with them, so one row gives the recorder a real SDK MeterProvider instead. Then the kept spans are
+encoded by the OTLP exporter's own encoder: the exporter does that in the application's process too (in the
+batch processor's thread), so the last columns add it.
 
     python -m benchmarks.sdk_overhead [--quick] [--chunks 200000] [--stream-length 500]
 """
@@ -12,20 +16,49 @@ from __future__ import annotations
 import argparse
 import time
 
-from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SpanProcessor, TracerProvider
 
 from streamscope import StreamRecorder
 
 
-def _provider() -> TracerProvider:
-    return TracerProvider(span_limits=SpanLimits(max_events=1_000_000))
+class _Keep(SpanProcessor):
+    def __init__(self) -> None:
+        self.spans: list[ReadableSpan] = []
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.spans.append(span)
 
 
-def recorder_chunks(n: int, stream_length: int) -> tuple[float, float]:
-    provider = _provider()
+def _provider() -> tuple[TracerProvider, _Keep]:
+    provider, kept = TracerProvider(span_limits=SpanLimits(max_events=1_000_000)), _Keep()
+    provider.add_span_processor(kept)
+    return provider, kept
+
+
+def _encoding(kept: _Keep, n: int) -> float:
+    """Seconds per chunk to encode the kept spans as one OTLP/protobuf request, as the exporter does."""
+    t0 = time.perf_counter()
+    encode_spans(kept.spans).SerializeToString()
+    return (time.perf_counter() - t0) / n
+
+
+def recorder_chunks(
+    n: int, stream_length: int, encoding: str, meter_provider: MeterProvider | None = None
+) -> tuple[float, float, float]:
+    provider, kept = _provider()
     hot = finish = 0.0
     for _ in range(n // stream_length):
-        recorder = StreamRecorder(side="client", provider="openai", tracer_provider=provider).start()
+        recorder = StreamRecorder(
+            side="client",
+            provider="openai",
+            encoding=encoding,
+            tracer_provider=provider,
+            meter_provider=meter_provider,
+        )
+        recorder.start()
         t0 = time.perf_counter()
         for _ in range(stream_length):
             recorder.chunk(1, 4, 120)
@@ -33,11 +66,12 @@ def recorder_chunks(n: int, stream_length: int) -> tuple[float, float]:
         recorder.finish()
         hot += t1 - t0
         finish += time.perf_counter() - t1
-    return hot / n, finish / n
+    return hot / n, finish / n, _encoding(kept, n)
 
 
-def add_event_chunks(n: int, stream_length: int) -> float:
-    tracer = _provider().get_tracer("bench")
+def add_event_chunks(n: int, stream_length: int) -> tuple[float, float]:
+    provider, kept = _provider()
+    tracer = provider.get_tracer("bench")
     total = 0.0
     for _ in range(n // stream_length):
         span = tracer.start_span("chat")
@@ -46,15 +80,16 @@ def add_event_chunks(n: int, stream_length: int) -> float:
             span.add_event("chunk", {"tokens": 1, "content_bytes": 4, "wire_bytes": 120})
         total += time.perf_counter() - t0
         span.end()
-    return total / n
+    return total / n, _encoding(kept, n)
 
 
-def span_per_chunk(n: int) -> float:
-    tracer = _provider().get_tracer("bench")
+def span_per_chunk(n: int) -> tuple[float, float]:
+    provider, kept = _provider()
+    tracer = provider.get_tracer("bench")
     t0 = time.perf_counter()
     for _ in range(n):
         tracer.start_span("chunk", attributes={"tokens": 1, "content_bytes": 4, "wire_bytes": 120}).end()
-    return (time.perf_counter() - t0) / n
+    return (time.perf_counter() - t0) / n, _encoding(kept, n)
 
 
 def main() -> None:
@@ -65,19 +100,26 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.chunks = 20_000
-    hot, finish = recorder_chunks(args.chunks, args.stream_length)
-    event = add_event_chunks(args.chunks, args.stream_length)
-    span = span_per_chunk(args.chunks)
-    print(f"{args.chunks:,} chunks, streams of {args.stream_length}")
-    print(f"{'contender':36} {'ns/chunk':>9} {'vs recorder':>12}")
-    rows = [
-        ("StreamRecorder.chunk (hot path)", hot),
-        ("StreamRecorder incl. finish, packed", hot + finish),
-        ("span.add_event per chunk", event),
-        ("one span per chunk", span),
+    hot, finish, encoded = recorder_chunks(args.chunks, args.stream_length, "packed")
+    _, events_finish, events_encoded = recorder_chunks(args.chunks, args.stream_length, "events")
+    meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    _, metered_finish, _ = recorder_chunks(args.chunks, args.stream_length, "packed", meters)
+    rows: list[tuple[str, float, float | None]] = [
+        ("StreamRecorder.chunk (hot path)", hot, None),
+        ("StreamRecorder incl. finish, packed", hot + finish, encoded),
+        ("StreamRecorder incl. finish, events", hot + events_finish, events_encoded),
+        ("… packed, with a MeterProvider", hot + metered_finish, encoded),
+        ("span.add_event per chunk", *add_event_chunks(args.chunks, args.stream_length)),
+        ("one span per chunk", *span_per_chunk(args.chunks)),
     ]
-    for name, seconds in rows:
-        print(f"{name:36} {seconds * 1e9:9.0f} {seconds / (hot + finish):11.1f}x")
+    recorded, total = hot + finish, hot + finish + encoded
+    print(f"{args.chunks:,} chunks, streams of {args.stream_length}")
+    print(f"{'contender':36} {'ns/chunk':>9} {'vs recorder':>12} {'+ OTLP encoding':>16} {'vs recorder':>12}")
+    for name, seconds, encoding in rows:
+        line = f"{name:36} {seconds * 1e9:9.0f} {seconds / recorded:11.1f}x"
+        if encoding is not None:
+            line += f" {(seconds + encoding) * 1e9:16.0f} {(seconds + encoding) / total:11.1f}x"
+        print(line)
 
 
 if __name__ == "__main__":

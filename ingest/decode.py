@@ -23,7 +23,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from ingest import columns
 from ingest.batch import DecodedBatch, Rejection
-from ingest.int_arrays import NotAnIntArray, decode_int_arrays
+from ingest.int_arrays import NotAnIntArray, decode_int_arrays, element_count
 from ingest.limits import DEFAULT_LIMITS, SpanLimits, SpanOverLimit
 from ingest.timeline import build_timeline, stream_stats
 from streamscope import semconv as sc
@@ -160,7 +160,7 @@ def _decode_span(
     if sc.STREAMSCOPE_CHUNKS_OFFSET_US in attrs:
         encoding = "packed"
         packed = _packed_values(attrs)
-        chunk_count = _element_count(attrs[sc.STREAMSCOPE_CHUNKS_OFFSET_US])
+        chunk_count = element_count(attrs[sc.STREAMSCOPE_CHUNKS_OFFSET_US])
         events_dropped = False
     else:
         if scalars.get(sc.STREAMSCOPE_ENCODING) == "packed":
@@ -231,10 +231,6 @@ def _packed_values(attrs: dict[str, AnyValue]) -> list[AnyValue | None]:
         if name not in attrs and name not in _OPTIONAL_ARRAYS:
             raise _SpanRejected(f"packed encoding without {name}")
     return [attrs.get(name) for name in sc.PACKED_ARRAYS]
-
-
-def _element_count(value: AnyValue) -> int:
-    return len(value.array_value.values) if value.WhichOneof("value") == "array_value" else 0
 
 
 def _packed_arrays(decoded: list[np.ndarray | NotAnIntArray | None]) -> tuple[np.ndarray, np.ndarray]:

@@ -1,10 +1,13 @@
-"""Decode an OTLP ``ArrayValue`` of integers to a numpy array without a Python object per element.
+"""Decode a packed chunk array (an OTLP value holding integers) to numpy without a Python object per element.
 
-A packed chunk timeline arrives as ``ArrayValue{values: [AnyValue{int_value: v}, ...]}``. On the wire every
-element is ``0x0a <len> 0x18 <varint>``: three bytes below 0x80, then a varint whose last byte is the only
-one below 0x80. So every element holds exactly four bytes below 0x80, which locates all elements at once
-with numpy. Anything else (doubles, mixed types, unknown fields) takes the per-element path, which accepts
-integral doubles, as a JavaScript SDK may send, and rejects the rest.
+A packed array arrives in one of two forms:
+- ``bytes_value``: the integers as little-endian int64, 8 bytes each, as our Python SDK sends them (see
+  ``streamscope._internal.int64_bytes``). One ``frombuffer`` reads every array of a request.
+- ``ArrayValue{values: [AnyValue{int_value: v}, ...]}``, which every OpenTelemetry SDK can emit. On the wire
+  every element is ``0x0a <len> 0x18 <varint>``: three bytes below 0x80, then a varint whose last byte is the
+  only one below 0x80. So every element holds exactly four bytes below 0x80, which locates all elements at
+  once with numpy. Anything else (doubles, mixed types, unknown fields) takes the per-element path, which
+  accepts integral doubles, as a JavaScript SDK may send, and rejects the rest.
 """
 
 from __future__ import annotations
@@ -17,16 +20,28 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 _ELEMENT_TAG = 0x0A  # ArrayValue.values, length-delimited
 _INT_TAG = 0x18  # AnyValue.int_value, varint
 _MAX_VARINT_BYTES = 10
+_INT64_LE = np.dtype("<i8")
 
 
 class NotAnIntArray(ValueError):
     """The value is not an array of integers."""
 
 
+def element_count(value: AnyValue) -> int:
+    """How many integers ``value`` holds, in either form (0 for anything else), without decoding them."""
+    kind = value.WhichOneof("value")
+    if kind == "bytes_value":
+        return len(value.bytes_value) // _INT64_LE.itemsize
+    return len(value.array_value.values) if kind == "array_value" else 0
+
+
 def decode_int_array(value: AnyValue) -> np.ndarray:
     """The integers in ``value`` as int64; raises NotAnIntArray for anything else."""
-    if value.WhichOneof("value") != "array_value":
-        raise NotAnIntArray(f"expected an array of integers, got {value.WhichOneof('value') or 'nothing'}")
+    kind = value.WhichOneof("value")
+    if kind == "bytes_value":
+        return _from_bytes(value.bytes_value)
+    if kind != "array_value":
+        raise NotAnIntArray(f"expected an array of integers, got {kind or 'nothing'}")
     fast = _decode_wire(value.array_value.SerializeToString())
     return fast if fast is not None else _decode_elements(value)
 
@@ -34,14 +49,20 @@ def decode_int_array(value: AnyValue) -> np.ndarray:
 def decode_int_arrays(values: Sequence[AnyValue]) -> list[np.ndarray | NotAnIntArray]:
     """Each value's integers (or the NotAnIntArray it raises), all decoded in one vectorised pass.
 
-    Plain arrays serialised one after another are themselves one plain array, so a request's arrays cost one
-    numpy pass instead of one per array; only when some array is not plain does each go its own way.
+    Arrays of one form serialised one after another are themselves one array of that form, so a request's
+    arrays cost one numpy pass instead of one per array; only a request that mixes the forms, or has an array
+    that is not plain, decodes each on its own.
     """
-    if all(v.WhichOneof("value") == "array_value" for v in values):
+    kinds = {v.WhichOneof("value") for v in values}
+    if kinds == {"bytes_value"}:
+        raws = [v.bytes_value for v in values]
+        if not any(len(raw) % _INT64_LE.itemsize for raw in raws):
+            return _split(_from_bytes(b"".join(raws)), [len(raw) // _INT64_LE.itemsize for raw in raws])
+    elif kinds == {"array_value"}:
         counts = [len(v.array_value.values) for v in values]
         fast = _decode_wire(b"".join(v.array_value.SerializeToString() for v in values))
         if fast is not None and fast.size == sum(counts):
-            return np.split(fast, np.cumsum(counts)[:-1]) if values else []
+            return _split(fast, counts)
     results: list[np.ndarray | NotAnIntArray] = []
     for value in values:
         try:
@@ -49,6 +70,16 @@ def decode_int_arrays(values: Sequence[AnyValue]) -> list[np.ndarray | NotAnIntA
         except NotAnIntArray as exc:
             results.append(exc)
     return results
+
+
+def _split(flat: np.ndarray, counts: list[int]) -> list[np.ndarray | NotAnIntArray]:
+    return list(np.split(flat, np.cumsum(counts)[:-1]))
+
+
+def _from_bytes(raw: bytes) -> np.ndarray:
+    if len(raw) % _INT64_LE.itemsize:
+        raise NotAnIntArray(f"{len(raw)} bytes, not a whole number of 8-byte little-endian integers")
+    return np.frombuffer(raw, dtype=_INT64_LE).astype(np.int64)
 
 
 def _decode_wire(raw: bytes) -> np.ndarray | None:

@@ -98,22 +98,22 @@ STREAMSCOPE_FIRST_TOOL_CALL_CHUNK: Final = "streamscope.first_tool_call_chunk"
 """Index (from 0) in the chunk timeline of the first chunk carrying part of a tool call (name or arguments). type int; recommended (if the stream called a tool); sides: client, server, browser, gateway; streamscope extension."""
 
 STREAMSCOPE_CHUNKS_OFFSET_US: Final = "streamscope.chunks.offset_us"
-"""Microseconds from span start to each chunk's arrival (client, browser) or emission (server); non-decreasing. type int[]; unit us; required (in the packed encoding); sides: client, server, browser, gateway; streamscope extension."""
+"""Microseconds from span start to each chunk's arrival (client, browser) or emission (server); non-decreasing. type int64s; unit us; required (in the packed encoding); sides: client, server, browser, gateway; streamscope extension."""
 
 STREAMSCOPE_CHUNKS_TOKENS: Final = "streamscope.chunks.tokens"
-"""Tokens in each chunk. type int[]; unit {token}; required (in the packed encoding); sides: client, server, browser, gateway; streamscope extension."""
+"""Tokens in each chunk. type int64s; unit {token}; required (in the packed encoding); sides: client, server, browser, gateway; streamscope extension."""
 
 STREAMSCOPE_CHUNKS_CONTENT_BYTES: Final = "streamscope.chunks.content_bytes"
-"""UTF-8 bytes of generated content in each chunk; 0 marks a chunk without content (role, ping, usage). type int[]; unit By; required (in the packed encoding); sides: client, server, browser, gateway; streamscope extension."""
+"""UTF-8 bytes of generated content in each chunk; 0 marks a chunk without content (role, ping, usage). type int64s; unit By; required (in the packed encoding); sides: client, server, browser, gateway; streamscope extension."""
 
 STREAMSCOPE_CHUNKS_WIRE_BYTES: Final = "streamscope.chunks.wire_bytes"
-"""Bytes each chunk took on the wire, framing included; 0 when unknown. type int[]; unit By; recommended (in the packed encoding); sides: client, server, browser, gateway; streamscope extension."""
+"""Bytes each chunk took on the wire, framing included; 0 when unknown. type int64s; unit By; recommended (in the packed encoding); sides: client, server, browser, gateway; streamscope extension."""
 
 STREAMSCOPE_CHUNKS_PAINT_DELAY_US: Final = "streamscope.chunks.paint_delay_us"
-"""Microseconds from each chunk's arrival to the frame that showed it (the animation frame after the app rendered it); 0 when not measured. type int[]; unit us; recommended (in the packed encoding, on the browser side); sides: browser; streamscope extension."""
+"""Microseconds from each chunk's arrival to the frame that showed it (the animation frame after the app rendered it); 0 when not measured. type int64s; unit us; recommended (in the packed encoding, on the browser side); sides: browser; streamscope extension."""
 
 STREAMSCOPE_CHUNKS_RENDER_US: Final = "streamscope.chunks.render_us"
-"""Microseconds of main-thread work the app spent rendering each chunk; 0 when not measured. type int[]; unit us; recommended (in the packed encoding, on the browser side); sides: browser; streamscope extension."""
+"""Microseconds of main-thread work the app spent rendering each chunk; 0 when not measured. type int64s; unit us; recommended (in the packed encoding, on the browser side); sides: browser; streamscope extension."""
 
 STREAMSCOPE_CHUNK_TOKENS: Final = "streamscope.chunk.tokens"
 """Tokens in this chunk. type int; unit {token}; required (on streamscope.chunk events); sides: client, server, browser, gateway; streamscope extension."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import struct
 from collections.abc import Sequence
 
 from google.protobuf import json_format
@@ -29,6 +30,11 @@ def any_value(value: str | int | float | bool | Sequence[int]) -> AnyValue:
     if isinstance(value, str):
         return AnyValue(string_value=value)
     return AnyValue(array_value=ArrayValue(values=[AnyValue(int_value=v) for v in value]))
+
+
+def int64s(value: bytes) -> list[int]:
+    """A packed array as the SDK sets it (little-endian int64s, 8 bytes each), read without the collector's code."""
+    return list(struct.unpack(f"<{len(value) // 8}q", value))
 
 
 def stream_span(

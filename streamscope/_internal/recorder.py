@@ -23,6 +23,7 @@ from opentelemetry.util.types import AttributeValue
 from streamscope import env
 from streamscope import semconv as sc
 from streamscope._internal import instruments
+from streamscope._internal.int64_bytes import int64_bytes
 
 Side = Literal["client", "server", "browser", "gateway"]
 Outcome = Literal["completed", "cancelled", "error", "timeout", "disconnected"]
@@ -275,10 +276,10 @@ class StreamRecorder:
         if score is not None:
             attributes[sc.STREAMSCOPE_REPETITION_SCORE] = score
         if self._encoding == "packed":
-            attributes[sc.STREAMSCOPE_CHUNKS_OFFSET_US] = offsets
-            attributes[sc.STREAMSCOPE_CHUNKS_TOKENS] = self._tokens
-            attributes[sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES] = self._content
-            attributes[sc.STREAMSCOPE_CHUNKS_WIRE_BYTES] = self._wire
+            attributes[sc.STREAMSCOPE_CHUNKS_OFFSET_US] = int64_bytes(offsets)
+            attributes[sc.STREAMSCOPE_CHUNKS_TOKENS] = int64_bytes(self._tokens)
+            attributes[sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES] = int64_bytes(self._content)
+            attributes[sc.STREAMSCOPE_CHUNKS_WIRE_BYTES] = int64_bytes(self._wire)
         span.set_attributes(attributes)
         if self._encoding == "events":
             wall = self._wall_start_ns

@@ -269,6 +269,14 @@ def attribute(key: str, value: AnyValue) -> KeyValue:
             "streamscope.first_tool_call_chunk is 2, outside the stream's 2 chunks",
         ),
         (attribute(sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK, AnyValue(int_value=-1)), "must be an integer in 0.."),
+        (
+            attribute(sc.STREAMSCOPE_CHUNKS_WIRE_BYTES, AnyValue(bytes_value=bytes(12))),
+            "streamscope.chunks.wire_bytes: 12 bytes, not a whole number of 8-byte little-endian integers",
+        ),
+        (
+            attribute(sc.STREAMSCOPE_CHUNKS_WIRE_BYTES, AnyValue(bytes_value=bytes(24))),
+            "chunk arrays of unequal length (offset_us 2, tokens 2, content_bytes 2, wire_bytes 3",
+        ),
     ],
 )
 def test_one_bad_attribute_rejects_its_span_and_keeps_the_others(collector, extra, reason):

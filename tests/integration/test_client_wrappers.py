@@ -30,6 +30,7 @@ from opentelemetry.trace import ProxyTracerProvider, StatusCode
 import streamscope
 from streamscope import semconv as sc
 from streamscope._internal.serving import BackgroundServer
+from tests.otlp_build import int64s
 from tests.sse_fixtures import TOOL_CALL_FIXTURES, WireEvent, first_tool_call, fixture_body, fixture_events
 
 STEP_S = 0.005
@@ -264,7 +265,7 @@ def chunks_of(span: ReadableSpan) -> Chunks:
     attributes = span.attributes
     assert attributes is not None
     arrays = [
-        list(attributes.get(key, ()))
+        int64s(attributes.get(key, b""))
         for key in (
             sc.STREAMSCOPE_CHUNKS_OFFSET_US,
             sc.STREAMSCOPE_CHUNKS_TOKENS,

@@ -20,6 +20,7 @@ from streamscope import semconv as sc
 from streamscope._internal.formats import make_format
 from streamscope._internal.observer import StreamObserver
 from tests.clock import FakeClock
+from tests.otlp_build import int64s
 from tests.self_metrics import metric
 from tests.sse_fixtures import TOOL_CALL_FIXTURES, first_tool_call, fixture_events
 
@@ -97,8 +98,8 @@ def test_gaps_read_back_equal_to_what_the_client_recorded(collector, transport):
     provider.shutdown()
 
     (span,) = copies.get_finished_spans()
-    offsets = list(span.attributes[sc.STREAMSCOPE_CHUNKS_OFFSET_US])
-    content = list(span.attributes[sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES])
+    offsets = int64s(span.attributes[sc.STREAMSCOPE_CHUNKS_OFFSET_US])
+    content = int64s(span.attributes[sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES])
     client = collector.query_client
     rows = client.query(
         "SELECT kind, gap_us, tokens, content_bytes, wire_bytes FROM chunks WHERE span_id = {s:String} ORDER BY seq",
@@ -310,8 +311,8 @@ def test_the_pause_before_a_tool_call_is_the_gap_at_first_tool_call_seq(collecto
         tool_at = first_tool_call(stream_format, fixture_events(name))
         replay_fixture(provider, stream_format, name, clock, tool_at, pause_us)
         span = copies.get_finished_spans()[-1]
-        offsets = span.attributes[sc.STREAMSCOPE_CHUNKS_OFFSET_US]
-        content = span.attributes[sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES]
+        offsets = int64s(span.attributes[sc.STREAMSCOPE_CHUNKS_OFFSET_US])
+        content = int64s(span.attributes[sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES])
         last_content = max(o for o, c in zip(offsets[:tool_at], content) if c > 0)
         assert offsets[tool_at] - last_content >= pause_us
         expected[span.attributes[sc.GEN_AI_RESPONSE_MODEL]] = (tool_at, offsets[tool_at] - last_content)

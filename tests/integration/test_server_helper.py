@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import streamscope
 from streamscope import semconv as sc
 from streamscope._internal.serving import BackgroundServer
+from tests.otlp_build import int64s
 from tests.sse_fixtures import TOOL_CALL_FIXTURES, carries_tool_call, first_tool_call, fixture_events
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"] * 5
@@ -97,9 +98,9 @@ def test_server_span_continues_the_client_trace_and_times_every_chunk(engine):
     assert server[sc.STREAMSCOPE_OUTCOME] == "completed"
     assert server[sc.STREAMSCOPE_NODE_NAME] == "gpu-3"
     assert server[sc.HTTP_ROUTE] == "/v1/chat/completions"
-    assert list(server[sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES]) == [len(w) for w in WORDS] + [0]
-    assert len(client_span.attributes[sc.STREAMSCOPE_CHUNKS_OFFSET_US]) == len(WORDS) + 1
-    emitted = server[sc.STREAMSCOPE_CHUNKS_OFFSET_US]
+    assert int64s(server[sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES]) == [len(w) for w in WORDS] + [0]
+    assert len(int64s(client_span.attributes[sc.STREAMSCOPE_CHUNKS_OFFSET_US])) == len(WORDS) + 1
+    emitted = int64s(server[sc.STREAMSCOPE_CHUNKS_OFFSET_US])
     content_emits = emitted[:-1]  # the last chunk, [DONE], follows the last word at once
     assert all(b - a >= 9_000 for a, b in itertools.pairwise(content_emits))  # the engine's 10 ms pacing
 
@@ -122,9 +123,9 @@ def test_a_client_that_goes_away_is_a_disconnect_with_the_cancellation_tax(engin
     (server_span,) = wait_for_spans(server_spans, 1)
     server = server_span.attributes
     assert server[sc.STREAMSCOPE_OUTCOME] == "disconnected"
-    assert server[sc.STREAMSCOPE_CANCEL_OFFSET_US] >= server[sc.STREAMSCOPE_CHUNKS_OFFSET_US][2]
+    assert server[sc.STREAMSCOPE_CANCEL_OFFSET_US] >= int64s(server[sc.STREAMSCOPE_CHUNKS_OFFSET_US])[2]
     assert server[sc.STREAMSCOPE_TOKENS_AFTER_CANCEL] == generated["tokens"] == 7
-    assert len(server[sc.STREAMSCOPE_CHUNKS_OFFSET_US]) < len(WORDS)
+    assert len(int64s(server[sc.STREAMSCOPE_CHUNKS_OFFSET_US])) < len(WORDS)
 
 
 def test_send_options_such_as_follow_redirects_are_honoured(engine):

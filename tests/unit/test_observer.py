@@ -13,6 +13,7 @@ from streamscope import StreamRecorder
 from streamscope import semconv as sc
 from streamscope._internal.formats import make_format
 from streamscope._internal.observer import StreamObserver
+from tests.otlp_build import int64s
 from tests.sse_fixtures import TOOL_CALL_FIXTURES, first_tool_call, fixture_events
 
 ODD_PAYLOADS = {
@@ -38,7 +39,7 @@ def test_odd_payloads_are_passed_through_and_counted_without_content(name, caplo
     observer.close("completed")
     assert len(events) == len(ODD_PAYLOADS[name]) + (1 if good else 0)
     (span,) = exporter.get_finished_spans()
-    content = list(span.attributes[sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES])
+    content = int64s(span.attributes[sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES])
     assert content == [0] * len(ODD_PAYLOADS[name]) + ([2] if good else [])
     assert caplog.text.count("unexpected") == 1  # logged once per stream
 

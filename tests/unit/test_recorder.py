@@ -12,6 +12,7 @@ from streamscope import StreamRecorder
 from streamscope import semconv as sc
 from streamscope._internal import instruments
 from tests.clock import FakeClock
+from tests.otlp_build import int64s
 
 
 @pytest.fixture
@@ -69,8 +70,8 @@ def test_span_carries_the_packed_timeline_and_stream_facts(clock, spans):
     (span,) = exporter.get_finished_spans()
     attributes = span.attributes
     assert span.name == "chat c"
-    assert attributes[sc.STREAMSCOPE_CHUNKS_OFFSET_US] == (3_000,)
-    assert attributes[sc.STREAMSCOPE_CHUNKS_TOKENS] == (2,)
+    assert int64s(attributes[sc.STREAMSCOPE_CHUNKS_OFFSET_US]) == [3_000]
+    assert int64s(attributes[sc.STREAMSCOPE_CHUNKS_TOKENS]) == [2]
     assert attributes[sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US] == 1_000
     assert attributes[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] == pytest.approx(0.003)
     assert attributes[sc.STREAMSCOPE_OUTCOME] == "completed"
@@ -104,7 +105,7 @@ def test_chunks_past_the_cap_are_counted_not_kept(clock, spans, monkeypatch):
         for i in range(5):
             rec.chunk(1, 1, 1, tool_call=i == 4)
     (span,) = exporter.get_finished_spans()
-    assert len(span.attributes[sc.STREAMSCOPE_CHUNKS_OFFSET_US]) == 3
+    assert len(int64s(span.attributes[sc.STREAMSCOPE_CHUNKS_OFFSET_US])) == 3
     assert span.attributes[sc.STREAMSCOPE_CHUNKS_DROPPED] == 2
     assert sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK not in span.attributes  # its chunk was not kept
 

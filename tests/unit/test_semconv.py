@@ -7,7 +7,7 @@ from streamscope._internal import semconv_codegen
 from streamscope._internal.schema_files import conventions_file
 
 LEVELS = {"required", "conditionally_required", "recommended", "opt_in"}
-TYPES = {"string", "int", "double", "boolean", "string[]", "int[]"}
+TYPES = {"string", "int", "double", "boolean", "string[]", "int[]", "int64s"}
 SIDES = {"client", "server", "browser", "gateway", "simulator", "agent"}
 
 
