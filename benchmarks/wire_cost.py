@@ -2,7 +2,9 @@
 
 Records the same synthetic streams with StreamRecorder in each encoding (a fixed clock, so both encodings
 carry identical timelines), encodes the finished spans with OpenTelemetry's own OTLP encoders, and divides
-the request size by the number of chunks.
+the request size by the number of chunks. The packed arrays go once as our SDKs send them (bytes) and once as
+int arrays, as an SDK without bytes attributes sends them. The last column is what reading a request costs
+the collector: parsing the body and ``decode_traces``, best of five, per chunk.
 
     python -m benchmarks.wire_cost [--quick] [--streams 50] [--chunks 250]
 """
@@ -11,16 +13,23 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import time
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from opentelemetry.exporter.otlp.json.common.trace_encoder import encode_spans as encode_json
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as encode_protobuf
-from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import streamscope._internal.recorder as recorder_module
 from benchmarks.chunk_codecs import synthetic_chunks
+from ingest.decode import decode_traces
+from ingest.int_arrays import decode_int_array
+from ingest.otlp_body import parse_json
 from streamscope import StreamRecorder
 
 
@@ -56,6 +65,43 @@ def spans(encoding: str, streams: int, chunks: int):
     return exporter.get_finished_spans(), int(data["stream"].size)
 
 
+def as_int_arrays(finished: Sequence[ReadableSpan]) -> list[ReadableSpan]:
+    """The same spans with each packed array as an int array instead of bytes."""
+
+    def ints(value: object) -> object:
+        if not isinstance(value, bytes):
+            return value
+        return tuple(decode_int_array(AnyValue(bytes_value=value)).tolist())
+
+    return [
+        ReadableSpan(
+            name=span.name,
+            context=span.context,
+            parent=span.parent,
+            resource=span.resource,
+            attributes={key: ints(value) for key, value in (span.attributes or {}).items()},
+            events=span.events,
+            links=span.links,
+            kind=span.kind,
+            status=span.status,
+            start_time=span.start_time,
+            end_time=span.end_time,
+            instrumentation_scope=span.instrumentation_scope,
+        )
+        for span in finished
+    ]
+
+
+def read_cost(body: bytes, parse: Callable[[bytes], ExportTraceServiceRequest], chunks: int) -> float:
+    """Microseconds per chunk for the collector to parse ``body`` and decode its spans, best of five."""
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        decode_traces(parse(body), tenant="t", stall_threshold_us=400_000)
+        best = min(best, time.perf_counter() - t0)
+    return best / chunks * 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="5 streams: the same table, sooner")
@@ -64,16 +110,23 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.streams = 5
-    print(f"{'encoding':9} {'format':9} {'bytes/chunk':>12} {'gzip bytes/chunk':>17}")
-    for encoding in ("packed", "events"):
-        finished, total_chunks = spans(encoding, args.streams, args.chunks)
+    packed, total_chunks = spans("packed", args.streams, args.chunks)
+    events, _ = spans("events", args.streams, args.chunks)
+    contenders = [("packed", packed), ("packed, int arrays", as_int_arrays(packed)), ("events", events)]
+    readers = {
+        "protobuf": ExportTraceServiceRequest.FromString,
+        "json": lambda b: parse_json(b, ExportTraceServiceRequest),
+    }
+    print(f"{'encoding':19} {'format':9} {'bytes/chunk':>12} {'gzip bytes/chunk':>17} {'read µs/chunk':>14}")
+    for encoding, finished in contenders:
         bodies = {
             "protobuf": encode_protobuf(finished).SerializeToString(),
             "json": encode_json(finished).to_json().encode(),
         }
         for name, body in bodies.items():
-            raw, packed = len(body) / total_chunks, len(gzip.compress(body)) / total_chunks
-            print(f"{encoding:9} {name:9} {raw:12.2f} {packed:17.2f}")
+            raw, packed_size = len(body) / total_chunks, len(gzip.compress(body)) / total_chunks
+            cost = read_cost(body, readers[name], total_chunks)
+            print(f"{encoding:19} {name:9} {raw:12.2f} {packed_size:17.2f} {cost:14.2f}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,10 @@ A packed array arrives in one of two forms:
 
 from __future__ import annotations
 
+import base64
+import re
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
@@ -21,6 +24,7 @@ _ELEMENT_TAG = 0x0A  # ArrayValue.values, length-delimited
 _INT_TAG = 0x18  # AnyValue.int_value, varint
 _MAX_VARINT_BYTES = 10
 _INT64_LE = np.dtype("<i8")
+_DECIMAL = re.compile(r"-?[0-9]+")  # how OTLP/JSON may write an int64
 
 
 class NotAnIntArray(ValueError):
@@ -70,6 +74,30 @@ def decode_int_arrays(values: Sequence[AnyValue]) -> list[np.ndarray | NotAnIntA
         except NotAnIntArray as exc:
             results.append(exc)
     return results
+
+
+def json_ints_as_base64(array_value: Any) -> str | None:
+    """An OTLP/JSON ``arrayValue`` of plain ``intValue``s (numbers or decimal strings) as the bytes form, in
+    base64 as JSON writes bytes; None for anything else, which the protobuf path decodes or refuses.
+
+    protobuf's JSON parser builds a message per element, about 30 µs a chunk for a packed timeline
+    (``benchmarks/wire_cost.py``); the bytes form is one value."""
+    values = array_value.get("values") if isinstance(array_value, dict) else None
+    if not isinstance(values, list):
+        return None
+    integers = []
+    for element in values:
+        value = element.get("intValue") if isinstance(element, dict) and len(element) == 1 else None
+        if type(value) is str and _DECIMAL.fullmatch(value):
+            value = int(value)
+        if type(value) is not int:
+            return None
+        integers.append(value)
+    try:
+        raw = np.array(integers, dtype=_INT64_LE).tobytes()
+    except OverflowError:
+        return None
+    return base64.b64encode(raw).decode()
 
 
 def _split(flat: np.ndarray, counts: list[int]) -> list[np.ndarray | NotAnIntArray]:

@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = {
     "sdk_overhead": "span.add_event per chunk",
-    "wire_cost": "events    protobuf",
+    "wire_cost": "packed, int arrays  json",
     "chunk_codecs": "gap_us UInt32",
     "storage": "otel_traces:",
     "ingest": "insert only: otel_traces baseline (events)",
