@@ -1,7 +1,7 @@
 """Decode a packed chunk array (an OTLP value holding integers) to numpy without a Python object per element.
 
 A packed array arrives in one of two forms:
-- ``bytes_value``: the integers as little-endian int64, 8 bytes each, as our Python SDK sends them (see
+- ``bytes_value``: the integers as little-endian int64, 8 bytes each, as our SDKs send them (see
   ``streamscope._internal.int64_bytes``). One ``frombuffer`` reads every array of a request.
 - ``ArrayValue{values: [AnyValue{int_value: v}, ...]}``, which every OpenTelemetry SDK can emit. On the wire
   every element is ``0x0a <len> 0x18 <varint>``: three bytes below 0x80, then a varint whose last byte is the
@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+from streamscope._internal.int64_bytes import int64_bytes
 
 _ELEMENT_TAG = 0x0A  # ArrayValue.values, length-delimited
 _INT_TAG = 0x18  # AnyValue.int_value, varint
@@ -94,10 +96,9 @@ def json_ints_as_base64(array_value: Any) -> str | None:
             return None
         integers.append(value)
     try:
-        raw = np.array(integers, dtype=_INT64_LE).tobytes()
+        return base64.b64encode(int64_bytes(integers)).decode()
     except OverflowError:
         return None
-    return base64.b64encode(raw).decode()
 
 
 def _split(flat: np.ndarray, counts: list[int]) -> list[np.ndarray | NotAnIntArray]:
