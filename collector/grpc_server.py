@@ -48,7 +48,7 @@ class _Exporter:
             reservation.take(size)
             self._admission.rate.admit(tenant, size)
             with self._admission.expansion:
-                batch = self._pipeline.decode(signal, request, tenant, Received("grpc", "protobuf", "", None))
+                batch = self._pipeline.decode(signal, request, tenant, Received("grpc", "protobuf", "", size, size))
             ticket = self._pipeline.spool(batch, signal.name, reservation)
         return ExportResult.of(batch, signal), ticket
 

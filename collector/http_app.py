@@ -193,7 +193,9 @@ def _export_route(
             message, size = _decode(body, encoding, answer_type, limit, signal.request_type, reservation)
             admission.rate.admit(tenant, size)
             refused = browser.keep_browser_spans(message) if from_browsers else 0
-            received = Received("http", answer_type.rsplit("/", 1)[1].removeprefix("x-"), encoding, len(body))
+            content_type = answer_type.rsplit("/", 1)[1].removeprefix("x-")
+            message_bytes = size if answer_type == PROTOBUF else message.ByteSize()
+            received = Received("http", content_type, encoding, len(body), message_bytes)
             return Expanded(pipeline.decode(signal, message, tenant, received), refused)
 
     async def accept(request: Request, tenant: str, encoding: str, answer_type: str) -> tuple[ExportResult, Ticket]:

@@ -138,7 +138,7 @@ class ExportPipeline:
         soon as this returns.
         """
         batch = self._decoders[signal.name](request, tenant)
-        with_request_row(batch, tenant=tenant, signal=signal.name, received=received, message_bytes=request.ByteSize())
+        with_request_row(batch, tenant=tenant, signal=signal.name, received=received)
         return batch
 
     def spool(self, batch: DecodedBatch, signal: str, reservation: Reservation) -> Ticket:

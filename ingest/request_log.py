@@ -27,12 +27,15 @@ class Received:
     """``protobuf`` or ``json``."""
     content_encoding: str
     """``gzip`` or ``identity``; empty where the transport decompressed it before us (gRPC)."""
-    size: int | None
-    """Body bytes as received (compressed, if it was); None where the transport hands over the decoded message
-    (gRPC), whose size is then the message's own."""
+    size: int
+    """Body bytes as received (compressed, if it was); the message's own size where the transport hands over the
+    decoded message (gRPC)."""
+    message_bytes: int
+    """The message's protobuf size: a protobuf body's, once inflated, as it is. Taken from the body rather than
+    ``ByteSize()``, which walks the whole parsed message again (half a microsecond a chunk event)."""
 
 
-def with_request_row(batch: DecodedBatch, *, tenant: str, signal: str, received: Received, message_bytes: int) -> None:
+def with_request_row(batch: DecodedBatch, *, tenant: str, signal: str, received: Received) -> None:
     """Append the request's log row to ``batch`` as its last block."""
     row = {
         "tenant": tenant,
@@ -41,8 +44,8 @@ def with_request_row(batch: DecodedBatch, *, tenant: str, signal: str, received:
         "transport": received.transport,
         "content_type": received.content_type,
         "content_encoding": received.content_encoding,
-        "received_bytes": message_bytes if received.size is None else received.size,
-        "message_bytes": message_bytes,
+        "received_bytes": received.size,
+        "message_bytes": received.message_bytes,
         "rejected": len(batch.rejected),
         "ignored": batch.ignored,
         "rows": [(table, block.num_rows) for table, block in batch.blocks.items()],

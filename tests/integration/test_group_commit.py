@@ -23,8 +23,9 @@ def batch(span_byte: int, tenant: str, chunks: int = 3) -> DecodedBatch:
     """A request's batch: one stream span of ``chunks`` chunks, and the request's log row."""
     request = request_of(stream_span(span_byte, list(range(chunks))))
     decoded = decode_traces(request, tenant=tenant, stall_threshold_us=1)
-    received = Received("http", "protobuf", "identity", request.ByteSize())
-    with_request_row(decoded, tenant=tenant, signal="traces", received=received, message_bytes=request.ByteSize())
+    size = request.ByteSize()
+    received = Received("http", "protobuf", "identity", size, size)
+    with_request_row(decoded, tenant=tenant, signal="traces", received=received)
     return decoded
 
 
