@@ -75,6 +75,23 @@ def stream_span(
     )
 
 
+def event_span(span_byte: int, events: list[tuple[int, str, dict[str, AnyValue]]]) -> Span:
+    """A span in the events encoding: (offset in µs, event name, attributes) per event, in the order given."""
+    start_ns = T0
+    span = Span(
+        trace_id=bytes([span_byte]) * 16,
+        span_id=bytes([span_byte]) * 8,
+        name="chat m",
+        start_time_unix_nano=start_ns,
+        end_time_unix_nano=start_ns + 1_000_000_000,
+        attributes=[KeyValue(key=sc.STREAMSCOPE_SIDE, value=AnyValue(string_value="client"))],
+    )
+    for offset_us, name, attributes in events:
+        event = span.events.add(name=name, time_unix_nano=start_ns + offset_us * 1000)
+        event.attributes.extend(KeyValue(key=k, value=v) for k, v in attributes.items())
+    return span
+
+
 def trace_request(spans: Sequence[Span], service: str = "app") -> ExportTraceServiceRequest:
     resource = Resource(attributes=[KeyValue(key="service.name", value=any_value(service))])
     return ExportTraceServiceRequest(

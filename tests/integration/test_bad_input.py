@@ -20,6 +20,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from collector.config import CollectorConfig
 from collector.service import Collector
 from streamscope import semconv as sc
+from tests.otlp_build import event_span
 
 PROTOBUF = {"content-type": "application/x-protobuf"}
 
@@ -130,23 +131,6 @@ def test_malformed_timelines_are_rejected_through_partial_success(collector):
     for reason in ("not in order", "negative chunk offset", "unequal length (offset_us 3, tokens 2"):
         assert reason in partial.error_message
     assert collector.query_client.query("SELECT span_id FROM streams").result_rows == [("01" * 8,)]
-
-
-def event_span(span_byte: int, events: list[tuple[int, str, dict[str, AnyValue]]]) -> Span:
-    """A span in the events encoding: (offset in µs, event name, attributes) per event, in the order given."""
-    start_ns = 1_800_000_000_000_000_000
-    span = Span(
-        trace_id=bytes([span_byte]) * 16,
-        span_id=bytes([span_byte]) * 8,
-        name="chat m",
-        start_time_unix_nano=start_ns,
-        end_time_unix_nano=start_ns + 1_000_000_000,
-        attributes=[KeyValue(key=sc.STREAMSCOPE_SIDE, value=AnyValue(string_value="client"))],
-    )
-    for offset_us, name, attributes in events:
-        event = span.events.add(name=name, time_unix_nano=start_ns + offset_us * 1000)
-        event.attributes.extend(KeyValue(key=k, value=v) for k, v in attributes.items())
-    return span
 
 
 def test_chunk_events_are_read_in_time_order_and_malformed_ones_rejected(collector):

@@ -9,16 +9,19 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from ingest.decode import decode_traces
 from ingest.otlp_body import parse_json, parse_protobuf
+from streamscope import semconv as sc
 from streamscope.errors import DecodeError
-from tests.otlp_build import otlp_json, stream_span, trace_request
+from tests.otlp_build import event_span, otlp_json, stream_span, trace_request
 
 VALID = trace_request(
     [
         stream_span(1, 1, side="client", offsets_ms=[0, 5, 9], tokens=[1, 2, 1], attributes={"k": "v"}),
         stream_span(1, 2, side="server", offsets_ms=[0, 4], tokens=[1, 1], paint_delay_us=[1, 2]),
+        event_span(3, [(0, sc.CHUNK_EVENT, {sc.STREAMSCOPE_CHUNK_TOKENS: AnyValue(int_value=2)}), (9, "log", {})]),
     ]
 )
 SEEDS = {"protobuf": VALID.SerializeToString(), "json": otlp_json(VALID)}
@@ -75,4 +78,4 @@ def test_mutated_json(data):
 def test_the_seeds_decode():
     for kind, body in SEEDS.items():
         request = PARSERS[kind](body, ExportTraceServiceRequest)
-        assert decode_traces(request, tenant="t", stall_threshold_us=1000).rows("streams") == 2
+        assert decode_traces(request, tenant="t", stall_threshold_us=1000).rows("streams") == 3
