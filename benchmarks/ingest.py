@@ -6,6 +6,9 @@ before the clock starts. A ``streamscope collector`` process with its defaults (
 lookup, attribution job) is started on a fresh store; senders post the requests over keep-alive connections,
 and the clock stops when a query sees every chunk committed. The collector's CPU time and peak RSS come from
 /proc, and the CPU time also by thread: the interpreter's, the engine's merges, and its other threads.
+The collector answers a request once its rows are stored, so each sender has one request in flight and the
+number of senders bounds how many requests one insert can group; it runs at each number given (4 and 16: a
+few exporters and a busier fleet), since fewer, larger inserts cost the engine less per row.
 
 The baseline is the same streams, recorded as span events, inserted into the OpenTelemetry Collector
 ClickHouse exporter's ``otel_traces`` table (``benchmarks.otel_traces``) on the same engine. Its rows are
@@ -13,7 +16,7 @@ built before the clock, so only the engine's insert is timed: an upper bound for
 table. Our own ``chunks``/``streams`` insert is timed the same way beside it, and after it the attribution job
 alone, over the streams just inserted: the collector's other cost per chunk, paid once streams settle.
 
-    python -m benchmarks.ingest [--quick] [--streams 20000] [--chunks 250] [--senders 4]
+    python -m benchmarks.ingest [--quick] [--streams 20000] [--chunks 250] [--senders 4 16]
 """
 
 from __future__ import annotations
@@ -308,23 +311,29 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=20_000)
     parser.add_argument("--chunks", type=int, default=250, help="mean chunks per stream")
     parser.add_argument("--per-request", type=int, default=100, help="stream spans per OTLP request")
-    parser.add_argument("--senders", type=int, default=4, help="concurrent connections")
+    parser.add_argument(
+        "--senders", type=int, nargs="+", default=[4, 16], help="concurrent connections; one run per number given"
+    )
     args = parser.parse_args()
     streams = 2_000 if args.quick else args.streams
     packed = workload("packed", streams, args.chunks, args.per_request)
     events = workload("events", streams, args.chunks, args.per_request)
-    runs = {name: through_collector(load, args.senders) for name, load in (("packed", packed), ("events", events))}
+    runs = {
+        f"{name}, {senders} senders": through_collector(load, senders)
+        for name, load in (("packed", packed), ("events", events))
+        for senders in args.senders
+    }
     ours, baseline, attribution_alone = insert_only(packed, events)
     sent = len(packed.requests) * args.per_request
-    print(f"{sent:,} streams, {packed.chunks:,} chunks, {args.per_request} per request, {args.senders} senders")
-    print(f"{'path':52} {'chunks/s':>11} {'CPU µs/chunk':>13} {'+ attribution':>14} {'peak RSS':>9}")
+    print(f"{sent:,} streams, {packed.chunks:,} chunks, {args.per_request} per request")
+    print(f"{'path':63} {'chunks/s':>11} {'CPU µs/chunk':>13} {'+ attribution':>14} {'peak RSS':>9}")
     for name, run in runs.items():
         label = f"OTLP/HTTP → collector → committed, {name}"
         cpu, attribution = (seconds / run.chunks * 1e6 for seconds in (run.cpu_s, run.attribution_cpu_s))
-        print(f"{label:52} {run.chunks_per_s:11,.0f} {cpu:13.2f} {attribution:14.2f} {run.peak_rss / 2**20:7.0f} M")
-    print(f"{'insert only: chunks + streams tables (packed)':52} {ours:11,.0f}")
-    print(f"{'insert only: otel_traces baseline (events)':52} {baseline:11,.0f}")
-    print(f"{'attribution job alone, over the packed streams':52} {attribution_alone:11,.0f}")
+        print(f"{label:63} {run.chunks_per_s:11,.0f} {cpu:13.2f} {attribution:14.2f} {run.peak_rss / 2**20:7.0f} M")
+    print(f"{'insert only: chunks + streams tables (packed)':63} {ours:11,.0f}")
+    print(f"{'insert only: otel_traces baseline (events)':63} {baseline:11,.0f}")
+    print(f"{'attribution job alone, over the packed streams':63} {attribution_alone:11,.0f}")
     for name, run in runs.items():
         threads = run.cpu_by_thread.most_common()
         split = ", ".join(f"{kind} {seconds / run.chunks * 1e6:.2f}" for kind, seconds in threads)
