@@ -2,10 +2,11 @@
 
 Chunk events repeat a handful of (key, value) pairs thousands of times: tokens 1 to 4, sizes in the tens or
 hundreds. Read through OTLP's message classes, every attribute of every event costs Python objects for the
-KeyValue, its key and its AnyValue, and a oneof check: 2.9 µs a chunk, the events encoding's largest cost in the
-collector. Protobuf encodes an embedded message exactly as it encodes bytes, so a message type whose event
-attributes are ``bytes`` reads the same span. Each distinct encoding is then parsed once, and its repeats are a
-dictionary hit: 1.4 µs a chunk, re-encoding the span included.
+KeyValue, its key and its AnyValue, and a oneof check: two thirds of the collector's Python time with events.
+Protobuf encodes an embedded message exactly as it encodes bytes, so a message type whose event attributes are
+``bytes`` reads the same span. Each distinct encoding is then parsed once, and its repeats are a dictionary hit:
+reading an events request costs a third less, re-encoding each span for the view included
+(docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ class Received:
     decoded message (gRPC)."""
     message_bytes: int
     """The message's protobuf size: a protobuf body's, once inflated, as it is. Taken from the body rather than
-    ``ByteSize()``, which walks the whole parsed message again (half a microsecond a chunk event)."""
+    ``ByteSize()``, which walks the whole parsed message again: a tenth of the collector's time with events."""
 
 
 def with_request_row(batch: DecodedBatch, *, tenant: str, signal: str, received: Received) -> None:
