@@ -23,7 +23,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from ingest import columns
 from ingest.batch import DecodedBatch, Rejection
-from ingest.chunk_events import CHUNK_ATTRIBUTES, NOT_STORED, VALUE_ROWS, span_events
+from ingest.chunk_events import ChunkEventRejected, chunk_events
 from ingest.int_arrays import NotAnIntArray, decode_int_arrays, element_count
 from ingest.limits import DEFAULT_LIMITS, SpanLimits, SpanOverLimit
 from ingest.timeline import build_timeline, stream_stats
@@ -277,30 +277,11 @@ def _with_timelines(streams: list[_Stream], rejected: list[Rejection]) -> tuple[
 
 
 def _event_arrays(span: Span) -> tuple[np.ndarray, np.ndarray]:
-    """The span's chunk events as offsets and value rows, in time order.
-
-    Each event field is read once into plain lists and the arrays are filled in one step: reading the events is
-    the cost here (see ``ingest.chunk_events``), and a numpy element assignment per value would double it."""
-    times: list[int] = []
-    rows: list[int] = []
-    events: list[int] = []
-    ints: list[int] = []
-    for event in span_events(span):
-        if event.name != sc.CHUNK_EVENT:
-            continue
-        index = len(times)
-        times.append(event.time_unix_nano)
-        for encoded in event.attributes:
-            row, value = CHUNK_ATTRIBUTES[encoded]
-            if row != NOT_STORED:
-                if value is None:
-                    raise _SpanRejected(f"chunk event {index}: {sc.CHUNK_EVENT_ATTRIBUTES[row]} must be an integer")
-                rows.append(row)
-                events.append(index)
-                ints.append(value)
-    time_ns = np.array(times, dtype=np.uint64)
-    values = np.zeros((len(VALUE_ROWS), time_ns.size), dtype=np.int64)
-    values[rows, events] = ints
+    """The span's chunk events as offsets and value rows, in time order."""
+    try:
+        time_ns, values = chunk_events(span)
+    except ChunkEventRejected as exc:
+        raise _SpanRejected(str(exc)) from None
     order = np.argsort(time_ns, kind="stable")
     time_ns = time_ns[order]
     if time_ns.size and int(time_ns[0]) < span.start_time_unix_nano:

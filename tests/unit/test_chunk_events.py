@@ -1,14 +1,17 @@
-"""The chunk-event view reads every span as OTLP's own message classes do, and its memory of encodings is bounded."""
+"""Chunk events read as encoded bytes come out as OTLP's own message classes read them, and the memory of event
+tails is bounded."""
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-import ingest.chunk_events as chunk_events
-from ingest.chunk_events import CHUNK_ATTRIBUTES, NOT_STORED, VALUE_ROWS, span_events
+import ingest.chunk_events as chunk_events_module
+from ingest.chunk_events import TAILS, VALUE_ROWS, ChunkEventRejected, chunk_events
 from streamscope import semconv as sc
 
 VALUES = st.one_of(
@@ -24,8 +27,8 @@ ATTRIBUTES = st.lists(
 EVENTS = st.lists(
     st.builds(
         Span.Event,
-        time_unix_nano=st.integers(0, 2**64 - 1),
-        name=st.sampled_from([sc.CHUNK_EVENT, "log", ""]),
+        time_unix_nano=st.one_of(st.integers(0, 2**64 - 1), st.just(0)),  # a zero time is not encoded
+        name=st.sampled_from([sc.CHUNK_EVENT, sc.CHUNK_EVENT, "log", ""]),
         attributes=ATTRIBUTES,
         dropped_attributes_count=st.integers(0, 3),
     ),
@@ -33,49 +36,66 @@ EVENTS = st.lists(
 )
 
 
-def read_with_otlp_classes(span: Span) -> list[tuple[int, str, list[tuple[int, int | None]]]]:
-    """Each event's time, name, and (row, integer or None) per attribute, read field by field from OTLP's classes."""
-    return [
-        (
-            event.time_unix_nano,
-            event.name,
-            [
-                (
-                    VALUE_ROWS.get(kv.key, NOT_STORED),
-                    kv.value.int_value if kv.value.HasField("int_value") else None,
-                )
-                for kv in event.attributes
-            ],
-        )
-        for event in span.events
-    ]
+def read_with_otlp_classes(span: Span) -> tuple[list[int], list[list[int]]] | str:
+    """Each chunk event's time and values, or the refusal, read field by field from OTLP's classes."""
+    times, values = [], []
+    for event in span.events:
+        if event.name != sc.CHUNK_EVENT:
+            continue
+        row_values = [0] * len(VALUE_ROWS)
+        for kv in event.attributes:
+            if kv.key in VALUE_ROWS:
+                if not kv.value.HasField("int_value"):
+                    return f"chunk event {len(times)}: {kv.key} must be an integer"
+                row_values[VALUE_ROWS[kv.key]] = kv.value.int_value
+        times.append(event.time_unix_nano)
+        values.append(row_values)
+    return times, values
 
 
-def read_with_view(span: Span) -> list[tuple[int, str, list[tuple[int, int | None]]]]:
-    return [
-        (event.time_unix_nano, event.name, [CHUNK_ATTRIBUTES[encoded] for encoded in event.attributes])
-        for event in span_events(span)
-    ]
+def read_as_bytes(span: Span) -> tuple[list[int], list[list[int]]] | str:
+    try:
+        times, values = chunk_events(span)
+    except ChunkEventRejected as exc:
+        return str(exc)
+    assert times.dtype == np.uint64 and values.shape == (len(VALUE_ROWS), times.size)
+    return times.tolist(), values.T.tolist()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(EVENTS, st.text(max_size=4))
-def test_the_view_reads_what_otlp_classes_read(events, name):
+def test_events_read_as_bytes_read_as_otlp_classes_read_them(events, name):
     span = Span(name=name, trace_id=b"\1" * 16, span_id=b"\2" * 8, events=events)
     span.attributes.add(key="k", value=AnyValue(int_value=7))
-    assert read_with_view(span) == read_with_otlp_classes(span)
+    assert read_as_bytes(span) == read_with_otlp_classes(span)
+
+
+def chunk_event(time_unix_nano: int, content_bytes: int) -> Span.Event:
+    return Span.Event(
+        time_unix_nano=time_unix_nano,
+        name=sc.CHUNK_EVENT,
+        attributes=[KeyValue(key=sc.STREAMSCOPE_CHUNK_CONTENT_BYTES, value=AnyValue(int_value=content_bytes))],
+    )
+
+
+def test_an_event_without_a_time_is_read_whole_with_the_others():
+    span = Span(events=[chunk_event(5, 3), chunk_event(0, 4), Span.Event(name="log"), chunk_event(2**64 - 1, 3)])
+    assert read_as_bytes(span) == ([5, 0, 2**64 - 1], [[0, 3, 0, 0, 0], [0, 4, 0, 0, 0], [0, 3, 0, 0, 0]])
+
+
+def test_a_refused_chunk_event_is_counted_among_chunk_events_only():
+    bad = Span.Event(
+        time_unix_nano=9,
+        name=sc.CHUNK_EVENT,
+        attributes=[KeyValue(key=sc.STREAMSCOPE_CHUNK_TOKENS, value=AnyValue(double_value=1.5))],
+    )
+    span = Span(events=[Span.Event(name="log", time_unix_nano=1), chunk_event(2, 1), bad])
+    with pytest.raises(ChunkEventRejected, match=f"chunk event 1: {sc.STREAMSCOPE_CHUNK_TOKENS} must be an integer"):
+        chunk_events(span)
 
 
 def test_its_memory_starts_over_when_full_and_reads_on(monkeypatch):
-    monkeypatch.setattr(chunk_events, "_CAPACITY", 5)
-    events = [
-        Span.Event(
-            time_unix_nano=n,
-            name=sc.CHUNK_EVENT,
-            attributes=[KeyValue(key=sc.STREAMSCOPE_CHUNK_CONTENT_BYTES, value=AnyValue(int_value=n % 17))],
-        )
-        for n in range(100)
-    ]
-    span = Span(events=events)
-    assert read_with_view(span) == read_with_otlp_classes(span)
-    assert 0 < len(CHUNK_ATTRIBUTES) <= 5
+    monkeypatch.setattr(chunk_events_module, "_CAPACITY", 5)
+    span = Span(events=[chunk_event(n + 1, n % 17) for n in range(100)])
+    assert read_as_bytes(span) == read_with_otlp_classes(span)
+    assert 0 < len(TAILS) <= 5
