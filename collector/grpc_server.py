@@ -7,9 +7,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 from google.protobuf.message import Message
-from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
-from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from collector.admission import Admission
 from collector.auth import Unauthorized
@@ -69,28 +69,23 @@ def _failure(exc: Exception, signal: Signal) -> tuple[grpc.StatusCode, int, str]
     return grpc.StatusCode.INTERNAL, 500, "internal error in the collector; the request was not stored"
 
 
-class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self, export: _Exporter) -> None:
-        self._export = export
-
-    def Export(self, request, context):
-        return self._export(TRACES, request, context)
-
-
-class LogsService(logs_service_pb2_grpc.LogsServiceServicer):
-    def __init__(self, export: _Exporter) -> None:
-        self._export = export
-
-    def Export(self, request, context):
-        return self._export(LOGS, request, context)
+_SERVICES = {
+    TRACES: trace_service_pb2.DESCRIPTOR.services_by_name["TraceService"],
+    LOGS: logs_service_pb2.DESCRIPTOR.services_by_name["LogsService"],
+    METRICS: metrics_service_pb2.DESCRIPTOR.services_by_name["MetricsService"],
+}
+"""Each signal's OTLP service; its one method, Export, parses requests as ``Signal.protobuf_type``."""
 
 
-class MetricsService(metrics_service_pb2_grpc.MetricsServiceServicer):
-    def __init__(self, export: _Exporter) -> None:
-        self._export = export
-
-    def Export(self, request, context):  # the generated servicer names it
-        return self._export(METRICS, request, context)
+def _service(signal: Signal, export: _Exporter) -> grpc.GenericRpcHandler:
+    service = _SERVICES[signal]
+    (method,) = service.methods
+    handler = grpc.unary_unary_rpc_method_handler(
+        lambda request, context: export(signal, request, context),
+        request_deserializer=signal.protobuf_type.FromString,
+        response_serializer=lambda response: response.SerializeToString(),
+    )
+    return grpc.method_handlers_generic_handler(service.full_name, {method.name: handler})
 
 
 def start_grpc_server(
@@ -112,9 +107,7 @@ def start_grpc_server(
         options=[("grpc.max_receive_message_length", max_request_bytes)],
     )
     export = _Exporter(pipeline, admission, metrics)
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(TraceService(export), server)
-    logs_service_pb2_grpc.add_LogsServiceServicer_to_server(LogsService(export), server)
-    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(MetricsService(export), server)
+    server.add_generic_rpc_handlers([_service(signal, export) for signal in _SERVICES])
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"cannot listen for OTLP/gRPC on {host}:{port}")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import zlib
 from collections.abc import Awaitable, Callable
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -55,7 +55,6 @@ JSON = "application/json"
 TEXT = "text/plain"
 RETRY_AFTER_S = "5"
 ALERTS_PATH = "/api/v1/alerts"
-M = TypeVar("M", bound=Message)
 log = logging.getLogger(__name__)
 
 
@@ -190,7 +189,7 @@ def _export_route(
         """Inflate, parse and decode ``body``. The parsed request, many times the body's size, lives only in here,
         and only ``admission.expansion`` of them at once."""
         with admission.expansion:  # text/plain from a beacon is JSON, like the answer
-            message, size = _decode(body, encoding, answer_type, limit, signal.request_type, reservation)
+            message, size = _decode(body, encoding, answer_type, limit, signal, reservation)
             admission.rate.admit(tenant, size)
             refused = browser.keep_browser_spans(message) if from_browsers else 0
             content_type = answer_type.rsplit("/", 1)[1].removeprefix("x-")
@@ -278,16 +277,16 @@ async def _read_body(request: Request, limit: int, reservation: Reservation) -> 
 
 
 def _decode(
-    body: bytes, encoding: str, media_type: str, limit: int, message_type: type[M], reservation: Reservation
-) -> tuple[M, int]:
+    body: bytes, encoding: str, media_type: str, limit: int, signal: Signal, reservation: Reservation
+) -> tuple[Message, int]:
     """The message, and the body's size once inflated."""
     if encoding == "gzip":
         inflated = _gunzip(body, limit)
         reservation.take(len(inflated))
         body = inflated
     if media_type == PROTOBUF:
-        return parse_protobuf(body, message_type), len(body)
-    return parse_json(body, message_type), len(body)
+        return parse_protobuf(body, signal.protobuf_type), len(body)
+    return parse_json(body, signal.request_type), len(body)
 
 
 def _gunzip(data: bytes, limit: int) -> bytes:

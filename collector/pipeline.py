@@ -33,6 +33,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from collector.admission import Reservation
 from collector.metrics import SelfMetrics
 from ingest.batch import DecodedBatch
+from ingest.chunk_events import TraceRequestView
 from ingest.decode import decode_traces
 from ingest.decode_logs import decode_logs
 from ingest.decode_metrics import decode_metrics
@@ -59,9 +60,13 @@ class Signal:
     name: str
     path: str
     request_type: type[Message]
+    """OTLP's request message: what JSON bodies are parsed into."""
     noun: str
     """What a rejected item is called in partial_success messages."""
     _respond: Callable[[ExportResult], Message]
+    protobuf_type: type[Message]
+    """What protobuf bodies and gRPC messages are parsed into: ``request_type``, or a view of the same bytes that
+    the decoder reads for less (traces: ``ingest.chunk_events``)."""
 
     def response(self, result: ExportResult) -> Message:
         """The OTLP response: partial_success only when something was rejected or there is a warning."""
@@ -89,6 +94,7 @@ TRACES = Signal(
     ExportTraceServiceRequest,
     "stream span",
     _responder(ExportTraceServiceResponse, ExportTracePartialSuccess, "rejected_spans"),
+    protobuf_type=TraceRequestView,
 )
 LOGS = Signal(
     "logs",
@@ -96,6 +102,7 @@ LOGS = Signal(
     ExportLogsServiceRequest,
     "log record",
     _responder(ExportLogsServiceResponse, ExportLogsPartialSuccess, "rejected_log_records"),
+    protobuf_type=ExportLogsServiceRequest,
 )
 METRICS = Signal(
     "metrics",
@@ -103,6 +110,7 @@ METRICS = Signal(
     ExportMetricsServiceRequest,
     "metric data point",
     _responder(ExportMetricsServiceResponse, ExportMetricsPartialSuccess, "rejected_data_points"),
+    protobuf_type=ExportMetricsServiceRequest,
 )
 SIGNALS = (TRACES, LOGS, METRICS)
 

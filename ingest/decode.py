@@ -17,13 +17,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from google.protobuf.message import Message
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from ingest import columns
 from ingest.batch import DecodedBatch, Rejection
-from ingest.chunk_events import ChunkEventRejected, chunk_events
+from ingest.chunk_events import ChunkEventRejected, as_trace_view, chunk_events
 from ingest.int_arrays import NotAnIntArray, decode_int_arrays, element_count
 from ingest.limits import DEFAULT_LIMITS, SpanLimits, SpanOverLimit
 from ingest.timeline import build_timeline, stream_stats
@@ -97,9 +96,11 @@ class _Stream:
 
 
 def decode_traces(
-    request: ExportTraceServiceRequest, *, tenant: str, stall_threshold_us: int, limits: SpanLimits = DEFAULT_LIMITS
+    request: Message, *, tenant: str, stall_threshold_us: int, limits: SpanLimits = DEFAULT_LIMITS
 ) -> DecodedBatch:
-    """Decode every stream span in ``request`` for ``tenant``; raises LimitExceeded past ``limits``' span count."""
+    """Decode every stream span in ``request`` (an ``ExportTraceServiceRequest``, or its view as the collector
+    parses it: ``ingest.chunk_events``) for ``tenant``; raises LimitExceeded past ``limits``' span count."""
+    request = as_trace_view(request)
     limits.check_span_count(sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans))
     accepted: list[_Stream] = []
     rejected: list[Rejection] = []
@@ -141,12 +142,12 @@ def decode_traces(
     )
 
 
-def _subject(span: Span) -> str:
+def _subject(span: Message) -> str:
     return f"span {span.span_id.hex() or '?'} of trace {span.trace_id.hex() or '?'}"
 
 
 def _decode_span(
-    span: Span, attrs: dict[str, AnyValue], tenant: str, service: str, resource: dict[str, str]
+    span: Message, attrs: dict[str, AnyValue], tenant: str, service: str, resource: dict[str, str]
 ) -> _Stream:
     if len(span.trace_id) != 16 or len(span.span_id) != 8 or not any(span.trace_id) or not any(span.span_id):
         raise _SpanRejected("invalid trace or span id")
@@ -276,7 +277,7 @@ def _with_timelines(streams: list[_Stream], rejected: list[Rejection]) -> tuple[
     return valid, _concatenated(valid)
 
 
-def _event_arrays(span: Span) -> tuple[np.ndarray, np.ndarray]:
+def _event_arrays(span: Message) -> tuple[np.ndarray, np.ndarray]:
     """The span's chunk events as offsets and value rows, in time order."""
     try:
         time_ns, values = chunk_events(span)

@@ -19,6 +19,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 
 from collector.config import CollectorConfig
 from collector.service import Collector
+from ingest.chunk_events import TraceRequestView
 from streamscope import semconv as sc
 from tests.otlp_build import event_span
 
@@ -167,6 +168,26 @@ def test_chunk_events_are_read_in_time_order_and_malformed_ones_rejected(collect
     assert "a chunk event precedes the span start" in partial.error_message
     rows = collector.query_client.query("SELECT span_id, seq, gap_us, tokens FROM chunks ORDER BY seq").result_rows
     assert rows == [("01" * 8, 0, 10, 1), ("01" * 8, 1, 10, 2), ("01" * 8, 2, 10, 3)]
+
+
+def test_an_event_that_is_not_protobuf_rejects_its_span_only_over_http_and_grpc(collector):
+    """Events are read lazily (ingest.chunk_events), so a broken one costs its span, not the request."""
+    view = TraceRequestView.FromString(
+        request_of(event_span(1, [(10, sc.CHUNK_EVENT, {})]), stream_span(2, [10, 20])).SerializeToString()
+    )
+    view.resource_spans[0].scope_spans[0].spans[0].events.append(b"\x1a\x05")  # an attribute past the end
+    body = view.SerializeToString()
+    with grpc.insecure_channel(collector.grpc_endpoint) as channel:
+        export = channel.unary_unary(
+            "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+            request_serializer=lambda raw: raw,
+            response_deserializer=ExportTraceServiceResponse.FromString,
+        )
+        answers = [ExportTraceServiceResponse.FromString(post(collector, body, PROTOBUF).content), export(body)]
+    for answer in answers:
+        assert answer.partial_success.rejected_spans == 1
+        assert "event 1 is not a valid OTLP Span.Event" in answer.partial_success.error_message
+    assert collector.query_client.query("SELECT span_id FROM streams").result_rows == [("02" * 8,)]
 
 
 def test_partial_success_in_json(collector):
