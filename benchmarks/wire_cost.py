@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
+from google.protobuf.message import Message
 from opentelemetry.exporter.otlp.json.common.trace_encoder import encode_spans as encode_json
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as encode_protobuf
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -28,9 +28,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import streamscope._internal.recorder as recorder_module
 from benchmarks.chunk_codecs import synthetic_chunks
+from collector.pipeline import TRACES
 from ingest.decode import decode_traces
 from ingest.int_arrays import decode_int_array
-from ingest.otlp_body import parse_json
+from ingest.otlp_body import parse_json, parse_protobuf
 from streamscope import StreamRecorder
 
 
@@ -93,7 +94,7 @@ def as_int_arrays(finished: Sequence[ReadableSpan]) -> list[ReadableSpan]:
     ]
 
 
-def read_cost(body: bytes, parse: Callable[[bytes], ExportTraceServiceRequest], chunks: int) -> float:
+def read_cost(body: bytes, parse: Callable[[bytes], Message], chunks: int) -> float:
     """Microseconds per chunk for the collector to parse ``body`` and decode its spans, best of five, with the
     garbage collector paused as ``timeit`` does: the spans this benchmark holds would otherwise set its pace."""
     best = float("inf")
@@ -120,9 +121,9 @@ def main() -> None:
     packed, total_chunks = spans("packed", args.streams, args.chunks)
     events, _ = spans("events", args.streams, args.chunks)
     contenders = [("packed", packed), ("packed, int arrays", as_int_arrays(packed)), ("events", events)]
-    readers = {
-        "protobuf": ExportTraceServiceRequest.FromString,
-        "json": lambda b: parse_json(b, ExportTraceServiceRequest),
+    readers = {  # as the collector parses each
+        "protobuf": lambda b: parse_protobuf(b, TRACES.protobuf_type),
+        "json": lambda b: parse_json(b, TRACES.request_type),
     }
     print(f"{'encoding':19} {'format':9} {'bytes/chunk':>12} {'gzip bytes/chunk':>17} {'read µs/chunk':>14}")
     for encoding, finished in contenders:
