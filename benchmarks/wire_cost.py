@@ -31,7 +31,6 @@ from benchmarks.chunk_codecs import synthetic_chunks
 from collector.pipeline import TRACES
 from ingest.decode import decode_traces
 from ingest.int_arrays import decode_int_array
-from ingest.otlp_body import parse_json, parse_protobuf
 from streamscope import StreamRecorder
 
 
@@ -121,9 +120,9 @@ def main() -> None:
     packed, total_chunks = spans("packed", args.streams, args.chunks)
     events, _ = spans("events", args.streams, args.chunks)
     contenders = [("packed", packed), ("packed, int arrays", as_int_arrays(packed)), ("events", events)]
-    readers = {  # as the collector parses each
-        "protobuf": lambda b: parse_protobuf(b, TRACES.protobuf_type),
-        "json": lambda b: parse_json(b, TRACES.request_type),
+    readers = {
+        "protobuf": lambda b: TRACES.parse(b, protobuf=True),
+        "json": lambda b: TRACES.parse(b, protobuf=False),
     }
     print(f"{'encoding':19} {'format':9} {'bytes/chunk':>12} {'gzip bytes/chunk':>17} {'read µs/chunk':>14}")
     for encoding, finished in contenders:

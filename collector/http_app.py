@@ -38,7 +38,7 @@ from ingest.alerts import TABLE as ALERTS_TABLE
 from ingest.alerts import decode_alerts
 from ingest.batch import DecodedBatch
 from ingest.group_commit import Ticket
-from ingest.otlp_body import parse_json, parse_protobuf, to_json
+from ingest.otlp_body import to_json
 from ingest.request_log import Received
 from ingest.sql import QueryRefused
 from streamscope.errors import (
@@ -284,9 +284,7 @@ def _decode(
         inflated = _gunzip(body, limit)
         reservation.take(len(inflated))
         body = inflated
-    if media_type == PROTOBUF:
-        return parse_protobuf(body, signal.protobuf_type), len(body)
-    return parse_json(body, signal.request_type), len(body)
+    return signal.parse(body, protobuf=media_type == PROTOBUF), len(body)
 
 
 def _gunzip(data: bytes, limit: int) -> bytes:

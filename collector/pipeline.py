@@ -39,6 +39,7 @@ from ingest.decode_logs import decode_logs
 from ingest.decode_metrics import decode_metrics
 from ingest.group_commit import GroupCommitWriter, Ticket
 from ingest.limits import DEFAULT_LIMITS, SpanLimits
+from ingest.otlp_body import parse_json, parse_protobuf
 from ingest.request_log import Received, with_request_row
 from streamscope.errors import RetryableWriteError
 
@@ -67,6 +68,10 @@ class Signal:
     protobuf_type: type[Message]
     """What protobuf bodies and gRPC messages are parsed into: ``request_type``, or a view of the same bytes that
     the decoder reads for less (traces: ``ingest.chunk_events``)."""
+
+    def parse(self, body: bytes, *, protobuf: bool) -> Message:
+        """The request in an inflated ``body``, protobuf or OTLP JSON, as the collector reads it; raises DecodeError."""
+        return parse_protobuf(body, self.protobuf_type) if protobuf else parse_json(body, self.request_type)
 
     def response(self, result: ExportResult) -> Message:
         """The OTLP response: partial_success only when something was rejected or there is a warning."""

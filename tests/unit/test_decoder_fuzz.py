@@ -12,7 +12,6 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from collector.pipeline import TRACES
 from ingest.decode import decode_traces
-from ingest.otlp_body import parse_json, parse_protobuf
 from streamscope import semconv as sc
 from streamscope.errors import DecodeError
 from tests.otlp_build import event_span, otlp_json, stream_span, trace_request
@@ -25,9 +24,9 @@ VALID = trace_request(
     ]
 )
 SEEDS = {"protobuf": VALID.SerializeToString(), "json": otlp_json(VALID)}
-PARSERS = {  # as the collector parses each
-    "protobuf": lambda body: parse_protobuf(body, TRACES.protobuf_type),
-    "json": lambda body: parse_json(body, TRACES.request_type),
+PARSERS = {
+    "protobuf": lambda body: TRACES.parse(body, protobuf=True),
+    "json": lambda body: TRACES.parse(body, protobuf=False),
 }
 BUDGET = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
