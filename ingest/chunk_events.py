@@ -130,10 +130,14 @@ def chunk_events(span: Message) -> tuple[np.ndarray, np.ndarray]:
     encoded = list(span.events)  # each access to a repeated bytes field makes a new bytes object
     try:
         times, reads = _stamped(encoded) or _parsed_whole(encoded)
+        kinds = set(map(type, reads))
+        if _TimeInTail in kinds:
+            times, reads = _parsed_whole(encoded)
+            kinds = set(map(type, reads))
     except _Undecodable:
         index = next(i for i, event in enumerate(encoded) if not _decodes(event))
         raise ChunkEventRejected(f"event {index} is not a valid OTLP Span.Event") from None
-    if set(map(type, reads)) - {bytes}:
+    if kinds - {bytes}:
         chunks = [i for i, read in enumerate(reads) if read is not None]
         for index, i in enumerate(chunks):
             if isinstance(reads[i], str):
@@ -143,9 +147,9 @@ def chunk_events(span: Message) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(times, dtype=np.uint64), values
 
 
-def _stamped(encoded: Sequence[bytes]) -> tuple[np.ndarray, list[_Read]] | None:
-    """Each event's time, sliced from its start, and its tail's read; None unless every event starts with its time
-    and sends it once."""
+def _stamped(encoded: Sequence[bytes]) -> tuple[np.ndarray, list[_Read | _TimeInTail]] | None:
+    """Each event's time, sliced from its start, and its tail's read; None unless every event starts with its
+    time. A tail that sends the time again reads ``_TIME_IN_TAIL``."""
     stamp_size = _STAMP.itemsize
     stamps = b"".join([event[:stamp_size] for event in encoded])
     if len(stamps) != stamp_size * len(encoded):
@@ -153,10 +157,7 @@ def _stamped(encoded: Sequence[bytes]) -> tuple[np.ndarray, list[_Read]] | None:
     stamped = np.frombuffer(stamps, _STAMP)
     if not bool((stamped["tag"] == _TIME_TAG).all()):
         return None
-    reads = [TAILS[event[stamp_size:]] for event in encoded]
-    if _TimeInTail in set(map(type, reads)):
-        return None
-    return stamped["time"], reads
+    return stamped["time"], [TAILS[event[stamp_size:]] for event in encoded]
 
 
 def _parsed_whole(encoded: Sequence[bytes]) -> tuple[np.ndarray, list[_Read]]:
