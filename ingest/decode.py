@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -90,8 +90,9 @@ class _Stream:
     """The packed arrays in ``sc.PACKED_ARRAYS`` order (None: an optional one not sent), until the request's
     arrays are decoded together."""
     offsets: np.ndarray | None = None
-    values: np.ndarray | None = None
-    """One row per packed array after the offsets (tokens, content bytes, wire bytes, paint delay, render)."""
+    values: Sequence[np.ndarray | None] | None = None
+    """One row per packed array after the offsets (tokens, content bytes, wire bytes, paint delay, render); None
+    for an optional array the span did not send, which is all zeros."""
     subject: str = ""
 
 
@@ -235,18 +236,22 @@ def _packed_values(attrs: dict[str, AnyValue]) -> list[AnyValue | None]:
     return [attrs.get(name) for name in sc.PACKED_ARRAYS]
 
 
-def _packed_arrays(decoded: list[np.ndarray | NotAnIntArray | None]) -> tuple[np.ndarray, np.ndarray]:
-    """A span's decoded packed arrays as offsets and a row per other array (a missing optional one: zeros)."""
+def _packed_arrays(
+    decoded: list[np.ndarray | NotAnIntArray | None],
+) -> tuple[np.ndarray, list[np.ndarray | None]]:
+    """A span's decoded packed arrays as offsets and a row per other array (None: an optional one not sent)."""
+    arrays: list[np.ndarray | None] = []
     for name, array in zip(sc.PACKED_ARRAYS, decoded, strict=True):
         if isinstance(array, NotAnIntArray):
             raise _SpanRejected(f"{name}: {array}")
-    offsets = decoded[0]
-    assert isinstance(offsets, np.ndarray)
-    arrays = [np.zeros_like(offsets) if a is None else a for a in decoded]
-    if len({len(a) for a in arrays}) > 1:
-        sizes = ", ".join(f"{name.rsplit('.', 1)[1]} {len(a)}" for name, a in zip(sc.PACKED_ARRAYS, arrays))
+        arrays.append(array)
+    sent = {name: array for name, array in zip(sc.PACKED_ARRAYS, arrays) if array is not None}
+    if len({len(array) for array in sent.values()}) > 1:
+        sizes = ", ".join(f"{name.rsplit('.', 1)[1]} {len(array)}" for name, array in sent.items())
         raise _SpanRejected(f"chunk arrays of unequal length ({sizes})")
-    return offsets, np.vstack(arrays[1:])
+    offsets, *rows = arrays
+    assert offsets is not None
+    return offsets, rows
 
 
 def _with_timelines(streams: list[_Stream], rejected: list[Rejection]) -> tuple[list[_Stream], _Timelines]:
@@ -302,11 +307,14 @@ class _Timelines(NamedTuple):
 def _concatenated(streams: list[_Stream]) -> _Timelines:
     lengths = np.fromiter((s.chunk_count for s in streams), dtype=np.int64, count=len(streams))
     offsets = np.concatenate([s.offsets for s in streams]) if streams else np.empty(0, dtype=np.int64)
-    values = (
-        np.concatenate([s.values for s in streams], axis=1)
-        if streams
-        else np.empty((len(sc.PACKED_ARRAYS) - 1, 0), dtype=np.int64)
-    )
+    values = np.zeros((len(sc.PACKED_ARRAYS) - 1, offsets.size), dtype=np.int64)
+    for index, row in enumerate(values):  # filled row by row: each stream's rows are separate arrays
+        pieces = [s.values[index] if s.values is not None else None for s in streams]
+        if any(piece is not None for piece in pieces):
+            np.concatenate(
+                [np.zeros(s.chunk_count, np.int64) if p is None else p for s, p in zip(streams, pieces, strict=True)],
+                out=row,
+            )
     return _Timelines(lengths, offsets, values)
 
 
@@ -327,7 +335,7 @@ def _all_valid(timelines: _Timelines) -> bool:
     )
 
 
-def _timeline_error(offsets: np.ndarray, values: np.ndarray) -> str | None:
+def _timeline_error(offsets: np.ndarray, values: Sequence[np.ndarray | None]) -> str | None:
     if offsets.size == 0:
         return None
     if offsets.min() < 0:
@@ -335,9 +343,10 @@ def _timeline_error(offsets: np.ndarray, values: np.ndarray) -> str | None:
     if np.any(np.diff(offsets) < 0):
         return "chunk offsets are not in order"
     for name, row in zip(sc.PACKED_ARRAYS[1:], values, strict=True):
-        if row.min() < 0 or row.max() > _LIMITS[name]:
+        if row is not None and (row.min() < 0 or row.max() > _LIMITS[name]):
             return f"{name} out of range 0..{_LIMITS[name]}"
-    if int(values[0].sum()) > _U32_MAX:
+    tokens = values[0]
+    if tokens is not None and int(tokens.sum()) > _U32_MAX:
         return f"the stream's tokens add up to more than {_U32_MAX}"
     return None
 
