@@ -358,9 +358,9 @@ def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: i
     stats = stream_stats(lengths, offsets, tokens, content, wire, timeline, stall_threshold_us)
     rows = [s.row for s in streams]
 
-    first_byte = np.ma.masked_all(len(streams), dtype=np.int64)
-    for i, s in enumerate(streams):
-        first_byte[i] = s.first_byte_us if s.first_byte_us is not None else stats.first_chunk_us[i]
+    first_byte = stats.first_chunk_us.copy()  # unless the span says when its first byte came
+    sent = np.fromiter((s.first_byte_us is not None for s in streams), dtype=bool, count=len(streams))
+    first_byte[sent] = np.array([s.first_byte_us for s in streams if s.first_byte_us is not None], dtype=np.int64)
     derived = {
         "chunk_count": pa.array(lengths, pa.uint32()),
         "content_chunks": pa.array(stats.content_chunks),

@@ -102,7 +102,9 @@ def json_ints_as_base64(array_value: Any) -> str | None:
 
 
 def _split(flat: np.ndarray, counts: list[int]) -> list[np.ndarray | NotAnIntArray]:
-    return list(np.split(flat, np.cumsum(counts)[:-1]))
+    """``flat`` cut into views of ``counts`` elements each (slicing: ``np.split`` costs several times more)."""
+    ends = np.cumsum(counts).tolist()
+    return [flat[end - count : end] for end, count in zip(ends, counts, strict=True)]
 
 
 def _from_bytes(raw: bytes) -> np.ndarray:

@@ -1,0 +1,37 @@
+"""Known answers for what one request's spans share when decoded together: arrays some spans send and others do
+not, and stream values taken from the span or from its chunks."""
+
+from __future__ import annotations
+
+from ingest.decode import decode_traces
+from streamscope import semconv as sc
+from tests.otlp_build import stream_span, trace_request
+
+
+def _decoded(*spans):
+    batch = decode_traces(trace_request(spans), tenant="t", stall_threshold_us=400_000)
+    assert not batch.rejected, batch.rejection_message("span")
+    return batch.blocks["streams"].to_pydict(), batch.blocks["chunks"].to_pydict()
+
+
+def test_a_browser_array_one_span_sends_stays_with_its_chunks_and_the_others_read_zero():
+    streams, chunks = _decoded(
+        stream_span(1, 1, side="client", offsets_ms=[10, 20], tokens=[1, 1]),
+        stream_span(2, 2, side="browser", offsets_ms=[5, 6, 7], tokens=[1, 2, 3], paint_delay_us=[11, 12, 13]),
+        stream_span(3, 3, side="server", offsets_ms=[1], tokens=[4], render_us=[99]),
+    )
+    assert chunks["paint_delay_us"] == [0, 0, 11, 12, 13, 0]
+    assert chunks["render_us"] == [0, 0, 0, 0, 0, 99]
+    assert chunks["tokens"] == [1, 1, 1, 2, 3, 4]
+    assert streams["tokens"] == [2, 6, 4]
+
+
+def test_the_first_byte_is_the_spans_own_offset_when_sent_else_its_first_chunk():
+    streams, _ = _decoded(
+        stream_span(1, 1, side="client", offsets_ms=[30, 40], tokens=[1, 1]),
+        stream_span(
+            2, 2, side="client", offsets_ms=[50, 60], tokens=[1, 1], attributes={sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US: 7}
+        ),
+        stream_span(3, 3, side="client", offsets_ms=[], tokens=[]),
+    )
+    assert streams["ttfb_us"] == [30_000, 7, None]
