@@ -157,7 +157,7 @@ def test_rebuilding_chunks_keeps_every_row_even_when_run_again_after_a_crash(bef
         "SELECT create_table_query FROM system.tables WHERE database = currentDatabase() AND name = 'chunks'"
     ).result_rows[0]
     assert "non_replicated_deduplication_window = 10000" in settings
-    assert "merge_selector_base = 20" in settings  # 0018, kept by the rebuild's successors
+    assert "merge_selector_base = 20" in settings  # 0018
     timeline = before_rebuild.query(
         "SELECT span_id, groupArray(offset_us) FROM (SELECT * FROM chunk_timeline ORDER BY seq) "
         "GROUP BY span_id ORDER BY span_id"
