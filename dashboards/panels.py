@@ -114,11 +114,18 @@ SELECTED_CONTENT_CHUNKS = f"{SELECTED_CHUNKS} AND kind IN ('first', 'content')"
 STALL_FILTERS = f"{ON_SIDE} AND {filters('tenant', 'service', 'model', 'route')}"
 """Stalls and quality rows carry no provider (stalls are found on the client and browser sides)."""
 
-STORED_BYTES_SQL = """
-SELECT sum(data_compressed_bytes) / greatest(sum(rows), 1)
+
+def on_disk_sql(table: str) -> str:
+    """The rows of ``table``'s active parts and the compressed bytes they take, their projections' included."""
+    where = f"database = currentDatabase() AND table = '{table}' AND active"
+    return f"""SELECT sum(rows) AS rows,
+    sum(data_compressed_bytes) + (SELECT sum(data_compressed_bytes) FROM system.projection_parts WHERE {where})
+        AS bytes
 FROM system.parts
-WHERE database = currentDatabase() AND table = 'chunks' AND active
-"""
+WHERE {where}"""
+
+
+STORED_BYTES_SQL = f"SELECT bytes / greatest(rows, 1) FROM ({on_disk_sql('chunks')})"
 """Bytes on disk per stored chunk, over the whole table (parts do not split by time or tenant)."""
 
 ITL_HEATMAP = Panel(
@@ -161,16 +168,26 @@ ORDER BY time, cause""",
     stacked=True,
 )
 
+_MEDIAN_TOKENS_PER_CHUNK = f"""SELECT time, provider, model,
+    quantileExactWeighted(0.5)(tokens, n) AS median, sum(n) AS chunks
+FROM (
+    SELECT $__timeInterval(start_time) AS time, provider, model, tokens, count() AS n
+    FROM chunks
+    WHERE {SELECTED_CONTENT_CHUNKS}
+    GROUP BY time, provider, model, tokens
+)
+GROUP BY time, provider, model"""
+"""The median tokens per content chunk (the lower one, of an even count) and the chunks, per interval, provider
+and model. The inner count is what the ``token_counts`` projection of ``chunks`` holds (migration 0019), so the
+engine reads a few rows a stream from it instead of every chunk."""
+
 TOKENS_PER_CHUNK = Panel(
     "tokens_per_chunk",
     "Tokens per chunk",
     "Median tokens per content chunk, by provider and model: fewer per chunk costs more envelopes and spans.",
     "timeseries",
-    f"""SELECT $__timeInterval(start_time) AS time, concat(provider, ' ', model) AS series,
-    quantileExact(0.5)(tokens) AS tokens_per_chunk
-FROM chunks
-WHERE {SELECTED_CONTENT_CHUNKS}
-GROUP BY time, series
+    f"""SELECT time, concat(provider, ' ', model) AS series, median AS tokens_per_chunk
+FROM ({_MEDIAN_TOKENS_PER_CHUNK})
 ORDER BY time, series""",
     unit="short",
 )
@@ -236,13 +253,7 @@ FROM (
     SELECT time, provider, model, median, chunks,
         lagInFrame(median) OVER w AS previous,
         lagInFrame(chunks) OVER w AS previous_chunks
-    FROM (
-        SELECT $__timeInterval(start_time) AS time, provider, model,
-            quantileExact(0.5)(tokens) AS median, count() AS chunks
-        FROM chunks
-        WHERE {SELECTED_CONTENT_CHUNKS}
-        GROUP BY time, provider, model
-    )
+    FROM ({_MEDIAN_TOKENS_PER_CHUNK})
     WINDOW w AS (PARTITION BY provider, model ORDER BY time ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
 )
 WHERE previous_chunks >= {CHANGE_MIN_CHUNKS} AND chunks >= {CHANGE_MIN_CHUNKS}
@@ -293,9 +304,9 @@ MODEL_TEXTURE = Panel(
     g.gap_p99_ms AS gap_p99_ms, g.gap_max_ms AS gap_max_ms, s.tokens_per_s_p50 AS tokens_per_s_p50,
     s.stall_rate AS stall_rate, t.tool_calls AS tool_calls, t.tool_call_pause_ms_p50 AS tool_call_pause_ms_p50
 FROM (
-    SELECT model, count() AS gaps,
-        quantileExact(0.5)(gap_us) / 1000 AS gap_p50_ms, quantileExact(0.95)(gap_us) / 1000 AS gap_p95_ms,
-        quantileExact(0.99)(gap_us) / 1000 AS gap_p99_ms, max(gap_us) / 1000 AS gap_max_ms
+    SELECT model, count() AS gaps, quantilesExact(0.5, 0.95, 0.99)(gap_us) AS q,
+        q[1] / 1000 AS gap_p50_ms, q[2] / 1000 AS gap_p95_ms, q[3] / 1000 AS gap_p99_ms,
+        max(gap_us) / 1000 AS gap_max_ms
     FROM chunks
     WHERE {SELECTED_CONTENT_CHUNKS} AND kind = 'content'
     GROUP BY model
