@@ -23,7 +23,6 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 
 from benchmarks import otel_traces
 from benchmarks.chunk_codecs import synthetic_chunks
-from dashboards.panels import on_disk_sql
 from ingest import migrations, store
 from ingest.decode import decode_traces
 from ingest.writer import ClickHouseWriter
@@ -97,8 +96,12 @@ def as_events(request: ExportTraceServiceRequest) -> ExportTraceServiceRequest:
 
 
 def _on_disk(client, table: str) -> tuple[int, int]:
-    """Rows and compressed bytes of ``table``'s active parts, projections included."""
-    return client.query(on_disk_sql(table)).result_rows[0]
+    """Rows and compressed bytes of ``table``'s active parts."""
+    return client.query(
+        "SELECT sum(rows), sum(data_compressed_bytes) FROM system.parts "
+        "WHERE database = currentDatabase() AND table = {table:String} AND active",
+        parameters={"table": table},
+    ).result_rows[0]
 
 
 def main() -> None:
@@ -127,12 +130,8 @@ def main() -> None:
             "WHERE database = currentDatabase() AND table = 'chunks' AND default_kind != 'ALIAS' "
             "ORDER BY data_compressed_bytes DESC"
         ).result_rows
-        projections = client.query(
-            "SELECT concat('projection ', name), sum(data_compressed_bytes) FROM system.projection_parts "
-            "WHERE database = currentDatabase() AND table = 'chunks' AND active GROUP BY name"
-        ).result_rows
     print(f"{rows:,} chunks in {stream_rows:,} streams")
-    print(f"chunks: {total / rows:.3f} bytes per chunk on disk (compressed, all columns and projections)")
+    print(f"chunks: {total / rows:.3f} bytes per chunk on disk (compressed, all columns)")
     print(
         f"streams: {stream_bytes / stream_rows:.1f} bytes per stream; "
         f"{(total + stream_bytes) / rows:.3f} bytes per chunk counting both tables"
@@ -144,9 +143,9 @@ def main() -> None:
     if not any(size for _, size in columns):
         print("(per-column sizes need wide parts; parts this small are compact, so none are reported)")
         return
-    print(f"{'column':24} {'bytes/chunk':>12}")
-    for name, size in [*columns, *projections]:
-        print(f"{name:24} {size / rows:12.3f}")
+    print(f"{'column':16} {'bytes/chunk':>12}")
+    for name, size in columns:
+        print(f"{name:16} {size / rows:12.3f}")
 
 
 if __name__ == "__main__":

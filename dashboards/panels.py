@@ -114,18 +114,11 @@ SELECTED_CONTENT_CHUNKS = f"{SELECTED_CHUNKS} AND kind IN ('first', 'content')"
 STALL_FILTERS = f"{ON_SIDE} AND {filters('tenant', 'service', 'model', 'route')}"
 """Stalls and quality rows carry no provider (stalls are found on the client and browser sides)."""
 
-
-def on_disk_sql(table: str) -> str:
-    """The rows of ``table``'s active parts and the compressed bytes they take, their projections' included."""
-    where = f"database = currentDatabase() AND table = '{table}' AND active"
-    return f"""SELECT sum(rows) AS rows,
-    sum(data_compressed_bytes) + (SELECT sum(data_compressed_bytes) FROM system.projection_parts WHERE {where})
-        AS bytes
+STORED_BYTES_SQL = """
+SELECT sum(data_compressed_bytes) / greatest(sum(rows), 1)
 FROM system.parts
-WHERE {where}"""
-
-
-STORED_BYTES_SQL = f"SELECT bytes / greatest(rows, 1) FROM ({on_disk_sql('chunks')})"
+WHERE database = currentDatabase() AND table = 'chunks' AND active
+"""
 """Bytes on disk per stored chunk, over the whole table (parts do not split by time or tenant)."""
 
 ITL_HEATMAP = Panel(
@@ -168,26 +161,16 @@ ORDER BY time, cause""",
     stacked=True,
 )
 
-_MEDIAN_TOKENS_PER_CHUNK = f"""SELECT time, provider, model,
-    quantileExactWeighted(0.5)(tokens, n) AS median, sum(n) AS chunks
-FROM (
-    SELECT $__timeInterval(start_time) AS time, provider, model, tokens, count() AS n
-    FROM chunks
-    WHERE {SELECTED_CONTENT_CHUNKS}
-    GROUP BY time, provider, model, tokens
-)
-GROUP BY time, provider, model"""
-"""The median tokens per content chunk (the lower one, of an even count) and the chunks, per interval, provider
-and model. The inner count is what the ``token_counts`` projection of ``chunks`` holds (migration 0019), so the
-engine reads a few rows a stream from it instead of every chunk."""
-
 TOKENS_PER_CHUNK = Panel(
     "tokens_per_chunk",
     "Tokens per chunk",
     "Median tokens per content chunk, by provider and model: fewer per chunk costs more envelopes and spans.",
     "timeseries",
-    f"""SELECT time, concat(provider, ' ', model) AS series, median AS tokens_per_chunk
-FROM ({_MEDIAN_TOKENS_PER_CHUNK})
+    f"""SELECT $__timeInterval(start_time) AS time, concat(provider, ' ', model) AS series,
+    quantileExact(0.5)(tokens) AS tokens_per_chunk
+FROM chunks
+WHERE {SELECTED_CONTENT_CHUNKS}
+GROUP BY time, series
 ORDER BY time, series""",
     unit="short",
 )
@@ -253,7 +236,13 @@ FROM (
     SELECT time, provider, model, median, chunks,
         lagInFrame(median) OVER w AS previous,
         lagInFrame(chunks) OVER w AS previous_chunks
-    FROM ({_MEDIAN_TOKENS_PER_CHUNK})
+    FROM (
+        SELECT $__timeInterval(start_time) AS time, provider, model,
+            quantileExact(0.5)(tokens) AS median, count() AS chunks
+        FROM chunks
+        WHERE {SELECTED_CONTENT_CHUNKS}
+        GROUP BY time, provider, model
+    )
     WINDOW w AS (PARTITION BY provider, model ORDER BY time ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
 )
 WHERE previous_chunks >= {CHANGE_MIN_CHUNKS} AND chunks >= {CHANGE_MIN_CHUNKS}
