@@ -32,8 +32,11 @@ WHERE {SELECTED}
 
 GAPS_SQL = f"""
 SELECT q[1] AS gap_p50_us, q[2] AS gap_p95_us, q[3] AS gap_p99_us
-FROM (SELECT quantilesExact(0.5, 0.95, 0.99)(gap_us) AS q FROM chunks
-WHERE {SELECTED_CHUNKS} AND kind = 'content')
+FROM (
+    SELECT quantilesExact(0.5, 0.95, 0.99)(gap_us) AS q
+    FROM chunks
+    WHERE {SELECTED_CHUNKS} AND kind = 'content'
+)
 """
 """The three gap quantiles in one pass over the gaps: separate ``quantileExact`` calls each keep and sort a copy."""
 
