@@ -22,7 +22,7 @@ from typing import Any, Literal
 import yaml
 
 from dashboards.grafana import DATASOURCE
-from dashboards.panels import CHANGE_FACTOR, CHANGE_MIN_CHUNKS, GOODPUT_TARGET, SLO_US
+from dashboards.panels import CHANGE_FACTOR, CHANGE_MIN_CHUNKS, GOODPUT_TARGET, SLO_US, median_of
 
 RULES_FILE = Path(__file__).parent / "grafana" / "provisioning" / "alerting" / "rules.yaml"
 FOLDER = "streamscope"
@@ -105,7 +105,7 @@ ITL_BAD = f"ifNull(gap_max_us, 0) > {SLO_US}"
 
 
 def _since(seconds: int) -> str:
-    """Streams (or their chunks) that started in the ``seconds`` before the evaluation."""
+    """Streams that started in the ``seconds`` before the evaluation."""
     return f"start_time > $__toTime - INTERVAL {seconds} SECOND"
 
 
@@ -242,13 +242,14 @@ TOKENS_PER_CHUNK_DROP = Rule(
     sql=f"""SELECT provider, model, now_median / before_median AS tokens_per_chunk_ratio
 FROM (
     SELECT provider, model,
-        quantileExactIf(0.5)(tokens, recent) AS now_median, countIf(recent) AS now_chunks,
-        quantileExactIf(0.5)(tokens, NOT recent) AS before_median, countIf(NOT recent) AS before_chunks
+        sumIf(content_chunks, recent) AS now_chunks,
+        {median_of("sumMapIf(content_chunks_by_tokens, recent)", "now_chunks")} AS now_median,
+        sumIf(content_chunks, NOT recent) AS before_chunks,
+        {median_of("sumMapIf(content_chunks_by_tokens, NOT recent)", "before_chunks")} AS before_median
     FROM (
-        SELECT provider, model, tokens, {_since(CHUNKING_WINDOW_S)} AS recent
-        FROM chunks
-        WHERE side = 'client' AND kind IN ('first', 'content')
-            AND {_window(2 * CHUNKING_WINDOW_S)}
+        SELECT provider, model, content_chunks, content_chunks_by_tokens, {_since(CHUNKING_WINDOW_S)} AS recent
+        FROM stream_metrics
+        WHERE side = 'client' AND content_chunks > 0 AND {_window(2 * CHUNKING_WINDOW_S)}
     )
     GROUP BY provider, model
 )
@@ -279,7 +280,7 @@ GROUPS = (
     RuleGroup("stream-slo", "1m", (ITL_BURN_FAST, ITL_BURN_SLOW, P99_OF_P99, TTFT_P95)),
     RuleGroup("chunk-economics", "5m", (TOKENS_PER_CHUNK_DROP,)),
 )
-"""Stream health is checked every minute; chunking, a cost and over chunk rows, every 5 minutes."""
+"""Stream health is checked every minute; chunking, a cost rather than a user's wait, every 5 minutes."""
 RULES = tuple(rule for group in GROUPS for rule in group.rules)
 
 

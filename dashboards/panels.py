@@ -27,6 +27,13 @@ CHANGE_MIN_CHUNKS = 50
 """Chunks needed on both sides of a change, so a quiet interval's noise is not reported."""
 
 
+def median_of(histogram: str, count: str) -> str:
+    """SQL for the median of the values a summed histogram counts (``sumMap`` of ``content_chunks_by_tokens``,
+    ``count`` values in all): quantileExact(0.5)'s, the value at index floor(count / 2) of the sorted values, is
+    the first key whose running count passes that index."""
+    return f"arrayFirst((k, c) -> c > intDiv({count}, 2), mapKeys({histogram}), arrayCumSum(mapValues({histogram})))"
+
+
 @dataclass(frozen=True)
 class Panel:
     key: str
@@ -167,9 +174,9 @@ TOKENS_PER_CHUNK = Panel(
     "Median tokens per content chunk, by provider and model: fewer per chunk costs more envelopes and spans.",
     "timeseries",
     f"""SELECT $__timeInterval(start_time) AS time, concat(provider, ' ', model) AS series,
-    quantileExact(0.5)(tokens) AS tokens_per_chunk
-FROM chunks
-WHERE {SELECTED_CONTENT_CHUNKS}
+    {median_of("sumMap(content_chunks_by_tokens)", "sum(content_chunks)")} AS tokens_per_chunk
+FROM stream_metrics
+WHERE {SELECTED} AND content_chunks > 0
 GROUP BY time, series
 ORDER BY time, series""",
     unit="short",
@@ -237,10 +244,10 @@ FROM (
         lagInFrame(median) OVER w AS previous,
         lagInFrame(chunks) OVER w AS previous_chunks
     FROM (
-        SELECT $__timeInterval(start_time) AS time, provider, model,
-            quantileExact(0.5)(tokens) AS median, count() AS chunks
-        FROM chunks
-        WHERE {SELECTED_CONTENT_CHUNKS}
+        SELECT $__timeInterval(start_time) AS time, provider, model, sum(content_chunks) AS chunks,
+            {median_of("sumMap(content_chunks_by_tokens)", "chunks")} AS median
+        FROM stream_metrics
+        WHERE {SELECTED} AND content_chunks > 0
         GROUP BY time, provider, model
     )
     WINDOW w AS (PARTITION BY provider, model ORDER BY time ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)

@@ -63,6 +63,7 @@ STREAMS = pa.schema(
         ("last_content_us", pa.uint64()),
         ("head_tokens", pa.uint32()),
         ("first_tool_call_seq", pa.uint32()),
+        ("content_chunks_by_tokens", pa.map_(pa.uint16(), pa.uint32())),
         ("attributes", _ATTRS),
         ("resource_attributes", _ATTRS),
     ]

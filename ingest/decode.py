@@ -378,6 +378,7 @@ def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: i
         "stall_threshold_us": pa.array(np.full(len(streams), stall_threshold_us, dtype=np.uint32)),
         "last_content_us": _masked(stats.last_content_us, pa.uint64()),
         "head_tokens": pa.array(stats.head_tokens),
+        "content_chunks_by_tokens": stats.chunks_by_tokens.map_array(),
     }
     stream_columns = []
     for name in columns.STREAMS.names:

@@ -36,9 +36,11 @@ from pathlib import Path
 from typing import Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ingest import columns
 from ingest.batch import DecodedBatch
+from ingest.timeline import content_chunks_by_tokens
 from streamscope.errors import ConfigError, SpoolFull, WriteError
 
 FsyncPolicy = Literal["always", "never"]
@@ -226,7 +228,40 @@ def decode(data: bytes, source: Path) -> list[DecodedBatch]:
         if header["table"] == "chunks" and "trace_id" in block.column_names:
             block = _chunk_ids_as_bytes(block)
         batches.setdefault(header["batch"], DecodedBatch()).blocks[header["table"]] = block
+    for batch in batches.values():
+        streams = batch.blocks.get("streams")
+        if streams is not None and COUNTS not in streams.column_names:
+            batch.blocks["streams"] = _streams_with_chunks_by_tokens(streams, batch.blocks.get("chunks"))
     return [batches[index] for index in sorted(batches)]
+
+
+COUNTS = "content_chunks_by_tokens"
+
+
+def _streams_with_chunks_by_tokens(streams: pa.Table, chunks: pa.Table | None) -> pa.Table:
+    """A streams block spooled before migration 0019, with each stream's content chunks counted by token count
+    from the chunks decode wrote beside it (a batch holds its streams' chunks, matched here by id)."""
+
+    def ids(trace: pa.Array | pa.ChunkedArray, span: pa.Array | pa.ChunkedArray) -> pa.Array:
+        """Each row's trace and span id bytes, as one key."""
+        return pc.binary_join_element_wise(pc.cast(trace, pa.binary()), pc.cast(span, pa.binary()), b"")
+
+    chunks = chunks if chunks is not None else columns.CHUNKS.empty_table()
+    owner = pc.index_in(
+        ids(chunks["trace_id_bytes"], chunks["span_id_bytes"]),
+        value_set=ids(
+            columns.ids_as_bytes(streams["trace_id"], "trace_id_bytes"),
+            columns.ids_as_bytes(streams["span_id"], "span_id_bytes"),
+        ),
+    )
+    known = owner.is_valid()
+    histograms = content_chunks_by_tokens(
+        pc.filter(owner, known).to_numpy(),
+        pc.filter(chunks["kind"], known).to_numpy(),
+        pc.filter(chunks["tokens"], known).to_numpy(),
+        streams.num_rows,
+    )
+    return streams.add_column(columns.STREAMS.get_field_index(COUNTS), COUNTS, histograms.map_array())
 
 
 def _chunk_ids_as_bytes(block: pa.Table) -> pa.Table:

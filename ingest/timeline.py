@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
 from ingest.columns import KIND_ASIDE, KIND_CONTENT, KIND_FIRST, KIND_LEAD
 
@@ -33,6 +34,21 @@ class Timeline:
 
 
 @dataclass(frozen=True)
+class TokenHistograms:
+    """Each stream's content chunks counted by their token count, as the flat arrays of a map column: stream i
+    owns the ``sizes[i]`` entries after those of the streams before it, token counts ascending."""
+
+    sizes: np.ndarray  # distinct token counts per stream
+    tokens: np.ndarray  # uint16 token counts
+    chunks: np.ndarray  # uint32 content chunks that carried that many tokens
+
+    def map_array(self) -> pa.MapArray:
+        """The streams' maps as the Arrow column ``content_chunks_by_tokens`` of the streams block."""
+        offsets = np.concatenate(([0], np.cumsum(self.sizes))).astype(np.int32)
+        return pa.MapArray.from_arrays(offsets, self.tokens, self.chunks)
+
+
+@dataclass(frozen=True)
 class StreamStats:
     """Per-stream statistics; masked arrays where a stream has no value (no content, no gaps)."""
 
@@ -49,6 +65,7 @@ class StreamStats:
     gap_max_us: np.ma.MaskedArray
     jitter_ratio: np.ma.MaskedArray
     stall_count: np.ndarray
+    chunks_by_tokens: TokenHistograms
 
 
 def build_timeline(lengths: np.ndarray, offsets: np.ndarray, content_bytes: np.ndarray) -> Timeline:
@@ -143,4 +160,31 @@ def stream_stats(
         gap_max_us=gap_max,
         jitter_ratio=jitter.astype(np.float32),
         stall_count=stalls.astype(np.uint32),
+        chunks_by_tokens=content_chunks_by_tokens(stream, timeline.kind, tokens, n),
+    )
+
+
+def content_chunks_by_tokens(stream: np.ndarray, kind: np.ndarray, tokens: np.ndarray, streams: int) -> TokenHistograms:
+    """Count each stream's content chunks (kinds first and content) by token count.
+
+    Summed over streams, these counts give the exact median tokens per chunk of any set of streams without
+    reading their chunks (dashboards.panels.median_of). ``stream`` is each chunk's stream index, in any order.
+    """
+    content = (kind == KIND_FIRST) | (kind == KIND_CONTENT)
+    owner, counts = stream[content].astype(np.int64), tokens[content].astype(np.int64)
+    width = int(counts.max(initial=0)) + 1
+    if streams * width <= 4 * owner.size + 1024:  # a dense (stream, token count) table: no sort
+        table = np.bincount(owner * width + counts, minlength=streams * width)
+        cells = np.flatnonzero(table)
+        return TokenHistograms(
+            sizes=np.bincount(cells // width, minlength=streams),
+            tokens=(cells % width).astype(np.uint16),
+            chunks=table[cells].astype(np.uint32),
+        )
+    # a few chunks with many tokens would make that table huge: sort (stream, token count) pairs instead
+    pairs, chunks = np.unique((owner << 16) | counts, return_counts=True)
+    return TokenHistograms(
+        sizes=np.bincount(pairs >> 16, minlength=streams),
+        tokens=(pairs & 0xFFFF).astype(np.uint16),
+        chunks=chunks.astype(np.uint32),
     )

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
+from dashboards.panels import median_of
 from streamscope import semconv as sc
 from tests.otlp_build import T0, store_spans, stream_span
 
@@ -106,3 +109,20 @@ def test_cancellation_propagation_is_aligned_through_content(store_client):
     assert [r[0][-2:] for r in rows] == ["0a", "0b"]
     assert rows[0][1:] == ("node-1", 12, 20, 7, 300_000, 240_000)
     assert rows[1][4] is None and rows[1][6] is None  # no server span: nothing to align with
+
+
+def test_the_median_of_summed_token_counts_is_quantile_exacts(store_client):
+    """median_of on summed per-stream maps against quantileExact(0.5) over the values themselves, for sets of
+    values of either parity, with ties across the middle."""
+    rng = random.Random(7)
+    sets = [[rng.choice((1, 1, 2, 3, 5, 40)) for _ in range(rng.randint(1, 12))] for _ in range(300)]
+    sets += [[1, 1, 2, 2], [1, 2], [4]]  # the middle on a boundary between two values
+    rows = ", ".join(f"({i}, {v})" for i, values in enumerate(sets) for v in values)
+    pairs = store_client.query(
+        f"""SELECT id, quantileExact(0.5)(v), {median_of("sumMap(counts)", "count()")}
+        FROM (SELECT id, v, map(v, toUInt32(1)) AS counts FROM values('id UInt32, v UInt16', {rows}))
+        GROUP BY id ORDER BY id"""
+    ).result_rows
+    assert len(pairs) == len(sets)
+    assert [ours for _, _, ours in pairs] == [exact for _, exact, _ in pairs]
+    assert pairs[-3][1:] == (2, 2)

@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import streamscope._internal.recorder as recorder_module
+from dashboards.panels import median_of
 from streamscope import StreamRecorder
 from streamscope import semconv as sc
 from streamscope._internal.formats import make_format
@@ -142,7 +143,9 @@ def test_per_stream_statistics_are_reproducible_in_sql(collector):
     provider, _ = provider_for(collector, "http-protobuf", "stats")
     rng = random.Random(3)
     for _ in range(5):
-        chunks = [(rng.randint(100, 30_000), 1, rng.randint(1, 9), 80) for _ in range(rng.randint(2, 60))]
+        chunks = [
+            (rng.randint(100, 30_000), rng.randint(0, 6), rng.choice((0, 3, 9)), 80) for _ in range(rng.randint(2, 60))
+        ]
         record_stream(provider, "packed", chunks, clock=_clock_for(rng))
     provider.shutdown()
     mismatches = collector.query_client.query(
@@ -160,13 +163,26 @@ def test_per_stream_statistics_are_reproducible_in_sql(collector):
                 FROM chunk_timeline WHERE kind IN ('first', 'content')
             ) GROUP BY span_id
         ) AS t ON t.span_id = s.span_id
+        INNER JOIN (
+            SELECT span_id, CAST(sumMap(map(tokens, toUInt32(1))), 'Map(UInt16, UInt32)') AS by_tokens
+            FROM chunks WHERE kind IN ('first', 'content') GROUP BY span_id
+        ) AS h ON h.span_id = s.span_id
         WHERE NOT (s.gap_p50_us = c.p50 AND s.gap_p95_us = c.p95 AND s.gap_p99_us = c.p99
                    AND s.gap_max_us = c.mx AND s.stall_count = c.stalls
-                   AND s.last_content_us = t.last_content AND s.head_tokens = t.head)
+                   AND s.last_content_us = t.last_content AND s.head_tokens = t.head
+                   AND s.content_chunks_by_tokens = h.by_tokens)
         """
     ).result_rows[0][0]
     assert collector.query_client.query("SELECT count() FROM streams").result_rows[0][0] == 5
     assert mismatches == 0
+    # the panels' median tokens per chunk, from the streams' counts, is quantileExact's over their chunks
+    (median,) = collector.query_client.query(
+        f"SELECT {median_of('sumMap(content_chunks_by_tokens)', 'sum(content_chunks)')} FROM streams"
+    ).result_rows[0]
+    (exact,) = collector.query_client.query(
+        "SELECT quantileExact(0.5)(tokens) FROM chunks WHERE kind IN ('first', 'content')"
+    ).result_rows[0]
+    assert median == exact
 
 
 def _clock_for(rng: random.Random):

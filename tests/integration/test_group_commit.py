@@ -117,6 +117,32 @@ def test_segments_spooled_before_the_ids_became_bytes_are_written_after_the_upgr
     assert not list(tmp_path.glob("*.seg")) and not list(tmp_path.rglob("*quarantine*/*"))
 
 
+def test_streams_spooled_before_their_chunks_were_counted_by_tokens_get_the_counts_decode_gives(tmp_path, store_client):
+    """A streams block without content_chunks_by_tokens (before migration 0019), left in the spool beside a block
+    in the current layout, is written with each stream's counts, taken from the chunks spooled with it."""
+    request = request_of(
+        stream_span(0xA1, [10, 20, 30, 40], tokens=[2, 5, 2, 2]), stream_span(0xB2, [10, 20], tokens=[3, 1])
+    )
+    old = decode_traces(request, tenant="before", stall_threshold_us=1)
+    streams = old.blocks["streams"]
+    old.blocks["streams"] = streams.drop_columns(["content_chunks_by_tokens"])
+    spool = Spool(tmp_path, max_bytes=10**8)
+    spool.append([old, batch(0xC3, "after")])
+    spool.close()
+
+    writer = GroupCommitWriter(Spool(tmp_path, max_bytes=10**8), ClickHouseWriter(store_client), FAST_RETRY)
+    writer.shutdown()
+    rows = store_client.query(
+        "SELECT tenant, span_id, content_chunks_by_tokens FROM streams ORDER BY tenant, span_id"
+    ).result_rows
+    assert rows == [
+        ("after", "c3" * 8, {1: 3}),
+        ("before", "a1" * 8, {2: 3, 5: 1}),
+        ("before", "b2" * 8, {1: 1, 3: 1}),
+    ]
+    assert [dict(m) for m in streams["content_chunks_by_tokens"].to_pylist()] == [r[2] for r in rows[1:]]
+
+
 def test_a_drained_spool_opened_again_never_repeats_a_token_so_new_data_is_not_taken_for_a_replay(
     tmp_path, store_client
 ):

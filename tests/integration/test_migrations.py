@@ -5,6 +5,7 @@ import subprocess
 import sys
 import threading
 import zipfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -102,18 +103,29 @@ OLD_CHUNKS = [
 ]
 
 
-@pytest.fixture
-def before_rebuild(storage_dsn, tmp_path):
-    """A store at the migration before the rebuild, holding chunks with hex ids; the later files apart."""
-    earlier = tmp_path / "earlier"
+def store_before(version: int, storage_dsn: str, tmp_path: Path):
+    """A client on a store migrated up to, not including, ``version``."""
+    earlier = tmp_path / f"before_{version}"
     earlier.mkdir()
     for migration in migrations.available():
-        if migration.version < REBUILD:
+        if migration.version < version:
             shutil.copy(migration.path, earlier / migration.path.name)
     from ingest import store
 
     client = store.connect(store.parse_dsn(storage_dsn))
     migrations.migrate(client, earlier)
+    return client
+
+
+def statements_of(version: int) -> list[str]:
+    (migration,) = [m for m in migrations.available() if m.version == version]
+    return migration.statements()
+
+
+@pytest.fixture
+def before_rebuild(storage_dsn, tmp_path):
+    """A store at the migration before the rebuild, holding chunks with hex ids; the later files apart."""
+    client = store_before(REBUILD, storage_dsn, tmp_path)
     client.command(
         "INSERT INTO chunks (tenant, start_time, trace_id, span_id, service, side, provider, model, seq, kind, gap_us, "
         "tokens, content_bytes, wire_bytes) VALUES "
@@ -131,15 +143,10 @@ def stored_chunks(client) -> list[tuple]:
     return client.query("SELECT trace_id, span_id, seq, gap_us FROM chunks ORDER BY trace_id, span_id, seq").result_rows
 
 
-def rebuild_statements() -> list[str]:
-    (rebuild,) = [m for m in migrations.available() if m.version == REBUILD]
-    return rebuild.statements()
-
-
-@pytest.mark.parametrize("done", range(len(rebuild_statements())))
+@pytest.mark.parametrize("done", range(len(statements_of(REBUILD))))
 def test_rebuilding_chunks_keeps_every_row_even_when_run_again_after_a_crash(before_rebuild, done):
     """The rebuild is cut short after ``done`` of its statements (a crash), then migrate runs it whole."""
-    for statement in rebuild_statements()[:done]:
+    for statement in statements_of(REBUILD)[:done]:
         before_rebuild.command(statement)
     assert [m.version for m in migrations.migrate(before_rebuild)] == FROM_REBUILD
     assert stored_chunks(before_rebuild) == sorted(OLD_CHUNKS)
@@ -163,6 +170,70 @@ def test_rebuilding_chunks_keeps_every_row_even_when_run_again_after_a_crash(bef
         "GROUP BY span_id ORDER BY span_id"
     ).result_rows
     assert timeline == [(f"{s:016x}", [300_000, 320_000, 345_000]) for s in (0xB1, 0xB2, 0xC3)]
+
+
+COUNTS = 19
+"""0019 rebuilds streams with each stream's content chunks counted by token count, from its chunks."""
+STREAMS_BEFORE_COUNTS = {  # span id -> the tokens of its chunks, in order, and their kinds
+    0xB1: [(0, "lead"), (2, "first"), (2, "content"), (5, "content"), (0, "aside")],
+    0xB2: [(1, "first"), (1, "content"), (1, "content")],
+    0xC300: [(0, "lead"), (0, "aside")],  # no content; an id whose last byte is zero
+    0xD400: [(7, "first"), (3, "content"), (7, "content")],
+}
+
+
+@pytest.fixture
+def before_counts(storage_dsn, tmp_path):
+    """A store at the migration before the counts, holding streams and their chunks."""
+    client = store_before(COUNTS, storage_dsn, tmp_path)
+    client.command(
+        "INSERT INTO streams (tenant, start_time, trace_id, span_id, service, side, tokens, content_chunks) VALUES "
+        + ", ".join(
+            f"('default', '2026-11-01 10:00:00', '{0xA1:032x}', '{span:016x}', 'app', 'client', "
+            f"{sum(t for t, _ in chunks)}, {sum(k in ('first', 'content') for _, k in chunks)})"
+            for span, chunks in STREAMS_BEFORE_COUNTS.items()
+        )
+    )
+    client.command(
+        "INSERT INTO chunks (tenant, start_time, trace_id_bytes, span_id_bytes, service, side, provider, model, seq, "
+        "kind, gap_us, tokens, content_bytes, wire_bytes) VALUES "
+        + ", ".join(
+            f"('default', '2026-11-01 10:00:00', unhex('{0xA1:032x}'), unhex('{span:016x}'), 'app', 'client', "
+            f"'openai', 'm', {seq}, '{kind}', 1000, {tokens}, {int(kind in ('first', 'content'))}, 60)"
+            for span, chunks in STREAMS_BEFORE_COUNTS.items()
+            for seq, (tokens, kind) in enumerate(chunks)
+        )
+    )
+    yield client
+    client.close()
+
+
+@pytest.mark.parametrize("done", range(len(statements_of(COUNTS))))
+def test_streams_stored_before_the_counts_get_them_from_their_chunks_even_after_a_crash(before_counts, done):
+    """The rebuild of streams is cut short after ``done`` of its statements, then migrate runs it whole."""
+    ingested = before_counts.query("SELECT span_id, ingested_at FROM streams ORDER BY span_id").result_rows
+    for statement in statements_of(COUNTS)[:done]:
+        before_counts.command(statement)
+    assert [m.version for m in migrations.migrate(before_counts)] == [
+        m.version for m in migrations.available() if m.version >= COUNTS
+    ]
+    rows = before_counts.query(
+        "SELECT span_id, tokens, content_chunks_by_tokens FROM stream_metrics ORDER BY span_id"
+    ).result_rows
+    assert rows == [
+        (
+            f"{span:016x}",
+            sum(t for t, _ in chunks),
+            dict(sorted(Counter(t for t, k in chunks if k in ("first", "content")).items())),
+        )
+        for span, chunks in sorted(STREAMS_BEFORE_COUNTS.items())
+    ]
+    assert before_counts.query("SELECT span_id, ingested_at FROM streams ORDER BY span_id").result_rows == ingested
+    (settings,) = before_counts.query(
+        "SELECT create_table_query FROM system.tables WHERE database = currentDatabase() AND name = 'streams'"
+    ).result_rows[0]
+    assert "non_replicated_deduplication_window = 10000" in settings
+    assert table_columns(before_counts, "streams") == columns.STREAMS.names
 
 
 def test_two_migrators_at_once_rebuild_chunks_once(before_rebuild, storage_dsn):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ingest.columns import CHUNK_KINDS
-from ingest.timeline import HEAD_WINDOW_US, build_timeline, stream_stats
+from ingest.timeline import HEAD_WINDOW_US, build_timeline, content_chunks_by_tokens, stream_stats
 
 chunk = st.tuples(st.integers(0, 2_000_000), st.integers(0, 3))  # (wait µs, content bytes)
 stream = st.lists(chunk, max_size=40)
@@ -73,3 +75,23 @@ def test_vectorised_timeline_equals_reference(streams, threshold):
         assert int(stats.content_chunks[i]) == expected["content"]
         assert value(stats.last_content_us, i) == expected["last_content"]
         assert int(stats.head_tokens[i]) == expected["head_tokens"]
+
+
+tokens_chunk = st.tuples(st.sampled_from(CHUNK_KINDS), st.one_of(st.integers(0, 8), st.integers(0, 65_535)))
+
+
+@settings(max_examples=200, deadline=None)  # the first example pays for Arrow's map type
+@given(st.lists(st.lists(tokens_chunk, max_size=30), max_size=8), st.randoms(use_true_random=False))
+def test_content_chunks_by_tokens_counts_each_streams_content_chunks(streams, shuffle):
+    """Against a Counter per stream, with chunks in any order: small token counts take the dense table, a chunk
+    with tens of thousands of tokens the sort."""
+    rows = [(i, CHUNK_KINDS.index(kind), tokens) for i, chunks in enumerate(streams) for kind, tokens in chunks]
+    shuffle.shuffle(rows)
+    stream, kind, tokens = (
+        (np.array(column, dtype=np.int64).reshape(-1) for column in zip(*rows)) if rows else [np.empty(0, np.int64)] * 3
+    )
+    histograms = content_chunks_by_tokens(stream, kind.astype(np.int8), tokens, len(streams))
+    maps = histograms.map_array().to_pylist()
+    for chunks, counted in zip(streams, maps, strict=True):
+        expected = Counter(tokens for kind, tokens in chunks if kind in ("first", "content"))
+        assert counted == sorted(expected.items())
