@@ -50,6 +50,8 @@ _FRAME = struct.Struct("<IQ")  # header length, payload length
 _SUFFIX = ".seg"
 _QUARANTINE = "quarantine"
 _GROUP = "GROUP"
+_COUNTS = "content_chunks_by_tokens"
+"""The streams column added by migration 0019: blocks spooled before it lack it."""
 
 
 @dataclass(frozen=True)
@@ -230,12 +232,9 @@ def decode(data: bytes, source: Path) -> list[DecodedBatch]:
         batches.setdefault(header["batch"], DecodedBatch()).blocks[header["table"]] = block
     for batch in batches.values():
         streams = batch.blocks.get("streams")
-        if streams is not None and COUNTS not in streams.column_names:
+        if streams is not None and _COUNTS not in streams.column_names:
             batch.blocks["streams"] = _streams_with_chunks_by_tokens(streams, batch.blocks.get("chunks"))
     return [batches[index] for index in sorted(batches)]
-
-
-COUNTS = "content_chunks_by_tokens"
 
 
 def _streams_with_chunks_by_tokens(streams: pa.Table, chunks: pa.Table | None) -> pa.Table:
@@ -261,7 +260,7 @@ def _streams_with_chunks_by_tokens(streams: pa.Table, chunks: pa.Table | None) -
         pc.filter(chunks["tokens"], known).to_numpy(),
         streams.num_rows,
     )
-    return streams.add_column(columns.STREAMS.get_field_index(COUNTS), COUNTS, histograms.map_array())
+    return streams.add_column(columns.STREAMS.get_field_index(_COUNTS), _COUNTS, histograms.map_array())
 
 
 def _chunk_ids_as_bytes(block: pa.Table) -> pa.Table:
