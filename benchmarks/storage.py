@@ -95,7 +95,7 @@ def as_events(request: ExportTraceServiceRequest) -> ExportTraceServiceRequest:
     return events
 
 
-def _on_disk(client, table: str) -> tuple[int, int]:
+def on_disk(client, table: str) -> tuple[int, int]:
     """Rows and compressed bytes of ``table``'s active parts."""
     return client.query(
         "SELECT sum(rows), sum(data_compressed_bytes) FROM system.parts "
@@ -121,10 +121,10 @@ def main() -> None:
             client.insert_arrow("otel_traces", otel_traces.otel_traces_block(as_events(request)))
         for table in ("chunks", "streams", "otel_traces"):
             client.command(f"OPTIMIZE TABLE {table} FINAL")
-        rows, total = _on_disk(client, "chunks")
-        stream_rows, stream_bytes = _on_disk(client, "streams")
+        rows, total = on_disk(client, "chunks")
+        stream_rows, stream_bytes = on_disk(client, "streams")
         (baseline_chunks,) = client.query("SELECT sum(length(Events.Name)) FROM otel_traces").result_rows[0]
-        baseline_bytes = _on_disk(client, "otel_traces")[1]
+        baseline_bytes = on_disk(client, "otel_traces")[1]
         columns = client.query(
             "SELECT name, data_compressed_bytes FROM system.columns "
             "WHERE database = currentDatabase() AND table = 'chunks' AND default_kind != 'ALIAS' "

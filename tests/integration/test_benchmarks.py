@@ -15,6 +15,7 @@ BENCHMARKS = {
     "sdk_overhead": "span.add_event per chunk",
     "wire_cost": "packed, int arrays  json",
     "chunk_codecs": "gap_us UInt32",
+    "chunk_layout": "arrays, one row per stream",
     "storage": "otel_traces:",
     "ingest": "insert only: otel_traces baseline (events)",
     "query_latency": "panels; slowest median",
