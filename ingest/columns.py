@@ -77,20 +77,19 @@ CHUNKS = pa.schema(
     [
         ("tenant", _LC),
         ("start_time", _TIME),
-        ("trace_id_bytes", pa.dictionary(pa.int32(), pa.binary(16))),
-        ("span_id_bytes", pa.dictionary(pa.int32(), pa.binary(8))),
+        ("trace_id_bytes", pa.binary(16)),
+        ("span_id_bytes", pa.binary(8)),
         ("service", _LC),
         ("side", _LC),
         ("provider", _LC),
         ("model", _LC),
-        ("seq", pa.uint32()),
-        ("kind", pa.int8()),
-        ("gap_us", pa.uint32()),
-        ("tokens", pa.uint16()),
-        ("content_bytes", pa.uint32()),
-        ("wire_bytes", pa.uint32()),
-        ("paint_delay_us", pa.uint32()),
-        ("render_us", pa.uint32()),
+        ("kind", pa.list_(pa.int8())),
+        ("gap_us", pa.list_(pa.uint32())),
+        ("tokens", pa.list_(pa.uint16())),
+        ("content_bytes", pa.list_(pa.uint32())),
+        ("wire_bytes", pa.list_(pa.uint32())),
+        ("paint_delay_us", pa.list_(pa.uint32())),
+        ("render_us", pa.list_(pa.uint32())),
     ]
 )
 
@@ -229,7 +228,7 @@ ALERTS = pa.schema(
 )
 
 TABLES: dict[str, pa.Schema] = {  # in write order (ingest/writer.py)
-    "chunks": CHUNKS,
+    "chunk_arrays": CHUNKS,
     "streams": STREAMS,
     "ground_truth": GROUND_TRUTH,
     "engine_samples": ENGINE_SAMPLES,

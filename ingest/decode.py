@@ -139,7 +139,7 @@ def decode_traces(
     accepted, timelines = _with_timelines(accepted, rejected)
     streams, chunks = _blocks(accepted, timelines, stall_threshold_us)
     return DecodedBatch(
-        blocks={"chunks": chunks, "streams": streams}, ignored=ignored, rejected=rejected, warnings=warnings
+        blocks={"chunk_arrays": chunks, "streams": streams}, ignored=ignored, rejected=rejected, warnings=warnings
     )
 
 
@@ -389,32 +389,31 @@ def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: i
             stream_columns.append(pa.array([r[name] for r in rows], type=_plain(arrow_type)).cast(arrow_type))
     streams_block = pa.Table.from_arrays(stream_columns, schema=columns.STREAMS)
 
-    per_stream = timeline.stream.astype(np.int32)
+    offsets = pa.array(np.concatenate(([0], np.cumsum(lengths))).astype(np.int32))
 
-    def repeated(key: str) -> pa.DictionaryArray:
-        """The stream's value on each of its chunks, as indices into a dictionary of distinct values."""
-        encoded = pa.array([r[key] for r in rows], pa.string()).dictionary_encode()
-        return pa.DictionaryArray.from_arrays(encoded.indices.take(per_stream), encoded.dictionary)
+    def per_stream(key: str) -> pa.Array:
+        return pa.array([r[key] for r in rows], pa.string())
 
-    starts = np.fromiter((r["start_time"] for r in rows), dtype=np.int64, count=len(rows))
+    def lists(values: np.ndarray, arrow_type: pa.DataType) -> pa.ListArray:
+        return pa.ListArray.from_arrays(offsets, pa.array(values.astype(arrow_type.to_pandas_dtype())))
+
     chunks_block = pa.Table.from_arrays(
         [
-            repeated("tenant"),
-            pa.array(starts[per_stream], pa.timestamp("us", tz="UTC")),
-            columns.ids_as_bytes(repeated("trace_id"), "trace_id_bytes"),
-            columns.ids_as_bytes(repeated("span_id"), "span_id_bytes"),
-            repeated("service"),
-            repeated("side"),
-            repeated("provider"),
-            repeated("model"),
-            pa.array(timeline.seq),
-            pa.array(timeline.kind),
-            pa.array(timeline.gap_us),
-            pa.array(tokens.astype(np.uint16)),
-            pa.array(content.astype(np.uint32)),
-            pa.array(wire.astype(np.uint32)),
-            pa.array(paint_delay.astype(np.uint32)),
-            pa.array(render.astype(np.uint32)),
+            per_stream("tenant").dictionary_encode(),
+            pa.array(np.fromiter((r["start_time"] for r in rows), dtype=np.int64, count=len(rows)), pa.timestamp("us", tz="UTC")),
+            pa.array([bytes.fromhex(r["trace_id"]) for r in rows], pa.binary(16)),
+            pa.array([bytes.fromhex(r["span_id"]) for r in rows], pa.binary(8)),
+            per_stream("service").dictionary_encode(),
+            per_stream("side").dictionary_encode(),
+            per_stream("provider").dictionary_encode(),
+            per_stream("model").dictionary_encode(),
+            lists(timeline.kind, pa.int8()),
+            lists(timeline.gap_us, pa.uint32()),
+            lists(tokens, pa.uint16()),
+            lists(content, pa.uint32()),
+            lists(wire, pa.uint32()),
+            lists(paint_delay, pa.uint32()),
+            lists(render, pa.uint32()),
         ],
         schema=columns.CHUNKS,
     )
