@@ -1,14 +1,15 @@
-"""Chunks as rows (the ``chunks`` table) against one row per stream holding its chunks' columns as arrays:
-the engine's insert cost, bytes on disk, and two panels' queries, on the same decoded streams.
+"""Chunks as rows against one row per stream holding its chunks' columns as arrays (``chunk_arrays``, what
+ingest writes since migration 0020): the engine's insert cost, bytes on disk, and two panels' queries, on the
+same decoded streams.
 
-The streams are the synthetic ones of ``benchmarks.storage``, decoded by ``ingest.decode``. The array layout
-is ``chunks``'s own columns, read from the migrated table: those that repeat the stream's value once per row,
-the per-chunk ones as arrays (with the same codecs), ``seq`` left out as the array index. Both tables take the
-same inserts of ``--per-insert`` streams, alternating which goes first, with merges stopped, so only the insert
-is timed: the process's CPU time over all threads. Then both are merged (``OPTIMIZE … FINAL``) and measured on
-disk. The ITL heatmap panel runs as the plugin expands it, over the rows; over the arrays with array functions;
-and over the arrays through a view that turns them back into rows (``ARRAY JOIN``), the SQL unchanged. So does
-a per-model query of the gap quantiles. Each answer is compared with the rows'.
+The streams are the synthetic ones of ``benchmarks.storage``, decoded by ``ingest.decode``. The row layout is
+``chunk_arrays``'s own columns, read from the migrated table, with the arrays unrolled into one row a chunk and
+``seq`` added to the key: the ``chunks`` table before migration 0020. Both tables take the same inserts of
+``--per-insert`` streams, alternating which goes first, with merges stopped, so only the insert is timed: the
+process's CPU time over all threads. Then both are merged (``OPTIMIZE … FINAL``) and measured on disk. The ITL
+heatmap panel runs as the plugin expands it over the rows; over the arrays with array functions; and as it runs
+in the product, over the ``chunks`` view that unrolls the arrays (``ARRAY JOIN``). So does a per-model query of
+the gap quantiles. Each answer is compared with the rows'.
 
     python -m benchmarks.chunk_layout [--quick] [--streams 4000] [--chunks 250] [--per-insert 400] [--rounds 3]
 """
@@ -24,6 +25,7 @@ from datetime import UTC, timedelta
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from benchmarks.storage import on_disk, requests
 from dashboards.macros import QueryContext, resolve
@@ -31,11 +33,11 @@ from dashboards.panels import DEFAULTS, ITL_HEATMAP
 from ingest import migrations, sql, store
 from ingest.decode import decode_traces
 
+ROWS = "chunk_rows"
+_ARRAY = re.compile(r"^Array\((.*)\)$")
 ARRAYS = "chunk_arrays"
-ARRAYS_AS_ROWS = "chunk_arrays_as_rows"
-NAMES = {"chunks": "rows (chunks)", ARRAYS: "arrays, one row per stream", ARRAYS_AS_ROWS: "arrays, as rows"}
-PER_CHUNK = ("kind", "gap_us", "tokens", "content_bytes", "wire_bytes", "paint_delay_us", "render_us")
-"""The columns that vary from chunk to chunk; every other column of ``chunks`` but ``seq`` is the stream's."""
+ARRAYS_AS_ROWS = "chunks"
+NAMES = {ROWS: "rows, one a chunk", ARRAYS: "arrays, one row per stream", ARRAYS_AS_ROWS: "arrays, as rows (chunks)"}
 GAP_QUANTILES = """SELECT model, count() AS gaps, quantilesExact(0.5, 0.95, 0.99)(gap_us) AS q, max(gap_us) AS worst
 FROM {table}
 WHERE side = 'client' AND kind = 'content'
@@ -52,41 +54,35 @@ GROUP BY model
 ORDER BY model"""
 
 
-def create_array_tables(client) -> None:
-    """The array layout of ``chunks``'s current columns and codecs, and the view that makes rows of it again."""
+def _item_type(kind: str) -> str:
+    """The type of an array's items, or the type itself."""
+    return _ARRAY.sub(r"\1", kind)
+
+
+def create_row_table(client) -> None:
+    """``chunk_arrays``'s columns and codecs with the arrays unrolled, ``seq`` in the key: one row a chunk."""
     columns = client.query(
         "SELECT name, type, compression_codec FROM system.columns "
-        "WHERE database = currentDatabase() AND table = 'chunks' AND default_kind = '' AND name != 'seq' "
-        "ORDER BY position"
+        "WHERE database = currentDatabase() AND table = 'chunk_arrays' ORDER BY position"
     ).result_rows
-    ddl = ",\n".join(
-        f"{name} {f'Array({kind})' if name in PER_CHUNK else kind} {codec}" for name, kind, codec in columns
-    )
+    ddl = ",\n".join(f"{name} {_item_type(kind)} {codec}" for name, kind, codec in columns)
     client.command(
-        f"CREATE TABLE {ARRAYS} ({ddl}) ENGINE = MergeTree PARTITION BY toDate(start_time) "
-        "ORDER BY (tenant, service, side, toStartOfMinute(start_time), trace_id_bytes, span_id_bytes)"
-    )
-    per_stream = [name for name, _, _ in columns if name not in PER_CHUNK]
-    client.command(
-        f"CREATE VIEW {ARRAYS_AS_ROWS} AS SELECT {', '.join(per_stream)}, "
-        "lower(hex(trace_id_bytes)) AS trace_id, lower(hex(span_id_bytes)) AS span_id, "
-        f"toUInt32(position - 1) AS seq, {', '.join(PER_CHUNK)} "
-        f"FROM {ARRAYS} ARRAY JOIN arrayEnumerate(gap_us) AS position, {', '.join(PER_CHUNK)}"
+        f"CREATE TABLE {ROWS} ({ddl}, seq UInt32 CODEC(Delta, ZSTD(1))) ENGINE = MergeTree "
+        "PARTITION BY toDate(start_time) "
+        "ORDER BY (tenant, service, side, toStartOfMinute(start_time), trace_id_bytes, span_id_bytes, seq)"
     )
 
 
-def as_arrays(chunks: pa.Table) -> pa.Table:
-    """One row per stream: its first row's per-stream values, and its chunks' values as lists."""
-    firsts = np.flatnonzero(chunks["seq"].to_numpy() == 0)
-    offsets = pa.array(np.append(firsts, chunks.num_rows).astype(np.int32))
-    columns = {
-        name: pa.ListArray.from_arrays(offsets, column.combine_chunks())
-        if name in PER_CHUNK
-        else column.take(pa.array(firsts))
-        for name, column in zip(chunks.column_names, chunks.columns)
-        if name != "seq"
+def as_rows(arrays: pa.Table) -> pa.Table:
+    """A ``chunk_arrays`` block as one row a chunk: the stream's values repeated, ``seq`` its index."""
+    lengths = pc.list_value_length(arrays["gap_us"]).to_numpy()
+    owner = pa.array(np.repeat(np.arange(arrays.num_rows), lengths))
+    rows = {
+        name: pc.list_flatten(column) if pa.types.is_list(column.type) else column.take(owner)
+        for name, column in zip(arrays.column_names, (c.combine_chunks() for c in arrays.columns))
     }
-    return pa.table(columns)
+    rows["seq"] = pa.array(np.concatenate([np.arange(n) for n in lengths] or [[]]).astype(np.uint32))
+    return pa.table(rows)
 
 
 def timed_inserts(client, table: str, blocks: list[pa.Table]) -> tuple[float, float]:
@@ -129,15 +125,15 @@ def main() -> None:
     args = parser.parse_args()
     streams, rounds = (400, 1) if args.quick else (args.streams, args.rounds)
     decoded = [
-        decode_traces(r, tenant="default", stall_threshold_us=400_000).blocks["chunks"]
+        decode_traces(r, tenant="default", stall_threshold_us=400_000).blocks[ARRAYS]
         for r in requests(streams, args.chunks, per_request=args.per_insert)
     ]
-    layouts = {"chunks": decoded, ARRAYS: [as_arrays(block) for block in decoded]}
-    chunks = sum(block.num_rows for block in decoded)
+    layouts = {ROWS: [as_rows(block) for block in decoded], ARRAYS: decoded}
+    chunks = sum(block.num_rows for block in layouts[ROWS])
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:  # the engine may still be merging
         client = store.connect(store.parse_dsn(f"chdb://{tmp}"))
         migrations.migrate(client)
-        create_array_tables(client)
+        create_row_table(client)
         client.command("SYSTEM STOP MERGES")
         inserts: dict[str, list[tuple[float, float]]] = {table: [] for table in layouts}
         for round_ in range(rounds):
@@ -146,17 +142,14 @@ def main() -> None:
         client.command("SYSTEM START MERGES")
         for table in layouts:
             client.command(f"OPTIMIZE TABLE {table} FINAL")
-        first, last = client.query("SELECT min(start_time), max(start_time) FROM chunks").result_rows[0]
+        first, last = client.query(f"SELECT min(start_time), max(start_time) FROM {ROWS}").result_rows[0]
         first, last = (t.replace(tzinfo=UTC) if t.tzinfo is None else t for t in (first, last))
         span = QueryContext(first - timedelta(minutes=1), last + timedelta(minutes=1), timedelta(seconds=5))
         heatmap = resolve(ITL_HEATMAP.sql, span, DEFAULTS)
         queries = {
-            "chunks": (heatmap, GAP_QUANTILES.format(table="chunks")),
+            ROWS: (heatmap.replace("FROM chunks", f"FROM {ROWS}"), GAP_QUANTILES.format(table=ROWS)),
             ARRAYS: (heatmap_over_arrays(heatmap), GAP_QUANTILES_OVER_ARRAYS),
-            ARRAYS_AS_ROWS: (
-                heatmap.replace("FROM chunks", f"FROM {ARRAYS_AS_ROWS}"),
-                GAP_QUANTILES.format(table=ARRAYS_AS_ROWS),
-            ),
+            ARRAYS_AS_ROWS: (heatmap, GAP_QUANTILES.format(table=ARRAYS_AS_ROWS)),
         }
         answers = {layout: [timed_query(client, q) for q in pair] for layout, pair in queries.items()}
         stored = {table: on_disk(client, table)[1] for table in layouts}
@@ -167,7 +160,7 @@ def main() -> None:
     )
     for layout, name in NAMES.items():
         (heatmap_ms, heatmap_rows), (quantiles_ms, quantile_rows) = answers[layout]
-        same = (heatmap_rows, quantile_rows) == (answers["chunks"][0][1], answers["chunks"][1][1])
+        same = (heatmap_rows, quantile_rows) == (answers[ROWS][0][1], answers[ROWS][1][1])
         if layout in inserts:
             wall = statistics.median(w for w, _ in inserts[layout])
             cpu = statistics.median(c for _, c in inserts[layout])

@@ -119,19 +119,20 @@ def main() -> None:
         for request in requests(streams, args.chunks):
             writer.write([decode_traces(request, tenant="default", stall_threshold_us=400_000)])
             client.insert_arrow("otel_traces", otel_traces.otel_traces_block(as_events(request)))
-        for table in ("chunks", "streams", "otel_traces"):
+        for table in ("chunk_arrays", "streams", "otel_traces"):
             client.command(f"OPTIMIZE TABLE {table} FINAL")
-        rows, total = on_disk(client, "chunks")
+        total = on_disk(client, "chunk_arrays")[1]
+        (rows,) = client.query("SELECT count() FROM chunks").result_rows[0]
         stream_rows, stream_bytes = on_disk(client, "streams")
         (baseline_chunks,) = client.query("SELECT sum(length(Events.Name)) FROM otel_traces").result_rows[0]
         baseline_bytes = on_disk(client, "otel_traces")[1]
         columns = client.query(
             "SELECT name, data_compressed_bytes FROM system.columns "
-            "WHERE database = currentDatabase() AND table = 'chunks' AND default_kind != 'ALIAS' "
+            "WHERE database = currentDatabase() AND table = 'chunk_arrays' "
             "ORDER BY data_compressed_bytes DESC"
         ).result_rows
     print(f"{rows:,} chunks in {stream_rows:,} streams")
-    print(f"chunks: {total / rows:.3f} bytes per chunk on disk (compressed, all columns)")
+    print(f"chunks: {total / rows:.3f} bytes per chunk on disk (chunk_arrays, compressed, all columns)")
     print(
         f"streams: {stream_bytes / stream_rows:.1f} bytes per stream; "
         f"{(total + stream_bytes) / rows:.3f} bytes per chunk counting both tables"

@@ -77,8 +77,8 @@ class SelfMetrics:
         Gauge(f"{_PREFIX}_{name}", documentation, registry=self.registry).set_function(read)
 
     def accepted(self, signal: str, batch: DecodedBatch) -> None:
-        for table, block in batch.blocks.items():
-            self._accepted.labels(table).inc(block.num_rows)
+        for table, rows in batch.counts().items():
+            self._accepted.labels(table).inc(rows)
         self._rejected_items.labels(signal).inc(len(batch.rejected))
         self._ignored.labels(signal).inc(batch.ignored)
 
@@ -90,8 +90,8 @@ class SelfMetrics:
     def insert_written(self, seconds: float, batches: list[DecodedBatch], repeated_spans: int) -> None:
         self._write_seconds.observe(seconds)
         for batch in batches:
-            for table, block in batch.blocks.items():
-                self._written.labels(table).inc(block.num_rows)
+            for table, rows in batch.counts().items():
+                self._written.labels(table).inc(rows)
         self._repeated.inc(repeated_spans)
 
     def store_failed(self, error: Exception) -> None:

@@ -122,9 +122,9 @@ STALL_FILTERS = f"{ON_SIDE} AND {filters('tenant', 'service', 'model', 'route')}
 """Stalls and quality rows carry no provider (stalls are found on the client and browser sides)."""
 
 STORED_BYTES_SQL = """
-SELECT sum(data_compressed_bytes) / greatest(sum(rows), 1)
+SELECT sum(data_compressed_bytes) / greatest((SELECT sum(length(gap_us)) FROM chunk_arrays), 1)
 FROM system.parts
-WHERE database = currentDatabase() AND table = 'chunks' AND active
+WHERE database = currentDatabase() AND table = 'chunk_arrays' AND active
 """
 """Bytes on disk per stored chunk, over the whole table (parts do not split by time or tenant)."""
 

@@ -6,8 +6,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 _MAX_REASONS_REPORTED = 5
+CHUNK_ARRAYS = "chunk_arrays"
+"""The table ingest writes chunks to: one row a stream, its chunks' values in arrays."""
+CHUNKS = "chunks"
+"""The view of ``chunk_arrays`` with one row a chunk."""
 
 
 @dataclass(frozen=True)
@@ -31,8 +36,17 @@ class DecodedBatch:
     """What was accepted only in part (strings truncated at the limits): said to the sender, nothing refused."""
 
     def rows(self, table: str) -> int:
-        block = self.blocks.get(table)
-        return block.num_rows if block is not None else 0
+        """Rows of ``table`` in the batch; for ``chunks``, the chunks in ``chunk_arrays``' arrays."""
+        return self.counts().get(table, 0)
+
+    def counts(self) -> dict[str, int]:
+        """Rows per table, and ``chunks``: the rows the ``chunks`` view will show for the batch's chunk arrays
+        (one row a stream), which is what the request log and the collector's metrics count."""
+        counts = {table: block.num_rows for table, block in self.blocks.items()}
+        arrays = self.blocks.get(CHUNK_ARRAYS)
+        if arrays is not None:
+            counts[CHUNKS] = pc.sum(pc.list_value_length(arrays["gap_us"])).as_py() or 0
+        return counts
 
     @property
     def total_rows(self) -> int:

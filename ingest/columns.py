@@ -73,7 +73,7 @@ CHUNK_KINDS = ("lead", "first", "content", "aside")
 """Values of chunks.kind, in the order of their Enum8 codes."""
 KIND_LEAD, KIND_FIRST, KIND_CONTENT, KIND_ASIDE = range(4)
 
-CHUNKS = pa.schema(
+CHUNKS = pa.schema(  # the table chunk_arrays: one row a stream, the chunks' values in arrays (migration 0020)
     [
         ("tenant", _LC),
         ("start_time", _TIME),
@@ -94,14 +94,13 @@ CHUNKS = pa.schema(
 )
 
 
-def ids_as_bytes(hex_ids: pa.Array | pa.ChunkedArray, column: str) -> pa.DictionaryArray:
-    """Hex ids as the dictionary of their bytes that ``CHUNKS``'s ``column`` holds; each distinct id is decoded
-    once."""
+def ids_as_bytes(hex_ids: pa.Array | pa.ChunkedArray, column: str) -> pa.Array:
+    """Hex ids as the bytes that ``CHUNKS``'s ``column`` holds; each distinct id is decoded once."""
     ids = hex_ids.combine_chunks() if isinstance(hex_ids, pa.ChunkedArray) else hex_ids
     if not pa.types.is_dictionary(ids.type):
         ids = ids.dictionary_encode()
-    as_bytes = pa.array([bytes.fromhex(v) for v in ids.dictionary.to_pylist()], CHUNKS.field(column).type.value_type)
-    return pa.DictionaryArray.from_arrays(ids.indices, as_bytes)
+    as_bytes = pa.array([bytes.fromhex(v) for v in ids.dictionary.to_pylist()], CHUNKS.field(column).type)
+    return as_bytes.take(ids.indices)
 
 
 GROUND_TRUTH = pa.schema(

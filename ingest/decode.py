@@ -391,30 +391,26 @@ def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: i
 
     offsets = pa.array(np.concatenate(([0], np.cumsum(lengths))).astype(np.int32))
 
-    def per_stream(key: str) -> pa.Array:
-        return pa.array([r[key] for r in rows], pa.string())
+    def chunk_values(values: np.ndarray, name: str) -> pa.ListArray:
+        """A per-chunk column as one list per stream."""
+        item_type = columns.CHUNKS.field(name).type.value_type
+        return pa.ListArray.from_arrays(offsets, pa.array(values.astype(item_type.to_pandas_dtype())))
 
-    def lists(values: np.ndarray, arrow_type: pa.DataType) -> pa.ListArray:
-        return pa.ListArray.from_arrays(offsets, pa.array(values.astype(arrow_type.to_pandas_dtype())))
-
-    chunks_block = pa.Table.from_arrays(
-        [
-            per_stream("tenant").dictionary_encode(),
-            pa.array(np.fromiter((r["start_time"] for r in rows), dtype=np.int64, count=len(rows)), pa.timestamp("us", tz="UTC")),
-            pa.array([bytes.fromhex(r["trace_id"]) for r in rows], pa.binary(16)),
-            pa.array([bytes.fromhex(r["span_id"]) for r in rows], pa.binary(8)),
-            per_stream("service").dictionary_encode(),
-            per_stream("side").dictionary_encode(),
-            per_stream("provider").dictionary_encode(),
-            per_stream("model").dictionary_encode(),
-            lists(timeline.kind, pa.int8()),
-            lists(timeline.gap_us, pa.uint32()),
-            lists(tokens, pa.uint16()),
-            lists(content, pa.uint32()),
-            lists(wire, pa.uint32()),
-            lists(paint_delay, pa.uint32()),
-            lists(render, pa.uint32()),
-        ],
+    stream_values = {name: streams_block[name] for name in ("tenant", "start_time", "service", "side", "provider")}
+    chunks_block = pa.Table.from_pydict(
+        {
+            **stream_values,
+            "trace_id_bytes": columns.ids_as_bytes(streams_block["trace_id"], "trace_id_bytes"),
+            "span_id_bytes": columns.ids_as_bytes(streams_block["span_id"], "span_id_bytes"),
+            "model": pa.array([r["model"] for r in rows], pa.string()).dictionary_encode(),
+            "kind": chunk_values(timeline.kind, "kind"),
+            "gap_us": chunk_values(timeline.gap_us, "gap_us"),
+            "tokens": chunk_values(tokens, "tokens"),
+            "content_bytes": chunk_values(content, "content_bytes"),
+            "wire_bytes": chunk_values(wire, "wire_bytes"),
+            "paint_delay_us": chunk_values(paint_delay, "paint_delay_us"),
+            "render_us": chunk_values(render, "render_us"),
+        },
         schema=columns.CHUNKS,
     )
     return streams_block, chunks_block

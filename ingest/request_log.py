@@ -48,6 +48,6 @@ def with_request_row(batch: DecodedBatch, *, tenant: str, signal: str, received:
         "message_bytes": received.message_bytes,
         "rejected": len(batch.rejected),
         "ignored": batch.ignored,
-        "rows": [(table, block.num_rows) for table, block in batch.blocks.items()],
+        "rows": list(batch.counts().items()),
     }
     batch.blocks[TABLE] = pa.Table.from_pylist([row], schema=columns.INGEST_REQUESTS)

@@ -35,11 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest import columns
-from ingest.batch import DecodedBatch
+from ingest.batch import CHUNK_ARRAYS, CHUNKS, DecodedBatch
 from ingest.timeline import content_chunks_by_tokens
 from streamscope.errors import ConfigError, SpoolFull, WriteError
 
@@ -227,13 +228,14 @@ def decode(data: bytes, source: Path) -> list[DecodedBatch]:
         offset += header_size
         block = pa.ipc.open_stream(pa.py_buffer(view[offset : offset + payload_size])).read_all()
         offset += payload_size
-        if header["table"] == "chunks" and "trace_id" in block.column_names:
-            block = _chunk_ids_as_bytes(block)
-        batches.setdefault(header["batch"], DecodedBatch()).blocks[header["table"]] = block
+        table = header["table"]
+        if table == CHUNKS:  # spooled before migration 0020, one row a chunk
+            table, block = CHUNK_ARRAYS, _chunk_rows_as_arrays(block)
+        batches.setdefault(header["batch"], DecodedBatch()).blocks[table] = block
     for batch in batches.values():
         streams = batch.blocks.get("streams")
         if streams is not None and _COUNTS not in streams.column_names:
-            batch.blocks["streams"] = _streams_with_chunks_by_tokens(streams, batch.blocks.get("chunks"))
+            batch.blocks["streams"] = _streams_with_chunks_by_tokens(streams, batch.blocks.get(CHUNK_ARRAYS))
     return [batches[index] for index in sorted(batches)]
 
 
@@ -253,19 +255,37 @@ def _streams_with_chunks_by_tokens(streams: pa.Table, chunks: pa.Table | None) -
             columns.ids_as_bytes(streams["span_id"], "span_id_bytes"),
         ),
     )
-    known = owner.is_valid()
+    kinds, tokens = chunks["kind"].combine_chunks(), chunks["tokens"].combine_chunks()
+    chunk_owner = owner.take(pc.list_parent_indices(kinds))  # each chunk's stream in ``streams``
+    known = chunk_owner.is_valid()
     histograms = content_chunks_by_tokens(
-        pc.filter(owner, known).to_numpy(),
-        pc.filter(chunks["kind"], known).to_numpy(),
-        pc.filter(chunks["tokens"], known).to_numpy(),
+        pc.filter(chunk_owner, known).to_numpy(),
+        pc.filter(pc.list_flatten(kinds), known).to_numpy(),
+        pc.filter(pc.list_flatten(tokens), known).to_numpy(),
         streams.num_rows,
     )
     return streams.add_column(columns.STREAMS.get_field_index(_COUNTS), _COUNTS, histograms.map_array())
 
 
+def _chunk_rows_as_arrays(block: pa.Table) -> pa.Table:
+    """A chunks block spooled before migration 0020 (one row a chunk, in stream order) as a block of
+    chunk_arrays: a collector upgraded with segments still pending writes them, rather than setting them aside."""
+    if "trace_id" in block.column_names:
+        block = _chunk_ids_as_bytes(block)
+    firsts = pa.array(np.flatnonzero(block["seq"].to_numpy() == 0))
+    offsets = pa.array(np.append(firsts, block.num_rows).astype(np.int32))
+    values = {}
+    for field in columns.CHUNKS:
+        column = block[field.name].combine_chunks()
+        if pa.types.is_list(field.type):
+            values[field.name] = pa.ListArray.from_arrays(offsets, column.cast(field.type.value_type))
+        else:
+            values[field.name] = column.take(firsts).cast(field.type)
+    return pa.Table.from_pydict(values, schema=columns.CHUNKS)
+
+
 def _chunk_ids_as_bytes(block: pa.Table) -> pa.Table:
-    """A chunks block spooled before migration 0017, with hex trace and span ids, in the current layout: a
-    collector upgraded with segments still pending writes them, rather than setting them aside."""
+    """A chunks block spooled before migration 0017, with hex trace and span ids: their bytes instead."""
     for name in ("trace_id", "span_id"):
         as_bytes = columns.ids_as_bytes(block.column(name), f"{name}_bytes")
         block = block.set_column(block.column_names.index(name), f"{name}_bytes", as_bytes)

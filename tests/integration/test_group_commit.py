@@ -7,6 +7,7 @@ import threading
 import pyarrow as pa
 import pytest
 
+from benchmarks.chunk_layout import as_rows
 from ingest.batch import DecodedBatch
 from ingest.decode import decode_traces
 from ingest.group_commit import GroupCommitConfig, GroupCommitWriter
@@ -97,23 +98,38 @@ def test_segments_left_by_a_crash_are_written_at_start_and_only_once(tmp_path, s
     assert not list(tmp_path.glob("*.seg"))
 
 
-def test_segments_spooled_before_the_ids_became_bytes_are_written_after_the_upgrade(tmp_path, store_client):
-    """A chunks block in the layout before migration 0017 (hex trace_id and span_id), left in the spool by a
-    collector of an earlier version, is written by this one with the same ids."""
-    old = batch(0xAB, "a")
-    chunks = old.blocks["chunks"]
+def as_chunk_rows(arrays: pa.Table, hex_ids: bool) -> pa.Table:
+    """A chunk_arrays block in the layout of the ``chunks`` table before migration 0020: one row a chunk, with
+    ``seq``, the ids as a dictionary of their bytes, or before 0017 of their hex."""
+    rows = as_rows(arrays)
     for name in ("trace_id", "span_id"):
-        hex_ids = pa.array([value.hex() for value in chunks.column(f"{name}_bytes").to_pylist()]).dictionary_encode()
-        chunks = chunks.set_column(chunks.column_names.index(f"{name}_bytes"), name, hex_ids)
-    old.blocks["chunks"] = chunks
+        index = rows.column_names.index(f"{name}_bytes")
+        ids = rows.column(index).combine_chunks().cast(pa.binary())
+        if hex_ids:
+            rows = rows.set_column(index, name, pa.array([v.hex() for v in ids.to_pylist()]).dictionary_encode())
+        else:
+            rows = rows.set_column(index, f"{name}_bytes", ids.dictionary_encode())
+    return rows
+
+
+@pytest.mark.parametrize("hex_ids", [False, True])
+def test_chunk_rows_spooled_before_chunks_became_arrays_are_written_after_the_upgrade(tmp_path, store_client, hex_ids):
+    """A chunks block in the layout before migration 0020 (one row a chunk) or before 0017 as well (hex trace_id
+    and span_id), left in the spool by a collector of an earlier version, is written by this one, the same."""
+    old = batch(0xAB, "a", chunks=4)
+    old.blocks["chunks"] = as_chunk_rows(old.blocks.pop("chunk_arrays"), hex_ids)
     spool = Spool(tmp_path, max_bytes=10**8)
-    spool.append([old])
+    spool.append([old, batch(0xCD, "b")])
     spool.close()
 
     writer = GroupCommitWriter(Spool(tmp_path, max_bytes=10**8), ClickHouseWriter(store_client), FAST_RETRY)
     writer.shutdown()
-    assert store_client.query("SELECT DISTINCT trace_id, span_id FROM chunks").result_rows == [("ab" * 16, "ab" * 8)]
-    assert stored(store_client) == [("a", 3)]
+    rows = store_client.query("SELECT trace_id, span_id, seq, kind FROM chunks ORDER BY trace_id, seq").result_rows
+    assert rows == [
+        *[("ab" * 16, "ab" * 8, seq, "first" if seq == 0 else "content") for seq in range(4)],
+        *[("cd" * 16, "cd" * 8, seq, "first" if seq == 0 else "content") for seq in range(3)],
+    ]
+    assert stored(store_client) == [("a", 4), ("b", 3)]
     assert not list(tmp_path.glob("*.seg")) and not list(tmp_path.rglob("*quarantine*/*"))
 
 

@@ -160,12 +160,65 @@ def test_rebuilding_chunks_keeps_every_row_even_when_run_again_after_a_crash(bef
         "trace_id": "String",
         "span_id": "String",
     }
-    (settings,) = before_rebuild.query(
-        "SELECT create_table_query FROM system.tables WHERE database = currentDatabase() AND name = 'chunks'"
+    timeline = before_rebuild.query(
+        "SELECT span_id, groupArray(offset_us) FROM (SELECT * FROM chunk_timeline ORDER BY seq) "
+        "GROUP BY span_id ORDER BY span_id"
+    ).result_rows
+    assert timeline == [(f"{s:016x}", [300_000, 320_000, 345_000]) for s in (0xB1, 0xB2, 0xC3)]
+
+
+ARRAYS = 20
+"""0020 copies the rows of chunks into chunk_arrays, one row a stream; 0021 makes chunks a view of it."""
+
+
+@pytest.fixture
+def before_arrays(storage_dsn, tmp_path):
+    """A store at the migration before chunk_arrays, holding chunk rows (ids as bytes)."""
+    client = store_before(ARRAYS, storage_dsn, tmp_path)
+    client.command(
+        "INSERT INTO chunks (tenant, start_time, trace_id_bytes, span_id_bytes, service, side, provider, model, seq, "
+        "kind, gap_us, tokens, content_bytes, wire_bytes, paint_delay_us, render_us) VALUES "
+        + ", ".join(
+            f"('default', '2026-11-01 10:00:00', unhex('{trace}'), unhex('{span}'), 'app', 'client', 'openai', 'm', "
+            f"{seq}, {'first' if seq == 0 else 'content'!r}, {gap}, {seq + 1}, 4, 60, {seq}, {2 * seq})"
+            for trace, span, seq, gap in reversed(OLD_CHUNKS)  # out of order: the copy orders by seq
+        )
+    )
+    yield client
+    client.close()
+
+
+ARRAYS_STATEMENTS = [s for version in (ARRAYS, ARRAYS + 1) for s in statements_of(version)]
+
+
+@pytest.mark.parametrize("done", range(len(ARRAYS_STATEMENTS)))
+def test_chunk_rows_become_arrays_and_read_the_same_even_when_run_again_after_a_crash(before_arrays, done):
+    """The two migrations are cut short after ``done`` of their statements, 0020 recorded as applied once all of
+    its statements ran, then migrate runs what is left."""
+    for statement in ARRAYS_STATEMENTS[:done]:
+        before_arrays.command(statement)
+    if done >= len(statements_of(ARRAYS)):
+        (migration,) = [m for m in migrations.available() if m.version == ARRAYS]
+        before_arrays.insert(
+            migrations.MIGRATIONS_TABLE,
+            [[migration.version, migration.name, migration.checksum]],
+            column_names=["version", "name", "checksum"],
+        )
+    migrations.migrate(before_arrays)
+    rows = before_arrays.query(
+        "SELECT trace_id, span_id, seq, kind, gap_us, tokens, paint_delay_us, render_us FROM chunks "
+        "ORDER BY trace_id, span_id, seq"
+    ).result_rows
+    assert rows == [
+        (trace, span, seq, "first" if seq == 0 else "content", gap, seq + 1, seq, 2 * seq)
+        for trace, span, seq, gap in sorted(OLD_CHUNKS)
+    ]
+    assert before_arrays.query("SELECT count() FROM chunk_arrays").result_rows[0][0] == 3  # one row a stream
+    (settings,) = before_arrays.query(
+        "SELECT create_table_query FROM system.tables WHERE database = currentDatabase() AND name = 'chunk_arrays'"
     ).result_rows[0]
     assert "non_replicated_deduplication_window = 10000" in settings
-    assert "merge_selector_base = 20" in settings  # 0018
-    timeline = before_rebuild.query(
+    timeline = before_arrays.query(
         "SELECT span_id, groupArray(offset_us) FROM (SELECT * FROM chunk_timeline ORDER BY seq) "
         "GROUP BY span_id ORDER BY span_id"
     ).result_rows

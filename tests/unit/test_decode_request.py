@@ -3,6 +3,10 @@ not, and stream values taken from the span or from its chunks."""
 
 from __future__ import annotations
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest import columns
 from ingest.decode import decode_traces
 from streamscope import semconv as sc
 from tests.otlp_build import stream_span, trace_request
@@ -11,7 +15,9 @@ from tests.otlp_build import stream_span, trace_request
 def _decoded(*spans):
     batch = decode_traces(trace_request(spans), tenant="t", stall_threshold_us=400_000)
     assert not batch.rejected, batch.rejection_message("span")
-    return batch.blocks["streams"].to_pydict(), batch.blocks["chunks"].to_pydict()
+    arrays = batch.blocks["chunk_arrays"]
+    per_chunk = [field.name for field in columns.CHUNKS if pa.types.is_list(field.type)]
+    return batch.blocks["streams"].to_pydict(), {name: pc.list_flatten(arrays[name]).to_pylist() for name in per_chunk}
 
 
 def test_a_browser_array_one_span_sends_stays_with_its_chunks_and_the_others_read_zero():
