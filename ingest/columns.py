@@ -1,8 +1,8 @@
 """Arrow schemas of the blocks ingest writes: one per table, in the tables' column order.
 
 They mirror schema/migrations (a test compares them with the DDL the migrations create); columns with a
-DEFAULT in the DDL (``ingested_at``) are filled by the store, and ALIAS columns (``chunks.trace_id``) computed on
-read, so both are absent here.
+DEFAULT in the DDL (``ingested_at``) are filled by the store, so they are absent here. Chunks are written to
+``chunk_arrays``, one row a stream; ``chunks`` is the view of them with one row a chunk.
 """
 
 from __future__ import annotations

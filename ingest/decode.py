@@ -1,4 +1,4 @@
-"""OTLP trace requests to column blocks for ``streams`` and ``chunks``; no I/O, nothing of ClickHouse.
+"""OTLP trace requests to column blocks for ``streams`` and ``chunk_arrays``; no I/O, nothing of ClickHouse.
 
 A span is a stream span when it carries ``streamscope.side``; other spans are counted and ignored. A stream
 span's chunk timeline comes from the packed arrays when ``streamscope.chunks.offset_us`` is present, else

@@ -25,7 +25,7 @@ from ingest.batch import DecodedBatch
 STREAMS = "streams"
 _HEX_KEY = ("trace_id", "span_id")
 _BYTES_KEY = ("trace_id_bytes", "span_id_bytes")
-"""A table keys its rows by span with the ids in hex, or (chunks) with their bytes."""
+"""A table keys its rows by span with the ids in hex, or (chunk_arrays) with their bytes."""
 
 _STORED_KEYS = """
 SELECT concat(trace_id, span_id) FROM streams
