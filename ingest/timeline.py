@@ -28,7 +28,6 @@ class Timeline:
     """Per-chunk derived columns."""
 
     stream: np.ndarray  # index of each chunk's stream in the batch
-    seq: np.ndarray  # position within its stream
     kind: np.ndarray  # KIND_* code
     gap_us: np.ndarray  # µs since the previous content chunk of the stream (or since span start)
 
@@ -73,7 +72,6 @@ def build_timeline(lengths: np.ndarray, offsets: np.ndarray, content_bytes: np.n
     total = int(lengths.sum())
     stream = np.repeat(np.arange(streams), lengths)
     starts = np.cumsum(lengths) - lengths
-    seq = np.arange(total) - starts[stream]
     has_content = content_bytes > 0
 
     # Content chunks seen so far in the stream, this chunk included.
@@ -92,7 +90,7 @@ def build_timeline(lengths: np.ndarray, offsets: np.ndarray, content_bytes: np.n
     same_stream = previous >= starts[stream]
     base = np.where(same_stream, offsets[np.maximum(previous, 0)], 0)
     gap = np.minimum(offsets - base, _U32_MAX).astype(np.uint32)
-    return Timeline(stream=stream, seq=seq.astype(np.uint32), kind=kind, gap_us=gap)
+    return Timeline(stream=stream, kind=kind, gap_us=gap)
 
 
 def stream_stats(
