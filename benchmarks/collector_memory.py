@@ -80,12 +80,12 @@ class Run:
 
 
 def slow_down(client: Client, seconds_per_chunk: float) -> None:
-    """Make every insert into ``chunks`` take ``seconds_per_chunk`` per row, until ``speed_up``: a view that
-    sleeps on each row it is shown (no cap per block, as ClickHouse's own 3 s would fail large inserts)."""
+    """Make every insert of chunks take ``seconds_per_chunk`` per chunk, until ``speed_up``: a view that sleeps
+    on each chunk it is shown (no cap per block, as ClickHouse's own 3 s would fail large inserts)."""
     client.command("CREATE TABLE slow_store_sink (slept UInt8) ENGINE = Null")
     client.command(
         "CREATE MATERIALIZED VIEW slow_store TO slow_store_sink"
-        f" AS SELECT sleepEachRow({seconds_per_chunk:.9f}) AS slept FROM chunks"
+        f" AS SELECT sleepEachRow({seconds_per_chunk:.9f}) AS slept FROM chunk_arrays ARRAY JOIN gap_us"
         " SETTINGS function_sleep_max_microseconds_per_block = 0"
     )
 

@@ -128,7 +128,7 @@ def test_a_store_outage_fills_the_spool_then_heals_by_itself(storage_dsn, store_
         )
         assert post(first).status_code == 200
         # the store refuses every insert as an overloaded server does (TOO_MANY_PARTS), until restored
-        for table in ("chunks", "streams"):
+        for table in ("chunk_arrays", "streams"):
             store_client.command(f"ALTER TABLE {table} MODIFY SETTING parts_to_throw_insert = 1")
         accepted, refused = [], []
         for trace in range(2, 400):
@@ -146,7 +146,7 @@ def test_a_store_outage_fills_the_spool_then_heals_by_itself(storage_dsn, store_
         assert metric(collector.http_url, "streamscope_collector_store_up") == 0
         assert metric(collector.http_url, "streamscope_collector_refused_requests_total", reason="unavailable") >= 1
 
-        for table in ("chunks", "streams"):
+        for table in ("chunk_arrays", "streams"):
             store_client.command(f"ALTER TABLE {table} MODIFY SETTING parts_to_throw_insert = 3000")
         deadline = time.monotonic() + 60
         while httpx.get(f"{collector.http_url}/readyz").json()["spool"]["segments"]:
