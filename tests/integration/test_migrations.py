@@ -139,6 +139,15 @@ def before_rebuild(storage_dsn, tmp_path):
     client.close()
 
 
+def assert_old_chunks_timeline(client) -> None:
+    """chunk_timeline gives OLD_CHUNKS' offsets, each stream's gaps summed in seq order."""
+    timeline = client.query(
+        "SELECT span_id, groupArray(offset_us) FROM (SELECT * FROM chunk_timeline ORDER BY seq) "
+        "GROUP BY span_id ORDER BY span_id"
+    ).result_rows
+    assert timeline == [(f"{s:016x}", [300_000, 320_000, 345_000]) for s in (0xB1, 0xB2, 0xC3)]
+
+
 def stored_chunks(client) -> list[tuple]:
     return client.query("SELECT trace_id, span_id, seq, gap_us FROM chunks ORDER BY trace_id, span_id, seq").result_rows
 
@@ -160,11 +169,7 @@ def test_rebuilding_chunks_keeps_every_row_even_when_run_again_after_a_crash(bef
         "trace_id": "String",
         "span_id": "String",
     }
-    timeline = before_rebuild.query(
-        "SELECT span_id, groupArray(offset_us) FROM (SELECT * FROM chunk_timeline ORDER BY seq) "
-        "GROUP BY span_id ORDER BY span_id"
-    ).result_rows
-    assert timeline == [(f"{s:016x}", [300_000, 320_000, 345_000]) for s in (0xB1, 0xB2, 0xC3)]
+    assert_old_chunks_timeline(before_rebuild)
 
 
 ARRAYS = 20
@@ -218,11 +223,7 @@ def test_chunk_rows_become_arrays_and_read_the_same_even_when_run_again_after_a_
         "SELECT create_table_query FROM system.tables WHERE database = currentDatabase() AND name = 'chunk_arrays'"
     ).result_rows[0]
     assert "non_replicated_deduplication_window = 10000" in settings
-    timeline = before_arrays.query(
-        "SELECT span_id, groupArray(offset_us) FROM (SELECT * FROM chunk_timeline ORDER BY seq) "
-        "GROUP BY span_id ORDER BY span_id"
-    ).result_rows
-    assert timeline == [(f"{s:016x}", [300_000, 320_000, 345_000]) for s in (0xB1, 0xB2, 0xC3)]
+    assert_old_chunks_timeline(before_arrays)
 
 
 COUNTS = 19
