@@ -117,7 +117,6 @@ def _selected(over_chunks: bool = False) -> str:
 
 SELECTED = _selected()
 SELECTED_CHUNKS = _selected(over_chunks=True)
-SELECTED_CONTENT_CHUNKS = f"{SELECTED_CHUNKS} AND kind IN ('first', 'content')"
 STALL_FILTERS = f"{ON_SIDE} AND {filters('tenant', 'service', 'model', 'route')}"
 """Stalls and quality rows carry no provider (stalls are found on the client and browser sides)."""
 
@@ -304,7 +303,7 @@ FROM (
         q[1] / 1000 AS gap_p50_ms, q[2] / 1000 AS gap_p95_ms, q[3] / 1000 AS gap_p99_ms,
         max(gap_us) / 1000 AS gap_max_ms
     FROM chunks
-    WHERE {SELECTED_CONTENT_CHUNKS} AND kind = 'content'
+    WHERE {SELECTED_CHUNKS} AND kind = 'content'
     GROUP BY model
 ) AS g
 LEFT JOIN (
