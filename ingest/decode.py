@@ -25,7 +25,7 @@ from ingest.batch import DecodedBatch, Rejection
 from ingest.chunk_events import ChunkEventRejected, as_trace_view, chunk_events
 from ingest.int_arrays import NotAnIntArray, decode_int_arrays, element_count
 from ingest.limits import DEFAULT_LIMITS, SpanLimits, SpanOverLimit
-from ingest.timeline import build_timeline, stream_stats
+from ingest.timeline import PerStream, build_timeline, stream_stats
 from streamscope import semconv as sc
 
 # Attributes that become columns (or chunk arrays) and so stay out of the ``attributes`` map.
@@ -358,25 +358,26 @@ def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: i
     stats = stream_stats(lengths, offsets, tokens, content, wire, timeline, stall_threshold_us)
     rows = [s.row for s in streams]
 
-    first_byte = stats.first_chunk_us.copy()  # unless the span says when its first byte came
+    first_byte = PerStream(stats.first_chunk_us.values.copy(), stats.first_chunk_us.present.copy())
     sent = np.fromiter((s.first_byte_us is not None for s in streams), dtype=bool, count=len(streams))
-    first_byte[sent] = np.array([s.first_byte_us for s in streams if s.first_byte_us is not None], dtype=np.int64)
+    first_byte.values[sent] = [s.first_byte_us for s in streams if s.first_byte_us is not None]
+    first_byte.present[sent] = True  # the span says when its first byte came: not its first chunk
     derived = {
         "chunk_count": pa.array(lengths, pa.uint32()),
         "content_chunks": pa.array(stats.content_chunks),
         "tokens": pa.array(stats.tokens, pa.uint32()),
         "content_bytes": pa.array(stats.content_bytes),
         "wire_bytes": pa.array(stats.wire_bytes),
-        "ttfb_us": _masked(first_byte, pa.uint64()),
-        "ttft_us": _masked(stats.ttft_us, pa.uint64()),
-        "gap_p50_us": _masked(stats.gap_quantiles_us[0.5], pa.uint32()),
-        "gap_p95_us": _masked(stats.gap_quantiles_us[0.95], pa.uint32()),
-        "gap_p99_us": _masked(stats.gap_quantiles_us[0.99], pa.uint32()),
-        "gap_max_us": _masked(stats.gap_max_us, pa.uint32()),
-        "jitter_ratio": _masked(stats.jitter_ratio, pa.float32()),
+        "ttfb_us": _nullable(first_byte, pa.uint64()),
+        "ttft_us": _nullable(stats.ttft_us, pa.uint64()),
+        "gap_p50_us": _nullable(stats.gap_quantiles_us[0.5], pa.uint32()),
+        "gap_p95_us": _nullable(stats.gap_quantiles_us[0.95], pa.uint32()),
+        "gap_p99_us": _nullable(stats.gap_quantiles_us[0.99], pa.uint32()),
+        "gap_max_us": _nullable(stats.gap_max_us, pa.uint32()),
+        "jitter_ratio": _nullable(stats.jitter_ratio, pa.float32()),
         "stall_count": pa.array(stats.stall_count),
         "stall_threshold_us": pa.array(np.full(len(streams), stall_threshold_us, dtype=np.uint32)),
-        "last_content_us": _masked(stats.last_content_us, pa.uint64()),
+        "last_content_us": _nullable(stats.last_content_us, pa.uint64()),
         "head_tokens": pa.array(stats.head_tokens),
         "content_chunks_by_tokens": stats.chunks_by_tokens.map_array(),
     }
@@ -416,8 +417,8 @@ def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: i
     return streams_block, chunks_block
 
 
-def _masked(values: np.ma.MaskedArray, arrow_type: pa.DataType) -> pa.Array:
-    return pa.array(np.ma.getdata(values), mask=np.ma.getmaskarray(values)).cast(arrow_type)
+def _nullable(values: PerStream, arrow_type: pa.DataType) -> pa.Array:
+    return pa.array(values.values, mask=~values.present).cast(arrow_type)
 
 
 def _plain(arrow_type: pa.DataType) -> pa.DataType:

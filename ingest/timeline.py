@@ -48,21 +48,36 @@ class TokenHistograms:
 
 
 @dataclass(frozen=True)
+class PerStream:
+    """A per-stream value that some streams lack (no chunks, no content, no gaps): stored as NULL there."""
+
+    values: np.ndarray
+    present: np.ndarray  # bool per stream; ``values`` is 0 where it is False
+
+    @classmethod
+    def at(cls, streams: int, owners: np.ndarray, values: np.ndarray, dtype: type) -> PerStream:
+        """``values[i]`` for stream ``owners[i]`` (each owner once), absent for the other streams."""
+        out, present = np.zeros(streams, dtype=dtype), np.zeros(streams, dtype=bool)
+        out[owners], present[owners] = values, True
+        return cls(out, present)
+
+
+@dataclass(frozen=True)
 class StreamStats:
-    """Per-stream statistics; masked arrays where a stream has no value (no content, no gaps)."""
+    """Per-stream statistics; ``PerStream`` where a stream may have no value (no content, no gaps)."""
 
     content_chunks: np.ndarray
     tokens: np.ndarray
     content_bytes: np.ndarray
     wire_bytes: np.ndarray
-    first_chunk_us: np.ma.MaskedArray
-    ttft_us: np.ma.MaskedArray
-    last_content_us: np.ma.MaskedArray
+    first_chunk_us: PerStream
+    ttft_us: PerStream
+    last_content_us: PerStream
     head_tokens: np.ndarray
     """Tokens in content chunks that arrived within HEAD_WINDOW_US of the first one (the first included)."""
-    gap_quantiles_us: dict[float, np.ma.MaskedArray]
-    gap_max_us: np.ma.MaskedArray
-    jitter_ratio: np.ma.MaskedArray
+    gap_quantiles_us: dict[float, PerStream]
+    gap_max_us: PerStream
+    jitter_ratio: PerStream
     stall_count: np.ndarray
     chunks_by_tokens: TokenHistograms
 
@@ -108,23 +123,16 @@ def stream_stats(
     def per_stream_sum(values: np.ndarray) -> np.ndarray:
         return np.bincount(stream, weights=values, minlength=n).astype(np.uint64)
 
-    def first_where(mask: np.ndarray) -> np.ma.MaskedArray:
-        out = np.ma.masked_all(n, dtype=np.int64)
-        idx = np.flatnonzero(mask)
-        # reversed assignment keeps the first occurrence per stream
-        out[stream[idx][::-1]] = offsets[idx][::-1]
-        return out
-
-    def last_where(mask: np.ndarray) -> np.ma.MaskedArray:
-        out = np.ma.masked_all(n, dtype=np.int64)
-        idx = np.flatnonzero(mask)
-        out[stream[idx]] = offsets[idx]  # in-order assignment keeps the last occurrence
-        return out
+    def offset_of(chunks: np.ndarray, last: bool = False) -> PerStream:
+        """The offset of each stream's first (or last) chunk among ``chunks``, indices in ascending order."""
+        owners = stream[chunks]
+        edge = np.diff(owners, append=n) != 0 if last else np.diff(owners, prepend=-1) != 0
+        return PerStream.at(n, owners[edge], offsets[chunks[edge]], np.int64)
 
     has_content = content_bytes > 0
-    first_chunk = first_where(np.ones(stream.size, dtype=bool))
-    ttft = first_where(timeline.kind == KIND_FIRST)
-    in_head = has_content & (offsets <= np.ma.getdata(ttft)[stream] + HEAD_WINDOW_US)
+    content = np.flatnonzero(has_content)
+    ttft = offset_of(np.flatnonzero(timeline.kind == KIND_FIRST))
+    in_head = has_content & (offsets <= ttft.values[stream] + HEAD_WINDOW_US)
 
     itl_mask = timeline.kind == KIND_CONTENT
     itl_stream = stream[itl_mask]
@@ -132,32 +140,30 @@ def stream_stats(
     # Each stream's gaps in order: one sort of (stream, gap) pairs packed into a uint64, a third of lexsort's cost.
     sorted_gap = np.sort((itl_stream.astype(np.uint64) << np.uint64(32)) | itl_gap).astype(np.uint32)
     count = np.bincount(itl_stream, minlength=n)
-    begin = np.cumsum(count) - count
-    has_gaps = count > 0
+    with_gaps = np.flatnonzero(count)
+    begin = (np.cumsum(count) - count)[with_gaps]
+    count = count[with_gaps]
 
-    def pick(index_in_stream: np.ndarray) -> np.ma.MaskedArray:
-        out = np.ma.masked_all(n, dtype=np.uint32)
-        out[has_gaps] = sorted_gap[(begin + index_in_stream)[has_gaps]]
-        return out
+    def pick(index_in_stream: np.ndarray) -> PerStream:
+        return PerStream.at(n, with_gaps, sorted_gap[begin + index_in_stream], np.uint32)
 
     quantiles = {q: pick(np.minimum((q * count).astype(np.int64), count - 1)) for q in QUANTILES}
-    gap_max = pick(count - 1)
-    p50 = quantiles[0.5].astype(np.float64)
-    jitter = np.ma.masked_where(np.ma.getmaskarray(p50) | (p50.filled(0) == 0), quantiles[0.99] / np.ma.maximum(p50, 1))
-    stalls = np.bincount(itl_stream[itl_gap > stall_threshold_us], minlength=n)
+    p50, p99 = quantiles[0.5].values[with_gaps], quantiles[0.99].values[with_gaps]
+    rated = p50 > 0  # a ratio to a zero median is meaningless
+    jitter = PerStream.at(n, with_gaps[rated], p99[rated] / p50[rated], np.float32)
     return StreamStats(
-        content_chunks=np.bincount(stream, weights=has_content, minlength=n).astype(np.uint32),
+        content_chunks=np.bincount(stream[content], minlength=n).astype(np.uint32),
         tokens=per_stream_sum(tokens),
         content_bytes=per_stream_sum(content_bytes),
         wire_bytes=per_stream_sum(wire_bytes),
-        first_chunk_us=first_chunk,
+        first_chunk_us=offset_of(np.arange(stream.size)),
         ttft_us=ttft,
-        last_content_us=last_where(has_content),
+        last_content_us=offset_of(content, last=True),
         head_tokens=np.bincount(stream, weights=np.where(in_head, tokens, 0), minlength=n).astype(np.uint32),
         gap_quantiles_us=quantiles,
-        gap_max_us=gap_max,
-        jitter_ratio=jitter.astype(np.float32),
-        stall_count=stalls.astype(np.uint32),
+        gap_max_us=pick(count - 1),
+        jitter_ratio=jitter,
+        stall_count=np.bincount(itl_stream[itl_gap > stall_threshold_us], minlength=n).astype(np.uint32),
         chunks_by_tokens=content_chunks_by_tokens(stream, timeline.kind, tokens, n),
     )
 

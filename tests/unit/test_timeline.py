@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -44,13 +45,15 @@ def reference(chunks: list[tuple[int, int]], threshold: int):
         "max": max(itl) if itl else None,
         "stalls": sum(g > threshold for g in itl),
         "ttft": ttft,
+        "first_chunk": offsets[0] if offsets else None,
+        "jitter": q(0.99) / q(0.5) if ordered and q(0.5) else None,
         "content": sum(1 for _, s in chunks if s),
     }
     return offsets, kinds, gaps, stats
 
 
-def value(masked, i):
-    return None if np.ma.getmaskarray(masked)[i] else int(masked[i])
+def value(per_stream, i):
+    return int(per_stream.values[i]) if per_stream.present[i] else None
 
 
 @settings(max_examples=200)
@@ -71,6 +74,9 @@ def test_vectorised_timeline_equals_reference(streams, threshold):
         assert value(stats.gap_quantiles_us[0.99], i) == expected["p99"]
         assert value(stats.gap_max_us, i) == expected["max"]
         assert value(stats.ttft_us, i) == expected["ttft"]
+        assert value(stats.first_chunk_us, i) == expected["first_chunk"]
+        jitter = stats.jitter_ratio
+        assert (float(jitter.values[i]) if jitter.present[i] else None) == pytest.approx(expected["jitter"], rel=1e-6)
         assert int(stats.stall_count[i]) == expected["stalls"]
         assert int(stats.content_chunks[i]) == expected["content"]
         assert value(stats.last_content_us, i) == expected["last_content"]
