@@ -40,9 +40,13 @@ class CollectorConfig:
     """Public token web pages send with browser spans → tenant."""
     write_timeout_s: float = 30.0
     """How long a request waits for the spool to take it before it is answered 503."""
-    store_wait_s: float = 5.0
-    """After a request is durable, how long it waits for the store too, while the store is healthy, so a reader
-    who sent it sees its rows; 0: answer as soon as it is in the spool."""
+    store_wait_s: float = 0.0
+    """After a request is durable, how long it also waits for the store, while the store is healthy, before it is
+    answered; 0: answered as soon as it is in the spool. Waiting ties every sender's pace to the store's insert
+    latency, so it is for senders that read their own writes from the store directly."""
+    read_wait_s: float = 5.0
+    """How long a query through the collector (``/api/v1/sql``) first waits, while the store is healthy, for every
+    row acknowledged before it to be stored: a sender that then queries reads its own writes."""
     spool_dir: Path | None = None
     """Where accepted batches wait for the store; None: ``spool/<database>`` beside an embedded store, else
     ``<data dir>/spool/<host>-<port>-<database>``."""

@@ -160,11 +160,18 @@ class Collector:
         tenant_client = self._connect(self.read_target)  # no session settings: tenants' queries carry their own
 
         def run(query: str, tenant: str | None) -> bytes:
+            self.flush(self.config.read_wait_s)  # rows acknowledged before the query are in what it reads
             if tenant is None:
                 return sql.query_json(query_client, query)
             return sql.tenant_query_json(tenant_client, query, tenant)
 
         return run
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` until every row acknowledged so far is in the store; False if it is not. While
+        the store fails, returns False at once: the spool keeps the rows until the store is back."""
+        assert self._writer is not None, "the collector is not started"
+        return self._writer.store_healthy and self._writer.flush(timeout_s)
 
     def stop(self) -> None:
         """Stop accepting, answer what is in flight, write what is queued, release the store."""

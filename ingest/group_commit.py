@@ -19,6 +19,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -80,6 +81,7 @@ class GroupCommitWriter:
         self._segments: deque[Segment] = deque(spool.pending())  # a crash's leftovers first
         self._first_group = spool.first_group()
         self._waiting: dict[int, list[Ticket]] = {}
+        self._last_ticket: Ticket | None = None
         self._lock = threading.Condition()
         self._closing = False
         self._drain_deadline = float("inf")
@@ -101,8 +103,29 @@ class GroupCommitWriter:
             if self._closing:
                 raise WriteError("writer is shut down")
             self._queue.append((batch, ticket))
+            self._last_ticket = ticket
             self._lock.notify_all()
         return ticket
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait until every batch submitted before this call, and every segment a crash left, has reached the store
+        (or been refused by it, or by the spool); False if ``timeout_s`` passed first. Segments are stored oldest
+        first, so the last batch's turn, and the newest segment's, are all of them."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            last = self._last_ticket
+            newest = self._segments[-1].seq if self._segments else None
+        if last is not None:
+            try:
+                last.stored.exception(timeout=timeout_s)
+            except FutureTimeout:
+                return False
+        with self._lock:
+            while newest is not None and self._segments and self._segments[0].seq <= newest:
+                if (remaining := deadline - time.monotonic()) <= 0:
+                    return False
+                self._lock.wait(remaining)
+        return True
 
     def backlog(self) -> int:
         """Segments waiting for the store."""
@@ -199,6 +222,7 @@ class GroupCommitWriter:
                 for _ in group:
                     self._segments.popleft()
                 tickets = [t for segment in group for t in self._waiting.pop(segment.seq, [])]
+                self._lock.notify_all()  # for flush
             for ticket in tickets:
                 if error is None:
                     ticket.stored.set_result(None)

@@ -143,6 +143,14 @@ def _cli() -> click.Group:
         help="always: survives a machine crash; never: a process crash.",
     )
     @click.option(
+        "--store-wait-s",
+        type=click.FloatRange(min=0),
+        default=0.0,
+        show_default=True,
+        help="After a request is in the spool, also wait up to this long for the store before answering, for "
+        "senders that read their own writes from the store directly (0: answer once spooled).",
+    )
+    @click.option(
         "--tenant-rate-mib",
         type=click.FloatRange(min=0, min_open=True),
         default=None,
@@ -164,6 +172,7 @@ def _cli() -> click.Group:
         spool_dir: Path | None,
         spool_max_mib: int,
         spool_fsync: str,
+        store_wait_s: float,
         tenant_rate_mib: float | None,
     ) -> None:
         """Receive OTLP traces and store stream spans in ClickHouse.
@@ -195,6 +204,7 @@ def _cli() -> click.Group:
             spool_dir=spool_dir,
             spool_max_bytes=spool_max_mib * 1024 * 1024,
             spool_fsync=spool_fsync,
+            store_wait_s=store_wait_s,
             tenant_bytes_per_s=tenant_rate_mib * 1024 * 1024 if tenant_rate_mib else None,
         )
         Collector(config).serve_forever()

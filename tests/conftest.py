@@ -35,7 +35,13 @@ def store_client(storage_dsn: str):
 @pytest.fixture
 def collector(storage_dsn: str) -> Iterator[Collector]:
     running = Collector(
-        CollectorConfig(storage_dsn=storage_dsn, http_port=0, grpc_port=0, max_request_bytes=1024 * 1024)
+        CollectorConfig(
+            storage_dsn=storage_dsn,
+            http_port=0,
+            grpc_port=0,
+            max_request_bytes=1024 * 1024,
+            store_wait_s=5.0,  # the test reads what it sent as soon as it is answered
+        )
     ).start()
     yield running
     running.stop()

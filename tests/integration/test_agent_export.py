@@ -91,7 +91,8 @@ def test_the_outbox_keeps_data_through_a_collector_outage_within_its_bound(stora
     assert not shipper.flush()  # nobody listening: nothing lost, nothing sent
     assert len(outbox.samples) == 100 and outbox.stats.dropped_samples == 50
     assert outbox.stats.failed_exports == 1
-    collector = Collector(CollectorConfig(storage_dsn=storage_dsn, http_port=port, grpc_port=None)).start()
+    config = CollectorConfig(storage_dsn=storage_dsn, http_port=port, grpc_port=None, store_wait_s=5.0)
+    collector = Collector(config).start()  # the test reads what it sent as soon as it is answered
     try:
         assert shipper.flush()
         shipper.stop()

@@ -28,6 +28,7 @@ def secured(storage_dsn):
         attribution_interval_s=None,
         tokens={"secret-a": "team-a", "secret-b": "team-b"},
         browser_tokens={"public-a": "team-a"},
+        store_wait_s=5.0,  # the test reads what it sent as soon as it is answered
     )
     running = Collector(config).start()
     yield running

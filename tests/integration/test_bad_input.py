@@ -295,7 +295,8 @@ def test_one_bad_attribute_rejects_its_span_and_keeps_the_others(collector, extr
 
 
 def test_token_totals_beyond_their_column_reject_the_span(storage_dsn):
-    roomy = Collector(CollectorConfig(storage_dsn=storage_dsn, http_port=0, grpc_port=None)).start()
+    config = CollectorConfig(storage_dsn=storage_dsn, http_port=0, grpc_port=None, store_wait_s=5.0)
+    roomy = Collector(config).start()  # the test reads what it sent as soon as it is answered
     try:
         offsets = list(range(70_000))
         huge = stream_span(2, offsets, tokens=[65_535] * len(offsets))

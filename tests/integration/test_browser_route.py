@@ -31,6 +31,7 @@ def collector(storage_dsn: str) -> Iterator[Collector]:
             cors_origins=(APP,),
             browser_token=TOKEN,
             browser_max_request_bytes=64 * 1024,
+            store_wait_s=5.0,  # the test reads what it sent as soon as it is answered
         )
     ).start()
     yield running

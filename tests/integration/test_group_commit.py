@@ -98,6 +98,22 @@ def test_segments_left_by_a_crash_are_written_at_start_and_only_once(tmp_path, s
     assert not list(tmp_path.glob("*.seg"))
 
 
+@pytest.mark.parametrize("submitted", [0, 2], ids=["crash leftovers only", "and new batches"])
+def test_flush_waits_for_what_was_accepted_before_it_crash_leftovers_included(tmp_path, store_client, submitted):
+    spool = Spool(tmp_path, max_bytes=10**8)
+    spool.append([batch(1, "a")])  # left by a crash: no request waits for it
+    spool.close()
+    sink = GatedSink(ClickHouseWriter(store_client))
+    writer = GroupCommitWriter(Spool(tmp_path, max_bytes=10**8), sink, FAST_RETRY)
+    for i in range(2, 2 + submitted):
+        writer.submit(batch(i, "b")).spooled.result(timeout=10)
+    assert not writer.flush(0.2)  # the store is held at the gate
+    sink.gate.set()
+    assert writer.flush(10)
+    assert stored(store_client) == [("a", 3), ("b", 3 * submitted)][: 1 + bool(submitted)]
+    writer.shutdown()
+
+
 def as_chunk_rows(arrays: pa.Table, hex_ids: bool) -> pa.Table:
     """A chunk_arrays block in the layout of the ``chunks`` table before migration 0020: one row a chunk, with
     ``seq``, the ids as a dictionary of their bytes, or before 0017 of their hex."""

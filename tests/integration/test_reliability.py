@@ -236,6 +236,32 @@ def test_a_request_waiting_for_a_slow_store_holds_no_inflight_budget(lone_collec
     assert stored.result_rows == [(3,)]
 
 
+def test_by_default_a_request_is_answered_once_spooled_and_a_query_through_the_collector_reads_it(
+    storage_dsn, store_client
+):
+    """The sender's pace is not the store's: the answer comes once the rows are durable; a query through the
+    collector's SQL route waits for them (``read_wait_s``), so a sender that then queries reads its own writes."""
+    config = CollectorConfig(
+        storage_dsn=storage_dsn, http_port=0, grpc_port=None, attribution_interval_s=None, read_wait_s=60
+    )
+    collector = Collector(config).start()
+    url, trace = collector.http_url, f"{70_003:032x}"
+    slow_down(store_client, seconds_per_chunk=1.5)  # 4.5 s: an answer after the store would find the spool empty
+    try:
+        request = trace_request([stream_span(70_003, 1, side="client", offsets_ms=[0, 10, 20], tokens=[1, 1, 1])])
+        answer = httpx.post(f"{url}/v1/traces", content=request.SerializeToString(), headers=PROTOBUF, timeout=60)
+        assert answer.status_code == 200
+        assert metric(url, "streamscope_collector_spool_bytes") > 0, "answered only once the store had the rows"
+        where = f"WHERE trace_id = '{trace}'"
+        counts = f"SELECT (SELECT count() FROM chunks {where}), count() FROM streams {where}"
+        read = httpx.post(f"{url}/api/v1/sql", json={"query": counts}, timeout=90)
+        assert read.json()["data"] == [[3, 1]]  # the stream row, written once its chunks are, is the last
+        assert metric(url, "streamscope_collector_spool_bytes") == 0
+    finally:
+        speed_up(store_client)
+        collector.stop()
+
+
 def test_requests_wait_their_turn_to_be_parsed_holding_only_their_body(lone_collector):
     """Parsed, a request takes many times its body: only ``Admission.expansion`` of them are parsed at once."""
     expansion, held = lone_collector.admission.expansion, 0
