@@ -16,7 +16,6 @@ Web pages get the browser snippet at ``/sdk/streamscope.js`` and send their span
 from __future__ import annotations
 
 import logging
-import zlib
 from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
@@ -26,6 +25,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 from google.protobuf.message import Message
 from google.rpc.status_pb2 import Status
+from isal import isal_zlib
 
 from collector import browser
 from collector.admission import Admission, Reservation
@@ -288,7 +288,9 @@ def _decode(
 
 
 def _gunzip(data: bytes, limit: int) -> bytes:
-    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    """``data`` inflated, through ISA-L: zlib's API, in under half zlib's time (a gzipped packed request's inflate
+    was a fifth of its decode)."""
+    inflater = isal_zlib.decompressobj(wbits=16 + isal_zlib.MAX_WBITS)
     try:
         out = inflater.decompress(data, limit + 1)
         if len(out) > limit or inflater.unconsumed_tail:
@@ -297,7 +299,7 @@ def _gunzip(data: bytes, limit: int) -> bytes:
             raise _Refused(400, "gzip body is truncated")
         if inflater.unused_data:
             raise _Refused(400, "gzip body has trailing data")
-    except zlib.error as exc:
+    except isal_zlib.error as exc:
         raise _Refused(400, f"gzip body does not inflate: {exc}") from None
     return out
 

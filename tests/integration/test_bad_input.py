@@ -94,6 +94,13 @@ def status_message(response: httpx.Response) -> str:
             "gzip body",
         ),
         ("truncated gzip", gzip.compress(good_body())[:-12], {**PROTOBUF, "content-encoding": "gzip"}, 400, "gzip"),
+        (
+            "gzip with trailing bytes",
+            gzip.compress(good_body()) + b"tail",
+            {**PROTOBUF, "content-encoding": "gzip"},
+            400,
+            "trailing data",
+        ),
         ("unknown encoding", good_body(), {**PROTOBUF, "content-encoding": "br"}, 415, "unsupported content encoding"),
         ("oversize body", b"\x00" * (1024 * 1024 + 1), PROTOBUF, 413, "exceeds the limit"),
         (
