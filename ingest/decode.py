@@ -381,13 +381,8 @@ def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: i
         "head_tokens": pa.array(stats.head_tokens),
         "content_chunks_by_tokens": stats.chunks_by_tokens.map_array(),
     }
-    stream_columns = []
-    for name in columns.STREAMS.names:
-        if name in derived:
-            stream_columns.append(derived[name])
-        else:
-            arrow_type = columns.STREAMS.field(name).type
-            stream_columns.append(pa.array([r[name] for r in rows], type=_plain(arrow_type)).cast(arrow_type))
+    from_rows = pa.Table.from_pylist(rows, schema=pa.schema(f for f in columns.STREAMS if f.name not in derived))
+    stream_columns = [derived[name] if name in derived else from_rows[name] for name in columns.STREAMS.names]
     streams_block = pa.Table.from_arrays(stream_columns, schema=columns.STREAMS)
 
     offsets = pa.array(np.concatenate(([0], np.cumsum(lengths))).astype(np.int32))
@@ -419,11 +414,6 @@ def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: i
 
 def _nullable(values: PerStream, arrow_type: pa.DataType) -> pa.Array:
     return pa.array(values.values, mask=~values.present).cast(arrow_type)
-
-
-def _plain(arrow_type: pa.DataType) -> pa.DataType:
-    """Build dictionary columns from plain strings, then cast."""
-    return arrow_type.value_type if pa.types.is_dictionary(arrow_type) else arrow_type
 
 
 def _scalar(value: AnyValue) -> Any:

@@ -119,9 +119,14 @@ def stream_stats(
 ) -> StreamStats:
     n = lengths.size
     stream = timeline.stream
+    with_chunks = np.flatnonzero(lengths)
+    starts = (np.cumsum(lengths) - lengths)[with_chunks]
 
-    def per_stream_sum(values: np.ndarray) -> np.ndarray:
-        return np.bincount(stream, weights=values, minlength=n).astype(np.uint64)
+    def per_stream_sum(values: np.ndarray, dtype: type = np.uint64) -> np.ndarray:
+        """Each stream's sum, in integers (bincount's weights would go through float64)."""
+        sums = np.zeros(n, dtype=dtype)
+        sums[with_chunks] = np.add.reduceat(values, starts) if starts.size else 0
+        return sums
 
     def offset_of(chunks: np.ndarray, last: bool = False) -> PerStream:
         """The offset of each stream's first (or last) chunk among ``chunks``, indices in ascending order."""
@@ -156,10 +161,10 @@ def stream_stats(
         tokens=per_stream_sum(tokens),
         content_bytes=per_stream_sum(content_bytes),
         wire_bytes=per_stream_sum(wire_bytes),
-        first_chunk_us=offset_of(np.arange(stream.size)),
+        first_chunk_us=PerStream.at(n, with_chunks, offsets[starts], np.int64),
         ttft_us=ttft,
         last_content_us=offset_of(content, last=True),
-        head_tokens=np.bincount(stream, weights=np.where(in_head, tokens, 0), minlength=n).astype(np.uint32),
+        head_tokens=per_stream_sum(np.where(in_head, tokens, 0), np.uint32),
         gap_quantiles_us=quantiles,
         gap_max_us=pick(count - 1),
         jitter_ratio=jitter,

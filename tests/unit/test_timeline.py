@@ -81,6 +81,8 @@ def test_vectorised_timeline_equals_reference(streams, threshold):
         assert int(stats.content_chunks[i]) == expected["content"]
         assert value(stats.last_content_us, i) == expected["last_content"]
         assert int(stats.head_tokens[i]) == expected["head_tokens"]
+        assert int(stats.tokens[i]) == len(streams[i])
+        assert int(stats.content_bytes[i]) == sum(size for _, size in streams[i])
 
 
 tokens_chunk = st.tuples(st.sampled_from(CHUNK_KINDS), st.one_of(st.integers(0, 8), st.integers(0, 65_535)))
