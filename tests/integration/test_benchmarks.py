@@ -16,7 +16,7 @@ BENCHMARKS = {
     "wire_cost": "packed, int arrays  json",
     "chunk_codecs": "gap_us UInt32",
     "chunk_layout": "arrays, one row per stream",
-    "storage": "otel_traces:",
+    "storage": "information: the gaps carry",
     "ingest": "insert only: otel_traces baseline (events)",
     "query_latency": "panels; slowest median",
     "collector_memory": "slow, 50,000 chunks/s",
