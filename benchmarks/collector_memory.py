@@ -81,11 +81,15 @@ class Run:
 
 def slow_down(client: Client, seconds_per_chunk: float) -> None:
     """Make every insert of chunks take ``seconds_per_chunk`` per chunk, until ``speed_up``: a view that sleeps
-    on each chunk it is shown (no cap per block, as ClickHouse's own 3 s would fail large inserts)."""
+    on each chunk it is shown (no cap per block, as ClickHouse's own 3 s would fail large inserts).
+
+    The chunks are a stream's arrays; the LIMIT keeps the sleep after their ARRAY JOIN, where there is a row a
+    chunk: without it the engine computes the sleep, which reads no column, before the join, once a stream."""
     client.command("CREATE TABLE slow_store_sink (slept UInt8) ENGINE = Null")
     client.command(
         "CREATE MATERIALIZED VIEW slow_store TO slow_store_sink"
-        f" AS SELECT sleepEachRow({seconds_per_chunk:.9f}) AS slept FROM chunk_arrays ARRAY JOIN gap_us"
+        f" AS SELECT sleepEachRow({seconds_per_chunk:.9f}) AS slept"
+        f" FROM (SELECT gap_us FROM chunk_arrays ARRAY JOIN gap_us LIMIT {2**64 - 1})"
         " SETTINGS function_sleep_max_microseconds_per_block = 0"
     )
 
