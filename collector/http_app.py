@@ -54,6 +54,11 @@ PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 TEXT = "text/plain"
 RETRY_AFTER_S = "5"
+KEEP_ALIVE_S = 65
+"""How long an idle connection stays open: past Retry-After, so that a sender that waits as told and sends again
+on its connection does not meet the server closing it (uvicorn's default, 5 s, is Retry-After to the second, and
+such a sender got a reset connection); and past a load balancer's usual idle timeout (60 s), for the same race
+between a balancer and the collectors behind it."""
 ALERTS_PATH = "/api/v1/alerts"
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from clickhouse_connect.driver.client import Client
 from collector.admission import Admission
 from collector.config import CollectorConfig
 from collector.grpc_server import start_grpc_server
-from collector.http_app import SqlRunner, create_app
+from collector.http_app import KEEP_ALIVE_S, SqlRunner, create_app
 from collector.metrics import SelfMetrics
 from collector.pipeline import ExportPipeline
 from ingest import migrations, sql, store
@@ -138,7 +138,9 @@ class Collector:
             # the store's own server answers SQL directly; this route exists for the embedded engine only
             sql=self._sql_runner(query_client) if self.target.embedded else None,
         )
-        self._http = BackgroundServer(app, self.config.host, self.config.http_port, name="otlp-http").start()
+        self._http = BackgroundServer(
+            app, self.config.host, self.config.http_port, name="otlp-http", keep_alive_s=KEEP_ALIVE_S
+        ).start()
         self.http_port = self._http.port
         if self.config.grpc_port is not None:
             self._grpc, self.grpc_port = start_grpc_server(

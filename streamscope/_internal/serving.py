@@ -13,13 +13,18 @@ import uvicorn
 
 
 class BackgroundServer:
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, name: str = "http") -> None:
+    def __init__(
+        self, app: Any, host: str = "127.0.0.1", port: int = 0, name: str = "http", keep_alive_s: int = 5
+    ) -> None:
+        """``keep_alive_s``: how long an idle connection stays open for the client's next request."""
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._socket = socket.socket(family, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind((host, port))
         self.port: int = self._socket.getsockname()[1]
-        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
+        self._server = uvicorn.Server(
+            uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False, timeout_keep_alive=keep_alive_s)
+        )
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._socket]}, name=name, daemon=True
         )

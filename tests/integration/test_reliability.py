@@ -5,6 +5,7 @@ Every stream a sender was told was accepted must be stored, exactly once.
 
 from __future__ import annotations
 
+import http.client
 import os
 import signal
 import statistics
@@ -24,6 +25,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from benchmarks.collector_memory import slow_down, speed_up
 from collector.admission import InflightBudget
 from collector.config import CollectorConfig
+from collector.http_app import RETRY_AFTER_S
 from collector.service import Collector
 from ingest.spool import Spool
 from streamscope import StreamRecorder
@@ -260,6 +262,26 @@ def test_by_default_a_request_is_answered_once_spooled_and_a_query_through_the_c
     finally:
         speed_up(store_client)
         collector.stop()
+
+
+def test_a_sender_that_waits_as_retry_after_says_finds_its_connection_still_open(lone_collector):
+    """Told 429 or 503, a sender waits Retry-After and sends again on the same keep-alive connection; closing idle
+    connections at that very moment (uvicorn's default is 5 s, Retry-After's too) reset such senders mid-retry."""
+    connection = http.client.HTTPConnection("127.0.0.1", lone_collector.http_port, timeout=60)
+
+    def export(trace: int) -> int:
+        span = stream_span(trace, 1, side="client", offsets_ms=[0, 10], tokens=[1, 1])
+        connection.request("POST", "/v1/traces", trace_request([span]).SerializeToString(), PROTOBUF)
+        answer = connection.getresponse()
+        answer.read()
+        return answer.status
+
+    try:
+        assert export(70_004) == 200
+        time.sleep(int(RETRY_AFTER_S) + 1)
+        assert export(70_005) == 200  # on the same socket: http.client opens no other while it has one
+    finally:
+        connection.close()
 
 
 def test_requests_wait_their_turn_to_be_parsed_holding_only_their_body(lone_collector):
