@@ -8,6 +8,7 @@ DEFAULT in the DDL (``ingested_at``) are filled by the store, so they are absent
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 _LC = pa.dictionary(pa.int32(), pa.string())
 _TIME = pa.timestamp("us", tz="UTC")
@@ -101,6 +102,14 @@ def ids_as_bytes(hex_ids: pa.Array | pa.ChunkedArray, column: str) -> pa.Array:
         ids = ids.dictionary_encode()
     as_bytes = pa.array([bytes.fromhex(v) for v in ids.dictionary.to_pylist()], CHUNKS.field(column).type)
     return as_bytes.take(ids.indices)
+
+
+def span_keys(
+    trace_ids: pa.Array | pa.ChunkedArray, span_ids: pa.Array | pa.ChunkedArray, as_type: pa.DataType
+) -> pa.Array | pa.ChunkedArray:
+    """Each row's trace and span ids joined as one key: ``pa.string()`` for hex ids, ``pa.binary()`` for bytes."""
+    separator = b"" if as_type == pa.binary() else ""
+    return pc.binary_join_element_wise(pc.cast(trace_ids, as_type), pc.cast(span_ids, as_type), separator)
 
 
 GROUND_TRUTH = pa.schema(

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from clickhouse_connect.driver.client import Client
 
+from ingest import columns
 from ingest.batch import DecodedBatch
 
 STREAMS = "streams"
@@ -70,8 +71,8 @@ def _stored_keys(client: Client, streams: pa.Table) -> set[str]:
 
 def _keys(block: pa.Table, key: tuple[str, str] = _HEX_KEY) -> pa.ChunkedArray:
     """Each row's span key: its trace and span ids joined, as text for hex ids, as bytes for ids in bytes."""
-    as_type, separator = (pa.binary(), b"") if key == _BYTES_KEY else (pa.string(), "")
-    return pc.binary_join_element_wise(*(pc.cast(block.column(c), as_type) for c in key), separator)
+    trace_ids, span_ids = (block.column(c) for c in key)
+    return columns.span_keys(trace_ids, span_ids, pa.binary() if key == _BYTES_KEY else pa.string())
 
 
 def _without(batch: DecodedBatch, keys: pa.Array) -> DecodedBatch:

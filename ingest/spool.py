@@ -242,17 +242,13 @@ def decode(data: bytes, source: Path) -> list[DecodedBatch]:
 def _streams_with_chunks_by_tokens(streams: pa.Table, chunks: pa.Table | None) -> pa.Table:
     """A streams block spooled before migration 0019, with each stream's content chunks counted by token count
     from the chunks decode wrote beside it (a batch holds its streams' chunks, matched here by id)."""
-
-    def ids(trace: pa.Array | pa.ChunkedArray, span: pa.Array | pa.ChunkedArray) -> pa.Array:
-        """Each row's trace and span id bytes, as one key."""
-        return pc.binary_join_element_wise(pc.cast(trace, pa.binary()), pc.cast(span, pa.binary()), b"")
-
     chunks = chunks if chunks is not None else columns.CHUNKS.empty_table()
     owner = pc.index_in(
-        ids(chunks["trace_id_bytes"], chunks["span_id_bytes"]),
-        value_set=ids(
+        columns.span_keys(chunks["trace_id_bytes"], chunks["span_id_bytes"], pa.binary()),
+        value_set=columns.span_keys(
             columns.ids_as_bytes(streams["trace_id"], "trace_id_bytes"),
             columns.ids_as_bytes(streams["span_id"], "span_id_bytes"),
+            pa.binary(),
         ),
     )
     kinds, tokens = chunks["kind"].combine_chunks(), chunks["tokens"].combine_chunks()

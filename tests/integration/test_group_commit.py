@@ -242,11 +242,13 @@ def test_a_full_spool_refuses_and_takes_again_once_drained(tmp_path):
     sink = GatedSink(writer=None)
     spool = Spool(tmp_path, max_bytes=len(encode([batch(1, "a")])) * 3 // 2)
     writer = GroupCommitWriter(spool, sink, FAST_RETRY)
-    writer.submit(batch(1, "a")).spooled.result(timeout=10)
+    first = writer.submit(batch(1, "a"))
+    first.spooled.result(timeout=10)
     with pytest.raises(SpoolFull, match="spool full"):
         for i in range(2, 20):
             writer.submit(batch(i, "a")).spooled.result(timeout=10)
     sink.gate.set()
+    first.stored.result(timeout=10)  # the drain has freed the spool: a sender's retry after Retry-After goes in
     writer.submit(batch(30, "a")).stored.result(timeout=10)
     writer.shutdown()
     assert spool.bytes == 0
