@@ -78,6 +78,15 @@ class CollectorProcess:
         assert response.status_code == 200, response.text
         return response.json()["data"]
 
+    def sql_once_stored(self, query: str, expected: list[list], timeout_s: float = 60.0) -> list[list]:
+        """``query``'s rows once they are ``expected``, or as they are after ``timeout_s``. A request is answered
+        once spooled, and a query waits only ``read_wait_s`` (5 s) for the store to take what was answered; a
+        backlog left by a load, on a busy machine, can take longer."""
+        deadline = time.monotonic() + timeout_s
+        while (rows := self.sql(query)) != expected and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return rows
+
 
 def record_streams(provider: TracerProvider, count: int, chunks: int) -> None:
     for _ in range(count):
@@ -104,8 +113,12 @@ def test_a_collector_killed_mid_load_loses_and_repeats_nothing(tmp_path):
     assert provider.force_flush(timeout_millis=120_000)
     provider.shutdown()
 
-    (stored, distinct), *_ = collector.sql("SELECT count(), uniqExact(trace_id, span_id) FROM streams")
-    (chunk_rows, distinct_chunks), *_ = collector.sql("SELECT count(), uniqExact(trace_id, span_id, seq) FROM chunks")
+    (stored, distinct), *_ = collector.sql_once_stored(
+        "SELECT count(), uniqExact(trace_id, span_id) FROM streams", [[streams, streams]]
+    )
+    (chunk_rows, distinct_chunks), *_ = collector.sql_once_stored(
+        "SELECT count(), uniqExact(trace_id, span_id, seq) FROM chunks", [[streams * chunks] * 2]
+    )
     collector.stop()
     assert (stored, distinct) == (streams, streams)
     assert (chunk_rows, distinct_chunks) == (streams * chunks, streams * chunks)
@@ -374,7 +387,7 @@ def test_sustained_load_keeps_the_collectors_memory_flat(tmp_path):
             time.sleep(0.5)
         for future in running:
             future.result()
-    (stored,), *_ = collector.sql("SELECT count() FROM streams")
+    (stored,), *_ = collector.sql_once_stored("SELECT count() FROM streams", [[sum(sent) * len(spans)]])
     collector.stop()
     half = len(samples) // 2
     early, late, peak = statistics.median(samples[:half]), statistics.median(samples[half:]), max(samples)
