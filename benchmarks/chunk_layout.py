@@ -2,7 +2,8 @@
 ingest writes since migration 0020): the engine's insert cost, bytes on disk, and two panels' queries, on the
 same decoded streams.
 
-The streams are the synthetic ones of ``benchmarks.storage``, decoded by ``ingest.decode``. The row layout is
+The streams are the synthetic ones of ``benchmarks.storage``, decoded by
+``streamscope_ingest.decode.traces``. The row layout is
 ``chunk_arrays``'s own columns, read from the migrated table, with the arrays unrolled into one row a chunk and
 ``seq`` added to the key: the ``chunks`` table before migration 0020. Both tables take the same inserts of
 ``--per-insert`` streams, alternating which goes first, with merges stopped, so only the insert is timed: the
@@ -28,10 +29,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from benchmarks.storage import on_disk, requests
-from dashboards.macros import QueryContext, resolve
-from dashboards.panels import DEFAULTS, ITL_HEATMAP
-from ingest import migrations, sql, store
-from ingest.decode import decode_traces
+from streamscope_dashboards.macros import QueryContext, resolve
+from streamscope_dashboards.panels import DEFAULTS, ITL_HEATMAP
+from streamscope_ingest import store
+from streamscope_ingest.decode.traces import decode_traces
+from streamscope_ingest.store import migrations, sql
 
 ROWS = "chunk_rows"
 _ARRAY = re.compile(r"^Array\((.*)\)$")

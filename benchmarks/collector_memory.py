@@ -32,7 +32,8 @@ from clickhouse_connect.driver.client import Client
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from benchmarks.ingest import CollectorProcess, Sampler, post_all, workload
-from ingest import migrations, store
+from streamscope_ingest import store
+from streamscope_ingest.store import migrations
 
 _MAX_REQUEST_MIB = 8
 """The request limit, above this benchmark's requests (under 1 MiB) and below the quick run's spool limit."""

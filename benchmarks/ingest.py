@@ -49,12 +49,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks import otel_traces
 from benchmarks.wire_cost import spans
-from ingest import migrations, store
-from ingest.attribution_job import AttributionJob
-from ingest.decode import decode_traces
-from ingest.int_arrays import element_count
-from ingest.writer import ClickHouseWriter
 from streamscope import semconv as sc
+from streamscope_ingest import store
+from streamscope_ingest.analysis.attribution_job import AttributionJob
+from streamscope_ingest.decode.int_arrays import element_count
+from streamscope_ingest.decode.traces import decode_traces
+from streamscope_ingest.store import migrations
+from streamscope_ingest.store.writer import ClickHouseWriter
 
 T = TypeVar("T")
 _HEADERS = {"content-type": "application/x-protobuf", "content-encoding": "gzip"}
@@ -113,7 +114,7 @@ class CollectorProcess:
     def __init__(self, data: Path, *options: str) -> None:
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
-        command = [sys.executable, "-m", "streamscope.cli", "collector", "--storage", f"chdb://{data}", *options]
+        command = [sys.executable, "-m", "streamscope_cli.main", "collector", "--storage", f"chdb://{data}", *options]
         self._log = (data.parent / "collector.log").open("w")
         self.process = subprocess.Popen(
             [*command, "--http-port", str(port), "--no-grpc"], stdout=self._log, stderr=subprocess.STDOUT

@@ -4,7 +4,7 @@ The streams (the synthetic generator of chunk_codecs.py: lognormal gaps with rar
 hour) go through the real decode and write path; the attribution job then rates them, so the stall and
 quality panels have rows to read. Every distinct panel of every dashboard is expanded as the Grafana plugin
 expands it, for a time range covering all the data (the worst case: nothing is pruned by time), and run
-``--runs`` times through ``ingest.sql.query_json``, the read path of ``streamscope sql`` and the alert
+``--runs`` times through ``streamscope_ingest.store.sql.query_json``, the read path of ``streamscope sql`` and the alert
 evaluation. The table gives each panel's median and worst time and the rows it returned.
 
     python -m benchmarks.query_latency [--quick] [--streams 50000] [--chunks 200] [--runs 5]
@@ -19,13 +19,14 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from benchmarks.storage import requests
-from dashboards.boards import BOARDS
-from dashboards.macros import QueryContext, resolve
-from dashboards.panels import DEFAULTS
-from ingest import migrations, sql, store
-from ingest.attribution_job import AttributionJob
-from ingest.decode import decode_traces
-from ingest.writer import ClickHouseWriter
+from streamscope_dashboards.boards import BOARDS
+from streamscope_dashboards.macros import QueryContext, resolve
+from streamscope_dashboards.panels import DEFAULTS
+from streamscope_ingest import store
+from streamscope_ingest.analysis.attribution_job import AttributionJob
+from streamscope_ingest.decode.traces import decode_traces
+from streamscope_ingest.store import migrations, sql
+from streamscope_ingest.store.writer import ClickHouseWriter
 
 TARGET_MS = 300
 

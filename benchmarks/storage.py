@@ -2,10 +2,10 @@
 the OpenTelemetry Collector ClickHouse exporter's ``otel_traces`` holding the same streams as span events.
 
 Builds OTLP requests of synthetic streams (the same generator as chunk_codecs.py), decodes them with
-ingest.decode, writes them with ingest.writer into the embedded engine, merges, and reports compressed
-bytes per chunk (all columns, and each column), plus bytes per stream for ``streams``. The same spans, each
-chunk turned into a ``streamscope.chunk`` event as the events encoding sends it, go into ``otel_traces``
-(``benchmarks.otel_traces``) on the same engine.
+streamscope_ingest.decode.traces, writes them with streamscope_ingest.store.writer into the embedded engine,
+merges, and reports compressed bytes per chunk (all columns, and each column), plus bytes per stream for
+``streams``. The same spans, each chunk turned into a ``streamscope.chunk`` event as the events encoding sends it,
+go into ``otel_traces`` (``benchmarks.otel_traces``) on the same engine.
 
 The last lines say how little any lossless store could take: the information the chunks carry, as the
 entropy of the stored values' distribution (ClickHouse's ``entropy``), the gaps on their own and the other
@@ -27,10 +27,11 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 
 from benchmarks import otel_traces
 from benchmarks.chunk_codecs import synthetic_chunks
-from ingest import migrations, store
-from ingest.decode import decode_traces
-from ingest.writer import ClickHouseWriter
 from streamscope import semconv as sc
+from streamscope_ingest import store
+from streamscope_ingest.decode.traces import decode_traces
+from streamscope_ingest.store import migrations
+from streamscope_ingest.store.writer import ClickHouseWriter
 
 
 def _ints(values: np.ndarray) -> AnyValue:

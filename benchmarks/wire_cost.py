@@ -28,10 +28,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import streamscope._internal.recorder as recorder_module
 from benchmarks.chunk_codecs import synthetic_chunks
-from collector.pipeline import TRACES
-from ingest.decode import decode_traces
-from ingest.int_arrays import decode_int_array
 from streamscope import StreamRecorder
+from streamscope_collector.pipeline import TRACES
+from streamscope_ingest.decode.int_arrays import decode_int_array
+from streamscope_ingest.decode.traces import decode_traces
 
 
 class _Clock:

@@ -32,7 +32,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> object:
     # The server helper needs Starlette, which the base install does not require.
     if name in ("ServerStream", "ServerChunk"):
-        from streamscope._internal import server
+        from streamscope import server
 
         return getattr(server, name)
     raise AttributeError(f"module 'streamscope' has no attribute {name!r}")

@@ -11,8 +11,8 @@
      │         └── Overloaded       more requests in flight than the memory budget allows (429)
      └── GrafanaError           a Grafana was unreachable or refused a request (`streamscope dashboards push`)
 
-Driver exceptions are translated into this tree in ``ingest.store`` and nowhere else; grafana-client's in
-``dashboards.push``.
+Driver exceptions are translated into this tree in ``streamscope_ingest.store`` and nowhere else; grafana-client's in
+``streamscope_dashboards.push``.
 """
 
 from __future__ import annotations

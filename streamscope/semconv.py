@@ -1,6 +1,6 @@
 """Names of the streamscope streaming span conventions.
 
-GENERATED from schema/conventions/streaming.yaml by streamscope._internal.semconv_codegen;
+GENERATED from schema/conventions/streaming.yaml by streamscope_cli.dev.semconv_codegen;
 do not edit by hand.
 """
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.config import CollectorConfig
+from streamscope_collector.config import CollectorConfig
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"

@@ -16,10 +16,11 @@ from pathlib import Path
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 
-from ingest import dedup, migrations, sql, store
-from ingest.decode import decode_traces
-from ingest.writer import ClickHouseWriter
 from streamscope.errors import WriteError
+from streamscope_ingest import store
+from streamscope_ingest.decode.traces import decode_traces
+from streamscope_ingest.store import dedup, migrations, sql
+from streamscope_ingest.store.writer import ClickHouseWriter
 from tests.otlp_build import stream_span, trace_request
 
 DATABASE = "streamscope"

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from collector.config import CollectorConfig
-from collector.service import Collector
-from ingest import migrations, store
+from streamscope_collector.config import CollectorConfig
+from streamscope_collector.service import Collector
+from streamscope_ingest import store
+from streamscope_ingest.store import migrations
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,9 @@
 """TEST DOUBLE of the pynvml module, because no NVIDIA GPU or driver exists where these tests run.
 
-It stands in for ``pynvml`` only inside tests, and only for the calls gpu_agent/nvml.py makes. It is thin on
-purpose: each function returns the values configured on a ``FakeGpu`` or raises the configured error, and records
-that it was called. Constants and exception classes are pynvml's real ones (imported, not redefined), so the
-sampler's error handling is exercised against the very types the real library raises.
+It stands in for ``pynvml`` only inside tests, and only for the calls gpu_agent/streamscope_gpu_agent/nvml.py
+makes. It is thin on purpose: each function returns the values configured on a ``FakeGpu`` or raises the configured
+error, and records that it was called. Constants and exception classes are pynvml's real ones (imported, not
+redefined), so the sampler's error handling is exercised against the very types the real library raises.
 
 What it can simulate: any number of GPUs with their own values; any call raising any NVMLError (for every GPU or
 one GPU); an older library missing a function (the attribute is absent, as ``getattr`` sees it); queued XID events;

@@ -13,9 +13,9 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyVa
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
-from ingest.decode import decode_traces
-from ingest.writer import ClickHouseWriter
 from streamscope import semconv as sc
+from streamscope_ingest.decode.traces import decode_traces
+from streamscope_ingest.store.writer import ClickHouseWriter
 
 T0 = 1_800_000_000_000_000_000  # ns: a fixed start, far from the partitions other tests write
 

@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 
 from streamscope import semconv as sc
-from streamscope._internal.formats import make_format
 from streamscope._internal.observer import StreamEvent, StreamObserver
 from streamscope._internal.recorder import Encoding, Outcome, StreamRecorder
+from streamscope.formats import make_format
 
 
 def _begin(

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamscope import semconv as sc
-from streamscope._internal.formats import EventFacts, StreamFormat, estimate_tokens
 from streamscope._internal.recorder import Outcome, StreamRecorder
-from streamscope._internal.sse import SSEDecoder
+from streamscope.formats import EventFacts, StreamFormat, estimate_tokens
+from streamscope.sse import SSEDecoder
 
 log = logging.getLogger("streamscope")
 

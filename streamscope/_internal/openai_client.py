@@ -13,9 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from streamscope import semconv as sc
-from streamscope._internal.formats import make_format
 from streamscope._internal.observer import StreamObserver
 from streamscope._internal.recorder import Encoding, StreamRecorder
+from streamscope.formats import make_format
 
 _WRAPPED = "__streamscope_wrapped__"
 

@@ -23,7 +23,7 @@ from opentelemetry.util.types import AttributeValue
 from streamscope import env
 from streamscope import semconv as sc
 from streamscope._internal import instruments
-from streamscope._internal.int64_bytes import int64_bytes
+from streamscope.int64_bytes import int64_bytes
 
 Side = Literal["client", "server", "browser", "gateway"]
 Outcome = Literal["completed", "cancelled", "error", "timeout", "disconnected"]

@@ -12,13 +12,13 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 
-from collector.config import CollectorConfig
-from collector.service import Collector
-from gpu_agent import samples as m
-from gpu_agent.events import EngineEvent
-from gpu_agent.export import OtlpShipper, Outbox, agent_resource
-from gpu_agent.samples import Sample
 from streamscope import semconv as sc
+from streamscope_collector.config import CollectorConfig
+from streamscope_collector.service import Collector
+from streamscope_gpu_agent import samples as m
+from streamscope_gpu_agent.events import EngineEvent
+from streamscope_gpu_agent.export import OtlpShipper, Outbox, agent_resource
+from streamscope_gpu_agent.samples import Sample
 from tests.self_metrics import metric
 
 

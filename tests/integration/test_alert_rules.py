@@ -21,16 +21,16 @@ from typing import Any
 import pytest
 import yaml
 
-from collector.config import CollectorConfig
-from collector.http_app import ALERTS_PATH
-from collector.service import Collector
-from dashboards import alerts
-from dashboards.macros import QueryContext, apply_variables, expand
-from ingest import sql
-from ingest.sql import QueryResult
 from streamscope import semconv as sc
-from streamscope.workload.load import run_load, wait_until_stored
-from streamscope.workload.scenario import Distribution, load_scenario, plan
+from streamscope_cli.workload.load import run_load, wait_until_stored
+from streamscope_cli.workload.scenario import Distribution, load_scenario, plan
+from streamscope_collector.config import CollectorConfig
+from streamscope_collector.http_app import ALERTS_PATH
+from streamscope_collector.service import Collector
+from streamscope_dashboards import alerts
+from streamscope_dashboards.macros import QueryContext, apply_variables, expand
+from streamscope_ingest.store import sql
+from streamscope_ingest.store.sql import QueryResult
 from tests.otlp_build import T0, store_spans, stream_span
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,7 +106,7 @@ def fires(uid: str, run: Query, at: datetime) -> bool:
 
 
 def test_rules_file_is_current():
-    assert alerts.RULES_FILE.read_text() == alerts.render(), "run `python -m dashboards.alerts`"
+    assert alerts.RULES_FILE.read_text() == alerts.render(), "run `python -m streamscope_dashboards.alerts`"
 
 
 def test_rules_have_what_grafana_requires():

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from dashboards.panels import median_of
 from streamscope import semconv as sc
+from streamscope_dashboards.panels import median_of
 from tests.otlp_build import T0, store_spans, stream_span
 
 MS = 1_000_000  # ns

@@ -13,11 +13,11 @@ from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeL
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
-from ingest.attribution_job import AttributionJob, QualityTargets
-from ingest.decode import decode_traces
-from ingest.decode_logs import decode_logs
-from ingest.writer import ClickHouseWriter
 from streamscope import semconv as sc
+from streamscope_ingest.analysis.attribution_job import AttributionJob, QualityTargets
+from streamscope_ingest.decode.logs import decode_logs
+from streamscope_ingest.decode.traces import decode_traces
+from streamscope_ingest.store.writer import ClickHouseWriter
 
 T0 = 1_800_000_000_000_000_000  # ns
 MS = 1_000_000  # ns

@@ -9,10 +9,10 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
-from collector.auth import load_tokens
-from collector.config import CollectorConfig
-from collector.service import Collector
 from streamscope.errors import ConfigError
+from streamscope_collector.auth import load_tokens
+from streamscope_collector.config import CollectorConfig
+from streamscope_collector.service import Collector
 from tests.otlp_build import any_value, otlp_json, stream_span, trace_request
 
 PROTOBUF = {"content-type": "application/x-protobuf"}

@@ -17,10 +17,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
-from collector.config import CollectorConfig
-from collector.service import Collector
-from ingest.chunk_events import TraceRequestView
 from streamscope import semconv as sc
+from streamscope_collector.config import CollectorConfig
+from streamscope_collector.service import Collector
+from streamscope_ingest.decode.chunk_events import TraceRequestView
 from tests.otlp_build import event_span
 
 PROTOBUF = {"content-type": "application/x-protobuf"}
@@ -178,7 +178,7 @@ def test_chunk_events_are_read_in_time_order_and_malformed_ones_rejected(collect
 
 
 def test_an_event_that_is_not_protobuf_rejects_its_span_only_over_http_and_grpc(collector):
-    """Events are read lazily (ingest.chunk_events), so a broken one costs its span, not the request."""
+    """Events are read lazily (decode.chunk_events), so a broken one costs its span, not the request."""
     view = TraceRequestView.FromString(
         request_of(event_span(1, [(10, sc.CHUNK_EVENT, {})]), stream_span(2, [10, 20])).SerializeToString()
     )

@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from collector.service import Collector
-from ingest.attribution_job import AttributionJob
-from streamscope.demo.chat import ChatServer, start_chat
+from streamscope_cli.demo.chat import ChatServer, start_chat
+from streamscope_collector.service import Collector
+from streamscope_ingest.analysis.attribution_job import AttributionJob
 from tests import browser
 
 

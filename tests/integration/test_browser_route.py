@@ -10,9 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from collector.browser import ROUTE, SNIPPET_PATH
-from collector.config import CollectorConfig
-from collector.service import Collector
+from streamscope_collector.browser import ROUTE, SNIPPET_PATH
+from streamscope_collector.config import CollectorConfig
+from streamscope_collector.service import Collector
 from tests.otlp_build import otlp_json, stream_span, trace_request
 
 APP = "http://chat.example"

@@ -15,10 +15,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from streamscope.workload.scenario import load_scenario, plan
+from streamscope_cli.workload.scenario import load_scenario, plan
 from tests.integration.test_bad_input import good_body
 
-STREAMSCOPE = [sys.executable, "-m", "streamscope.cli"]
+STREAMSCOPE = [sys.executable, "-m", "streamscope_cli.main"]
 
 
 def run(*args: str, env_extra: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:

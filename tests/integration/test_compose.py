@@ -17,8 +17,8 @@ import jsonschema
 import pytest
 import yaml
 
-from ingest import store
-from streamscope.cli import _cli
+from streamscope_cli.main import _cli
+from streamscope_ingest import store
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_SCHEMA = ROOT / "tests" / "fixtures" / "schemas" / "compose-spec.json"  # the Compose Specification's schema
@@ -224,7 +224,7 @@ def test_the_migrate_job_alone_changes_the_schema_and_the_collector_inserts_and_
 
 
 def test_workload_service_loops_a_shipped_scenario_into_the_collector_service():
-    from streamscope.workload.scenario import shipped
+    from streamscope_cli.workload.scenario import shipped
 
     params = parsed_command(services()["workload"]["command"])
     assert params["scenario"] in shipped() and params["loop"]

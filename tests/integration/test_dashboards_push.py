@@ -5,7 +5,7 @@ socket (uvicorn in a thread). It is a test double, not Grafana: it checks what G
 (the bearer token, the body shapes, references from dashboards and rules to the data source, from policies to
 contact points), keeps what it was sent, and answers errors as Grafana does, with JSON {"message": ...}. What it
 cannot tell is whether a real Grafana accepts every detail of these bodies; see the module docstring of
-dashboards.push for the API facts it encodes.
+streamscope_dashboards.push for the API facts it encodes.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import yaml
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from dashboards.boards import BOARDS
-from dashboards.push import PROVISIONING_DIR, alert_rule, load_alerting, rule_group
-from streamscope._internal.serving import BackgroundServer
 from streamscope.errors import ConfigError
+from streamscope_collector.serving import BackgroundServer
+from streamscope_dashboards.boards import BOARDS
+from streamscope_dashboards.push import PROVISIONING_DIR, alert_rule, load_alerting, rule_group
 from tests.integration.test_cli import run
 
 ADMIN_TOKEN = "glsa_admin-token"

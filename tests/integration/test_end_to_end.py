@@ -16,11 +16,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import streamscope._internal.recorder as recorder_module
-from dashboards.panels import median_of
 from streamscope import StreamRecorder
 from streamscope import semconv as sc
-from streamscope._internal.formats import make_format
 from streamscope._internal.observer import StreamObserver
+from streamscope.formats import make_format
+from streamscope_dashboards.panels import median_of
 from tests.clock import FakeClock
 from tests.otlp_build import int64s
 from tests.self_metrics import metric

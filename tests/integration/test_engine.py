@@ -12,10 +12,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from streamscope._internal.serving import BackgroundServer
-from streamscope.engine.app import EngineNode, NodeConfig, OutputConfig
-from streamscope.engine.scheduler import SchedulerConfig, SpecDecodeConfig
-from streamscope.workload.ground_truth import MemorySink
+from streamscope_cli.engine.app import EngineNode, NodeConfig, OutputConfig
+from streamscope_cli.engine.scheduler import SchedulerConfig, SpecDecodeConfig
+from streamscope_cli.workload.ground_truth import MemorySink
+from streamscope_collector.serving import BackgroundServer
 
 
 class RunningNode:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from ingest.evaluation import STALL_CAUSES
-from streamscope.workload.evaluate import evaluate_named, render
+from streamscope_cli.workload.evaluate import evaluate_named, render
+from streamscope_ingest.analysis.evaluation import STALL_CAUSES
 
 FLOOR = 0.9
 CASES = {

@@ -8,11 +8,11 @@ import time
 
 import httpx
 
-from gpu_agent.agent import AgentConfig, GpuAgent
-from gpu_agent.nvml import NvmlSampler
-from streamscope._internal.serving import BackgroundServer
-from streamscope.engine.app import EngineNode, NodeConfig
-from streamscope.engine.scheduler import SchedulerConfig
+from streamscope_cli.engine.app import EngineNode, NodeConfig
+from streamscope_cli.engine.scheduler import SchedulerConfig
+from streamscope_collector.serving import BackgroundServer
+from streamscope_gpu_agent.agent import AgentConfig, GpuAgent
+from streamscope_gpu_agent.nvml import NvmlSampler
 from tests.gpu_agent_nvml_double import FakeGpu, FakeNvml
 from tests.integration.test_cli import run
 
@@ -25,7 +25,7 @@ def wait_until(predicate, timeout_s: float = 15.0) -> None:
 
 
 def test_agent_scrapes_the_live_simulator_into_clickhouse_and_joins_streams_by_node(collector):
-    from streamscope._internal.setup import setup
+    from streamscope import setup
 
     engine_traces = setup("sim-engine", endpoint=collector.http_url, set_global=False)
     node = EngineNode(
@@ -126,7 +126,7 @@ def test_gpu_agent_once_json_prints_normalized_samples():
 
 
 def test_an_engine_answering_again_after_an_outage_is_a_restart_event():
-    from gpu_agent.scrape import EngineScraper
+    from streamscope_gpu_agent.scrape import EngineScraper
 
     node = EngineNode(NodeConfig(node="n"))
     exposition = {"text": ""}
@@ -136,7 +136,7 @@ def test_an_engine_answering_again_after_an_outage_is_a_restart_event():
             raise httpx.ConnectError("connection refused")
         return exposition["text"]
 
-    from streamscope.engine.metrics import exposition as render
+    from streamscope_cli.engine.metrics import exposition as render
 
     agent = GpuAgent(
         AgentConfig(node="n", engine_url="http://engine/metrics", gpu=False, engine_interval_s=0.02),

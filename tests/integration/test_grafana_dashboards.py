@@ -16,15 +16,15 @@ import jsonschema
 import pytest
 import yaml
 
-from collector.service import Collector
-from dashboards import grafana
-from dashboards.boards import BOARDS
-from dashboards.macros import QueryContext, resolve
-from dashboards.panels import DEFAULTS, FLEET_STATS, STALL_CAUSES, WORST_STALLED_TRACE, Panel, chosen
-from ingest import sql
-from streamscope.demo.chat import start_chat
-from streamscope.workload.load import attribute_settled, run_load, wait_until_stored
-from streamscope.workload.scenario import load_scenario, plan
+from streamscope_cli.demo.chat import start_chat
+from streamscope_cli.workload.load import attribute_settled, run_load, wait_until_stored
+from streamscope_cli.workload.scenario import load_scenario, plan
+from streamscope_collector.service import Collector
+from streamscope_dashboards import grafana
+from streamscope_dashboards.boards import BOARDS
+from streamscope_dashboards.macros import QueryContext, resolve
+from streamscope_dashboards.panels import DEFAULTS, FLEET_STATS, STALL_CAUSES, WORST_STALLED_TRACE, Panel, chosen
+from streamscope_ingest.store import sql
 from tests import browser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ def schema_for_generated_json() -> dict:
 @pytest.mark.parametrize("board", BOARDS, ids=lambda b: b.uid)
 def test_committed_json_is_current_and_valid(board):
     path = grafana.OUTPUT_DIR / f"{board.uid}.json"
-    assert path.read_text() == grafana.render(board), "stale: run python -m dashboards.grafana"
+    assert path.read_text() == grafana.render(board), "stale: run python -m streamscope_dashboards.grafana"
     document = json.loads(path.read_text())
     jsonschema.Draft7Validator(schema_for_generated_json()).validate(document)
     provisioned = yaml.safe_load(DATASOURCES.read_text())["datasources"][0]["uid"]

@@ -12,8 +12,8 @@ from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 
 from streamscope import semconv as sc
-from streamscope.workload.ground_truth import GroundTruth
-from streamscope.workload.truth_export import OtlpGroundTruthSink, ground_truth_logger
+from streamscope_cli.workload.ground_truth import GroundTruth
+from streamscope_cli.workload.truth_export import OtlpGroundTruthSink, ground_truth_logger
 from tests.self_metrics import metric
 
 TRUTH = GroundTruth(

@@ -8,13 +8,13 @@ import pyarrow as pa
 import pytest
 
 from benchmarks.chunk_layout import as_rows
-from ingest.batch import DecodedBatch
-from ingest.decode import decode_traces
-from ingest.group_commit import GroupCommitConfig, GroupCommitWriter
-from ingest.request_log import Received, with_request_row
-from ingest.spool import Spool, decode, encode
-from ingest.writer import ClickHouseWriter
 from streamscope.errors import ConfigError, RetryableWriteError, SpoolFull, WriteError
+from streamscope_ingest.decode.batch import DecodedBatch
+from streamscope_ingest.decode.request_log import Received, with_request_row
+from streamscope_ingest.decode.traces import decode_traces
+from streamscope_ingest.durability.group_commit import GroupCommitConfig, GroupCommitWriter
+from streamscope_ingest.durability.spool import Spool, decode, encode
+from streamscope_ingest.store.writer import ClickHouseWriter
 from tests.integration.test_bad_input import request_of, stream_span
 
 FAST_RETRY = GroupCommitConfig(retry_initial_s=0.01, retry_max_s=0.05)

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from ingest import columns, migrations
-from ingest.writer import ClickHouseWriter, table_columns
 from streamscope.errors import SchemaMismatch
+from streamscope_ingest.decode import columns
+from streamscope_ingest.store import migrations
+from streamscope_ingest.store.writer import ClickHouseWriter, table_columns
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,7 +48,7 @@ def test_misnamed_migration_is_refused(tmp_path):
 
 
 def test_writer_refuses_an_unmigrated_store(storage_dsn):
-    from ingest import store
+    from streamscope_ingest import store
 
     client = store.connect(store.parse_dsn(storage_dsn))
     try:
@@ -76,7 +77,7 @@ def test_installed_wheel_finds_its_schema_files(tmp_path):
         capture_output=True,
     )
     probe = (
-        "import streamscope._internal.schema_files as f, ingest.migrations as m;"
+        "import streamscope_ingest.store.schema_files as f, streamscope_ingest.store.migrations as m;"
         "print(f.schema_dir()); print(len(m.available()))"
     )
     result = subprocess.run(
@@ -110,7 +111,7 @@ def store_before(version: int, storage_dsn: str, tmp_path: Path):
     for migration in migrations.available():
         if migration.version < version:
             shutil.copy(migration.path, earlier / migration.path.name)
-    from ingest import store
+    from streamscope_ingest import store
 
     client = store.connect(store.parse_dsn(storage_dsn))
     migrations.migrate(client, earlier)
@@ -291,7 +292,7 @@ def test_streams_stored_before_the_counts_get_them_from_their_chunks_even_after_
 
 
 def test_two_migrators_at_once_rebuild_chunks_once(before_rebuild, storage_dsn):
-    from ingest import store
+    from streamscope_ingest import store
 
     clients = [before_rebuild, store.connect(store.parse_dsn(storage_dsn))]
     results: list[object] = [None, None]

@@ -24,8 +24,7 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
-from streamscope._internal.serving import BackgroundServer
-from streamscope.proxy import (
+from streamscope_cli.proxy import (
     REQUEST_ID_HEADER,
     BufferCoalesce,
     Drop,
@@ -35,8 +34,8 @@ from streamscope.proxy import (
     create_app,
     trace_id_of,
 )
-from streamscope.proxy.framing import EventFramer
-from streamscope.proxy.impairments import (
+from streamscope_cli.proxy.framing import EventFramer
+from streamscope_cli.proxy.impairments import (
     Finish,
     Held,
     Piece,
@@ -47,7 +46,8 @@ from streamscope.proxy.impairments import (
     Write,
     split_write,
 )
-from streamscope.workload.ground_truth import GroundTruth, MemorySink
+from streamscope_cli.workload.ground_truth import GroundTruth, MemorySink
+from streamscope_collector.serving import BackgroundServer
 
 EVENTS = 30
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta-theta"]
@@ -656,7 +656,7 @@ def test_trace_id_of_reads_w3c_traceparent_only():
 def test_run_proxy_serves_until_a_signal_and_exits_cleanly(upstream, signum):
     script = (
         "import sys\n"
-        "from streamscope.proxy import ProxyConfig, run_proxy\n"
+        "from streamscope_cli.proxy import ProxyConfig, run_proxy\n"
         "run_proxy(ProxyConfig(upstream=sys.argv[1]), port=0, on_ready=lambda port: print(port, flush=True))\n"
         "print('stopped', flush=True)\n"
     )

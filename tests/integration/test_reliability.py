@@ -23,19 +23,19 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from benchmarks.collector_memory import slow_down, speed_up
-from collector.admission import InflightBudget
-from collector.config import CollectorConfig
-from collector.http_app import RETRY_AFTER_S
-from collector.service import Collector
-from ingest.spool import Spool
 from streamscope import StreamRecorder
 from streamscope.errors import ConfigError, Overloaded
+from streamscope_collector.admission import InflightBudget
+from streamscope_collector.config import CollectorConfig
+from streamscope_collector.http_app import RETRY_AFTER_S
+from streamscope_collector.service import Collector
+from streamscope_ingest.durability.spool import Spool
 from tests.browser import free_port, wait_for
 from tests.integration.test_group_commit import batch
 from tests.otlp_build import stream_span, trace_request
 from tests.self_metrics import metric
 
-STREAMSCOPE = [sys.executable, "-m", "streamscope.cli"]
+STREAMSCOPE = [sys.executable, "-m", "streamscope_cli.main"]
 PROTOBUF = {"content-type": "application/x-protobuf"}
 
 

@@ -9,13 +9,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from click.testing import CliRunner
 
-from dashboards.panels import PANELS
-from dashboards.report import build_report, interval_for, parse_duration, title_line
-from dashboards.report_html import render_html
-from ingest import sql
-from ingest.attribution_job import AttributionJob
 from streamscope import semconv as sc
-from streamscope.cli import _cli
+from streamscope_cli.main import _cli
+from streamscope_dashboards.panels import PANELS
+from streamscope_dashboards.report import build_report, interval_for, parse_duration, title_line
+from streamscope_dashboards.report_html import render_html
+from streamscope_ingest.analysis.attribution_job import AttributionJob
+from streamscope_ingest.store import sql
 from tests.otlp_build import T0, store_spans, stream_span
 
 S = 1_000_000_000  # ns

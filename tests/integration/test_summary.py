@@ -6,10 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from dashboards.fleet import summarize
-from dashboards.macros import QueryContext
-from ingest import sql
 from streamscope import semconv as sc
+from streamscope_dashboards.fleet import summarize
+from streamscope_dashboards.macros import QueryContext
+from streamscope_ingest.store import sql
 from tests.otlp_build import T0, store_spans, stream_span
 
 

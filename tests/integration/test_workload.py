@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from collector.config import CollectorConfig
-from collector.service import Collector
-from streamscope.workload.load import run_load
-from streamscope.workload.scenario import load_scenario, plan
+from streamscope_cli.workload.load import run_load
+from streamscope_cli.workload.scenario import load_scenario, plan
+from streamscope_collector.config import CollectorConfig
+from streamscope_collector.service import Collector
 
 EXPECTED = {
     "steady": set(),

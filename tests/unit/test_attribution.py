@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ingest.attribution import (
+from streamscope_ingest.analysis.attribution import (
     Arrivals,
     NodeEvent,
     SharedHost,

@@ -12,9 +12,16 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
-import ingest.chunk_events as chunk_events_module
-from ingest.chunk_events import TAILS, VALUE_ROWS, ChunkEventRejected, TraceRequestView, as_trace_view, chunk_events
+import streamscope_ingest.decode.chunk_events as chunk_events_module
 from streamscope import semconv as sc
+from streamscope_ingest.decode.chunk_events import (
+    TAILS,
+    VALUE_ROWS,
+    ChunkEventRejected,
+    TraceRequestView,
+    as_trace_view,
+    chunk_events,
+)
 
 VALUES = st.one_of(
     st.integers(-(2**63), 2**63 - 1).map(lambda n: AnyValue(int_value=n)),

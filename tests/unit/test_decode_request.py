@@ -6,9 +6,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest import columns
-from ingest.decode import decode_traces
 from streamscope import semconv as sc
+from streamscope_ingest.decode import columns
+from streamscope_ingest.decode.traces import decode_traces
 from tests.otlp_build import stream_span, trace_request
 
 

@@ -10,10 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from collector.pipeline import TRACES
-from ingest.decode import decode_traces
 from streamscope import semconv as sc
 from streamscope.errors import DecodeError
+from streamscope_collector.pipeline import TRACES
+from streamscope_ingest.decode.traces import decode_traces
 from tests.otlp_build import event_span, otlp_json, stream_span, trace_request
 
 VALID = trace_request(

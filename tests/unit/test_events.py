@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_agent import samples as m
-from gpu_agent.events import EventDeriver, Thresholds
-from gpu_agent.samples import Sample
+from streamscope_gpu_agent import samples as m
+from streamscope_gpu_agent.events import EventDeriver, Thresholds
+from streamscope_gpu_agent.samples import Sample
 
 SECOND = 1_000_000_000
 

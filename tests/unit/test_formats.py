@@ -5,7 +5,7 @@ from openai._models import construct_type
 from openai.types.chat import ChatCompletionChunk
 from openai.types.responses import ResponseStreamEvent
 
-from streamscope._internal.formats import OpenAIChat, estimate_tokens, make_format
+from streamscope.formats import OpenAIChat, estimate_tokens, make_format
 from tests.sse_fixtures import TOOL_CALL_FIXTURES, carries_tool_call, fixture_events
 
 

@@ -6,9 +6,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue
 
-from ingest import int_arrays
-from ingest.int_arrays import NotAnIntArray, decode_int_array, decode_int_arrays, element_count
-from streamscope._internal.int64_bytes import int64_bytes
+from streamscope.int64_bytes import int64_bytes
+from streamscope_ingest.decode import int_arrays
+from streamscope_ingest.decode.int_arrays import NotAnIntArray, decode_int_array, decode_int_arrays, element_count
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from dashboards.macros import MacroError, QueryContext, apply_variables, expand
+from streamscope_dashboards.macros import MacroError, QueryContext, apply_variables, expand
 
 CTX = QueryContext(
     start=datetime(2014, 11, 12, 11, 45, 26, 371000, tzinfo=UTC),

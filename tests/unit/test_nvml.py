@@ -14,8 +14,8 @@ import time
 import pynvml
 import pytest
 
-from gpu_agent import samples
-from gpu_agent.nvml import NvmlSampler, XidEvent
+from streamscope_gpu_agent import samples
+from streamscope_gpu_agent.nvml import NvmlSampler, XidEvent
 from tests.gpu_agent_nvml_double import FakeGpu, FakeNvml
 
 T0 = 1_800_000_000_000_000_000
@@ -24,7 +24,11 @@ ALL_GPU_METRICS = {value for name, value in vars(samples).items() if name.starts
 
 
 def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "gpu_agent.nvml" and r.levelno == logging.WARNING]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "streamscope_gpu_agent.nvml" and r.levelno == logging.WARNING
+    ]
 
 
 def by_metric(sampled: list[samples.Sample], gpu_index: int = 0) -> dict[str, float]:
@@ -45,7 +49,7 @@ def started(nvml: FakeNvml, **kwargs) -> NvmlSampler:
 
 @pytest.fixture(autouse=True)
 def _capture_all(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.DEBUG, logger="gpu_agent.nvml")
+    caplog.set_level(logging.DEBUG, logger="streamscope_gpu_agent.nvml")
 
 
 # values

@@ -11,8 +11,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from streamscope import StreamRecorder
 from streamscope import semconv as sc
-from streamscope._internal.formats import make_format
 from streamscope._internal.observer import StreamObserver
+from streamscope.formats import make_format
 from tests.otlp_build import int64s
 from tests.sse_fixtures import TOOL_CALL_FIXTURES, first_tool_call, fixture_events
 

@@ -9,10 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from ingest.int_arrays import decode_int_array
-from ingest.otlp_body import parse_json
 from streamscope import semconv as sc
 from streamscope.errors import DecodeError
+from streamscope_ingest.decode.int_arrays import decode_int_array
+from streamscope_ingest.decode.otlp_body import parse_json
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 

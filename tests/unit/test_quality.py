@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ingest.quality import andes_qoe, fluidity_index
+from streamscope_ingest.analysis.quality import andes_qoe, fluidity_index
 
 MS = 1000
 

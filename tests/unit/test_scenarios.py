@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from streamscope.errors import ConfigError
-from streamscope.workload.scenario import ScenarioError, load_scenario, parse, plan, shipped
+from streamscope_cli.workload.scenario import ScenarioError, load_scenario, parse, plan, shipped
 
 REQUIRED = {
     "steady",

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamscope.engine.scheduler import Scheduler, SchedulerConfig, Sequence, SpecDecodeConfig
+from streamscope_cli.engine.scheduler import Scheduler, SchedulerConfig, Sequence, SpecDecodeConfig
 
 request = st.tuples(st.integers(1, 400), st.integers(1, 120), st.sampled_from([None, "a", "b"]), st.booleans())
 

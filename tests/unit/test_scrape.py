@@ -8,10 +8,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gpu_agent import samples as m
-from gpu_agent.scrape import EngineScraper, ScrapeResult, http_fetch
-from streamscope.engine.metrics import VLLM_ITERATION_BUCKETS, exposition, make_metrics
-from streamscope.engine.scheduler import Scheduler, SchedulerConfig, Sequence
+from streamscope_cli.engine.metrics import VLLM_ITERATION_BUCKETS, exposition, make_metrics
+from streamscope_cli.engine.scheduler import Scheduler, SchedulerConfig, Sequence
+from streamscope_gpu_agent import samples as m
+from streamscope_gpu_agent.scrape import EngineScraper, ScrapeResult, http_fetch
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "metrics"
 URL = "http://gpu-7:8000/metrics"
@@ -546,7 +546,7 @@ def test_text_that_is_not_engine_metrics_fails_the_scrape(text: str, reason: str
 
 
 def _drive(metrics, scheduler: Scheduler, steps: int) -> dict[str, int]:
-    """Run ``steps`` engine steps the way streamscope.engine.runtime does, recording into ``metrics``."""
+    """Run ``steps`` engine steps the way streamscope_cli.engine.runtime does, recording into ``metrics``."""
     done = {"generation_tokens": 0, "finished": 0, "steps": 0, "step_tokens": 0}
     started: set[str] = set()
     for _ in range(steps):

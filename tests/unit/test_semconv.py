@@ -3,8 +3,8 @@ from __future__ import annotations
 import yaml
 
 from streamscope import semconv
-from streamscope._internal import semconv_codegen
-from streamscope._internal.schema_files import conventions_file
+from streamscope_cli.dev import semconv_codegen
+from streamscope_ingest.store.schema_files import conventions_file
 
 LEVELS = {"required", "conditionally_required", "recommended", "opt_in"}
 TYPES = {"string", "int", "double", "boolean", "string[]", "int[]", "int64s"}
@@ -14,7 +14,7 @@ SIDES = {"client", "server", "browser", "gateway", "simulator", "agent"}
 def test_generated_module_is_current():
     expected = semconv_codegen.render(semconv_codegen.load_registry())
     assert semconv_codegen.TARGET.read_text() == expected, (
-        "streamscope/semconv.py is stale: python -m streamscope._internal.semconv_codegen"
+        "streamscope/semconv.py is stale: python -m streamscope_cli.dev.semconv_codegen"
     )
 
 

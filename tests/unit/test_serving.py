@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import threading
 
-from streamscope._internal.serving import stop_on_signals, wait_until_set
+from streamscope_collector.serving import stop_on_signals, wait_until_set
 
 
 def test_sigterm_delivered_to_another_thread_still_stops_the_main_threads_wait():

@@ -3,7 +3,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamscope._internal.sse import SSEDecoder
+from streamscope.sse import SSEDecoder
 
 EVENTS_ON_THE_WIRE = [
     b'data: {"a":1}\n\n',

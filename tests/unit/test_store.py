@@ -6,8 +6,8 @@ from pathlib import Path
 import clickhouse_connect.driver.exceptions as driver_exceptions
 import pytest
 
-from ingest import store
 from streamscope.errors import ConfigError, RetryableWriteError, WriteError
+from streamscope_ingest import store
 
 
 def test_embedded_dsn():
@@ -52,7 +52,7 @@ def test_every_driver_exception_is_mapped():
         if issubclass(cls, Exception) and cls.__module__ == driver_exceptions.__name__:
             if issubclass(cls, Warning) and not issubclass(cls, driver_exceptions.Error):
                 continue  # warnings are not raised as errors
-            assert issubclass(cls, mapped), f"{name} is not mapped in ingest.store"
+            assert issubclass(cls, mapped), f"{name} is not mapped in streamscope_ingest.store"
 
 
 def test_translation_keeps_retryable_apart():

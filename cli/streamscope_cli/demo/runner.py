@@ -1,0 +1,140 @@
+"""``streamscope demo``: a scenario end to end on this machine, then its timing distributions.
+
+Starts an embedded collector, runs the scenario's workload against it (engine nodes, the impairment proxy,
+instrumented clients; ``mixed`` by default), waits until every stream is stored, attributes the stalls, and
+summarises them with SQL on the store, next to the ground truth of what was injected. With ``chat_port`` it
+then serves the demo chat page (``streamscope_cli.demo.chat``) against the same collector until Ctrl-C.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from streamscope import Encoding, env, set_default_encoding
+from streamscope_cli.demo.chat import serve_chat, start_chat
+from streamscope_cli.workload.load import LoadReport, attribute_settled, describe, run_load, wait_until_stored
+from streamscope_cli.workload.scenario import load_scenario, plan
+from streamscope_collector.config import CollectorConfig
+from streamscope_collector.service import Collector
+from streamscope_dashboards.fleet import Summary, summarize
+from streamscope_dashboards.macros import QueryContext
+from streamscope_ingest import store
+from streamscope_ingest.analysis.attribution_job import AttributionJob, PeriodicAttribution
+from streamscope_ingest.store import sql
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    scenario: str = "mixed"
+    streams: int | None = None
+    """Override the scenario's number of streams (for a quicker run)."""
+    storage_dsn: str = field(default_factory=env.default_storage_dsn)
+    encoding: Encoding = "packed"
+    store_timeout_s: float = 60.0
+    chat_port: int | None = None
+    """After the run, serve the demo chat page on this port until Ctrl-C (None: finish)."""
+
+
+def run_demo(config: DemoConfig, console: Console | None = None) -> Summary:
+    console = console or Console()
+    scenario = load_scenario(config.scenario)
+    if config.streams is not None:
+        scenario = replace(scenario, load=replace(scenario.load, streams=config.streams))
+    set_default_encoding(config.encoding)
+    stall_us = env.stall_threshold_us()
+    collector = Collector(
+        CollectorConfig(
+            storage_dsn=config.storage_dsn,
+            http_port=0,
+            grpc_port=None,
+            stall_threshold_us=stall_us,
+            attribution_interval_s=None,  # attributed once, below, when the run is complete
+            cors_origins=_chat_origins(config.chat_port),
+        )
+    ).start()
+    try:
+        since = datetime.now(UTC)
+        console.print(f"scenario [bold]{scenario.name}[/bold]: {scenario.description}")
+        with Progress(
+            TextColumn("streaming"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+        ) as progress:
+            task = progress.add_task("streams", total=len(plan(scenario)))
+            report = run_load(
+                scenario,
+                collector.http_url,
+                on_start=lambda workload: console.print(
+                    f"collector {collector.http_url} · storage {config.storage_dsn} · {describe(workload)}"
+                ),
+                on_stream_done=lambda outcome: progress.advance(task),
+            )
+        client = collector.query_client
+        wait_until_stored(client, report.planned, since, config.store_timeout_s)
+        attribute_settled(client)
+        ctx = QueryContext(since - timedelta(seconds=1), datetime.now(UTC), timedelta(seconds=10))
+        summary = summarize(lambda query: sql.parse_result(sql.query_json(client, query)), ctx, stall_us)
+        params = {"since": since}
+        truth = client.query(
+            "SELECT cause, count() FROM ground_truth WHERE start_time >= {since:DateTime64(6)} "
+            "GROUP BY cause ORDER BY cause",
+            parameters=params,
+        ).result_rows
+        stalls = client.query(
+            "SELECT cause, count() FROM stalls WHERE start_time >= {since:DateTime64(6)} GROUP BY cause ORDER BY cause",
+            parameters=params,
+        ).result_rows
+        engine_events = client.query(
+            "SELECT kind, count() FROM engine_events WHERE start_time >= {since:DateTime64(6)} "
+            "GROUP BY kind ORDER BY kind",
+            parameters=params,
+        ).result_rows
+        console.print(
+            _table(
+                summary,
+                stall_us,
+                config.encoding,
+                report,
+                {
+                    "injected causes (ground truth)": truth,
+                    "attributed stalls": stalls,
+                    "engine events (GPU agents)": engine_events,
+                },
+            )
+        )
+        if config.chat_port is not None:
+            _serve_chat(collector, config.chat_port, console)
+    finally:
+        collector.stop()
+    console.print(f"Next: streamscope report --storage {config.storage_dsn} --since 10m")
+    return summary
+
+
+def _chat_origins(port: int | None) -> tuple[str, ...]:
+    return () if port is None else (f"http://127.0.0.1:{port}", f"http://localhost:{port}")
+
+
+def _serve_chat(collector: Collector, port: int, console: Console) -> None:
+    """The chat page on ``port`` until Ctrl-C, its streams attributed every few seconds meanwhile."""
+    client = store.connect(collector.target)  # the job's own connection: one per thread on the embedded engine
+    attribution = PeriodicAttribution(AttributionJob(client, settle_s=2.0), interval_s=2.0).start()
+    try:
+        serve_chat(start_chat(collector.http_url, port=port), announce=console.print)
+    finally:
+        attribution.stop()
+        client.close()
+
+
+def _table(summary: Summary, stall_us: int, encoding: str, report: LoadReport, counts: dict[str, list[tuple]]) -> Table:
+    table = Table(title=f"streamscope demo · client side · {encoding} encoding", show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    outcomes = ", ".join(f"{n} {outcome}" for outcome, n in sorted(report.outcomes.items()))
+    rows = [*summary.rows(stall_us), ("outcomes", outcomes)]
+    rows += [(title, ", ".join(f"{name} {n}" for name, n in found) or "none") for title, found in counts.items()]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table

@@ -1,0 +1,321 @@
+"""The simulated engine's HTTP face: the OpenAI API a real vLLM or SGLang server offers.
+
+``POST /v1/chat/completions`` and ``POST /v1/completions`` (streamed as SSE with ``[DONE]`` and the usage
+chunk of ``stream_options.include_usage``, or not streamed), ``GET /v1/models``, ``GET /health`` and
+``GET /metrics``. Output knobs shape the stream as providers do: tokens per SSE chunk, and burst-at-head
+(hold the first tokens, release them at once, then trickle). Requests may carry a ``sim`` object with
+exact prompt sizes, a shared-prefix key and a speculative-decoding collapse window, so scenarios control
+the workload precisely; without it, sizes are estimated from the text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from streamscope.formats import estimate_tokens
+from streamscope.server import ServerChunk, ServerStream
+from streamscope_cli.engine.metrics import exposition, make_metrics
+from streamscope_cli.engine.runtime import Delay, Engine
+from streamscope_cli.engine.scheduler import Scheduler, SchedulerConfig, Sequence
+from streamscope_cli.engine.truth import StreamTruth
+from streamscope_cli.workload.ground_truth import GroundTruth, GroundTruthSink
+
+_WORDS = (
+    "tokens arrive in a rhythm the reader feels before any dashboard shows it and a pause mid answer reads as a "
+    "freeze while the fleet average stays green because averages forget the shape of each stream"
+).split()
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    tokens_per_chunk: int = 1
+    burst_at_head: int = 0
+    """Hold the first this-many tokens and release them together."""
+
+    def __post_init__(self) -> None:
+        if self.tokens_per_chunk < 1 or self.burst_at_head < 0:
+            raise ValueError("tokens_per_chunk must be at least 1 and burst_at_head at least 0")
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    node: str = "node-0"
+    model: str = "sim-llm"
+    flavor: str = "vllm"
+    """Metric names: vllm or sglang."""
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    ignore_disconnect: bool = False
+    interference_threshold_s: float = 0.05
+    default_max_tokens: int = 128
+    seed: int = 0
+
+
+class _BadRequest(ValueError):
+    """The request body is not a valid completion request."""
+
+
+class EngineNode:
+    """One simulated engine node: scheduler, step loop, metrics and the OpenAI app in front of them."""
+
+    def __init__(self, config: NodeConfig, *, sink: GroundTruthSink | None = None, tracer_provider: Any = None) -> None:
+        self.config = config
+        self.output = config.output
+        self.sink = sink
+        spec = config.scheduler.spec_decode
+        self.metrics = make_metrics(config.flavor, config.model, spec_draft_tokens=spec.draft_tokens if spec else 0)
+        self.engine = Engine(
+            Scheduler(config.scheduler, random.Random(config.seed)),
+            self.metrics,
+            interference_threshold_s=config.interference_threshold_s,
+            ignore_disconnect=config.ignore_disconnect,
+        )
+        self._tracer_provider = tracer_provider
+        self.app = self._create_app()
+
+    def set_output(self, output: OutputConfig) -> None:
+        """Change the stream shape from now on; a change in tokens per chunk is recorded as ground truth."""
+        if output.tokens_per_chunk != self.output.tokens_per_chunk and self.sink is not None:
+            now = time.time_ns()
+            self.sink.record(
+                GroundTruth(
+                    cause="chunking_regression",
+                    node=self.config.node,
+                    start_ns=now,
+                    end_ns=now,
+                    magnitude=float(output.tokens_per_chunk),
+                    detail={"from": str(self.output.tokens_per_chunk), "to": str(output.tokens_per_chunk)},
+                )
+            )
+        self.output = output
+
+    # --- HTTP ---------------------------------------------------------------------------------------------
+
+    def _create_app(self) -> FastAPI:
+        app = FastAPI(title=f"streamscope engine {self.config.node}", docs_url=None, redoc_url=None, openapi_url=None)
+        config = self.config
+
+        @app.get("/health")
+        async def health() -> dict[str, str]:
+            return {"status": "ok", "node": config.node}
+
+        @app.get("/v1/models")
+        async def models() -> dict[str, Any]:
+            return {"object": "list", "data": [{"id": config.model, "object": "model", "owned_by": "streamscope"}]}
+
+        @app.get("/metrics")
+        async def metrics() -> Response:
+            return Response(exposition(self.metrics), media_type=CONTENT_TYPE_LATEST)
+
+        @app.post("/v1/chat/completions")
+        async def chat(request: Request) -> Response:
+            return await self._complete(request, chat=True)
+
+        @app.post("/v1/completions")
+        async def completions(request: Request) -> Response:
+            return await self._complete(request, chat=False)
+
+        return app
+
+    async def _complete(self, request: Request, *, chat: bool) -> Response:
+        try:
+            body = await request.json()
+            if not isinstance(body, dict):
+                raise _BadRequest("body must be a JSON object")
+            sequence = self._sequence(body, chat)
+            generation = self.engine.submit(sequence)
+        except ValueError as exc:
+            return _error(400, str(exc))
+        rng = random.Random(f"{self.config.seed}:{sequence.request_id}")
+        if not body.get("stream"):
+            return await self._whole(sequence, generation, chat, rng)
+        stream = ServerStream(
+            request,
+            provider=self.config.flavor,
+            request_model=str(body.get("model") or self.config.model),
+            node_name=self.config.node,
+            engine_request_id=sequence.request_id,
+            tracer_provider=self._tracer_provider,
+        )
+        truth = StreamTruth(self.sink, self.config.node, _trace_id(request), sequence.request_id)
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        return stream.response(self._events(sequence, generation, chat, rng, stream, truth, include_usage))
+
+    def _sequence(self, body: dict[str, Any], chat: bool) -> Sequence:
+        sim = body.get("sim") or {}
+        if not isinstance(sim, dict):
+            raise _BadRequest("sim must be an object")
+        if chat:
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages:
+                raise _BadRequest("messages must be a non-empty list")
+            texts = [str(m.get("content", "")) if isinstance(m, dict) else "" for m in messages]
+            system = next((t for m, t in zip(messages, texts) if isinstance(m, dict) and m.get("role") == "system"), "")
+            prompt_text = "\n".join(texts)
+        else:
+            prompt = body.get("prompt")
+            if not isinstance(prompt, str):
+                raise _BadRequest("prompt must be a string")
+            prompt_text, system = prompt, ""
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens", self.config.default_max_tokens))
+        prompt_tokens = sim.get("prompt_tokens", max(1, estimate_tokens(prompt_text)))
+        prefix_tokens = sim.get("prefix_tokens", estimate_tokens(system))
+        collapse = sim.get("spec_collapse")
+        for name, value in (
+            ("max_tokens", max_tokens),
+            ("sim.prompt_tokens", prompt_tokens),
+            ("sim.prefix_tokens", prefix_tokens),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise _BadRequest(f"{name} must be a non-negative integer")
+        if max_tokens < 1 or prompt_tokens < 1:
+            raise _BadRequest("max_tokens and the prompt must be at least one token")
+        if collapse is not None and not (
+            isinstance(collapse, list) and len(collapse) == 2 and all(isinstance(v, int) for v in collapse)
+        ):
+            raise _BadRequest("sim.spec_collapse must be [first_token, end_token]")
+        prefix_key = sim.get("prefix") or (hashlib.sha1(system.encode()).hexdigest()[:16] if system else None)
+        return Sequence(
+            request_id=f"req-{uuid.uuid4().hex[:20]}",
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            prefix_key=str(prefix_key) if prefix_key else None,
+            prefix_tokens=min(prefix_tokens, prompt_tokens),
+            spec_collapse=tuple(collapse) if collapse else None,
+        )
+
+    async def _events(
+        self,
+        sequence: Sequence,
+        generation: AsyncIterator[Any],
+        chat: bool,
+        rng: random.Random,
+        stream: ServerStream,
+        truth: StreamTruth,
+        include_usage: bool,
+    ) -> AsyncIterator[ServerChunk]:
+        created = int(time.time())
+        response_id = f"{'chatcmpl' if chat else 'cmpl'}-{sequence.request_id[4:]}"
+        output = self.output
+        index = 0
+        sent = 0
+        pending = 0
+        delays: list[Delay] = []
+
+        def event(text: str | None, finish: str | None = None, usage: dict[str, int] | None = None) -> str:
+            if chat:
+                delta = (
+                    {} if text is None else ({"role": "assistant", "content": ""} if text == "" else {"content": text})
+                )
+                choices = [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]
+            else:
+                choices = [{"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}]
+            document: dict[str, Any] = {
+                "id": response_id,
+                "object": "chat.completion.chunk" if chat else "text_completion",
+                "created": created,
+                "model": self.config.model,
+                "choices": [] if usage else choices,
+            }
+            if usage:
+                document["usage"] = usage
+            return f"data: {json.dumps(document, separators=(',', ':'))}\n\n"
+
+        def content(tokens: int) -> ServerChunk:
+            nonlocal index, sent
+            words = [rng.choice(_WORDS) for _ in range(tokens)]
+            text = "".join((" " if sent + i else "") + w for i, w in enumerate(words))
+            truth.event(index, delays)
+            index += 1
+            sent += tokens
+            return ServerChunk(event(text), tokens, len(text.encode()))
+
+        try:
+            if chat:
+                yield ServerChunk(event(""), 0, 0)
+                index += 1
+            batch = await anext(generation, None)
+            while batch is not None:
+                pending += batch.tokens
+                delays.extend(batch.delays)
+                holding = (
+                    output.burst_at_head and sent == 0 and pending < min(output.burst_at_head, sequence.max_tokens)
+                )
+                emitted = False
+                while not holding and pending >= output.tokens_per_chunk:
+                    pending -= output.tokens_per_chunk
+                    emitted = True
+                    yield content(output.tokens_per_chunk)
+                if emitted:  # every event cut from this batch carried its delays; held tokens keep theirs
+                    delays.clear()
+                batch = await anext(generation, None)
+            if pending:
+                yield content(pending)
+                pending = 0
+            truth.close()
+            yield ServerChunk(event(None, finish="length"), 0, 0)
+            if include_usage:
+                usage = {
+                    "prompt_tokens": sequence.prompt_tokens,
+                    "completion_tokens": sent,
+                    "total_tokens": sequence.prompt_tokens + sent,
+                }
+                yield ServerChunk(event(None, usage=usage), 0, 0)
+            yield ServerChunk("data: [DONE]\n\n", 0, 0)
+        finally:
+            if sent < sequence.max_tokens:  # the client went away first
+                truth.close()
+                later = self.engine.remaining_tokens(sequence.request_id) if self.engine.ignore_disconnect else 0
+                stream.add_tokens_after_cancel(pending + later)
+            self.engine.release(sequence.request_id)
+
+    async def _whole(
+        self, sequence: Sequence, generation: AsyncIterator[Any], chat: bool, rng: random.Random
+    ) -> Response:
+        try:
+            tokens = 0
+            async for batch in generation:
+                tokens += batch.tokens
+        finally:
+            self.engine.release(sequence.request_id)
+        text = " ".join(rng.choice(_WORDS) for _ in range(tokens))
+        choice = (
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+            if chat
+            else {"index": 0, "text": text, "finish_reason": "length"}
+        )
+        usage = {
+            "prompt_tokens": sequence.prompt_tokens,
+            "completion_tokens": tokens,
+            "total_tokens": sequence.prompt_tokens + tokens,
+        }
+        return JSONResponse(
+            {
+                "id": f"{'chatcmpl' if chat else 'cmpl'}-{sequence.request_id[4:]}",
+                "object": "chat.completion" if chat else "text_completion",
+                "created": int(time.time()),
+                "model": self.config.model,
+                "choices": [choice],
+                "usage": usage,
+            }
+        )
+
+
+def _trace_id(request: Request) -> str:
+    parts = request.headers.get("traceparent", "").split("-")
+    return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else ""
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": "invalid_request_error", "code": status}}, status)

@@ -1,0 +1,167 @@
+"""Run the scheduler in real time: each step sleeps for its computed duration, then hands out tokens.
+
+Every token batch carries the delays that really hit it, as the scheduler saw them: a preemption (from
+the moment the request lost its KV to this batch), a prefill sharing its step (when the prefill part of the
+step exceeds a threshold), or collapsed speculative decoding. The app turns them into ground truth.
+
+A collapsed step's delay is only the time the collapse added: the last part of the step, as long as the
+share of the step's decoding time (not its prefill part, nor the loop running late) that normal acceptance
+would not have needed for the tokens it emitted (``StepResult.collapse_added``). Content that waited through
+several collapsed steps was delayed by the sum of their parts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from streamscope_cli.engine.metrics import EngineMetrics
+from streamscope_cli.engine.scheduler import Scheduler, Sequence, StepResult
+
+
+@dataclass(frozen=True)
+class Delay:
+    cause: str
+    start_ns: int
+    end_ns: int
+    magnitude: float
+    """Seconds the cause added (the prefill part of a step; the time since a preemption; the part of a step
+    that collapsed speculative decoding added)."""
+    adds_up: bool = False
+    """The delay is extra time at the end of its step (collapsed speculative decoding): for content that
+    waited through several such steps the delays add up, into one window that ends when the content went out."""
+
+
+@dataclass(frozen=True)
+class TokenBatch:
+    tokens: int
+    at_ns: int
+    """Wall-clock end of the step that produced them."""
+    delays: tuple[Delay, ...] = ()
+
+
+@dataclass
+class _Request:
+    queue: asyncio.Queue[TokenBatch | None]
+    arrival_ns: int
+    last_tokens_ns: int = 0
+    preempted_ns: int = 0
+    abandoned: bool = False
+
+
+class Engine:
+    """The scheduler, its metrics and its step loop; start it on the loop that serves requests."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        metrics: EngineMetrics,
+        *,
+        interference_threshold_s: float = 0.05,
+        ignore_disconnect: bool = False,
+    ) -> None:
+        self.scheduler = scheduler
+        self.metrics = metrics
+        self.interference_threshold_s = interference_threshold_s
+        self.ignore_disconnect = ignore_disconnect
+        self._requests: dict[str, _Request] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.steps = 0
+
+    def submit(self, sequence: Sequence) -> AsyncIterator[TokenBatch]:
+        """Admit ``sequence`` now (ValueError if it can never fit) and return its token batches as they come.
+
+        The caller must ``release`` the request when it stops reading before the end.
+        """
+        self._ensure_running()
+        self.scheduler.add(sequence)
+        request = _Request(queue=asyncio.Queue(), arrival_ns=time.time_ns())
+        self._requests[sequence.request_id] = request
+        self._wake.set()
+        return self._batches(sequence.request_id, request)
+
+    async def _batches(self, request_id: str, request: _Request) -> AsyncIterator[TokenBatch]:
+        try:
+            while (batch := await request.queue.get()) is not None:
+                yield batch
+        finally:
+            self.release(request_id)
+
+    def remaining_tokens(self, request_id: str) -> int:
+        """Tokens the engine has yet to generate for ``request_id`` (0 once finished or aborted)."""
+        sequence = self.scheduler.sequences.get(request_id)
+        return sequence.max_tokens - sequence.generated if sequence else 0
+
+    def release(self, request_id: str) -> None:
+        """The consumer stopped reading: abort the sequence, or with ignore_disconnect let it run to the end."""
+        request = self._requests.get(request_id)
+        if request is None:
+            return
+        if self.ignore_disconnect and request_id in self.scheduler.sequences:
+            request.abandoned = True
+            return
+        if request_id in self.scheduler.sequences:
+            self.scheduler.abort(request_id)
+            self.metrics.record_finished("abort", (time.time_ns() - request.arrival_ns) / 1e9)
+        del self._requests[request_id]
+
+    def _ensure_running(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="engine-steps")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            if not self.scheduler.has_work:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            start_ns = time.time_ns()
+            step = self.scheduler.step()
+            await asyncio.sleep(step.duration_s)
+            self._deliver(step, start_ns, time.time_ns())
+            self.steps += 1
+
+    def _deliver(self, step: StepResult, start_ns: int, end_ns: int) -> None:
+        for request_id in step.preempted:
+            if request_id in self._requests:
+                self._requests[request_id].preempted_ns = self._requests[request_id].preempted_ns or start_ns
+        gaps: dict[str, float] = {}
+        interference = step.prefill_s >= self.interference_threshold_s
+        decoded = set(step.decoded)
+        decode_ns = (step.duration_s - step.prefill_s) * 1e9
+        for request_id, tokens in step.emitted.items():
+            request = self._requests.get(request_id)
+            if request is None:
+                continue
+            delays = []
+            if request.preempted_ns:
+                delays.append(Delay("kv_pressure", request.preempted_ns, end_ns, (end_ns - request.preempted_ns) / 1e9))
+                request.preempted_ns = 0
+            if interference and request_id in decoded:
+                delays.append(Delay("prefill_interference", start_ns, end_ns, step.prefill_s))
+            added_ns = round(step.collapse_added.get(request_id, 0.0) * decode_ns)
+            if added_ns > 0:
+                delays.append(Delay("spec_decode", end_ns - added_ns, end_ns, added_ns / 1e9, adds_up=True))
+            if request.last_tokens_ns:
+                gaps[request_id] = (end_ns - request.last_tokens_ns) / 1e9
+            else:
+                self.metrics.record_first_token((end_ns - request.arrival_ns) / 1e9)
+            request.last_tokens_ns = end_ns
+            if not request.abandoned:
+                request.queue.put_nowait(TokenBatch(tokens, end_ns, tuple(delays)))
+        for request_id in step.finished:
+            request = self._requests.pop(request_id, None)
+            if request is not None:
+                self.metrics.record_finished("stop", (end_ns - request.arrival_ns) / 1e9)
+                request.queue.put_nowait(None)
+        self.metrics.record_step(step, self.scheduler, gaps)

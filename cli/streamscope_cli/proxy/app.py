@@ -1,0 +1,272 @@
+"""The proxy's HTTP side: forward any request to the upstream, stream the answer back, impair SSE streams.
+
+Requests go out with the client's method, path, query, headers and body (streamed), minus hop-by-hop headers;
+responses come back streamed, byte for byte. Only ``text/event-stream`` answers (2xx, not content-encoded)
+are candidates for impairment; a stream no rule hits is relayed exactly as read. Each request gets its own
+``httpx.AsyncClient`` so nothing outlives it, whichever event loop or server runs the app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import ssl
+import time
+import uuid
+from dataclasses import dataclass
+
+import anyio
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from streamscope_cli.proxy.config import ProxyConfig
+from streamscope_cli.proxy.framing import EventFramer
+from streamscope_cli.proxy.impairments import Dropped, Fact, Finish, Held, Schedule, Shaper, Stalled, StreamPlan, Write
+from streamscope_cli.workload.ground_truth import GroundTruth, GroundTruthSink
+
+log = logging.getLogger("streamscope_cli.proxy")
+
+REQUEST_ID_HEADER = "x-streamscope-proxy-request-id"
+"""Added to every proxied response: the ``request_id`` of this request's ground-truth records."""
+_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+_HOP_BY_HOP = frozenset(
+    b"connection keep-alive proxy-connection proxy-authenticate proxy-authorization te trailer trailers "
+    b"transfer-encoding upgrade".split()
+)
+_NOT_FORWARDED_UP = _HOP_BY_HOP | {b"host", b"expect"}
+_NOT_FORWARDED_DOWN = _HOP_BY_HOP | {b"server", b"date"}  # the proxy's own server writes these
+_TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$")
+
+
+def create_app(config: ProxyConfig, sink: GroundTruthSink | None = None) -> Starlette:
+    """The proxy as an ASGI app; every impairment that really happens is recorded in ``sink``."""
+    proxy = _Proxy(config, sink)
+    app = Starlette(routes=[Route("/{path:path}", proxy.handle, methods=_METHODS)])
+    app.state.proxy = proxy
+    return app
+
+
+def trace_id_of(traceparent: str | None) -> str:
+    """The trace id of a W3C traceparent header, or "" when it is absent or malformed."""
+    match = _TRACEPARENT.match((traceparent or "").strip().lower())
+    if match is None or match[1] == "ff" or match[2] == "0" * 32 or match[3] == "0" * 16:
+        return ""
+    if match[1] == "00" and match[5]:
+        return ""  # version 00 has exactly four fields
+    return match[2]
+
+
+class _Proxy:
+    def __init__(self, config: ProxyConfig, sink: GroundTruthSink | None) -> None:
+        self.config = config
+        self._sink = sink
+        self._schedule = Schedule(config.impairments, config.seed)
+        self._timeout = httpx.Timeout(
+            config.read_timeout_s, connect=config.connect_timeout_s, pool=config.connect_timeout_s
+        )
+        self._ssl: ssl.SSLContext | None = None
+
+    async def handle(self, request: Request) -> Response:
+        request_id = uuid.uuid4().hex
+        raw_path: bytes = request.scope.get("raw_path") or request.url.path.encode()
+        query: bytes = request.scope.get("query_string", b"")
+        url = self.config.upstream + raw_path.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
+        connection_listed = {
+            name.strip().lower().encode() for name in request.headers.get("connection", "").split(",") if name.strip()
+        }
+        headers = [
+            (name, value)
+            for name, value in request.headers.raw
+            if name.lower() not in _NOT_FORWARDED_UP and name.lower() not in connection_listed
+        ]
+        has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
+        if self._ssl is None and url.startswith("https:"):
+            self._ssl = ssl.create_default_context()  # loaded once, not per request
+        client = httpx.AsyncClient(timeout=self._timeout, trust_env=False, verify=self._ssl or True)
+        try:
+            upstream_request = httpx.Request(
+                request.method, url, headers=headers, content=request.stream() if has_body else None
+            )
+            upstream = await client.send(upstream_request, stream=True)
+        except BaseException as exc:
+            await client.aclose()
+            if isinstance(exc, httpx.TimeoutException):
+                return _error(504, f"upstream {self.config.upstream} did not answer in time ({type(exc).__name__})")
+            if isinstance(exc, httpx.ConnectError):
+                return _error(502, f"upstream {self.config.upstream} unreachable: {exc or type(exc).__name__}")
+            if isinstance(exc, httpx.TransportError):
+                return _error(502, f"upstream {self.config.upstream} failed: {exc or type(exc).__name__}")
+            if isinstance(exc, ClientDisconnect):
+                return Response(status_code=499)  # nobody is listening any more
+            if isinstance(exc, Exception):
+                log.exception("proxying %s %s failed", request.method, url)
+                return _error(502, f"proxy could not forward the request: {type(exc).__name__}: {exc}")
+            raise
+        plan = self._schedule.plan(request.url.path) if _impairable(upstream) else None
+        stream = _StreamContext(
+            proxy=self,
+            plan=plan if plan is not None and plan.impaired else None,
+            trace_id=trace_id_of(request.headers.get("traceparent")),
+            request_id=request_id,
+        )
+        return _Relay(upstream, client, stream)
+
+    def record(self, facts: list[Fact], stream: _StreamContext, wall_offset_ns: int) -> None:
+        """Turn the shaper's facts into ground-truth records (monotonic → wall clock)."""
+        if self._sink is None:
+            return
+        for fact in facts:
+            truth = _ground_truth(fact, self.config.node, stream, wall_offset_ns)
+            try:
+                self._sink.record(truth)
+            except Exception:
+                log.exception("ground-truth sink failed; record lost: %s", truth)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _StreamContext:
+    proxy: _Proxy
+    plan: StreamPlan | None
+    """None: relay the body untouched."""
+    trace_id: str
+    request_id: str
+
+
+def _ground_truth(fact: Fact, node: str, stream: _StreamContext, wall_offset_ns: int) -> GroundTruth:
+    ids = {"node": node, "trace_id": stream.trace_id, "request_id": stream.request_id}
+    if isinstance(fact, Held):
+        return GroundTruth(
+            cause="network_buffering",
+            start_ns=fact.start_ns + wall_offset_ns,
+            end_ns=fact.end_ns + wall_offset_ns,
+            chunk_indices=fact.indices,
+            magnitude=fact.longest_ns / 1e9,
+            detail={"kind": fact.kind},
+            **ids,
+        )
+    if isinstance(fact, Stalled):
+        return GroundTruth(
+            cause="connection",
+            start_ns=fact.start_ns + wall_offset_ns,
+            end_ns=fact.end_ns + wall_offset_ns,
+            chunk_indices=fact.indices,
+            magnitude=(fact.end_ns - fact.start_ns) / 1e9,
+            detail={"kind": "stall", "after_event": str(fact.after_event)},
+            **ids,
+        )
+    assert isinstance(fact, Dropped)
+    return GroundTruth(
+        cause="connection",
+        start_ns=fact.at_ns + wall_offset_ns,
+        end_ns=fact.at_ns + wall_offset_ns,
+        detail={"kind": "drop", "after_event": str(fact.after_event)},
+        **ids,
+    )
+
+
+def _impairable(upstream: httpx.Response) -> bool:
+    media_type = upstream.headers.get("content-type", "").split(";")[0].strip().lower()
+    encoding = upstream.headers.get("content-encoding", "identity").strip().lower()
+    return upstream.is_success and media_type == "text/event-stream" and encoding in ("", "identity")
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": "proxy_error", "code": status}}, status_code=status)
+
+
+class _Relay(Response):
+    """Streams the upstream response to the client; ends the body early (cuts the connection) when told to."""
+
+    def __init__(self, upstream: httpx.Response, client: httpx.AsyncClient, stream: _StreamContext) -> None:
+        self.status_code = upstream.status_code
+        self.background = None
+        self._upstream, self._client, self._stream = upstream, client, stream
+        self.raw_headers = [
+            (name.lower(), value) for name, value in upstream.headers.raw if name.lower() not in _NOT_FORWARDED_DOWN
+        ]
+        self.raw_headers.append((REQUEST_ID_HEADER.encode(), stream.request_id.encode()))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        complete = False
+        try:
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            async with anyio.create_task_group() as group:
+
+                async def watch_disconnect() -> None:
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                    group.cancel_scope.cancel()  # the client left: stop reading the upstream at once
+
+                group.start_soon(watch_disconnect)
+                if self._stream.plan is None:
+                    complete = await self._relay(send)
+                else:
+                    complete = await self._shape(send, self._stream.plan)
+                group.cancel_scope.cancel()
+            if complete:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            # else: returning without ending the body makes the server close the connection: a truncated body
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._upstream.aclose()
+                await self._client.aclose()
+
+    async def _relay(self, send: Send) -> bool:
+        try:
+            async for chunk in self._upstream.aiter_raw():
+                if chunk:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except httpx.HTTPError as exc:
+            log.warning("upstream broke off mid-body (%s); cutting the client connection", exc or type(exc).__name__)
+            return False
+        return True
+
+    async def _shape(self, send: Send, plan: StreamPlan) -> bool:
+        shaper = Shaper(plan)
+        wall_offset_ns = time.time_ns() - time.monotonic_ns()
+        arrived, room = asyncio.Event(), asyncio.Event()
+
+        async def read_upstream() -> None:
+            framer = EventFramer()
+            ok = True
+            try:
+                async for chunk in self._upstream.aiter_raw():
+                    for event in framer.feed(chunk):
+                        shaper.push(event)
+                    arrived.set()
+                    while shaper.buffered_bytes > shaper.max_buffer_bytes:  # backpressure on the upstream
+                        room.clear()
+                        await room.wait()
+            except httpx.HTTPError as exc:
+                log.warning("upstream broke off mid-stream (%s)", exc or type(exc).__name__)
+                ok = False
+            for event in framer.close():
+                shaper.push(event)
+            shaper.end(ok)
+            arrived.set()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(read_upstream)
+            while True:
+                arrived.clear()
+                step = shaper.poll(time.monotonic_ns())
+                facts = shaper.take_facts()
+                if facts:
+                    self._stream.proxy.record(facts, self._stream, wall_offset_ns)
+                if isinstance(step, Write):
+                    await send({"type": "http.response.body", "body": step.data, "more_body": True})
+                    room.set()
+                elif isinstance(step, Finish):
+                    group.cancel_scope.cancel()
+                    return step.complete
+                else:
+                    timeout = None if step.until_ns is None else max(0.0, (step.until_ns - time.monotonic_ns()) / 1e9)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(arrived.wait(), timeout)
+        return False  # not reached: the loop only leaves by returning

@@ -1,0 +1,70 @@
+"""Read-only queries for the commands (`streamscope sql`, `streamscope report`): straight on the store, or
+through the collector that owns it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+import httpx
+
+from streamscope.errors import StreamscopeError
+
+if TYPE_CHECKING:  # the server extra may not be installed where the SDK is
+    from streamscope_ingest.store.sql import QueryResult
+
+Query = Callable[[str], "QueryResult"]
+
+
+@contextmanager
+def opened_store(storage_dsn: str, collector_url: str | None) -> Iterator[Query]:
+    """A function running read-only SQL, through a running collector when it owns the embedded store."""
+    from streamscope_collector.service import running_collector_url
+    from streamscope_ingest import store
+    from streamscope_ingest.store import sql
+
+    target = store.parse_dsn(storage_dsn)
+    url = collector_url or running_collector_url(target)
+    if url:
+        with httpx.Client(base_url=url.rstrip("/"), timeout=60.0) as http:
+            yield lambda query: sql.parse_result(_through_collector(http, query))
+        return
+    client = store.connect(target, create_database=target.embedded)  # on a server, a reading account cannot
+    try:
+        yield lambda query: sql.parse_result(sql.query_json(client, query))
+    finally:
+        client.close()
+
+
+def _through_collector(http: httpx.Client, query: str) -> bytes:
+    try:
+        response = http.post("/api/v1/sql", json={"query": query})
+    except httpx.HTTPError as exc:
+        raise StreamscopeError(f"collector at {http.base_url} did not answer: {exc}") from None
+    if response.status_code != 200:
+        try:
+            message = response.json().get("error", response.text)
+        except ValueError:
+            message = response.text
+        raise StreamscopeError(f"query failed: {message}")
+    return response.content
+
+
+def print_result(result: QueryResult, output: str) -> None:
+    if output == "json":
+        print(json.dumps([dict(zip(result.names, row)) for row in result.rows], default=str))
+    elif output == "tsv":
+        print("\t".join(result.names))
+        for row in result.rows:
+            print("\t".join("" if v is None else str(v) for v in row))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(*result.names)
+        for row in result.rows:
+            table.add_row(*("NULL" if v is None else str(v) for v in row))
+        Console(file=sys.stdout).print(table)

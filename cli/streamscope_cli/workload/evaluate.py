@@ -1,0 +1,62 @@
+"""`streamscope eval SCENARIO`: run a scenario, attribute its stalls, and score them against ground truth."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from streamscope import env
+from streamscope_cli.workload.load import run_load, wait_until_stored
+from streamscope_cli.workload.scenario import Scenario, load_scenario, plan
+from streamscope_collector.config import CollectorConfig
+from streamscope_collector.service import Collector
+from streamscope_ingest.analysis.attribution_job import AttributionJob
+from streamscope_ingest.analysis.evaluation import STALL_CAUSES, Score, score
+
+
+def evaluate(scenario: Scenario, storage_dsn: str, settle_s: float = 2.0, timeout_s: float = 60.0) -> Score:
+    # attribution runs once, below, over everything: the periodic job would race it for the watermark
+    collector = Collector(
+        CollectorConfig(storage_dsn=storage_dsn, http_port=0, grpc_port=None, attribution_interval_s=None)
+    ).start()
+    try:
+        since = datetime.now(UTC)
+        run_load(scenario, collector.http_url)
+        wait_until_stored(collector.query_client, len(plan(scenario)), since, timeout_s)
+        time.sleep(settle_s)  # the last agent events and ground truth
+        AttributionJob(collector.query_client, settle_s=0).run_once(until=datetime.now(UTC))
+        return score(collector.query_client, since)
+    finally:
+        collector.stop()
+
+
+def evaluate_named(name: str, storage_dsn: str | None = None, streams: int | None = None) -> Score:
+    scenario = load_scenario(name)
+    if streams:
+        scenario = replace(scenario, load=replace(scenario.load, streams=streams))
+    return evaluate(scenario, storage_dsn or env.default_storage_dsn())
+
+
+def render(name: str, result: Score) -> str:
+    lines = [f"scenario {name}", f"{'cause':22} {'precision':>9} {'recall':>7} {'F1':>6} {'support':>8}"]
+
+    def fmt(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    for cause in STALL_CAUSES:
+        if result.support(cause) or result.precision(cause) is not None:
+            lines.append(
+                f"{cause:22} {fmt(result.precision(cause)):>9} {fmt(result.recall(cause)):>7} "
+                f"{fmt(result.f1(cause)):>6} {result.support(cause):>8}"
+            )
+    labels = sorted({t for t, _ in result.confusion} | {p for _, p in result.confusion})
+    lines.append("")
+    lines.append("confusion (rows: injected, columns: attributed)")
+    lines.append(" " * 22 + "".join(f"{label[:10]:>11}" for label in labels))
+    for truth in labels:
+        lines.append(f"{truth:22}" + "".join(f"{result.confusion[(truth, p)]:>11}" for p in labels))
+    if result.undetected:
+        lines.append("undetected: " + ", ".join(f"{c} {n}" for c, n in sorted(result.undetected.items())))
+    lines.append(f"stalls blamed on an injected cause without one: {result.blamed_on_injected()}")
+    return "\n".join(lines)

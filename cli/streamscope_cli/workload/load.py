@@ -1,0 +1,222 @@
+"""Drive a scenario: start its engine nodes and proxy, send its planned streams with instrumented clients.
+
+Client spans come from ``astream_sse`` (service ``sim-client``), server spans from the engines'
+``ServerStream`` (service ``sim-engine``), ground truth from what the engines and the proxy did; all of it
+goes to the collector over OTLP. Clients cancel where the plan says, by leaving the stream early.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from clickhouse_connect.driver.client import Client
+from opentelemetry.sdk.trace import TracerProvider
+
+from streamscope import astream_sse, setup
+from streamscope.errors import StreamscopeError
+from streamscope_cli.engine.app import EngineNode
+from streamscope_cli.proxy.app import create_app as create_proxy
+from streamscope_cli.proxy.config import ProxyConfig
+from streamscope_cli.workload.ground_truth import GroundTruthSink
+from streamscope_cli.workload.scenario import PlannedStream, Scenario, plan
+from streamscope_cli.workload.truth_export import OtlpGroundTruthSink, ground_truth_logger
+from streamscope_collector.serving import BackgroundServer
+from streamscope_gpu_agent.agent import AgentConfig, GpuAgent
+from streamscope_ingest.analysis.attribution_job import AttributionJob
+
+CLIENT_SERVICE = "sim-client"
+ENGINE_SERVICE = "sim-engine"
+WORKLOAD_SERVICE = "sim-workload"
+
+
+@dataclass
+class RunningWorkload:
+    nodes: dict[str, EngineNode]
+    urls: dict[str, str]
+    proxy_url: str | None
+    servers: list[BackgroundServer] = field(default_factory=list)
+
+    def url_for(self, stream: PlannedStream) -> str:
+        base = self.proxy_url if stream.via_proxy and self.proxy_url else self.urls[stream.node]
+        return f"{base}/v1/chat/completions"
+
+    def stop(self) -> None:
+        for server in reversed(self.servers):
+            server.stop()
+
+
+def start_workload(
+    scenario: Scenario, *, sink: GroundTruthSink | None, engine_traces: TracerProvider | None, host: str = "127.0.0.1"
+) -> RunningWorkload:
+    """Start the scenario's engine nodes (and its proxy) on free loopback ports."""
+    workload = RunningWorkload(nodes={}, urls={}, proxy_url=None)
+    try:
+        for config in scenario.nodes:
+            node = EngineNode(config, sink=sink, tracer_provider=engine_traces)
+            server = BackgroundServer(node.app, host, 0, name=f"engine-{config.node}").start()
+            workload.servers.append(server)
+            workload.nodes[config.node] = node
+            workload.urls[config.node] = f"http://{host}:{server.port}"
+        if scenario.proxy:
+            proxy_config = ProxyConfig.from_dict(
+                {
+                    "upstream": workload.urls[scenario.proxy["fronts"]],
+                    "node": scenario.proxy.get("node", "proxy"),
+                    "seed": scenario.seed,
+                    "impairments": scenario.proxy.get("impairments", []),
+                }
+            )
+            server = BackgroundServer(create_proxy(proxy_config, sink), host, 0, name="proxy").start()
+            workload.servers.append(server)
+            workload.proxy_url = f"http://{host}:{server.port}"
+    except BaseException:
+        workload.stop()
+        raise
+    return workload
+
+
+@dataclass
+class LoadReport:
+    planned: int
+    outcomes: Counter[str] = field(default_factory=Counter)
+    duration_s: float = 0.0
+
+    @property
+    def finished(self) -> int:
+        return sum(self.outcomes.values())
+
+
+async def drive(
+    scenario: Scenario,
+    workload: RunningWorkload,
+    *,
+    client_traces: TracerProvider | None,
+    on_stream_done: Callable[[str], None] = lambda outcome: None,
+) -> LoadReport:
+    """Send every planned stream at its time; returns how each one ended (completed/cancelled/error...)."""
+    streams = plan(scenario)
+    report = LoadReport(planned=len(streams))
+    gate = asyncio.Semaphore(scenario.load.concurrency)
+    started = time.monotonic()
+    limits = httpx.Limits(max_connections=scenario.load.concurrency * 2, max_keepalive_connections=64)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(120.0, connect=10.0), limits=limits) as client:
+
+        async def one(stream: PlannedStream) -> None:
+            await asyncio.sleep(max(0.0, stream.at_s - (time.monotonic() - started)))
+            if stream.storm:  # storm prompts do not wait for a client slot: they arrive regardless
+                outcome = await _stream(client, workload.url_for(stream), stream, client_traces)
+            else:
+                async with gate:
+                    outcome = await _stream(client, workload.url_for(stream), stream, client_traces)
+            report.outcomes[outcome] += 1
+            on_stream_done(outcome)
+
+        tasks = [asyncio.create_task(one(stream)) for stream in streams]
+        regression = scenario.chunking_regression
+        if regression:
+            tasks.append(
+                asyncio.create_task(
+                    _change_chunking(workload, regression.node, regression.at_s, regression.tokens_per_chunk)
+                )
+            )
+        await asyncio.gather(*tasks)
+    report.duration_s = time.monotonic() - started
+    return report
+
+
+async def _change_chunking(workload: RunningWorkload, node: str, at_s: float, tokens_per_chunk: int) -> None:
+    await asyncio.sleep(at_s)
+    engine_node = workload.nodes[node]
+    engine_node.set_output(replace(engine_node.output, tokens_per_chunk=tokens_per_chunk))
+
+
+async def _stream(
+    client: httpx.AsyncClient, url: str, stream: PlannedStream, tracer_provider: TracerProvider | None
+) -> str:
+    try:
+        async with astream_sse(client, "POST", url, json=stream.body(), tracer_provider=tracer_provider) as events:
+            received = 0
+            async for event in events:
+                received += bool(event.payload)
+                if stream.cancel_after_chunks is not None and received >= stream.cancel_after_chunks:
+                    return "cancelled"
+        return "completed"
+    except httpx.RemoteProtocolError:
+        return "disconnected"
+    except httpx.HTTPError:
+        return "error"
+
+
+def run_load(
+    scenario: Scenario,
+    collector_url: str,
+    *,
+    agents: bool = True,
+    on_start: Callable[[RunningWorkload], None] = lambda workload: None,
+    on_stream_done: Callable[[str], None] = lambda outcome: None,
+) -> LoadReport:
+    """Run ``scenario`` end to end, exporting spans and ground truth to the collector at ``collector_url``.
+
+    With ``agents``, a GPU agent per engine node scrapes its /metrics into the collector meanwhile (the
+    simulated nodes have no GPU, so the agents read no NVML).
+    """
+    client_traces = setup(CLIENT_SERVICE, endpoint=collector_url, set_global=False)
+    engine_traces = setup(ENGINE_SERVICE, endpoint=collector_url, set_global=False)
+    truth_logs = ground_truth_logger(WORKLOAD_SERVICE, collector_url)
+    workload = start_workload(
+        scenario, sink=OtlpGroundTruthSink(truth_logs, scenario=scenario.name), engine_traces=engine_traces
+    )
+    node_agents = (
+        [
+            GpuAgent(AgentConfig(node=name, engine_url=f"{url}/metrics", collector_url=collector_url, gpu=False))
+            for name, url in workload.urls.items()
+        ]
+        if agents
+        else []
+    )
+    try:
+        for agent in node_agents:
+            agent.start()
+        on_start(workload)
+        return asyncio.run(drive(scenario, workload, client_traces=client_traces, on_stream_done=on_stream_done))
+    finally:
+        for agent in node_agents:
+            agent.stop()
+        workload.stop()
+        for provider in (client_traces, engine_traces, truth_logs):
+            provider.shutdown()
+
+
+def describe(workload: RunningWorkload) -> dict[str, Any]:
+    """Where the workload's parts listen, for people watching a run."""
+    return {"engines": dict(workload.urls), "proxy": workload.proxy_url}
+
+
+def wait_until_stored(client: Client, expected: int, since: datetime, timeout_s: float) -> None:
+    """Block until ``expected`` client streams started since ``since`` are in the store (spans arrive batched)."""
+    deadline = time.monotonic() + timeout_s
+    query = "SELECT count() FROM streams WHERE service = {service:String} AND start_time >= {since:DateTime64(6)}"
+    stored = 0
+    while time.monotonic() < deadline:
+        stored = client.query(query, parameters={"service": CLIENT_SERVICE, "since": since}).result_rows[0][0]
+        if stored >= expected:
+            return
+        time.sleep(0.2)
+    raise StreamscopeError(f"only {stored} of {expected} streams reached the store within {timeout_s:g} s")
+
+
+def attribute_settled(client: Client, settle_s: float = 2.0) -> int:
+    """Once a run is stored: wait ``settle_s`` for the agents' last events, then attribute every stream now.
+
+    Runs that end (demo, eval) do this instead of the collector's periodic job, which holds streams back
+    until they settle and would race this pass for the watermark. Returns the stalls written.
+    """
+    time.sleep(settle_s)
+    return AttributionJob(client, settle_s=0).run_once(until=datetime.now(UTC))

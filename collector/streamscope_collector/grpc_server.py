@@ -1,0 +1,115 @@
+"""OTLP/gRPC receiver: the Trace, Logs and Metrics services over grpcio, on the same pipeline as HTTP."""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+from google.protobuf.message import Message
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+from streamscope.errors import LimitExceeded, Overloaded, RetryableWriteError, WriteError
+from streamscope_collector.admission import Admission
+from streamscope_collector.auth import Unauthorized
+from streamscope_collector.metrics import SelfMetrics
+from streamscope_collector.pipeline import LOGS, METRICS, TRACES, ExportPipeline, ExportResult, Signal
+from streamscope_ingest.decode.request_log import Received
+from streamscope_ingest.durability.group_commit import Ticket
+
+log = logging.getLogger(__name__)
+
+
+class _Exporter:
+    """One export call: admission, the pipeline, and the status OTLP/gRPC gives each failure."""
+
+    def __init__(self, pipeline: ExportPipeline, admission: Admission, metrics: SelfMetrics) -> None:
+        self._pipeline, self._admission, self._metrics = pipeline, admission, metrics
+
+    def __call__(self, signal: Signal, request: Message, context: grpc.ServicerContext) -> Message:
+        try:
+            tenant = self._admission.credentials.tenant(dict(context.invocation_metadata()).get("authorization"))
+            result, ticket = self._accept(signal, request, tenant)
+            self._pipeline.wait_for_store(ticket)
+            return signal.response(result)
+        except Exception as exc:
+            code, http_status, message = _failure(exc, signal)
+            self._metrics.refused(http_status)
+            context.abort(code, message)
+        raise AssertionError("unreachable: context.abort raises")
+
+    def _accept(self, signal: Signal, request: Message, tenant: str) -> tuple[ExportResult, Ticket]:
+        """Decode and spool the request within the in-flight budget; returns once it is durable, having let go of
+        the rows (gRPC holds the parsed request until the call ends)."""
+        size = request.ByteSize()
+        with self._admission.budget.reserve() as reservation:
+            reservation.take(size)
+            self._admission.rate.admit(tenant, size)
+            with self._admission.expansion:
+                batch = self._pipeline.decode(signal, request, tenant, Received("grpc", "protobuf", "", size, size))
+            ticket = self._pipeline.spool(batch, signal.name, reservation)
+        return ExportResult.of(batch, signal), ticket
+
+
+def _failure(exc: Exception, signal: Signal) -> tuple[grpc.StatusCode, int, str]:
+    """The gRPC status, the HTTP status it stands for (for the metrics), and the message."""
+    if isinstance(exc, Unauthorized):
+        return grpc.StatusCode.UNAUTHENTICATED, 401, str(exc)
+    if isinstance(exc, LimitExceeded):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, 413, str(exc)
+    if isinstance(exc, Overloaded):  # UNAVAILABLE: the status OTLP exporters retry without RetryInfo
+        return grpc.StatusCode.UNAVAILABLE, 429, f"{exc}; retry later"
+    if isinstance(exc, RetryableWriteError):
+        return grpc.StatusCode.UNAVAILABLE, 503, f"{exc}; retry later"
+    if isinstance(exc, WriteError):
+        return grpc.StatusCode.INTERNAL, 500, str(exc)
+    log.error("unexpected error handling an OTLP/gRPC %s export", signal.name, exc_info=exc)
+    return grpc.StatusCode.INTERNAL, 500, "internal error in the collector; the request was not stored"
+
+
+_SERVICES = {
+    TRACES: trace_service_pb2.DESCRIPTOR.services_by_name["TraceService"],
+    LOGS: logs_service_pb2.DESCRIPTOR.services_by_name["LogsService"],
+    METRICS: metrics_service_pb2.DESCRIPTOR.services_by_name["MetricsService"],
+}
+"""Each signal's OTLP service; its one method, Export, parses requests as ``Signal.protobuf_type``."""
+
+
+def _service(signal: Signal, export: _Exporter) -> grpc.GenericRpcHandler:
+    service = _SERVICES[signal]
+    (method,) = service.methods
+    handler = grpc.unary_unary_rpc_method_handler(
+        lambda request, context: export(signal, request, context),
+        request_deserializer=signal.protobuf_type.FromString,
+        response_serializer=lambda response: response.SerializeToString(),
+    )
+    return grpc.method_handlers_generic_handler(service.full_name, {method.name: handler})
+
+
+def start_grpc_server(
+    pipeline: ExportPipeline,
+    admission: Admission,
+    metrics: SelfMetrics,
+    *,
+    host: str,
+    port: int,
+    max_request_bytes: int,
+    workers: int = 8,
+) -> tuple[grpc.Server, int]:
+    """Start serving; returns the server and the bound port (useful when ``port`` is 0).
+
+    grpcio enforces ``max_request_bytes`` on the decompressed message and answers RESOURCE_EXHAUSTED.
+    """
+    server = grpc.server(
+        ThreadPoolExecutor(max_workers=workers, thread_name_prefix="otlp-grpc"),
+        options=[("grpc.max_receive_message_length", max_request_bytes)],
+    )
+    export = _Exporter(pipeline, admission, metrics)
+    server.add_generic_rpc_handlers([_service(signal, export) for signal in _SERVICES])
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot listen for OTLP/gRPC on {host}:{port}")
+    server.start()
+    return server, bound

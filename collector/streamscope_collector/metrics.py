@@ -1,0 +1,125 @@
+"""The collector's own metrics, served on ``/metrics`` in the Prometheus text format.
+
+Counters of what happened (rows accepted, requests refused by reason, repeated spans dropped, batches set
+aside, store failures), a histogram of insert latency, and gauges read at scrape time (spool depth, bytes in
+flight, whether the store takes writes). One registry per collector, so two collectors in one process
+(tests, the demo) never mix their numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from streamscope_ingest.decode.batch import DecodedBatch
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+_PREFIX = "streamscope_collector"
+REFUSAL_REASONS = {
+    400: "bad_request",
+    401: "unauthenticated",
+    403: "forbidden",
+    413: "too_large",
+    415: "unsupported_media",
+    429: "overloaded",
+    500: "internal",
+    503: "unavailable",
+}
+
+
+class SelfMetrics:
+    """Implements ``streamscope_ingest.durability.group_commit.WriteObserver``.
+
+    The transports call ``accepted`` and ``refused``.
+    """
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self._accepted = Counter(f"{_PREFIX}_accepted_rows", "Rows accepted into the spool.", ["table"], registry=r)
+        self._rejected_items = Counter(
+            f"{_PREFIX}_rejected_items",
+            "Spans, log records or points rejected in accepted requests.",
+            ["signal"],
+            registry=r,
+        )
+        self._ignored = Counter(
+            f"{_PREFIX}_ignored_items",
+            "Valid items that are not for us (spans that are not streams).",
+            ["signal"],
+            registry=r,
+        )
+        self._refused = Counter(
+            f"{_PREFIX}_refused_requests", "Requests answered with an error, by reason.", ["reason"], registry=r
+        )
+        self._written = Counter(
+            f"{_PREFIX}_written_rows", "Rows the store confirmed, repeated spans included.", ["table"], registry=r
+        )
+        self._repeated = Counter(
+            f"{_PREFIX}_repeated_spans_dropped", "Spans already stored, sent again, left out.", registry=r
+        )
+        self._quarantined = Counter(
+            f"{_PREFIX}_dropped_batches",
+            "Batches the store refused for good, kept in the spool's quarantine.",
+            registry=r,
+        )
+        self._store_failures = Counter(
+            f"{_PREFIX}_store_failures", "Inserts that failed and will be retried.", registry=r
+        )
+        self._write_seconds = Histogram(
+            f"{_PREFIX}_store_write_seconds",
+            "Time to insert one group of spool segments.",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=r,
+        )
+
+    def watch(self, name: str, documentation: str, read: Callable[[], float]) -> None:
+        """A gauge whose value is read at scrape time."""
+        Gauge(f"{_PREFIX}_{name}", documentation, registry=self.registry).set_function(read)
+
+    def accepted(self, signal: str, batch: DecodedBatch) -> None:
+        for table, rows in batch.counts().items():
+            self._accepted.labels(table).inc(rows)
+        self._rejected_items.labels(signal).inc(len(batch.rejected))
+        self._ignored.labels(signal).inc(batch.ignored)
+
+    def refused(self, status: int) -> None:
+        self._refused.labels(REFUSAL_REASONS.get(status, str(status))).inc()
+
+    # WriteObserver
+
+    def insert_written(self, seconds: float, batches: list[DecodedBatch], repeated_spans: int) -> None:
+        self._write_seconds.observe(seconds)
+        for batch in batches:
+            for table, rows in batch.counts().items():
+                self._written.labels(table).inc(rows)
+        self._repeated.inc(repeated_spans)
+
+    def store_failed(self, error: Exception) -> None:
+        self._store_failures.inc()
+
+    def quarantined(self, batches: int) -> None:
+        self._quarantined.inc(batches)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class CountRefusals:
+    """ASGI middleware: every answer of 400 or more counts as a refused request, by its status."""
+
+    def __init__(self, app, metrics: SelfMetrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def counting(message) -> None:
+            if message["type"] == "http.response.start" and message["status"] >= 400:
+                self.metrics.refused(message["status"])
+            await send(message)
+
+        return await self.app(scope, receive, counting)

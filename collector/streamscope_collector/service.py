@@ -1,0 +1,227 @@
+"""Run the collector: open and migrate the store, then serve OTLP over HTTP and gRPC.
+
+``Collector.start()`` serves from background threads and returns, so the demo and the tests can run one
+in-process; ``streamscope collector`` calls ``serve_forever()``. It inserts through the storage DSN's account
+and reads (repeated-span lookups, the attribution job, SQL) through the query DSN's, when one is given, so a
+server can give each account only the grants it needs. While it runs with the embedded engine it
+leaves ``collector.json`` in the data directory, telling other commands to query through its HTTP API.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+from clickhouse_connect.driver.client import Client
+
+from streamscope import env
+from streamscope.errors import ConfigError, WriteError
+from streamscope_collector.admission import Admission
+from streamscope_collector.config import CollectorConfig
+from streamscope_collector.grpc_server import start_grpc_server
+from streamscope_collector.http_app import KEEP_ALIVE_S, SqlRunner, create_app
+from streamscope_collector.metrics import SelfMetrics
+from streamscope_collector.pipeline import ExportPipeline
+from streamscope_collector.serving import BackgroundServer, connectable_host, stop_on_signals, wait_until_set
+from streamscope_ingest import store
+from streamscope_ingest.analysis.attribution_job import AttributionJob, PeriodicAttribution
+from streamscope_ingest.durability.group_commit import GroupCommitWriter
+from streamscope_ingest.durability.spool import Spool
+from streamscope_ingest.store import migrations, sql
+from streamscope_ingest.store.writer import ClickHouseWriter
+
+log = logging.getLogger(__name__)
+DISCOVERY_FILE = "collector.json"
+
+
+class Collector:
+    def __init__(self, config: CollectorConfig) -> None:
+        self.config = config
+        self.target = store.parse_dsn(config.storage_dsn)
+        self.read_target = self._read_target()
+        self.http_port: int | None = None
+        self.grpc_port: int | None = None
+        self._writer: GroupCommitWriter | None = None
+        self._http: BackgroundServer | None = None
+        self._grpc = None
+        self._clients: list = []
+        self.query_client = None
+        self.pipeline: ExportPipeline | None = None
+        self._attribution: PeriodicAttribution | None = None
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{connectable_host(self.config.host)}:{self.http_port}"
+
+    @property
+    def spool_dir(self) -> Path:
+        if self.config.spool_dir is not None:
+            return self.config.spool_dir
+        if self.target.embedded and self.target.path is not None:
+            return self.target.path / "spool" / self.target.database
+        return env.default_data_dir() / "spool" / f"{self.target.host}-{self.target.port}-{self.target.database}"
+
+    @property
+    def grpc_endpoint(self) -> str:
+        return f"{connectable_host(self.config.host)}:{self.grpc_port}"
+
+    def _read_target(self) -> store.StoreTarget:
+        if not self.config.query_storage_dsn:
+            return self.target
+        read = store.parse_dsn(self.config.query_storage_dsn)
+        if replace(read, username=self.target.username, password=self.target.password) != self.target:
+            raise ConfigError(
+                f"the query DSN must name the same store and database as the storage DSN, with another account: "
+                f"{self.config.query_storage_dsn!r}"
+            )
+        return read
+
+    def _connect(self, target: store.StoreTarget, create_database: bool = False) -> Client:
+        """A client of its own (the embedded engine wants one per thread), closed at stop."""
+        client = store.connect(target, create_database=create_database)
+        self._clients.append(client)
+        return client
+
+    def start(self) -> Collector:
+        write_client = self._connect(self.target, create_database=self.config.migrate)
+        if self.config.migrate:
+            applied = migrations.migrate(write_client)
+            for migration in applied:
+                log.info("applied migration %s", migration.path.name)
+        self.query_client = query_client = self._connect(self.read_target)
+        spool = Spool(self.spool_dir, max_bytes=self.config.spool_max_bytes, fsync=self.config.spool_fsync)
+        if replay := len(spool.pending()):
+            log.info("writing %d spool segment(s) left from the last run", replay)
+        self.metrics = metrics = SelfMetrics()
+        self._writer = writer = GroupCommitWriter(
+            spool, ClickHouseWriter(write_client, lookups=self._connect(self.read_target)), observer=metrics
+        )
+        self.pipeline = ExportPipeline(
+            writer,
+            stall_threshold_us=self.config.stall_threshold_us,
+            write_timeout_s=self.config.write_timeout_s,
+            store_wait_s=self.config.store_wait_s,
+            metrics=metrics,
+            limits=self.config.limits,
+        )
+        self.admission = admission = Admission.from_config(self.config)
+        metrics.watch("spool_bytes", "Bytes in the spool waiting for the store.", lambda: spool.bytes)
+        metrics.watch("spool_segments", "Spool segments waiting for the store.", writer.backlog)
+        metrics.watch(
+            "inflight_bytes", "Bytes of requests and their rows on the way to the spool.", lambda: admission.budget.used
+        )
+        metrics.watch("store_up", "1 while the store takes writes, 0 while they fail.", lambda: writer.store_healthy)
+
+        def readiness() -> tuple[bool, dict]:
+            waiting = spool.bytes
+            room = waiting + self.config.max_request_bytes <= spool.max_bytes
+            try:
+                store_up = writer.store_healthy and bool(store.call(query_client.ping))
+            except WriteError:
+                store_up = False
+            state = {
+                "status": "ready" if room else "spool full",
+                "store": "up" if store_up else f"down: {writer.last_error or 'no answer to ping'}",
+                "spool": {"segments": writer.backlog(), "bytes": waiting, "max_bytes": spool.max_bytes},
+            }
+            return room, state
+
+        app = create_app(
+            self.pipeline,
+            self.config,
+            admission=admission,
+            metrics=metrics,
+            readiness=readiness,
+            # the store's own server answers SQL directly; this route exists for the embedded engine only
+            sql=self._sql_runner(query_client) if self.target.embedded else None,
+        )
+        self._http = BackgroundServer(
+            app, self.config.host, self.config.http_port, name="otlp-http", keep_alive_s=KEEP_ALIVE_S
+        ).start()
+        self.http_port = self._http.port
+        if self.config.grpc_port is not None:
+            self._grpc, self.grpc_port = start_grpc_server(
+                self.pipeline,
+                admission,
+                metrics,
+                host=self.config.host,
+                port=self.config.grpc_port,
+                max_request_bytes=self.config.max_request_bytes,
+            )
+        if self.config.attribution_interval_s:
+            job = AttributionJob(self._connect(self.read_target), insert_client=self._connect(self.target))
+            self._attribution = PeriodicAttribution(job, self.config.attribution_interval_s).start()
+        self._write_discovery()
+        return self
+
+    def _sql_runner(self, query_client: Client) -> SqlRunner:
+        """Operator queries on the read-only session; tenants' on a client of their own (the SQL route)."""
+        tenant_client = self._connect(self.read_target)  # no session settings: tenants' queries carry their own
+
+        def run(query: str, tenant: str | None) -> bytes:
+            self.flush(self.config.read_wait_s)  # rows acknowledged before the query are in what it reads
+            if tenant is None:
+                return sql.query_json(query_client, query)
+            return sql.tenant_query_json(tenant_client, query, tenant)
+
+        return run
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` until every row acknowledged so far is in the store; False if it is not. While
+        the store fails, returns False at once: the spool keeps the rows until the store is back."""
+        assert self._writer is not None, "the collector is not started"
+        return self._writer.store_healthy and self._writer.flush(timeout_s)
+
+    def stop(self) -> None:
+        """Stop accepting, answer what is in flight, write what is queued, release the store."""
+        if self._attribution is not None:
+            self._attribution.stop()
+        if self._grpc is not None:
+            self._grpc.stop(grace=5).wait()
+        if self._http is not None:
+            self._http.stop()
+        if self._writer is not None:
+            self._writer.shutdown()
+        for client in self._clients:
+            client.close()
+        self._remove_discovery()
+
+    def serve_forever(self) -> None:
+        """Start, then block until SIGINT or SIGTERM."""
+        with stop_on_signals(threading.Event()) as stop:
+            self.start()
+            log.info("collector listening: OTLP/HTTP %s, OTLP/gRPC %s", self.http_url, self.grpc_port or "off")
+            try:
+                wait_until_set(stop)
+            finally:
+                self.stop()
+
+    def _discovery_path(self) -> Path | None:
+        return self.target.path / DISCOVERY_FILE if self.target.embedded and self.target.path else None
+
+    def _write_discovery(self) -> None:
+        path = self._discovery_path()
+        if path:
+            path.write_text(json.dumps({"pid": os.getpid(), "http_url": self.http_url}))
+
+    def _remove_discovery(self) -> None:
+        path = self._discovery_path()
+        if path:
+            path.unlink(missing_ok=True)
+
+
+def running_collector_url(target: store.StoreTarget) -> str | None:
+    """The HTTP URL of a live collector that owns ``target``'s embedded directory, if there is one."""
+    if not target.embedded or target.path is None:
+        return None
+    path = target.path / DISCOVERY_FILE
+    try:
+        info = json.loads(path.read_text())
+        os.kill(int(info["pid"]), 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return str(info["http_url"])

@@ -1,0 +1,108 @@
+"""The fleet's headline numbers over a time range: what `streamscope demo` prints and the report opens with.
+
+Each figure is one SQL query over ``streams`` or ``chunks`` (the chosen side, the client's by default), written
+with the plugin's macros like every panel, so it can be reproduced by hand or in Grafana.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from streamscope_dashboards.macros import QueryContext, resolve
+from streamscope_dashboards.panels import SELECTED, SELECTED_CHUNKS, STORED_BYTES_SQL, chosen
+from streamscope_ingest.store.sql import QueryResult
+
+Query = Callable[[str], QueryResult]
+
+STREAMS_SQL = f"""
+SELECT
+    count() AS streams,
+    quantileExact(0.5)(ttft_us) AS ttft_p50_us,
+    quantileExact(0.95)(ttft_us) AS ttft_p95_us,
+    quantileExact(0.99)(gap_p99_us) AS p99_of_p99_us,
+    countIf(ifNull(gap_max_us, 0) <= {{slo_us}}) / count() AS itl_goodput,
+    quantileExact(0.5)(ttft_us - ttfb_us) AS first_byte_lead_us,
+    sum(tokens) / greatest(sum(content_chunks), 1) AS tokens_per_chunk,
+    sum(wire_bytes) / greatest(sum(content_bytes), 1) AS wire_per_content_byte,
+    countIf(outcome IN ('cancelled', 'disconnected')) / count() AS cancel_rate
+FROM stream_metrics
+WHERE {SELECTED}
+"""
+
+GAPS_SQL = f"""
+SELECT q[1] AS gap_p50_us, q[2] AS gap_p95_us, q[3] AS gap_p99_us
+FROM (
+    SELECT quantilesExact(0.5, 0.95, 0.99)(gap_us) AS q
+    FROM chunks
+    WHERE {SELECTED_CHUNKS} AND kind = 'content'
+)
+"""
+"""The three gap quantiles in one pass over the gaps: separate ``quantileExact`` calls each keep and sort a copy."""
+
+
+@dataclass(frozen=True)
+class Summary:
+    streams: int
+    ttft_p50_ms: float
+    ttft_p95_ms: float
+    gap_p50_ms: float
+    gap_p95_ms: float
+    gap_p99_ms: float
+    p99_of_p99_ms: float
+    itl_goodput: float
+    """Share of streams whose every gap stayed within the ITL SLO."""
+    first_byte_lead_ms: float
+    """Median time from the first byte to the first content chunk (a buffering gateway widens it)."""
+    tokens_per_chunk: float
+    wire_per_content_byte: float
+    """Bytes on the wire per byte of content: the envelope overhead."""
+    cancel_rate: float
+    stored_bytes_per_chunk: float
+
+    def rows(self, slo_us: int) -> list[tuple[str, str]]:
+        """(metric, value) lines, as the demo and the report print them."""
+        return [
+            ("streams", f"{self.streams}"),
+            ("TTFT p50 / p95", f"{self.ttft_p50_ms:.0f} ms / {self.ttft_p95_ms:.0f} ms"),
+            ("gap p50 / p95 / p99", f"{self.gap_p50_ms:.1f} / {self.gap_p95_ms:.1f} / {self.gap_p99_ms:.1f} ms"),
+            ("p99 across streams of per-stream p99", f"{self.p99_of_p99_ms:.0f} ms"),
+            (f"ITL goodput (every gap within {slo_us / 1000:.0f} ms)", f"{self.itl_goodput:.1%}"),
+            ("first byte to first content, median", f"{self.first_byte_lead_ms:.1f} ms"),
+            (
+                "tokens per chunk / wire bytes per content byte",
+                f"{self.tokens_per_chunk:.2f} / {self.wire_per_content_byte:.1f}",
+            ),
+            ("cancelled or disconnected", f"{self.cancel_rate:.1%}"),
+            ("stored bytes per chunk", f"{self.stored_bytes_per_chunk:.2f}"),
+        ]
+
+
+def summarize(
+    run: Query, ctx: QueryContext, slo_us: int, variables: Mapping[str, Sequence[str]] | None = None
+) -> Summary:
+    values = chosen(variables)
+    streams, ttft50, ttft95, p99p99, goodput, lead, per_chunk, envelope, cancels = run(
+        resolve(STREAMS_SQL.replace("{slo_us}", str(int(slo_us))), ctx, values)
+    ).rows[0]
+    gap50, gap95, gap99 = run(resolve(GAPS_SQL, ctx, values)).rows[0]
+    (stored,) = run(STORED_BYTES_SQL).rows[0]
+
+    def ms(value: float | None) -> float:
+        return float(value or 0) / 1000
+
+    return Summary(
+        streams=int(streams),
+        ttft_p50_ms=ms(ttft50),
+        ttft_p95_ms=ms(ttft95),
+        gap_p50_ms=ms(gap50),
+        gap_p95_ms=ms(gap95),
+        gap_p99_ms=ms(gap99),
+        p99_of_p99_ms=ms(p99p99),
+        itl_goodput=float(goodput or 0),
+        first_byte_lead_ms=ms(lead),
+        tokens_per_chunk=float(per_chunk or 0),
+        wire_per_content_byte=float(envelope or 0),
+        cancel_rate=float(cancels or 0),
+        stored_bytes_per_chunk=float(stored or 0),
+    )

@@ -1,0 +1,158 @@
+"""The GPU agent: scrape the engine every 250 ms and the GPU every second, derive events, ship over OTLP.
+
+Each source runs in its own thread at its own interval; a scrape that fails or times out is recorded (as
+``engine_up`` 0 and ``scrape_errors``) and the loop goes on. Without a GPU or driver the agent says so once
+and keeps scraping the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+from streamscope_gpu_agent.events import EngineEvent, EventDeriver, Thresholds
+from streamscope_gpu_agent.export import OtlpShipper, Outbox, agent_resource
+from streamscope_gpu_agent.samples import Sample
+from streamscope_gpu_agent.scrape import EngineScraper, http_fetch
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    node: str
+    engine_url: str | None = None
+    """The engine's Prometheus endpoint, e.g. http://127.0.0.1:8000/metrics; None scrapes no engine."""
+    collector_url: str | None = None
+    """OTLP/HTTP base URL of the collector; None keeps everything local (for --once)."""
+    engine_interval_s: float = 0.25
+    gpu_interval_s: float = 1.0
+    scrape_timeout_s: float = 1.0
+    gpu: bool = True
+    host: str = field(default_factory=socket.gethostname)
+    thresholds: Thresholds = field(default_factory=Thresholds)
+
+    def __post_init__(self) -> None:
+        if not self.node:
+            raise ValueError("the agent needs a node name (the one the engine's server spans carry)")
+        if self.engine_interval_s <= 0 or self.gpu_interval_s <= 0 or self.scrape_timeout_s <= 0:
+            raise ValueError("intervals and the scrape timeout must be positive")
+
+
+class GpuAgent:
+    def __init__(
+        self, config: AgentConfig, *, scraper: EngineScraper | None = None, nvml: object | None = None
+    ) -> None:
+        self.config = config
+        self._http = httpx.Client()  # one connection for a scrape every 250 ms
+        self.scraper = scraper or (
+            EngineScraper(
+                config.engine_url,
+                timeout_s=config.scrape_timeout_s,
+                fetch=lambda url, timeout: http_fetch(url, timeout, self._http),
+            )
+            if config.engine_url
+            else None
+        )
+        self.nvml = nvml
+        if self.nvml is None and config.gpu:
+            from streamscope_gpu_agent.nvml import NvmlSampler
+
+            self.nvml = NvmlSampler()
+        self.outbox = Outbox()
+        self._deriver = EventDeriver(config.thresholds)
+        self._deriver_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._gpu_on = False
+        self._shipper: OtlpShipper | None = None
+
+    # --- one-shot, for people debugging a deployment ------------------------------------------------------
+
+    def collect_once(self) -> tuple[list[Sample], list[EngineEvent]]:
+        """Scrape the engine and read the GPUs once; nothing is sent anywhere."""
+        samples: list[Sample] = []
+        if self.scraper is not None:
+            samples += self.scraper.scrape().samples
+        if self.nvml is not None and self.nvml.start():
+            try:
+                samples += self.nvml.sample()
+            finally:
+                self.nvml.stop()
+        return samples, []
+
+    # --- running ------------------------------------------------------------------------------------------
+
+    def start(self) -> GpuAgent:
+        config = self.config
+        if config.collector_url:
+            resource = agent_resource(config.node, config.host, config.engine_url or "")
+            self._shipper = OtlpShipper(config.collector_url, resource, self.outbox).start()
+        if self.scraper is not None:
+            self._spawn("engine-scrape", self._engine_loop)
+        if self.nvml is not None:
+            self._gpu_on = bool(self.nvml.start())
+            if self._gpu_on:
+                self._spawn("gpu-sample", self._gpu_loop)
+                if getattr(self.nvml, "xid_available", True):
+                    self._spawn("gpu-xid", self._xid_loop)
+        return self
+
+    def stop(self) -> None:
+        """Stop sampling, close open events, deliver what is buffered (best effort)."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+        with self._deriver_lock:
+            self.outbox.add([], self._deriver.close_all())
+        if self._gpu_on and self.nvml is not None:
+            self.nvml.stop()
+        if self._shipper is not None:
+            self._shipper.stop(drain=True)
+        self._http.close()
+
+    def _spawn(self, name: str, target) -> None:
+        thread = threading.Thread(target=target, name=f"gpu-agent-{name}", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _engine_loop(self) -> None:
+        assert self.scraper is not None
+        was_down = False
+        while not self._stop.is_set():
+            started = time.monotonic()
+            result = self.scraper.scrape()
+            now = time.time_ns()
+            # a counter reset, or an engine answering again after it could not be reached, is a restart
+            restarted = set(result.restarted) | (set(result.engines) if result.ok and was_down else set())
+            was_down = not result.ok
+            with self._deriver_lock:
+                # counters report the increase since the previous good scrape, outages included
+                events = self._deriver.observe(result.samples, result.since_ns or now)
+                events += [self._deriver.restarted(engine, now) for engine in sorted(restarted)]
+            self.outbox.add(result.samples, events)
+            self._stop.wait(max(0.0, self.config.engine_interval_s - (time.monotonic() - started)))
+
+    def _gpu_loop(self) -> None:
+        previous = time.time_ns()
+        while not self._stop.is_set():
+            started = time.monotonic()
+            samples = self.nvml.sample()
+            with self._deriver_lock:
+                events = self._deriver.observe(samples, previous)
+            self.outbox.add(samples, events)
+            previous = time.time_ns()
+            self._stop.wait(max(0.0, self.config.gpu_interval_s - (time.monotonic() - started)))
+
+    def _xid_loop(self) -> None:
+        while not self._stop.is_set():
+            found = self.nvml.xid_events(500)
+            if found:
+                with self._deriver_lock:
+                    events = [self._deriver.xid(x.time_ns, x.gpu_uuid, x.xid) for x in found]
+                self.outbox.add([], events)

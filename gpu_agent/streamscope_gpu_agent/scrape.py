@@ -1,0 +1,413 @@
+"""Scrape an inference engine's Prometheus ``/metrics`` and turn it into normalized, per-interval Samples.
+
+One endpoint may serve vLLM, SGLang or TGI, and several instances of one engine (vLLM data-parallel engines,
+SGLang ranks). Gauges are reported as read; counters and histograms as their increase since the previous
+scrape of the same engine, so a restart never yields a negative value or a spike (see ``samples.py``).
+The source is injected (``fetch``), so tests and the agent's own loop need no network to exercise it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from streamscope_gpu_agent.samples import (
+    AGENT_ENGINE_UP,
+    AGENT_SCRAPE_DURATION,
+    AGENT_SCRAPE_ERRORS,
+    ENGINE_GENERATION_TOKENS,
+    ENGINE_ITL_COUNT,
+    ENGINE_ITL_SUM,
+    ENGINE_KV_USAGE,
+    ENGINE_PREEMPTIONS,
+    ENGINE_PREFIX_HITS,
+    ENGINE_PREFIX_QUERIES,
+    ENGINE_PROMPT_TOKENS,
+    ENGINE_REQUESTS_ABORTED,
+    ENGINE_REQUESTS_FINISHED,
+    ENGINE_REQUESTS_RUNNING,
+    ENGINE_REQUESTS_WAITING,
+    ENGINE_SPEC_ACCEPT_LENGTH,
+    ENGINE_SPEC_ACCEPTANCE,
+    ENGINE_SPEC_ACCEPTED_TOKENS,
+    ENGINE_SPEC_DRAFT_TOKENS,
+    ENGINE_STEP_TOKENS,
+    ENGINE_STEP_TOKENS_MAX,
+    ENGINE_STEPS,
+    ENGINE_TTFT_COUNT,
+    ENGINE_TTFT_SUM,
+    Sample,
+)
+
+__all__ = ["EngineScraper", "Fetch", "ScrapeResult", "http_fetch"]
+
+logger = logging.getLogger(__name__)
+
+Fetch = Callable[[str, float], str]
+"""``fetch(url, timeout_s)`` returns the exposition text and raises on any failure."""
+
+ENGINE_PREFIXES: Final = (("vllm:", "vllm"), ("sglang:", "sglang"), ("tgi_", "tgi"))
+ID_LABELS: Final = {
+    "vllm": ("engine",),
+    "sglang": ("engine_type", "tp_rank", "pp_rank", "dp_rank", "moe_ep_rank"),
+    "tgi": (),
+}
+"""Labels that tell engine instances apart behind one endpoint (``model_name`` does not)."""
+
+_VLLM_SPEC_DRAFTS = "_vllm_spec_drafts"
+"""Read, never emitted: vLLM's draft count, from which the acceptance length follows."""
+
+Labels = tuple[tuple[str, str], ...]
+Identity = tuple[str, Labels]
+"""(engine kind, its id labels): the key counters are tracked by, stable even when display names change."""
+SeriesKey = tuple[str, str, Labels]
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    """How one source family maps onto normalized metrics."""
+
+    kind: str
+    """gauge, counter or histogram."""
+    metric: str = ""
+    """The target of a gauge or counter, or of a histogram's ``_count``."""
+    sum_metric: str = ""
+    max_metric: str = ""
+    """Histograms: the upper bound of the highest bucket that gained an observation in the interval."""
+    only: tuple[str, frozenset[str]] | None = None
+    """Count only series whose label has one of these values."""
+    replaced_by: str = ""
+    """A newer family that wins when one engine exposes both (vLLM kept deprecated names for a while)."""
+
+    def accepts(self, labels: Labels) -> bool:
+        return self.only is None or dict(labels).get(self.only[0]) in self.only[1]
+
+
+def _gauge(metric: str, replaced_by: str = "") -> tuple[_Rule]:
+    return (_Rule("gauge", metric, replaced_by=replaced_by),)
+
+
+def _counter(metric: str, replaced_by: str = "") -> tuple[_Rule]:
+    return (_Rule("counter", metric, replaced_by=replaced_by),)
+
+
+def _histogram(count_metric: str = "", sum_metric: str = "", replaced_by: str = "") -> tuple[_Rule]:
+    return (_Rule("histogram", count_metric, sum_metric, replaced_by=replaced_by),)
+
+
+RULES: Final[dict[str, tuple[_Rule, ...]]] = {
+    # vLLM v1: vllm/v1/metrics/loggers.py, vllm/v1/spec_decode/metrics.py
+    "vllm:kv_cache_usage_perc": _gauge(ENGINE_KV_USAGE),
+    "vllm:gpu_cache_usage_perc": _gauge(ENGINE_KV_USAGE, replaced_by="vllm:kv_cache_usage_perc"),
+    "vllm:num_requests_running": _gauge(ENGINE_REQUESTS_RUNNING),
+    "vllm:num_requests_waiting": _gauge(ENGINE_REQUESTS_WAITING),
+    "vllm:num_preemptions": _counter(ENGINE_PREEMPTIONS),
+    "vllm:prompt_tokens": _counter(ENGINE_PROMPT_TOKENS),
+    "vllm:generation_tokens": _counter(ENGINE_GENERATION_TOKENS),
+    "vllm:prefix_cache_queries": _counter(ENGINE_PREFIX_QUERIES),
+    "vllm:prefix_cache_hits": _counter(ENGINE_PREFIX_HITS),
+    "vllm:gpu_prefix_cache_queries": _counter(ENGINE_PREFIX_QUERIES, replaced_by="vllm:prefix_cache_queries"),
+    "vllm:gpu_prefix_cache_hits": _counter(ENGINE_PREFIX_HITS, replaced_by="vllm:prefix_cache_hits"),
+    "vllm:spec_decode_num_draft_tokens": _counter(ENGINE_SPEC_DRAFT_TOKENS),
+    "vllm:spec_decode_num_accepted_tokens": _counter(ENGINE_SPEC_ACCEPTED_TOKENS),
+    "vllm:spec_decode_num_drafts": _counter(_VLLM_SPEC_DRAFTS),
+    "vllm:request_success": (
+        _Rule("counter", ENGINE_REQUESTS_FINISHED),
+        _Rule("counter", ENGINE_REQUESTS_ABORTED, only=("finished_reason", frozenset({"abort"}))),
+    ),
+    "vllm:iteration_tokens_total": (_Rule("histogram", ENGINE_STEPS, ENGINE_STEP_TOKENS, ENGINE_STEP_TOKENS_MAX),),
+    "vllm:inter_token_latency_seconds": _histogram(ENGINE_ITL_COUNT, ENGINE_ITL_SUM),
+    "vllm:time_per_output_token_seconds": _histogram(
+        ENGINE_ITL_COUNT, ENGINE_ITL_SUM, replaced_by="vllm:inter_token_latency_seconds"
+    ),
+    "vllm:time_to_first_token_seconds": _histogram(ENGINE_TTFT_COUNT, ENGINE_TTFT_SUM),
+    # SGLang: python/sglang/srt/metrics/collector.py
+    "sglang:token_usage": _gauge(ENGINE_KV_USAGE),
+    "sglang:num_running_reqs": _gauge(ENGINE_REQUESTS_RUNNING),
+    "sglang:num_queue_reqs": _gauge(ENGINE_REQUESTS_WAITING),
+    "sglang:spec_accept_rate": _gauge(ENGINE_SPEC_ACCEPTANCE),
+    "sglang:spec_accept_length": _gauge(ENGINE_SPEC_ACCEPT_LENGTH),
+    "sglang:num_retracted_requests": _counter(ENGINE_PREEMPTIONS),
+    "sglang:prompt_tokens": _counter(ENGINE_PROMPT_TOKENS),
+    "sglang:generation_tokens": _counter(ENGINE_GENERATION_TOKENS),
+    "sglang:cached_tokens": _counter(ENGINE_PREFIX_HITS),
+    "sglang:num_requests": _counter(ENGINE_REQUESTS_FINISHED),
+    "sglang:num_aborted_requests": _counter(ENGINE_REQUESTS_ABORTED),
+    "sglang:inter_token_latency_seconds": _histogram(ENGINE_ITL_COUNT, ENGINE_ITL_SUM),
+    "sglang:time_to_first_token_seconds": _histogram(ENGINE_TTFT_COUNT, ENGINE_TTFT_SUM),
+    # TGI: docs/source/reference/metrics.md. Token histograms are observed when a request ends.
+    "tgi_queue_size": _gauge(ENGINE_REQUESTS_WAITING),
+    "tgi_batch_current_size": _gauge(ENGINE_REQUESTS_RUNNING),
+    "tgi_request_success": _counter(ENGINE_REQUESTS_FINISHED),
+    "tgi_request_failure": (
+        _Rule("counter", ENGINE_REQUESTS_ABORTED, only=("err", frozenset({"dropped", "cancelled"}))),
+    ),
+    "tgi_request_generated_tokens": _histogram(sum_metric=ENGINE_GENERATION_TOKENS),
+    "tgi_request_input_length": _histogram(sum_metric=ENGINE_PROMPT_TOKENS),
+    "tgi_batch_forward_duration": _histogram(count_metric=ENGINE_STEPS),
+}
+"""Source family (counters without ``_total``) -> rules; families not listed here are ignored."""
+
+
+def _sample_names(rules: dict[str, tuple[_Rule, ...]]) -> dict[str, tuple[str, str]]:
+    """Exposed sample name -> (family, part): part is gauge, counter, bucket, count or sum."""
+    names: dict[str, tuple[str, str]] = {}
+    for family, (rule, *_) in rules.items():
+        if rule.kind == "gauge":
+            names[family] = (family, "gauge")
+        elif rule.kind == "counter":  # older TGI builds expose counters without _total
+            names[family] = names[f"{family}_total"] = (family, "counter")
+        else:  # a summary's _count and _sum serve as well as a histogram's
+            names.update({f"{family}_{part}": (family, part) for part in ("bucket", "count", "sum")})
+    return names
+
+
+_SAMPLE_NAMES: Final = _sample_names(RULES)
+
+
+@dataclass(frozen=True, slots=True)
+class _Point:
+    family: str
+    part: str
+    labels: Labels
+    value: float
+
+    @property
+    def key(self) -> SeriesKey:
+        return self.family, self.part, self.labels
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapeResult:
+    samples: list[Sample]
+    ok: bool
+    duration_s: float
+    error: str = ""
+    """Why the scrape failed; empty when ok."""
+    restarted: list[str] = field(default_factory=list)
+    """Engines whose counters went down since their previous scrape: their deltas count from the restart."""
+    engines: list[str] = field(default_factory=list)
+    since_ns: int = 0
+    """Scrape time of the previous successful scrape, which counter increases run from (0 when there was none):
+    after failed scrapes the interval is longer than one period, and rates must divide by the real one."""
+
+
+def http_fetch(url: str, timeout_s: float, client: httpx.Client | None = None) -> str:
+    """GET ``url`` (on ``client`` to reuse its connection); a non-2xx status raises, so an error page is never read
+    as metrics."""
+    response = (client or httpx).get(url, timeout=timeout_s)
+    if not response.is_success:
+        raise httpx.HTTPStatusError(
+            f"HTTP {response.status_code} from {url}", request=response.request, response=response
+        )
+    return response.text
+
+
+class EngineScraper:
+    """Scrapes one endpoint; keeps each engine's previous cumulative values to report per-interval increases."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        fetch: Fetch | None = None,
+        timeout_s: float = 1.0,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+        self._fetch = fetch or http_fetch
+        self._clock = clock
+        self._totals: dict[Identity, dict[SeriesKey, float]] = {}
+        self._up: bool | None = None
+        self._last_ok_ns = 0
+
+    def scrape(self) -> ScrapeResult:
+        """Fetch, parse and normalize once; never raises: a failure comes back as ``ok=False`` with the reason."""
+        started = time.perf_counter()
+        try:
+            text = self._fetch(self.url, self.timeout_s)
+        except Exception as exc:  # whatever the transport raises, the agent reports it and keeps sampling
+            return self._failed(self._clock(), started, f"fetching {self.url} failed: {_describe(exc)}")
+        # stamped when the answer is in: everything its counters count had happened by then, so an event derived
+        # from them is over by its end time (attribution relies on that)
+        time_ns = self._clock()
+        try:
+            found = _parse(text)
+        except Exception as exc:  # the parser's errors are not a documented set; the text is untrusted
+            return self._failed(time_ns, started, f"unparsable exposition from {self.url}: {_describe(exc)}")
+        if not found:
+            return self._failed(time_ns, started, f"no vLLM, SGLang or TGI metrics at {self.url}")
+
+        samples, restarted, engines = self._normalize(found, time_ns)
+        if self._up is False:
+            logger.info("engine metrics at %s are back", self.url)
+        self._up = True
+        since_ns, self._last_ok_ns = self._last_ok_ns, time_ns
+        duration_s = time.perf_counter() - started
+        samples += _agent_samples(time_ns, duration_s, ok=True)
+        return ScrapeResult(samples, True, duration_s, restarted=restarted, engines=engines, since_ns=since_ns)
+
+    def _normalize(
+        self, found: dict[Identity, list[_Point]], time_ns: int
+    ) -> tuple[list[Sample], list[str], list[str]]:
+        """Engine samples for this scrape, the engines that restarted since their previous one, and all engines."""
+        names = _engine_names(list(found))
+        grouped: dict[str, list[Identity]] = {}
+        for identity in found:
+            grouped.setdefault(names[identity], []).append(identity)
+        samples: list[Sample] = []
+        restarted: list[str] = []
+        for name in sorted(grouped):
+            interval = _Interval({point.family for identity in grouped[name] for point in found[identity]})
+            resets = []
+            for identity in grouped[name]:
+                deltas, reset = self._advance(identity, found[identity])
+                interval.add(found[identity], deltas)
+                resets.append(reset)
+            if any(resets):
+                restarted.append(name)
+            samples += [Sample(time_ns, "engine", metric, value, engine=name) for metric, value in interval.values()]
+        return samples, restarted, sorted(grouped)
+
+    def _advance(self, identity: Identity, points: list[_Point]) -> tuple[dict[SeriesKey, float] | None, bool]:
+        """Each cumulative series' increase since this engine's previous scrape (None on its first), and whether
+        its counters reset: then the current values are the increase since the restart."""
+        totals = {point.key: point.value for point in points if point.part != "gauge"}
+        previous = self._totals.get(identity)
+        self._totals[identity] = totals
+        if previous is None:
+            return None, False
+        # a histogram's _sum may fall legitimately (negative observations); counts and buckets cannot
+        reset = any(value < previous[key] for key, value in totals.items() if key[1] != "sum" and key in previous)
+        if reset:
+            return totals, True
+        return {key: value - previous.get(key, 0.0) for key, value in totals.items()}, False
+
+    def _failed(self, time_ns: int, started: float, error: str) -> ScrapeResult:
+        if self._up is not False:  # once per outage, not once per scrape
+            logger.warning("engine scrape failed: %s", error)
+        self._up = False
+        duration_s = time.perf_counter() - started
+        return ScrapeResult(_agent_samples(time_ns, duration_s, ok=False), False, duration_s, error=error)
+
+
+class _Interval:
+    """One engine's normalized values for one scrape: gauges as read, counters and histograms as increases."""
+
+    def __init__(self, families: set[str]) -> None:
+        self._families = families
+        self._gauges: dict[str, float] = {}
+        self._deltas: dict[str, float] = {}
+        self._buckets: dict[tuple[str, Labels], dict[float, float]] = {}
+
+    def add(self, points: list[_Point], deltas: dict[SeriesKey, float] | None) -> None:
+        """``deltas`` is None on an engine's first scrape: a baseline only, so gauges alone are reported."""
+        for point in points:
+            for rule in RULES[point.family]:
+                if rule.replaced_by in self._families or not rule.accepts(point.labels):
+                    continue
+                if point.part == "gauge":
+                    # several series on one engine (e.g. two model names): report the worse
+                    self._gauges[rule.metric] = max(self._gauges.get(rule.metric, -math.inf), point.value)
+                elif deltas is not None:
+                    self._add_delta(rule, point, deltas[point.key])
+
+    def _add_delta(self, rule: _Rule, point: _Point, delta: float) -> None:
+        if point.part == "bucket":
+            if rule.max_metric:
+                series = tuple(label for label in point.labels if label[0] != "le")
+                le = float(dict(point.labels)["le"])
+                self._buckets.setdefault((rule.max_metric, series), {})[le] = delta
+            return
+        target = rule.sum_metric if point.part == "sum" else rule.metric
+        if target:
+            self._deltas[target] = self._deltas.get(target, 0.0) + delta
+
+    def values(self) -> list[tuple[str, float]]:
+        values = {**self._gauges, **self._deltas}
+        if values.get(ENGINE_SPEC_ACCEPT_LENGTH) == 0:  # SGLang with speculative decoding off reports zeros
+            values.pop(ENGINE_SPEC_ACCEPT_LENGTH)
+            values.pop(ENGINE_SPEC_ACCEPTANCE, None)
+        accepted = self._deltas.get(ENGINE_SPEC_ACCEPTED_TOKENS, 0.0)
+        draft_tokens = self._deltas.get(ENGINE_SPEC_DRAFT_TOKENS, 0.0)
+        if draft_tokens > 0 and ENGINE_SPEC_ACCEPTANCE not in values:
+            values[ENGINE_SPEC_ACCEPTANCE] = accepted / draft_tokens
+        drafts = values.pop(_VLLM_SPEC_DRAFTS, 0.0)
+        if drafts > 0:
+            values[ENGINE_SPEC_ACCEPT_LENGTH] = 1 + accepted / drafts
+        for (metric, _), buckets in self._buckets.items():
+            bound = _highest_gaining_bucket(buckets)
+            if bound is not None:
+                values[metric] = max(values.get(metric, bound), bound)
+        return sorted(values.items())
+
+
+def _highest_gaining_bucket(deltas: dict[float, float]) -> float | None:
+    """The largest finite ``le`` whose cumulative count grew more than the bucket below it did: the upper bound of
+    the largest observation in the interval. None when nothing was observed, or only above the last finite bound."""
+    highest, below = None, 0.0
+    for le in sorted(deltas):
+        if math.isinf(le):
+            break
+        if deltas[le] > below:
+            highest = le
+        below = deltas[le]
+    return highest
+
+
+def _parse(text: str) -> dict[Identity, list[_Point]]:
+    """Each engine found in ``text`` with its recognized samples; raises on text that is not an exposition."""
+    found: dict[Identity, list[_Point]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            kind = _engine_kind(sample.name)
+            if kind is None or sample.name.endswith("_created"):
+                continue
+            ids = tuple((label, sample.labels[label]) for label in ID_LABELS[kind] if label in sample.labels)
+            points = found.setdefault((kind, ids), [])
+            known = _SAMPLE_NAMES.get(sample.name)
+            if known is not None and not math.isnan(sample.value):
+                points.append(_Point(*known, tuple(sorted(sample.labels.items())), float(sample.value)))
+    return found
+
+
+def _engine_kind(name: str) -> str | None:
+    return next((kind for prefix, kind in ENGINE_PREFIXES if name.startswith(prefix)), None)
+
+
+def _engine_names(identities: list[Identity]) -> dict[Identity, str]:
+    """``vllm`` for a lone engine and for index 0, ``vllm/1`` for the others.
+
+    Only id labels whose values differ between instances of one kind make up the index, so an SGLang
+    ``engine_type="unified",tp_rank="0"`` alone is plain ``sglang``. A series without an id label (SGLang's
+    tokenizer-side counters) lands on the plain name.
+    """
+    seen: dict[tuple[str, str], set[str]] = {}
+    for kind, ids in identities:
+        for label, value in ids:
+            seen.setdefault((kind, label), set()).add(value)
+    names: dict[Identity, str] = {}
+    for kind, ids in identities:
+        index = [value for label, value in ids if len(seen[kind, label]) > 1]
+        names[kind, ids] = "/".join([kind, *index]) if any(part != "0" for part in index) else kind
+    return names
+
+
+def _agent_samples(time_ns: int, duration_s: float, *, ok: bool) -> list[Sample]:
+    return [
+        Sample(time_ns, "agent", AGENT_SCRAPE_DURATION, duration_s),
+        Sample(time_ns, "agent", AGENT_ENGINE_UP, 1.0 if ok else 0.0),
+        Sample(time_ns, "agent", AGENT_SCRAPE_ERRORS, 0.0 if ok else 1.0),
+    ]
+
+
+def _describe(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

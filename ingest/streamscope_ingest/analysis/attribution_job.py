@@ -1,0 +1,337 @@
+"""The attribution job: attribute the stalls of streams that have settled and write them to ``stalls``, and
+their quality indices to ``stream_quality``.
+
+Why a periodic job rather than materialized views: a stall's cause needs both sides of the stream and the
+node's engine events, which arrive in separate requests, seconds apart; a view fires on one insert into one
+table. The job waits until a stream has settled (``settle_s`` after it was stored), attributes every stream
+stored since its watermark in passes of a few queries, and advances the watermark it keeps in
+``attribution_progress`` after each pass, so a restart neither skips nor repeats streams. A pass holds at most
+``pass_streams`` streams (and their chunks) in memory, however far behind the job is after an outage.
+
+A stream's stalls are attributed from its own two sides and its node's events, and checked against the other
+client streams of the same pass that share its client process (service instance) or its serving node: a host
+that paused, or a node that was slow for everyone, held them all at once (``attribution.SharedHost``). Streams
+stored in another pass are not consulted, so near a pass boundary such a pause has fewer witnesses.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from clickhouse_connect.driver.client import Client
+
+from streamscope_ingest import store
+from streamscope_ingest.analysis.attribution import (
+    Arrivals,
+    NodeEvent,
+    SharedHost,
+    Stall,
+    StallRules,
+    Timeline,
+    attribute,
+)
+from streamscope_ingest.analysis.quality import andes_qoe, fluidity_index
+from streamscope_ingest.decode import columns
+
+log = logging.getLogger(__name__)
+JOB = "stalls"
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+STREAMS_SQL = """
+SELECT tenant, trace_id, span_id, service, side, if(response_model != '', response_model, request_model),
+       resource_attributes['service.instance.id'], toUnixTimestamp64Micro(start_time), duration_us, ingested_at
+FROM streams
+WHERE ingested_at > {since:DateTime64(3)} AND ingested_at <= {until:DateTime64(3)}
+ORDER BY ingested_at
+LIMIT {limit:UInt32} WITH TIES
+"""
+"""At most ``limit`` streams, and every stream stored in the same instant as the last: the pass can end there."""
+TRACES_SQL = """
+SELECT trace_id, span_id, side, node_name, toUnixTimestamp64Micro(start_time)
+FROM streams WHERE trace_id IN {traces:Array(String)}
+"""
+CHUNKS_SQL = """
+SELECT trace_id, span_id, groupArray(offset_us), groupArray(content_bytes), groupArray(tokens),
+       groupArray(paint_delay_us)
+FROM (SELECT trace_id, span_id, seq, offset_us, content_bytes, tokens, paint_delay_us FROM chunk_timeline
+      WHERE trace_id_bytes IN (SELECT toFixedString(unhex(arrayJoin({traces:Array(String)})), 16)) ORDER BY seq)
+GROUP BY trace_id, span_id
+"""
+EVENTS_SQL = """
+SELECT node_name, kind, toUnixTimestamp64Micro(start_time), toUnixTimestamp64Micro(ifNull(end_time, now64(6)))
+FROM engine_events
+WHERE node_name IN {nodes:Array(String)} AND start_time <= {high:DateTime64(6)}
+  AND (end_time IS NULL OR end_time >= {low:DateTime64(6)})
+"""
+SPEC_SQL = """
+SELECT node_name, maxIf(value, metric = 'spec_accept_length'), countIf(metric = 'spec_accept_length')
+FROM engine_samples
+WHERE metric IN ('spec_draft_tokens', 'spec_accept_length') AND node_name IN {nodes:Array(String)}
+  AND time BETWEEN {low:DateTime64(6)} AND {high:DateTime64(6)}
+GROUP BY node_name
+HAVING maxIf(value, metric = 'spec_draft_tokens') > 0 OR maxIf(value, metric = 'spec_accept_length') > 0
+"""
+"""Nodes that ran speculative decoding, with their longest acceptance length (the most a collapse can slow them;
+agents that do not report it give no bound). vLLM counts draft tokens; SGLang reports only its acceptance length,
+0 when it does not speculate."""
+
+
+@dataclass(frozen=True)
+class QualityTargets:
+    """What a reader expects, for the quality indices: deadlines for fluidity, a pace for Andes' QoE."""
+
+    first_deadline_ms: float = 1000.0
+    token_deadline_ms: float = 100.0
+    expected_ttft_ms: float = 1000.0
+    reading_tokens_per_s: float = 8.0
+
+
+class AttributionJob:
+    def __init__(
+        self,
+        client: Client,
+        rules: StallRules | None = None,
+        *,
+        settle_s: float = 10.0,
+        quality: QualityTargets | None = None,
+        pass_streams: int = 5000,
+        insert_client: Client | None = None,
+    ) -> None:
+        """``client`` reads; ``insert_client`` (default: ``client``) writes stalls, quality and progress."""
+        self._client = client
+        self._insert_client = insert_client or client
+        self.rules = rules or StallRules()
+        self.settle_s = settle_s
+        self.quality = quality or QualityTargets()
+        self.pass_streams = pass_streams
+
+    def watermark(self) -> datetime:
+        rows = self._client.query(
+            "SELECT max(through) FROM attribution_progress FINAL WHERE job = {job:String}", parameters={"job": JOB}
+        ).result_rows
+        value = rows[0][0] if rows else None
+        if not value or value.year <= 1970:
+            return EPOCH
+        return _utc(value)
+
+    def run_once(self, until: datetime | None = None) -> int:
+        """Attribute every stream stored after the watermark and at least ``settle_s`` ago; returns stalls written."""
+        until = until or datetime.now(UTC) - timedelta(seconds=self.settle_s)
+        written = 0
+        while True:
+            stalls, caught_up = self.run_pass(until)
+            written += stalls
+            if caught_up:
+                return written
+
+    def run_pass(self, until: datetime | None = None) -> tuple[int, bool]:
+        """One bounded pass from the watermark towards ``until``; returns stalls written and whether it got there."""
+        with store.translated_errors():
+            since = self.watermark()
+            until = until or datetime.now(UTC) - timedelta(seconds=self.settle_s)
+            if until <= since:
+                return 0, True
+            parameters = {"since": since, "until": until, "limit": self.pass_streams}
+            rows = self._client.query(STREAMS_SQL, parameters=parameters).result_rows
+            caught_up = len(rows) < self.pass_streams
+            if not caught_up:
+                until = _utc(rows[-1][-1])  # ordered by ingested_at, ties included: the pass ends on a whole instant
+            streams = [row[:-1] for row in rows]
+            stalls, quality = self._attribute(streams) if streams else ([], [])
+            if stalls:
+                self._insert_client.insert_arrow("stalls", pa.Table.from_pylist(stalls, schema=columns.STALLS))
+            if quality:
+                self._insert_client.insert_arrow(
+                    "stream_quality", pa.Table.from_pylist(quality, schema=columns.STREAM_QUALITY)
+                )
+            self._insert_client.insert("attribution_progress", [[JOB, until]], column_names=["job", "through"])
+            return len(stalls), caught_up
+
+    def _attribute(self, streams: list[tuple[Any, ...]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        traces = sorted({row[1] for row in streams})
+        sides: dict[str, list[tuple[str, str, str, int]]] = defaultdict(list)
+        for trace, span, side, node, start in self._client.query(TRACES_SQL, parameters={"traces": traces}).result_rows:
+            sides[trace].append((span, side, node, start))
+        chunks: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        tokens: dict[tuple[str, str], np.ndarray] = {}
+        timelines = self._client.query_arrow(CHUNKS_SQL, parameters={"traces": traces})
+        ids = zip(*(timelines.column(i).to_pylist() for i in (0, 1)))
+        for key, offsets, content, counts, paint in zip(ids, *(_rows(timelines.column(i)) for i in range(2, 6))):
+            chunks[key] = (offsets, content, paint)
+            tokens[key] = counts
+        nodes = sorted({node for spans in sides.values() for _, side, node, _ in spans if side == "server" and node})
+        low = min(row[7] for row in streams) - self.rules.event_slack_us
+        high = max(row[7] + row[8] for row in streams) + self.rules.event_slack_us
+        window = {"nodes": nodes, "low": _time(low), "high": _time(high)}
+        events: dict[str, list[NodeEvent]] = defaultdict(list)
+        spec_nodes: dict[str, float | None] = {}
+        if nodes:
+            for node, kind, start, end in self._client.query(EVENTS_SQL, parameters=window).result_rows:
+                events[node].append(NodeEvent(kind, start, end))
+            spec_nodes = {
+                node: length if reported else None
+                for node, length, reported in self._client.query(SPEC_SQL, parameters=window).result_rows
+            }
+
+        sides_of: dict[tuple[str, str], tuple[Timeline, Timeline | None, str]] = {}
+        for _tenant, trace, span, _service, side, _model, _instance, start, _duration in streams:
+            server = next(((s, n, t) for s, sd, n, t in sides[trace] if sd == "server"), None)
+            if side == "server" and any(sd in ("client", "browser") for _, sd, _, _ in sides[trace]):
+                continue  # a server span is attributed through its client's stream
+            if side not in ("client", "browser", "server") or (trace, span) not in chunks:
+                continue
+            server_timeline, node = None, ""
+            if server is not None and (trace, server[0]) in chunks:
+                server_timeline = Timeline(server[2], *chunks[(trace, server[0])])
+                node = server[1]
+            sides_of[(trace, span)] = (Timeline(start, *chunks[(trace, span)]), server_timeline, node)
+        peers = _Peers(streams, sides_of)
+
+        rows: list[dict[str, Any]] = []
+        quality: list[dict[str, Any]] = []
+        for tenant, trace, span, service, side, model, _instance, _start, _duration in streams:
+            if (trace, span) not in sides_of:
+                continue
+            client, server_timeline, node = sides_of[(trace, span)]
+            stalls = attribute(
+                client,
+                server_timeline,
+                events.get(node, []),
+                spec_active=node in spec_nodes,
+                rules=self.rules,
+                spec_accept_length=spec_nodes.get(node),
+                shared_hosts=partial(peers.of, (trace, span)),
+            )
+            identity = {
+                "tenant": tenant,
+                "trace_id": trace,
+                "span_id": span,
+                "service": service,
+                "side": side,
+                "model": model,
+                "node_name": node,
+            }
+            rows.extend(_row(stall, identity) for stall in stalls)
+            quality.append(self._quality(client, tokens[(trace, span)], len(stalls), identity))
+        return rows, quality
+
+    def _quality(self, timeline: Timeline, counts: np.ndarray, stalls: int, identity: dict[str, str]) -> dict[str, Any]:
+        targets = self.quality
+        return {
+            **identity,
+            "start_time": timeline.start_us,
+            "stalls": stalls,
+            "fluidity_index": fluidity_index(
+                timeline.offsets_us, counts, targets.first_deadline_ms * 1000, targets.token_deadline_ms * 1000
+            ),
+            "andes_qoe": andes_qoe(
+                timeline.offsets_us, counts, targets.expected_ttft_ms * 1000, targets.reading_tokens_per_s
+            ),
+            "first_deadline_ms": targets.first_deadline_ms,
+            "token_deadline_ms": targets.token_deadline_ms,
+            "reading_tokens_per_s": targets.reading_tokens_per_s,
+        }
+
+
+def _rows(column: pa.ChunkedArray) -> list[np.ndarray]:
+    """Each row of a column of integer lists as an int64 array: one conversion for the column, then views."""
+    lists = column.combine_chunks()
+    values = pc.list_flatten(lists).to_numpy(zero_copy_only=False).astype(np.int64)
+    bounds = np.cumsum(pc.list_value_length(lists).to_numpy(zero_copy_only=False))
+    return np.split(values, bounds[:-1])
+
+
+class _Peers:
+    """Client streams of one tenant grouped by the client process (service instance) and by the serving node
+    they share: a pause of either host holds all of its streams at once."""
+
+    def __init__(
+        self,
+        streams: list[tuple[Any, ...]],
+        sides_of: dict[tuple[str, str], tuple[Timeline, Timeline | None, str]],
+    ) -> None:
+        self._sides_of = sides_of
+        self._groups: dict[tuple[str, str, str], list[tuple[str, str]]] = defaultdict(list)
+        self._member_of: dict[tuple[str, str], list[tuple[str, str, str]]] = defaultdict(list)
+        self._arrivals: dict[tuple[str, str], Arrivals | None] = {}
+        for tenant, trace, span, _service, side, _model, instance, _start, _duration in streams:
+            if side not in ("client", "browser") or (trace, span) not in sides_of:
+                continue
+            for group in ((tenant, "client process", instance), (tenant, "node", sides_of[(trace, span)][2])):
+                if group[2]:
+                    self._groups[group].append((trace, span))
+                    self._member_of[(trace, span)].append(group)
+
+    def of(self, key: tuple[str, str]) -> list[SharedHost]:
+        """The hosts ``key`` shares, with their other streams' arrivals (each computed once, when first needed)."""
+        hosts = []
+        for group in self._member_of[key]:
+            others = (self._arrivals_of(other) for other in self._groups[group] if other != key)
+            hosts.append(SharedHost(group[1], group[2], [arrivals for arrivals in others if arrivals is not None]))
+        return hosts
+
+    def _arrivals_of(self, key: tuple[str, str]) -> Arrivals | None:
+        if key not in self._arrivals:
+            client, server, _ = self._sides_of[key]
+            usable = server is not None and server.content()[0].size > 0 and client.content()[0].size > 0
+            self._arrivals[key] = Arrivals.of(client, server) if server is not None and usable else None
+        return self._arrivals[key]
+
+
+def _row(stall: Stall, identity: dict[str, str]) -> dict[str, Any]:
+    return {
+        **identity,
+        "start_time": stall.start_us,
+        "end_time": stall.end_us,
+        "seq": stall.seq,
+        "gap_us": min(stall.gap_us, 2**32 - 1),
+        "server_gap_us": stall.server_gap_us,
+        "server_seq": stall.server_seq,
+        "cause": stall.cause,
+        "confidence": stall.confidence,
+        "evidence": list(stall.evidence.items()),
+    }
+
+
+def _utc(value: datetime) -> datetime:
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _time(microseconds: int) -> datetime:
+    return EPOCH + timedelta(microseconds=microseconds)
+
+
+class PeriodicAttribution:
+    """Runs the job every ``interval_s`` from a background thread inside the collector."""
+
+    def __init__(self, job: AttributionJob, interval_s: float = 5.0) -> None:
+        self.job = job
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="attribution", daemon=True)
+
+    def start(self) -> PeriodicAttribution:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.ident is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            try:
+                while not self._stop.is_set() and not self.job.run_pass()[1]:
+                    pass  # behind: the next pass starts at once
+            except Exception:
+                log.exception("attribution run failed; it is retried on the next tick")

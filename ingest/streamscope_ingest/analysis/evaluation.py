@@ -1,0 +1,119 @@
+"""Score attribution against the demo workload's ground truth: per-cause precision, recall, F1, confusion.
+
+Each client stall gets a true label: the cause of the ground-truth record on the same trace whose window
+matches the stall's best (intersection over union, so a tight window that is the stall beats a long one
+that merely contains it), or ``none`` when no injected window overlaps it. (A record that ended just before
+the stall began, or began just after it ended, did not delay the content that ended it; it still counts as
+found, within ``MATCH_SLACK_US``, for ``undetected`` below.) Precision and recall are computed
+over stalls; ground truth that delayed a content chunk after the first by as much as a stall, yet met no
+stall, is counted apart as ``undetected`` (and included in recall), so a silent detector cannot score well.
+(Ground truth that held the stream's first content chunk delayed its time to first token, not a gap; and a
+server delay that began and ended while the path held the stream anyway, inside a gateway's hold or a
+stalled connection, changed nothing the client received: the content made the same release.)
+
+A record that overlaps a stall for less than a third of it did not make the stall (``EXPLAINING_SHARE``).
+
+When two injected causes touch one stall (the engine preempted the request and a gateway then held what it
+emitted), the label is the one that held the stall's content for most of the stall: every record's window
+is the time its cause held content back, so among windows inside the stall the larger overlap wins, and a
+window reaching beyond the stall (a preemption that went on to delay the next chunk) is discounted for the part
+that delayed other content. Attribution splits the client's wait the same way (the server's part and the
+path's part), so both sides mean one thing. Collapsed speculative decoding holds content back only by the
+steps it added over normal acceptance, so its window is that added time, at the end of the event's wait: a
+stall inside a collapsed stretch that a prefill burst or a slow node step made is labelled with that cause.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from clickhouse_connect.driver.client import Client
+
+from streamscope import semconv as sc
+from streamscope_ingest import store
+
+STALL_CAUSES = tuple(c for c in sc.STREAMSCOPE_TRUTH_CAUSE_VALUES if c != "chunking_regression")
+DELAY_CAUSES = ("kv_pressure", "prefill_interference", "spec_decode", "network_buffering", "connection")
+"""Causes whose ground-truth magnitude is the delay they added (others measure something else)."""
+PATH_HOLDS = ("network_buffering", "connection")
+"""Causes that held a stream's content on the path: a server delay inside one did not reach the client."""
+MATCH_SLACK_US = 100_000
+EXPLAINING_SHARE = 1 / 3
+"""A record labels a stall only if it held the content for at least this share of the stall. A stall is at least
+three times its stream's usual gap, so two thirds of it or more is excess; a cause that held content for less
+than half of that excess (a 14 ms spec-decode slowdown inside a 215 ms node-wide pause) did not make it."""
+
+STALLS_SQL = """
+SELECT trace_id, seq, toUnixTimestamp64Micro(start_time), toUnixTimestamp64Micro(end_time), cause
+FROM stalls WHERE start_time >= {since:DateTime64(6)} AND side IN ('client', 'browser')
+"""
+TRUTH_SQL = """
+SELECT g.trace_id, g.cause, toUnixTimestamp64Micro(g.start_time), toUnixTimestamp64Micro(g.end_time), g.magnitude,
+       hasAny(g.chunk_indices, c.content_seqs) AND NOT has(g.chunk_indices, c.first_seq) AS delayed_content
+FROM ground_truth AS g
+LEFT JOIN (
+    SELECT trace_id, groupArrayIf(seq, kind = 'content') AS content_seqs, anyIf(seq, kind = 'first') AS first_seq
+    FROM chunks
+    WHERE side = 'server' AND start_time >= {since:DateTime64(6)} - toIntervalMinute(10)
+    GROUP BY trace_id
+) AS c ON c.trace_id = g.trace_id
+WHERE g.start_time >= {since:DateTime64(6)} AND g.trace_id != '' AND g.cause != 'chunking_regression'
+"""
+
+
+@dataclass
+class Score:
+    confusion: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """(true label, predicted cause) -> stalls."""
+    undetected: Counter[str] = field(default_factory=Counter)
+
+    def precision(self, cause: str) -> float | None:
+        predicted = sum(n for (_, p), n in self.confusion.items() if p == cause)
+        return self.confusion[(cause, cause)] / predicted if predicted else None
+
+    def recall(self, cause: str) -> float | None:
+        actual = sum(n for (t, _), n in self.confusion.items() if t == cause) + self.undetected[cause]
+        return self.confusion[(cause, cause)] / actual if actual else None
+
+    def f1(self, cause: str) -> float | None:
+        p, r = self.precision(cause), self.recall(cause)
+        return 2 * p * r / (p + r) if p and r else (0.0 if p is not None and r is not None else None)
+
+    def support(self, cause: str) -> int:
+        return sum(n for (t, _), n in self.confusion.items() if t == cause) + self.undetected[cause]
+
+    def blamed_on_injected(self) -> int:
+        """Stalls with no injected cause that attribution nevertheless blamed on one (must be 0 in steady)."""
+        return sum(n for (t, p), n in self.confusion.items() if t == "none" and p in STALL_CAUSES)
+
+
+def score(client: Client, since: datetime, absolute_us: int = 400_000) -> Score:
+    with store.translated_errors():
+        stalls = client.query(STALLS_SQL, parameters={"since": since}).result_rows
+        truths = client.query(TRUTH_SQL, parameters={"since": since}).result_rows
+    by_trace: dict[str, list[tuple[str, int, int, float, bool]]] = {}
+    for trace, cause, start, end, magnitude, delayed_content in truths:
+        by_trace.setdefault(trace, []).append((cause, start, end, magnitude, bool(delayed_content)))
+    result = Score()
+    hit: set[tuple[str, int, int]] = set()
+    for trace, _, start, end, predicted in stalls:
+        best, best_match = "none", -1.0
+        for cause, t_start, t_end, _, _ in by_trace.get(trace, []):
+            overlap = min(end, t_end) - max(start, t_start)
+            if overlap < -MATCH_SLACK_US:
+                continue
+            hit.add((trace, t_start, t_end))
+            match = overlap / (max(end, t_end) - min(start, t_start) + 1)
+            if overlap >= EXPLAINING_SHARE * (end - start) and match > best_match:
+                best, best_match = cause, match
+        result.confusion[(best, predicted)] += 1
+    for trace, records in by_trace.items():
+        holds = [(start, end) for cause, start, end, _, _ in records if cause in PATH_HOLDS]
+        for cause, t_start, t_end, magnitude, delayed_content in records:
+            detectable = cause in DELAY_CAUSES and delayed_content and magnitude * 1e6 >= absolute_us
+            masked = cause not in PATH_HOLDS and any(start <= t_start and t_end <= end for start, end in holds)
+            if detectable and not masked and (trace, t_start, t_end) not in hit:
+                result.undetected[cause] += 1
+    return result

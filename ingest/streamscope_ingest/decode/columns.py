@@ -1,0 +1,248 @@
+"""Arrow schemas of the blocks ingest writes: one per table, in the tables' column order.
+
+They mirror schema/migrations (a test compares them with the DDL the migrations create); columns with a
+DEFAULT in the DDL (``ingested_at``) are filled by the store, so they are absent here. Chunks are written to
+``chunk_arrays``, one row a stream; ``chunks`` is the view of them with one row a chunk.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_LC = pa.dictionary(pa.int32(), pa.string())
+_TIME = pa.timestamp("us", tz="UTC")
+_ATTRS = pa.map_(pa.string(), pa.string())
+
+STREAMS = pa.schema(
+    [
+        ("tenant", _LC),
+        ("start_time", _TIME),
+        ("duration_us", pa.uint64()),
+        ("trace_id", pa.string()),
+        ("span_id", pa.string()),
+        ("parent_span_id", pa.string()),
+        ("service", _LC),
+        ("side", _LC),
+        ("span_name", _LC),
+        ("operation", _LC),
+        ("provider", _LC),
+        ("request_model", _LC),
+        ("response_model", _LC),
+        ("response_id", pa.string()),
+        ("server_address", _LC),
+        ("server_port", pa.uint16()),
+        ("route", _LC),
+        ("transport", _LC),
+        ("encoding", _LC),
+        ("outcome", _LC),
+        ("error_type", _LC),
+        ("finish_reasons", pa.list_(pa.string())),
+        ("node_name", _LC),
+        ("engine_request_id", pa.string()),
+        ("input_tokens", pa.uint32()),
+        ("output_tokens", pa.uint32()),
+        ("chunk_count", pa.uint32()),
+        ("content_chunks", pa.uint32()),
+        ("tokens", pa.uint32()),
+        ("tokens_estimated", pa.bool_()),
+        ("content_bytes", pa.uint64()),
+        ("wire_bytes", pa.uint64()),
+        ("ttfb_us", pa.uint64()),
+        ("ttft_us", pa.uint64()),
+        ("gap_p50_us", pa.uint32()),
+        ("gap_p95_us", pa.uint32()),
+        ("gap_p99_us", pa.uint32()),
+        ("gap_max_us", pa.uint32()),
+        ("jitter_ratio", pa.float32()),
+        ("stall_count", pa.uint32()),
+        ("stall_threshold_us", pa.uint32()),
+        ("timeline_truncated", pa.bool_()),
+        ("cancel_offset_us", pa.uint64()),
+        ("tokens_after_cancel", pa.uint32()),
+        ("repetition_score", pa.float32()),
+        ("last_content_us", pa.uint64()),
+        ("head_tokens", pa.uint32()),
+        ("first_tool_call_seq", pa.uint32()),
+        ("content_chunks_by_tokens", pa.map_(pa.uint16(), pa.uint32())),
+        ("attributes", _ATTRS),
+        ("resource_attributes", _ATTRS),
+    ]
+)
+
+CHUNK_KINDS = ("lead", "first", "content", "aside")
+"""Values of chunks.kind, in the order of their Enum8 codes."""
+KIND_LEAD, KIND_FIRST, KIND_CONTENT, KIND_ASIDE = range(4)
+
+CHUNKS = pa.schema(  # the table chunk_arrays: one row a stream, the chunks' values in arrays (migration 0020)
+    [
+        ("tenant", _LC),
+        ("start_time", _TIME),
+        ("trace_id_bytes", pa.binary(16)),
+        ("span_id_bytes", pa.binary(8)),
+        ("service", _LC),
+        ("side", _LC),
+        ("provider", _LC),
+        ("model", _LC),
+        ("kind", pa.list_(pa.int8())),
+        ("gap_us", pa.list_(pa.uint32())),
+        ("tokens", pa.list_(pa.uint16())),
+        ("content_bytes", pa.list_(pa.uint32())),
+        ("wire_bytes", pa.list_(pa.uint32())),
+        ("paint_delay_us", pa.list_(pa.uint32())),
+        ("render_us", pa.list_(pa.uint32())),
+    ]
+)
+
+
+def ids_as_bytes(hex_ids: pa.Array | pa.ChunkedArray, column: str) -> pa.Array:
+    """Hex ids as the bytes that ``CHUNKS``'s ``column`` holds; each distinct id is decoded once."""
+    ids = hex_ids.combine_chunks() if isinstance(hex_ids, pa.ChunkedArray) else hex_ids
+    if not pa.types.is_dictionary(ids.type):
+        ids = ids.dictionary_encode()
+    as_bytes = pa.array([bytes.fromhex(v) for v in ids.dictionary.to_pylist()], CHUNKS.field(column).type)
+    return as_bytes.take(ids.indices)
+
+
+def span_keys(
+    trace_ids: pa.Array | pa.ChunkedArray, span_ids: pa.Array | pa.ChunkedArray, as_type: pa.DataType
+) -> pa.Array | pa.ChunkedArray:
+    """Each row's trace and span ids joined as one key: ``pa.string()`` for hex ids, ``pa.binary()`` for bytes."""
+    separator = b"" if as_type == pa.binary() else ""
+    return pc.binary_join_element_wise(pc.cast(trace_ids, as_type), pc.cast(span_ids, as_type), separator)
+
+
+GROUND_TRUTH = pa.schema(
+    [
+        ("tenant", _LC),
+        ("start_time", _TIME),
+        ("end_time", _TIME),
+        ("cause", _LC),
+        ("node_name", _LC),
+        ("scenario", _LC),
+        ("trace_id", pa.string()),
+        ("request_id", pa.string()),
+        ("chunk_indices", pa.list_(pa.uint32())),
+        ("magnitude", pa.float64()),
+        ("service", _LC),
+        ("attributes", _ATTRS),
+    ]
+)
+
+ENGINE_SAMPLES = pa.schema(
+    [
+        ("tenant", _LC),
+        ("time", _TIME),
+        ("node_name", _LC),
+        ("host", _LC),
+        ("engine_url", _LC),
+        ("source", _LC),
+        ("metric", _LC),
+        ("engine", _LC),
+        ("gpu_uuid", _LC),
+        ("gpu_index", pa.int16()),
+        ("value", pa.float64()),
+    ]
+)
+
+ENGINE_EVENTS = pa.schema(
+    [
+        ("tenant", _LC),
+        ("start_time", _TIME),
+        ("end_time", _TIME),
+        ("node_name", _LC),
+        ("host", _LC),
+        ("engine", _LC),
+        ("kind", _LC),
+        ("magnitude", pa.float64()),
+        ("gpu_uuid", _LC),
+        ("xid", pa.int32()),
+        ("attributes", _ATTRS),
+    ]
+)
+
+STALLS = pa.schema(
+    [
+        ("tenant", _LC),
+        ("start_time", _TIME),
+        ("end_time", _TIME),
+        ("trace_id", pa.string()),
+        ("span_id", pa.string()),
+        ("service", _LC),
+        ("side", _LC),
+        ("model", _LC),
+        ("node_name", _LC),
+        ("seq", pa.uint32()),
+        ("gap_us", pa.uint32()),
+        ("server_gap_us", pa.uint32()),
+        ("server_seq", pa.uint32()),
+        ("cause", _LC),
+        ("confidence", pa.float32()),
+        ("evidence", _ATTRS),
+    ]
+)
+
+STREAM_QUALITY = pa.schema(
+    [
+        ("tenant", _LC),
+        ("start_time", _TIME),
+        ("trace_id", pa.string()),
+        ("span_id", pa.string()),
+        ("service", _LC),
+        ("side", _LC),
+        ("model", _LC),
+        ("node_name", _LC),
+        ("stalls", pa.uint32()),
+        ("fluidity_index", pa.float32()),
+        ("andes_qoe", pa.float32()),
+        ("first_deadline_ms", pa.float32()),
+        ("token_deadline_ms", pa.float32()),
+        ("reading_tokens_per_s", pa.float32()),
+    ]
+)
+
+INGEST_REQUESTS = pa.schema(
+    [
+        ("tenant", _LC),
+        ("time", pa.timestamp("ms", tz="UTC")),
+        ("signal", _LC),
+        ("transport", _LC),
+        ("content_type", _LC),
+        ("content_encoding", _LC),
+        ("received_bytes", pa.uint64()),
+        ("message_bytes", pa.uint64()),
+        ("rejected", pa.uint32()),
+        ("ignored", pa.uint32()),
+        ("rows", pa.map_(pa.string(), pa.uint64())),
+    ]
+)
+
+ALERTS = pa.schema(
+    [
+        ("tenant", _LC),
+        ("received_at", pa.timestamp("ms", tz="UTC")),
+        ("receiver", _LC),
+        ("status", _LC),
+        ("alertname", _LC),
+        ("fingerprint", pa.string()),
+        ("starts_at", pa.timestamp("ms", tz="UTC")),
+        ("ends_at", pa.timestamp("ms", tz="UTC")),
+        ("labels", _ATTRS),
+        ("annotations", _ATTRS),
+        ("query_values", pa.map_(pa.string(), pa.float64())),
+        ("generator_url", pa.string()),
+        ("group_key", pa.string()),
+    ]
+)
+
+TABLES: dict[str, pa.Schema] = {  # in write order (ingest/streamscope_ingest/store/writer.py)
+    "chunk_arrays": CHUNKS,
+    "streams": STREAMS,
+    "ground_truth": GROUND_TRUTH,
+    "engine_samples": ENGINE_SAMPLES,
+    "engine_events": ENGINE_EVENTS,
+    "stalls": STALLS,
+    "stream_quality": STREAM_QUALITY,
+    "ingest_requests": INGEST_REQUESTS,
+    "alerts": ALERTS,  # Grafana's webhook deliveries: never in a batch with OTLP rows or their request log
+}

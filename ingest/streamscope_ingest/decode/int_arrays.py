@@ -1,0 +1,159 @@
+"""Decode a packed chunk array (an OTLP value holding integers) to numpy without a Python object per element.
+
+A packed array arrives in one of two forms:
+- ``bytes_value``: the integers as little-endian int64, 8 bytes each, as our SDKs send them (see
+  ``streamscope.int64_bytes``). One ``frombuffer`` reads every array of a request.
+- ``ArrayValue{values: [AnyValue{int_value: v}, ...]}``, which every OpenTelemetry SDK can emit. On the wire
+  every element is ``0x0a <len> 0x18 <varint>``: three bytes below 0x80, then a varint whose last byte is the
+  only one below 0x80. So every element holds exactly four bytes below 0x80, which locates all elements at
+  once with numpy. Anything else (doubles, mixed types, unknown fields) takes the per-element path, which
+  accepts integral doubles, as a JavaScript SDK may send, and rejects the rest.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+from streamscope.int64_bytes import int64_bytes
+
+_ELEMENT_TAG = 0x0A  # ArrayValue.values, length-delimited
+_INT_TAG = 0x18  # AnyValue.int_value, varint
+_MAX_VARINT_BYTES = 10
+_INT64_LE = np.dtype("<i8")
+_DECIMAL = re.compile(r"-?[0-9]+")  # how OTLP/JSON may write an int64
+
+
+class NotAnIntArray(ValueError):
+    """The value is not an array of integers."""
+
+
+def element_count(value: AnyValue) -> int:
+    """How many integers ``value`` holds, in either form (0 for anything else), without decoding them."""
+    kind = value.WhichOneof("value")
+    if kind == "bytes_value":
+        return len(value.bytes_value) // _INT64_LE.itemsize
+    return len(value.array_value.values) if kind == "array_value" else 0
+
+
+def decode_int_array(value: AnyValue) -> np.ndarray:
+    """The integers in ``value`` as int64; raises NotAnIntArray for anything else."""
+    kind = value.WhichOneof("value")
+    if kind == "bytes_value":
+        return _from_bytes(value.bytes_value)
+    if kind != "array_value":
+        raise NotAnIntArray(f"expected an array of integers, got {kind or 'nothing'}")
+    fast = _decode_wire(value.array_value.SerializeToString())
+    return fast if fast is not None else _decode_elements(value)
+
+
+def decode_int_arrays(values: Sequence[AnyValue]) -> list[np.ndarray | NotAnIntArray]:
+    """Each value's integers (or the NotAnIntArray it raises), all decoded in one vectorised pass.
+
+    Arrays of one form serialised one after another are themselves one array of that form, so a request's
+    arrays cost one numpy pass instead of one per array; only a request that mixes the forms, or has an array
+    that is not plain, decodes each on its own.
+    """
+    kinds = {v.WhichOneof("value") for v in values}
+    if kinds == {"bytes_value"}:
+        raws = [v.bytes_value for v in values]
+        if not any(len(raw) % _INT64_LE.itemsize for raw in raws):
+            return _split(_from_bytes(b"".join(raws)), [len(raw) // _INT64_LE.itemsize for raw in raws])
+    elif kinds == {"array_value"}:
+        counts = [len(v.array_value.values) for v in values]
+        fast = _decode_wire(b"".join(v.array_value.SerializeToString() for v in values))
+        if fast is not None and fast.size == sum(counts):
+            return _split(fast, counts)
+    results: list[np.ndarray | NotAnIntArray] = []
+    for value in values:
+        try:
+            results.append(decode_int_array(value))
+        except NotAnIntArray as exc:
+            results.append(exc)
+    return results
+
+
+def json_ints_as_base64(array_value: Any) -> str | None:
+    """An OTLP/JSON ``arrayValue`` of plain ``intValue``s (numbers or decimal strings) as the bytes form, in
+    base64 as JSON writes bytes; None for anything else, which the protobuf path decodes or refuses.
+
+    protobuf's JSON parser builds a message per element, about 30 µs a chunk for a packed timeline
+    (``benchmarks/wire_cost.py``); the bytes form is one value."""
+    values = array_value.get("values") if isinstance(array_value, dict) else None
+    if not isinstance(values, list):
+        return None
+    integers = []
+    for element in values:
+        value = element.get("intValue") if isinstance(element, dict) and len(element) == 1 else None
+        if type(value) is str and _DECIMAL.fullmatch(value):
+            value = int(value)
+        if type(value) is not int:
+            return None
+        integers.append(value)
+    try:
+        return base64.b64encode(int64_bytes(integers)).decode()
+    except OverflowError:
+        return None
+
+
+def _split(flat: np.ndarray, counts: list[int]) -> list[np.ndarray | NotAnIntArray]:
+    """``flat`` cut into views of ``counts`` elements each (slicing: ``np.split`` costs several times more)."""
+    ends = np.cumsum(counts).tolist()
+    return [flat[end - count : end] for end, count in zip(ends, counts, strict=True)]
+
+
+def _from_bytes(raw: bytes) -> np.ndarray:
+    if len(raw) % _INT64_LE.itemsize:
+        raise NotAnIntArray(f"{len(raw)} bytes, not a whole number of 8-byte little-endian integers")
+    return np.frombuffer(raw, dtype=_INT64_LE).astype(np.int64)
+
+
+def _decode_wire(raw: bytes) -> np.ndarray | None:
+    """Vectorised decode of the serialised ArrayValue; None when the layout is not the plain one."""
+    if not raw:
+        return np.empty(0, dtype=np.int64)
+    data = np.frombuffer(raw, dtype=np.uint8)
+    low = np.flatnonzero(data < 0x80)
+    if low.size % 4:
+        return None
+    tag, length, int_tag, last = low.reshape(-1, 4).T
+    plain = (
+        tag[0] == 0
+        and last[-1] == data.size - 1
+        and np.array_equal(tag[1:], last[:-1] + 1)
+        and np.array_equal(length, tag + 1)
+        and np.array_equal(int_tag, length + 1)
+        and bool(np.all(data[tag] == _ELEMENT_TAG))
+        and bool(np.all(data[int_tag] == _INT_TAG))
+        and np.array_equal(data[length].astype(np.int64), last - length)
+    )
+    if not plain:
+        return None
+    first = int_tag + 1
+    width = last - int_tag
+    if width.max() > _MAX_VARINT_BYTES:
+        return None
+    result = np.zeros(first.size, dtype=np.uint64)
+    for k in range(int(width.max())):
+        present = k < width
+        byte = data[np.where(present, first + k, 0)].astype(np.uint64) & np.uint64(0x7F)
+        result |= np.where(present, byte << np.uint64(7 * k), np.uint64(0))
+    return result.view(np.int64)
+
+
+def _decode_elements(value: AnyValue) -> np.ndarray:
+    out = np.empty(len(value.array_value.values), dtype=np.int64)
+    for i, element in enumerate(value.array_value.values):
+        kind = element.WhichOneof("value")
+        if kind == "int_value":
+            out[i] = element.int_value
+        elif kind == "double_value" and element.double_value.is_integer():
+            out[i] = int(element.double_value)
+        else:
+            raise NotAnIntArray(f"element {i} is {kind or 'empty'}, not an integer")
+    return out

@@ -1,0 +1,504 @@
+"""OTLP trace requests to column blocks for ``streams`` and ``chunk_arrays``; no I/O, nothing of ClickHouse.
+
+A span is a stream span when it carries ``streamscope.side``; other spans are counted and ignored. A stream
+span's chunk timeline comes from the packed arrays when ``streamscope.chunks.offset_us`` is present, else
+from its ``streamscope.chunk`` events. Spans with a malformed timeline are rejected with a reason, which the
+collector returns in ``partial_success``; the rest of the request is kept.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+from google.protobuf.message import Message
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+from streamscope import semconv as sc
+from streamscope_ingest.decode import columns
+from streamscope_ingest.decode.batch import DecodedBatch, Rejection
+from streamscope_ingest.decode.chunk_events import ChunkEventRejected, as_trace_view, chunk_events
+from streamscope_ingest.decode.int_arrays import NotAnIntArray, decode_int_arrays, element_count
+from streamscope_ingest.decode.limits import DEFAULT_LIMITS, SpanLimits, SpanOverLimit
+from streamscope_ingest.decode.timeline import PerStream, build_timeline, stream_stats
+
+# Attributes that become columns (or chunk arrays) and so stay out of the ``attributes`` map.
+_PROMOTED = frozenset(
+    {
+        sc.GEN_AI_OPERATION_NAME,
+        sc.GEN_AI_PROVIDER_NAME,
+        sc.GEN_AI_REQUEST_MODEL,
+        sc.GEN_AI_RESPONSE_MODEL,
+        sc.GEN_AI_RESPONSE_ID,
+        sc.GEN_AI_RESPONSE_FINISH_REASONS,
+        sc.GEN_AI_USAGE_INPUT_TOKENS,
+        sc.GEN_AI_USAGE_OUTPUT_TOKENS,
+        sc.SERVER_ADDRESS,
+        sc.SERVER_PORT,
+        sc.ERROR_TYPE,
+        sc.HTTP_ROUTE,
+        sc.STREAMSCOPE_SIDE,
+        sc.STREAMSCOPE_ENCODING,
+        sc.STREAMSCOPE_TRANSPORT,
+        sc.STREAMSCOPE_OUTCOME,
+        sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US,
+        sc.STREAMSCOPE_CANCEL_OFFSET_US,
+        sc.STREAMSCOPE_TOKENS_AFTER_CANCEL,
+        sc.STREAMSCOPE_TOKENS_ESTIMATED,
+        sc.STREAMSCOPE_ENGINE_REQUEST_ID,
+        sc.STREAMSCOPE_NODE_NAME,
+        sc.STREAMSCOPE_REPETITION_SCORE,
+        sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK,
+        *sc.PACKED_ARRAYS,
+    }
+)
+_LIMITS = {  # largest value each per-chunk column can store
+    sc.STREAMSCOPE_CHUNKS_TOKENS: np.iinfo(np.uint16).max,
+    sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES: np.iinfo(np.uint32).max,
+    sc.STREAMSCOPE_CHUNKS_WIRE_BYTES: np.iinfo(np.uint32).max,
+    sc.STREAMSCOPE_CHUNKS_PAINT_DELAY_US: np.iinfo(np.uint32).max,
+    sc.STREAMSCOPE_CHUNKS_RENDER_US: np.iinfo(np.uint32).max,
+}
+_OPTIONAL_ARRAYS = (
+    sc.STREAMSCOPE_CHUNKS_WIRE_BYTES,
+    sc.STREAMSCOPE_CHUNKS_PAINT_DELAY_US,
+    sc.STREAMSCOPE_CHUNKS_RENDER_US,
+)
+"""Recommended, not required: a missing array is all zeros, which means not measured."""
+_U32_MAX = 2**32 - 1
+log = logging.getLogger(__name__)
+
+
+class _SpanRejected(Exception):
+    pass
+
+
+@dataclass
+class _Stream:
+    """One accepted stream span before vectorisation: scalars plus its chunk arrays."""
+
+    row: dict[str, Any]
+    chunk_count: int
+    first_byte_us: int | None
+    packed: list[AnyValue | None] | None = None
+    """The packed arrays in ``sc.PACKED_ARRAYS`` order (None: an optional one not sent), until the request's
+    arrays are decoded together."""
+    offsets: np.ndarray | None = None
+    values: Sequence[np.ndarray | None] | None = None
+    """One row per packed array after the offsets (tokens, content bytes, wire bytes, paint delay, render); None
+    for an optional array the span did not send, which is all zeros."""
+    subject: str = ""
+
+
+def decode_traces(
+    request: Message, *, tenant: str, stall_threshold_us: int, limits: SpanLimits = DEFAULT_LIMITS
+) -> DecodedBatch:
+    """Decode every stream span in ``request`` (an ``ExportTraceServiceRequest``, or its view as the collector
+    parses it: ``streamscope_ingest.decode.chunk_events``) for ``tenant``; raises LimitExceeded past ``limits``'
+    span count."""
+    request = as_trace_view(request)
+    limits.check_span_count(sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans))
+    accepted: list[_Stream] = []
+    rejected: list[Rejection] = []
+    warnings: list[str] = []
+    ignored = 0
+    seen: set[tuple[bytes, bytes]] = set()
+    for resource_spans in request.resource_spans:
+        resource_strings = _stringified(attribute_map(resource_spans.resource.attributes))
+        if warning := limits.truncate("resource", resource_strings):
+            warnings.append(warning)
+        service = resource_strings.get("service.name", "")
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                attrs = {kv.key: kv.value for kv in span.attributes}
+                if sc.STREAMSCOPE_SIDE not in attrs:
+                    ignored += 1
+                    continue
+                try:
+                    limits.check_span(len(span.attributes), len(span.events))
+                    if (span.trace_id, span.span_id) in seen:
+                        raise _SpanRejected("the same span twice in one request")
+                    seen.add((span.trace_id, span.span_id))
+                    stream = _decode_span(span, attrs, tenant, service, resource_strings)
+                    limits.check_chunks(stream.chunk_count)
+                    if warning := limits.truncate(_subject(span), stream.row, stream.row["attributes"]):
+                        warnings.append(warning)
+                    accepted.append(stream)
+                except (_SpanRejected, SpanOverLimit) as exc:
+                    rejected.append(Rejection(_subject(span), str(exc)))
+                except Exception as exc:  # a decoder bug must cost one span, never the request
+                    log.exception("unexpected error decoding a stream span")
+                    rejected.append(
+                        Rejection(_subject(span), f"internal error decoding this span ({type(exc).__name__})")
+                    )
+    accepted, timelines = _with_timelines(accepted, rejected)
+    streams, chunks = _blocks(accepted, timelines, stall_threshold_us)
+    return DecodedBatch(
+        blocks={"chunk_arrays": chunks, "streams": streams}, ignored=ignored, rejected=rejected, warnings=warnings
+    )
+
+
+def _subject(span: Message) -> str:
+    return f"span {span.span_id.hex() or '?'} of trace {span.trace_id.hex() or '?'}"
+
+
+def _decode_span(
+    span: Message, attrs: dict[str, AnyValue], tenant: str, service: str, resource: dict[str, str]
+) -> _Stream:
+    if len(span.trace_id) != 16 or len(span.span_id) != 8 or not any(span.trace_id) or not any(span.span_id):
+        raise _SpanRejected("invalid trace or span id")
+    if span.end_time_unix_nano < span.start_time_unix_nano:
+        raise _SpanRejected("span ends before it starts")
+    scalars = {key: _scalar(value) for key, value in attrs.items() if key not in sc.PACKED_ARRAYS}
+    side = str(scalars[sc.STREAMSCOPE_SIDE])
+    if side not in sc.STREAMSCOPE_SIDE_VALUES:
+        raise _SpanRejected(f"streamscope.side must be one of {', '.join(sc.STREAMSCOPE_SIDE_VALUES)}, not {side!r}")
+    packed: list[AnyValue | None] | None = None
+    offsets = values = None
+    if sc.STREAMSCOPE_CHUNKS_OFFSET_US in attrs:
+        encoding = "packed"
+        packed = _packed_values(attrs)
+        chunk_count = element_count(attrs[sc.STREAMSCOPE_CHUNKS_OFFSET_US])
+        events_dropped = False
+    else:
+        if scalars.get(sc.STREAMSCOPE_ENCODING) == "packed":
+            raise _SpanRejected(
+                f"packed encoding without {sc.STREAMSCOPE_CHUNKS_OFFSET_US}"
+                f" ({span.dropped_attributes_count} attributes dropped by the sender)"
+            )
+        encoding = "events"
+        offsets, values = _event_arrays(span)
+        chunk_count = offsets.size
+        events_dropped = span.dropped_events_count > 0
+    truncated = events_dropped or bool(_bounded_int(scalars, sc.STREAMSCOPE_CHUNKS_DROPPED, 2**63 - 1))
+    first_byte = scalars.get(sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US)
+    request_model = str(scalars.get(sc.GEN_AI_REQUEST_MODEL, ""))
+    response_model = str(scalars.get(sc.GEN_AI_RESPONSE_MODEL, ""))
+    row: dict[str, Any] = {
+        "tenant": tenant,
+        "start_time": span.start_time_unix_nano // 1000,
+        "duration_us": (span.end_time_unix_nano - span.start_time_unix_nano) // 1000,
+        "trace_id": span.trace_id.hex(),
+        "span_id": span.span_id.hex(),
+        "parent_span_id": span.parent_span_id.hex(),
+        "service": service,
+        "side": side,
+        "span_name": span.name,
+        "operation": _text(scalars, sc.GEN_AI_OPERATION_NAME),
+        "provider": _text(scalars, sc.GEN_AI_PROVIDER_NAME),
+        "request_model": request_model,
+        "response_model": response_model,
+        "model": response_model or request_model,
+        "response_id": _text(scalars, sc.GEN_AI_RESPONSE_ID),
+        "server_address": _text(scalars, sc.SERVER_ADDRESS),
+        "server_port": _bounded_int(scalars, sc.SERVER_PORT, 65535) or 0,
+        "route": _text(scalars, sc.HTTP_ROUTE),
+        "transport": _enum(scalars, sc.STREAMSCOPE_TRANSPORT, sc.STREAMSCOPE_TRANSPORT_VALUES, ""),
+        "encoding": encoding,
+        "outcome": _enum(scalars, sc.STREAMSCOPE_OUTCOME, sc.STREAMSCOPE_OUTCOME_VALUES, "completed"),
+        "error_type": _text(scalars, sc.ERROR_TYPE),
+        "finish_reasons": _string_list(scalars.get(sc.GEN_AI_RESPONSE_FINISH_REASONS)),
+        "node_name": _text(scalars, sc.STREAMSCOPE_NODE_NAME),
+        "engine_request_id": _text(scalars, sc.STREAMSCOPE_ENGINE_REQUEST_ID),
+        "input_tokens": _bounded_int(scalars, sc.GEN_AI_USAGE_INPUT_TOKENS, _U32_MAX),
+        "output_tokens": _bounded_int(scalars, sc.GEN_AI_USAGE_OUTPUT_TOKENS, _U32_MAX),
+        "tokens_estimated": _flag(scalars, sc.STREAMSCOPE_TOKENS_ESTIMATED),
+        "timeline_truncated": truncated,
+        "cancel_offset_us": _bounded_int(scalars, sc.STREAMSCOPE_CANCEL_OFFSET_US, 2**63 - 1),
+        "tokens_after_cancel": _bounded_int(scalars, sc.STREAMSCOPE_TOKENS_AFTER_CANCEL, _U32_MAX),
+        "repetition_score": _float(scalars.get(sc.STREAMSCOPE_REPETITION_SCORE)),
+        "first_tool_call_seq": _chunk_seq(scalars, sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK, chunk_count, events_dropped),
+        "attributes": {k: stringify(v) for k, v in scalars.items() if k not in _PROMOTED},
+        "resource_attributes": resource,
+    }
+    return _Stream(
+        row=row,
+        chunk_count=chunk_count,
+        first_byte_us=_bounded_int(scalars, sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US, 2**63 - 1)
+        if first_byte is not None
+        else None,
+        packed=packed,
+        offsets=offsets,
+        values=values,
+        subject=_subject(span),
+    )
+
+
+def _packed_values(attrs: dict[str, AnyValue]) -> list[AnyValue | None]:
+    for name in sc.PACKED_ARRAYS:
+        if name not in attrs and name not in _OPTIONAL_ARRAYS:
+            raise _SpanRejected(f"packed encoding without {name}")
+    return [attrs.get(name) for name in sc.PACKED_ARRAYS]
+
+
+def _packed_arrays(
+    decoded: list[np.ndarray | NotAnIntArray | None],
+) -> tuple[np.ndarray, list[np.ndarray | None]]:
+    """A span's decoded packed arrays as offsets and a row per other array (None: an optional one not sent)."""
+    arrays: list[np.ndarray | None] = []
+    for name, array in zip(sc.PACKED_ARRAYS, decoded, strict=True):
+        if isinstance(array, NotAnIntArray):
+            raise _SpanRejected(f"{name}: {array}")
+        arrays.append(array)
+    sent = {name: array for name, array in zip(sc.PACKED_ARRAYS, arrays) if array is not None}
+    if len({len(array) for array in sent.values()}) > 1:
+        sizes = ", ".join(f"{name.rsplit('.', 1)[1]} {len(array)}" for name, array in sent.items())
+        raise _SpanRejected(f"chunk arrays of unequal length ({sizes})")
+    offsets, *rows = arrays
+    assert offsets is not None
+    return offsets, rows
+
+
+def _with_timelines(streams: list[_Stream], rejected: list[Rejection]) -> tuple[list[_Stream], _Timelines]:
+    """``streams`` with their timelines decoded (every packed array of the request in one pass) and checked,
+    and those timelines concatenated; a span whose timeline is malformed goes to ``rejected`` instead."""
+    present = [value for s in streams if s.packed is not None for value in s.packed if value is not None]
+    decoded = iter(decode_int_arrays(present))
+    kept = []
+    for stream in streams:
+        try:
+            if stream.packed is not None:
+                stream.offsets, stream.values = _packed_arrays(
+                    [next(decoded) if value is not None else None for value in stream.packed]
+                )
+            kept.append(stream)
+        except _SpanRejected as exc:
+            rejected.append(Rejection(stream.subject, str(exc)))
+    timelines = _concatenated(kept)
+    if _all_valid(timelines):
+        return kept, timelines
+    valid = []
+    for stream in kept:  # the rare request with a bad timeline: find which
+        assert stream.offsets is not None and stream.values is not None
+        if error := _timeline_error(stream.offsets, stream.values):
+            rejected.append(Rejection(stream.subject, error))
+        else:
+            valid.append(stream)
+    return valid, _concatenated(valid)
+
+
+def _event_arrays(span: Message) -> tuple[np.ndarray, np.ndarray]:
+    """The span's chunk events as offsets and value rows, in time order."""
+    try:
+        time_ns, values = chunk_events(span)
+    except ChunkEventRejected as exc:
+        raise _SpanRejected(str(exc)) from None
+    order = np.argsort(time_ns, kind="stable")
+    time_ns = time_ns[order]
+    if time_ns.size and int(time_ns[0]) < span.start_time_unix_nano:
+        raise _SpanRejected("negative chunk offset: a chunk event precedes the span start")
+    offsets = ((time_ns - np.uint64(span.start_time_unix_nano)) // np.uint64(1000)).astype(np.int64)
+    return offsets, values[:, order]
+
+
+class _Timelines(NamedTuple):
+    """Chunk counts per stream, and every stream's offsets and value rows one after another."""
+
+    lengths: np.ndarray
+    offsets: np.ndarray
+    values: np.ndarray
+
+
+def _concatenated(streams: list[_Stream]) -> _Timelines:
+    lengths = np.fromiter((s.chunk_count for s in streams), dtype=np.int64, count=len(streams))
+    offsets = np.concatenate([s.offsets for s in streams]) if streams else np.empty(0, dtype=np.int64)
+    values = np.zeros((len(sc.PACKED_ARRAYS) - 1, offsets.size), dtype=np.int64)
+    for index, row in enumerate(values):  # filled row by row: each stream's rows are separate arrays
+        pieces = [s.values[index] if s.values is not None else None for s in streams]
+        if any(piece is not None for piece in pieces):
+            np.concatenate(
+                [np.zeros(s.chunk_count, np.int64) if p is None else p for s, p in zip(streams, pieces, strict=True)],
+                out=row,
+            )
+    return _Timelines(lengths, offsets, values)
+
+
+def _all_valid(timelines: _Timelines) -> bool:
+    """Whether every stream passes ``_timeline_error``, checked on all of them at once."""
+    lengths, offsets, values = timelines
+    if offsets.size == 0:
+        return True
+    steps = np.diff(offsets)
+    starts = np.cumsum(lengths) - lengths
+    steps[starts[(starts > 0) & (starts < offsets.size)] - 1] = 0  # across a boundary between streams
+    owner = np.repeat(np.arange(lengths.size), lengths)
+    return bool(
+        offsets.min() >= 0
+        and steps.min(initial=0) >= 0
+        and all(row.min() >= 0 and row.max() <= _LIMITS[name] for name, row in zip(sc.PACKED_ARRAYS[1:], values))
+        and np.bincount(owner, weights=values[0], minlength=lengths.size).max() <= _U32_MAX
+    )
+
+
+def _timeline_error(offsets: np.ndarray, values: Sequence[np.ndarray | None]) -> str | None:
+    if offsets.size == 0:
+        return None
+    if offsets.min() < 0:
+        return "negative chunk offset"
+    if np.any(np.diff(offsets) < 0):
+        return "chunk offsets are not in order"
+    for name, row in zip(sc.PACKED_ARRAYS[1:], values, strict=True):
+        if row is not None and (row.min() < 0 or row.max() > _LIMITS[name]):
+            return f"{name} out of range 0..{_LIMITS[name]}"
+    tokens = values[0]
+    if tokens is not None and int(tokens.sum()) > _U32_MAX:
+        return f"the stream's tokens add up to more than {_U32_MAX}"
+    return None
+
+
+def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: int) -> tuple[pa.Table, pa.Table]:
+    lengths, offsets, values = timelines
+    tokens, content, wire, paint_delay, render = values
+    timeline = build_timeline(lengths, offsets, content)
+    stats = stream_stats(lengths, offsets, tokens, content, wire, timeline, stall_threshold_us)
+    rows = [s.row for s in streams]
+
+    first_byte = PerStream(stats.first_chunk_us.values.copy(), stats.first_chunk_us.present.copy())
+    sent = np.fromiter((s.first_byte_us is not None for s in streams), dtype=bool, count=len(streams))
+    first_byte.values[sent] = [s.first_byte_us for s in streams if s.first_byte_us is not None]
+    first_byte.present[sent] = True  # the span says when its first byte came: not its first chunk
+    derived = {
+        "chunk_count": pa.array(lengths, pa.uint32()),
+        "content_chunks": pa.array(stats.content_chunks),
+        "tokens": pa.array(stats.tokens, pa.uint32()),
+        "content_bytes": pa.array(stats.content_bytes),
+        "wire_bytes": pa.array(stats.wire_bytes),
+        "ttfb_us": _nullable(first_byte, pa.uint64()),
+        "ttft_us": _nullable(stats.ttft_us, pa.uint64()),
+        "gap_p50_us": _nullable(stats.gap_quantiles_us[0.5], pa.uint32()),
+        "gap_p95_us": _nullable(stats.gap_quantiles_us[0.95], pa.uint32()),
+        "gap_p99_us": _nullable(stats.gap_quantiles_us[0.99], pa.uint32()),
+        "gap_max_us": _nullable(stats.gap_max_us, pa.uint32()),
+        "jitter_ratio": _nullable(stats.jitter_ratio, pa.float32()),
+        "stall_count": pa.array(stats.stall_count),
+        "stall_threshold_us": pa.array(np.full(len(streams), stall_threshold_us, dtype=np.uint32)),
+        "last_content_us": _nullable(stats.last_content_us, pa.uint64()),
+        "head_tokens": pa.array(stats.head_tokens),
+        "content_chunks_by_tokens": stats.chunks_by_tokens.map_array(),
+    }
+    from_rows = pa.Table.from_pylist(rows, schema=pa.schema(f for f in columns.STREAMS if f.name not in derived))
+    stream_columns = [derived[name] if name in derived else from_rows[name] for name in columns.STREAMS.names]
+    streams_block = pa.Table.from_arrays(stream_columns, schema=columns.STREAMS)
+
+    offsets = pa.array(np.concatenate(([0], np.cumsum(lengths))).astype(np.int32))
+
+    def chunk_values(values: np.ndarray, name: str) -> pa.ListArray:
+        """A per-chunk column as one list per stream."""
+        item_type = columns.CHUNKS.field(name).type.value_type
+        return pa.ListArray.from_arrays(offsets, pa.array(values.astype(item_type.to_pandas_dtype())))
+
+    stream_values = {name: streams_block[name] for name in ("tenant", "start_time", "service", "side", "provider")}
+    chunks_block = pa.Table.from_pydict(
+        {
+            **stream_values,
+            "trace_id_bytes": columns.ids_as_bytes(streams_block["trace_id"], "trace_id_bytes"),
+            "span_id_bytes": columns.ids_as_bytes(streams_block["span_id"], "span_id_bytes"),
+            "model": pa.array([r["model"] for r in rows], pa.string()).dictionary_encode(),
+            "kind": chunk_values(timeline.kind, "kind"),
+            "gap_us": chunk_values(timeline.gap_us, "gap_us"),
+            "tokens": chunk_values(tokens, "tokens"),
+            "content_bytes": chunk_values(content, "content_bytes"),
+            "wire_bytes": chunk_values(wire, "wire_bytes"),
+            "paint_delay_us": chunk_values(paint_delay, "paint_delay_us"),
+            "render_us": chunk_values(render, "render_us"),
+        },
+        schema=columns.CHUNKS,
+    )
+    return streams_block, chunks_block
+
+
+def _nullable(values: PerStream, arrow_type: pa.DataType) -> pa.Array:
+    return pa.array(values.values, mask=~values.present).cast(arrow_type)
+
+
+def _scalar(value: AnyValue) -> Any:
+    kind = value.WhichOneof("value")
+    if kind == "array_value":
+        return [_scalar(v) for v in value.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: _scalar(kv.value) for kv in value.kvlist_value.values}
+    if kind == "bytes_value":
+        return value.bytes_value.hex()
+    return getattr(value, kind) if kind else None
+
+
+def attribute_map(attributes: Iterable[KeyValue]) -> dict[str, Any]:
+    return {kv.key: _scalar(kv.value) for kv in attributes}
+
+
+def stringify(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, separators=(",", ":"))
+    return "" if value is None else str(value)
+
+
+def _stringified(attributes: dict[str, Any]) -> dict[str, str]:
+    return {k: stringify(v) for k, v in attributes.items()}
+
+
+def _text(scalars: dict[str, Any], key: str) -> str:
+    value = scalars.get(key)
+    return "" if value is None else stringify(value)
+
+
+def _string_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return [stringify(v) for v in value]
+    return [stringify(value)]
+
+
+def _bounded_int(scalars: dict[str, Any], key: str, largest: int) -> int | None:
+    """An integer attribute in 0..largest (an integral double counts); anything else rejects the span."""
+    value = scalars.get(key)
+    if value is None:
+        return None
+    integral = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value) and value.is_integer())
+    if isinstance(value, bool) or not integral or not 0 <= value <= largest:
+        raise _SpanRejected(f"{key} must be an integer in 0..{largest}, not {value!r}")
+    return int(value)
+
+
+def _chunk_seq(scalars: dict[str, Any], key: str, chunk_count: int, events_dropped: bool) -> int | None:
+    """A chunk index attribute as a ``chunks.seq``; an index past the stream's chunks rejects the span.
+
+    When the sender dropped span events (the OTel SDK drops the oldest) the stored seqs no longer count from
+    the sender's first chunk, so the index cannot be placed and is stored as unknown.
+    """
+    index = _bounded_int(scalars, key, _U32_MAX)
+    if index is None or events_dropped:
+        return None
+    if index >= chunk_count:
+        raise _SpanRejected(f"{key} is {index}, outside the stream's {chunk_count} chunks")
+    return index
+
+
+def _enum(scalars: dict[str, Any], key: str, allowed: tuple[str, ...], default: str) -> str:
+    value = scalars.get(key)
+    if value is None:
+        return default
+    if value not in allowed:
+        raise _SpanRejected(f"{key} must be one of {', '.join(allowed)}, not {value!r}")
+    return str(value)
+
+
+def _flag(scalars: dict[str, Any], key: str) -> bool:
+    value = scalars.get(key, False)
+    if not isinstance(value, bool):
+        raise _SpanRejected(f"{key} must be a boolean, not {value!r}")
+    return value
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None

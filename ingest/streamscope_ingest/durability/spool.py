@@ -1,0 +1,288 @@
+"""The durable spool: accepted batches on local disk until the store confirms them (write-ahead).
+
+Each append is one *segment* file holding one or more decoded batches (Arrow IPC, one stream per table per
+batch). A segment is written under a temporary name, flushed, and renamed into place, so a reader sees whole
+segments or none; the writer removes a segment only after the store has every row of it. After a crash, the
+segments still on disk are exactly what was acknowledged and not yet confirmed written.
+
+fsync policy (``fsync``):
+  ``always``  the file and then the directory are fsynced before ``append`` returns: an acknowledged batch
+              survives a crash of the process *and* of the machine (power loss, kernel panic).
+  ``never``   the bytes are in the operating system's page cache when ``append`` returns: they survive a
+              crash of the process (kill -9, OOM kill) but not of the machine. Faster on slow disks.
+
+The writer may insert several segments at once. It first records which (``GROUP``), so that after a crash it
+inserts exactly the same ones again under the same token, whatever arrived since; with no group recorded, the
+interrupted insert (if any) was of the oldest segment alone.
+
+One process owns a spool directory at a time (an exclusive lock on ``LOCK``). The spool's identity (a random
+id kept in ``ID``) names its segments' insert deduplication tokens, so a segment replayed after a crash is
+deduplicated by the store. Numbering goes on after the newest segment still pending; a spool opened with none
+pending cannot know the numbers it used before, so it takes a new identity: a new segment's token never repeats
+one still in the store's deduplication window, which would have the store drop it as a replay.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import struct
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from streamscope.errors import ConfigError, SpoolFull, WriteError
+from streamscope_ingest.decode import columns
+from streamscope_ingest.decode.batch import CHUNK_ARRAYS, CHUNKS, DecodedBatch
+from streamscope_ingest.decode.timeline import content_chunks_by_tokens
+
+FsyncPolicy = Literal["always", "never"]
+FSYNC_POLICIES: tuple[FsyncPolicy, ...] = ("always", "never")
+MAGIC = b"streamscope-spool/1\n"
+_FRAME = struct.Struct("<IQ")  # header length, payload length
+_SUFFIX = ".seg"
+_QUARANTINE = "quarantine"
+_GROUP = "GROUP"
+_COUNTS = "content_chunks_by_tokens"
+"""The streams column added by migration 0019: blocks spooled before it lack it."""
+
+
+@dataclass(frozen=True)
+class Segment:
+    seq: int
+    path: Path
+    size: int
+
+
+class Spool:
+    def __init__(self, directory: Path, *, max_bytes: int, fsync: FsyncPolicy = "always") -> None:
+        if fsync not in FSYNC_POLICIES:
+            raise ConfigError(f"spool fsync policy {fsync!r}: use one of {', '.join(FSYNC_POLICIES)}")
+        self.directory = directory
+        self.max_bytes = max_bytes
+        self._fsync = fsync == "always"
+        directory.mkdir(parents=True, exist_ok=True)
+        self._lock_file = (directory / "LOCK").open("a")
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock_file.close()
+            raise ConfigError(f"spool {directory} is in use by another collector; give each its own") from None
+        for leftover in directory.glob("*.tmp"):  # an append that never completed was never acknowledged
+            leftover.unlink()
+        self._segments = {s.seq: s for s in self._scan()}
+        self.id = self._identity(renew=not self._segments)
+        self._next_seq = max(self._segments, default=0) + 1
+        self._mutex = threading.Lock()
+
+    def close(self) -> None:
+        self._lock_file.close()
+
+    @property
+    def bytes(self) -> int:
+        with self._mutex:
+            return sum(s.size for s in self._segments.values())
+
+    def pending(self) -> list[Segment]:
+        """Segments not yet confirmed written, oldest first."""
+        with self._mutex:
+            return [self._segments[seq] for seq in sorted(self._segments)]
+
+    def append(self, batches: list[DecodedBatch]) -> Segment:
+        """Write ``batches`` as one segment, durable per the fsync policy.
+
+        Raises SpoolFull when the segment would take the spool past ``max_bytes``.
+        """
+        payload = encode(batches)
+        with self._mutex:
+            used = sum(s.size for s in self._segments.values())
+            if used + len(payload) > self.max_bytes:
+                raise SpoolFull(
+                    f"spool full: {used} bytes waiting for the store, limit {self.max_bytes} bytes; "
+                    "the store is down or slower than the load"
+                )
+            seq = self._next_seq
+            self._next_seq += 1
+            segment = Segment(seq, self._path(seq), len(payload))
+            # reserved before the write so concurrent appends count each other
+            self._segments[seq] = segment
+        try:
+            self._write_file(segment.path, payload)
+        except OSError as exc:
+            with self._mutex:
+                del self._segments[seq]
+            raise WriteError(f"cannot write spool segment {segment.path}: {exc}") from exc
+        return segment
+
+    def read(self, segment: Segment) -> list[DecodedBatch]:
+        return decode(segment.path.read_bytes(), segment.path)
+
+    def token(self, segments: list[Segment]) -> str:
+        """The insert deduplication token of ``segments`` written together (consecutive, oldest first)."""
+        return f"{self.id}-{segments[0].seq}-{segments[-1].seq}"
+
+    def begin_group(self, segments: list[Segment]) -> None:
+        """Record that ``segments`` (consecutive, more than one) are about to be inserted together."""
+        self._write_file(self.directory / _GROUP, f"{segments[0].seq} {segments[-1].seq}".encode())
+
+    def first_group(self) -> list[Segment]:
+        """The segments to insert first after a start: exactly those of an insert a crash may have interrupted."""
+        pending = self.pending()
+        path = self.directory / _GROUP
+        if not path.exists():
+            return pending[:1]
+        first, last = (int(seq) for seq in path.read_text().split())
+        return [s for s in pending if first <= s.seq <= last]
+
+    def remove(self, segments: list[Segment]) -> None:
+        """The store has every row of ``segments``: forget them (and the group they formed)."""
+        for segment in segments:
+            segment.path.unlink(missing_ok=True)
+        (self.directory / _GROUP).unlink(missing_ok=True)
+        with self._mutex:
+            for segment in segments:
+                self._segments.pop(segment.seq, None)
+
+    def quarantine(self, batch: DecodedBatch, name: str) -> Path:
+        """Keep a batch the store refused for good out of the way (never deleted by us); returns its file."""
+        path = self._quarantine_dir() / f"{name}{_SUFFIX}"
+        self._write_file(path, encode([batch]))
+        return path
+
+    def set_aside(self, segment: Segment) -> Path:
+        """Move a segment that cannot be read to the quarantine, for a human to look at."""
+        path = self._quarantine_dir() / segment.path.name
+        if segment.path.exists():  # already moved when the same group is tried again
+            segment.path.rename(path)
+        with self._mutex:
+            self._segments.pop(segment.seq, None)
+        return path
+
+    def _quarantine_dir(self) -> Path:
+        directory = self.directory / _QUARANTINE
+        directory.mkdir(exist_ok=True)
+        return directory
+
+    def _write_file(self, path: Path, payload: bytes) -> None:
+        temporary = path.with_suffix(".tmp")
+        with temporary.open("wb") as out:
+            out.write(payload)
+            out.flush()
+            if self._fsync:
+                os.fsync(out.fileno())
+        temporary.rename(path)
+        if self._fsync:
+            directory = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+
+    def _path(self, seq: int) -> Path:
+        return self.directory / f"{seq:020d}{_SUFFIX}"
+
+    def _scan(self) -> Iterator[Segment]:
+        for path in self.directory.glob(f"*{_SUFFIX}"):
+            if path.stem.isdigit():
+                yield Segment(int(path.stem), path, path.stat().st_size)
+
+    def _identity(self, renew: bool) -> str:
+        path = self.directory / "ID"
+        if renew or not path.exists():
+            self._write_file(path, uuid.uuid4().hex.encode())
+        return path.read_text().strip()
+
+
+def encode(batches: list[DecodedBatch]) -> bytes:
+    """Batches as one segment: frames of (JSON header, Arrow IPC stream), one per table per batch."""
+    parts = [MAGIC]
+    for index, batch in enumerate(batches):
+        for table, block in batch.blocks.items():
+            header = json.dumps({"batch": index, "table": table}).encode()
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, block.schema) as stream:
+                stream.write_table(block)
+            payload = sink.getvalue()
+            parts += [_FRAME.pack(len(header), payload.size), header, payload.to_pybytes()]
+    return b"".join(parts)
+
+
+def decode(data: bytes, source: Path) -> list[DecodedBatch]:
+    if not data.startswith(MAGIC):
+        raise WriteError(f"{source} is not a spool segment")
+    batches: dict[int, DecodedBatch] = {}
+    offset = len(MAGIC)
+    view = memoryview(data)
+    while offset < len(data):
+        header_size, payload_size = _FRAME.unpack_from(data, offset)
+        offset += _FRAME.size
+        header = json.loads(bytes(view[offset : offset + header_size]))
+        offset += header_size
+        block = pa.ipc.open_stream(pa.py_buffer(view[offset : offset + payload_size])).read_all()
+        offset += payload_size
+        table = header["table"]
+        if table == CHUNKS:  # spooled before migration 0020, one row a chunk
+            table, block = CHUNK_ARRAYS, _chunk_rows_as_arrays(block)
+        batches.setdefault(header["batch"], DecodedBatch()).blocks[table] = block
+    for batch in batches.values():
+        streams = batch.blocks.get("streams")
+        if streams is not None and _COUNTS not in streams.column_names:
+            batch.blocks["streams"] = _streams_with_chunks_by_tokens(streams, batch.blocks.get(CHUNK_ARRAYS))
+    return [batches[index] for index in sorted(batches)]
+
+
+def _streams_with_chunks_by_tokens(streams: pa.Table, chunks: pa.Table | None) -> pa.Table:
+    """A streams block spooled before migration 0019, with each stream's content chunks counted by token count
+    from the chunks decode wrote beside it (a batch holds its streams' chunks, matched here by id)."""
+    chunks = chunks if chunks is not None else columns.CHUNKS.empty_table()
+    owner = pc.index_in(
+        columns.span_keys(chunks["trace_id_bytes"], chunks["span_id_bytes"], pa.binary()),
+        value_set=columns.span_keys(
+            columns.ids_as_bytes(streams["trace_id"], "trace_id_bytes"),
+            columns.ids_as_bytes(streams["span_id"], "span_id_bytes"),
+            pa.binary(),
+        ),
+    )
+    kinds, tokens = chunks["kind"].combine_chunks(), chunks["tokens"].combine_chunks()
+    chunk_owner = owner.take(pc.list_parent_indices(kinds))  # each chunk's stream in ``streams``
+    known = chunk_owner.is_valid()
+    histograms = content_chunks_by_tokens(
+        pc.filter(chunk_owner, known).to_numpy(),
+        pc.filter(pc.list_flatten(kinds), known).to_numpy(),
+        pc.filter(pc.list_flatten(tokens), known).to_numpy(),
+        streams.num_rows,
+    )
+    return streams.add_column(columns.STREAMS.get_field_index(_COUNTS), _COUNTS, histograms.map_array())
+
+
+def _chunk_rows_as_arrays(block: pa.Table) -> pa.Table:
+    """A chunks block spooled before migration 0020 (one row a chunk, in stream order) as a block of
+    chunk_arrays: a collector upgraded with segments still pending writes them, rather than setting them aside."""
+    if "trace_id" in block.column_names:
+        block = _chunk_ids_as_bytes(block)
+    firsts = pa.array(np.flatnonzero(block["seq"].to_numpy() == 0))
+    offsets = pa.array(np.append(firsts, block.num_rows).astype(np.int32))
+    values = {}
+    for field in columns.CHUNKS:
+        column = block[field.name].combine_chunks()
+        if pa.types.is_list(field.type):
+            values[field.name] = pa.ListArray.from_arrays(offsets, column.cast(field.type.value_type))
+        else:
+            values[field.name] = column.take(firsts).cast(field.type)
+    return pa.Table.from_pydict(values, schema=columns.CHUNKS)
+
+
+def _chunk_ids_as_bytes(block: pa.Table) -> pa.Table:
+    """A chunks block spooled before migration 0017, with hex trace and span ids: their bytes instead."""
+    for name in ("trace_id", "span_id"):
+        as_bytes = columns.ids_as_bytes(block.column(name), f"{name}_bytes")
+        block = block.set_column(block.column_names.index(name), f"{name}_bytes", as_bytes)
+    return block

@@ -1,0 +1,87 @@
+"""A stream span is stored once, however often it arrives.
+
+An exporter that lost its answer (a timeout, a collector killed after it spooled the request) sends the same
+spans again, in a new request. Before a segment is inserted, each span whose stream row the store already
+has, or that an earlier batch of the same segment carries (a repeat within one request is refused by
+the decoder), is dropped with every row keyed by it. The writer
+inserts a segment's chunks before its streams and finishes one segment before the next, so a stored stream
+row means its chunks are stored too. Replays of one segment are the store's job (insert deduplication
+tokens, ``streamscope_ingest.store.writer``).
+
+The lookup reads only the batch's time window of ``streams`` (a span's start time travels with it), so its
+cost follows the load, not the table's size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from clickhouse_connect.driver.client import Client
+
+from streamscope_ingest.decode import columns
+from streamscope_ingest.decode.batch import DecodedBatch
+
+STREAMS = "streams"
+_HEX_KEY = ("trace_id", "span_id")
+_BYTES_KEY = ("trace_id_bytes", "span_id_bytes")
+"""A table keys its rows by span with the ids in hex, or (chunk_arrays) with their bytes."""
+
+_STORED_KEYS = """
+SELECT concat(trace_id, span_id) FROM streams
+WHERE tenant IN {tenants:Array(String)}
+  AND start_time BETWEEN fromUnixTimestamp64Micro({first:Int64}) AND fromUnixTimestamp64Micro({last:Int64})
+  AND has({keys:Array(String)}, concat(trace_id, span_id))
+"""
+
+
+def drop_repeated_spans(client: Client, batches: Sequence[DecodedBatch]) -> tuple[list[DecodedBatch], int]:
+    """``batches`` without spans stored before or repeated within them; returns them and how many spans went."""
+    streams = [b.blocks[STREAMS] for b in batches if b.rows(STREAMS)]
+    if not streams:
+        return list(batches), 0
+    seen = _stored_keys(client, pa.concat_tables(streams))
+    kept, dropped = [], 0
+    for batch in batches:
+        block = batch.blocks.get(STREAMS)
+        if block is None or not block.num_rows:
+            kept.append(batch)
+            continue
+        keys = _keys(block).to_pylist()
+        repeated = {key for key in keys if key in seen}
+        seen.update(keys)
+        if repeated:
+            dropped += len(repeated)
+            batch = _without(batch, pa.array(sorted(repeated)))
+        kept.append(batch)
+    return kept, dropped
+
+
+def _stored_keys(client: Client, streams: pa.Table) -> set[str]:
+    micros = pc.cast(streams.column("start_time"), pa.int64())
+    parameters = {
+        "tenants": pc.unique(streams.column("tenant")).to_pylist(),
+        "first": pc.min(micros).as_py(),
+        "last": pc.max(micros).as_py(),
+        "keys": _keys(streams).to_pylist(),
+    }
+    return {key for (key,) in client.query(_STORED_KEYS, parameters=parameters).result_rows}
+
+
+def _keys(block: pa.Table, key: tuple[str, str] = _HEX_KEY) -> pa.ChunkedArray:
+    """Each row's span key: its trace and span ids joined, as text for hex ids, as bytes for ids in bytes."""
+    trace_ids, span_ids = (block.column(c) for c in key)
+    return columns.span_keys(trace_ids, span_ids, pa.binary() if key == _BYTES_KEY else pa.string())
+
+
+def _without(batch: DecodedBatch, keys: pa.Array) -> DecodedBatch:
+    """``batch`` minus every row keyed by ``keys`` (hex), in each table that keys rows by span."""
+    key_sets = {_HEX_KEY: keys, _BYTES_KEY: pa.array([bytes.fromhex(k) for k in keys.to_pylist()], pa.binary())}
+    blocks = {}
+    for table, block in batch.blocks.items():
+        for key, key_set in key_sets.items():
+            if all(column in block.column_names for column in key):
+                block = block.filter(pc.invert(pc.is_in(_keys(block, key), value_set=key_set)))
+        blocks[table] = block
+    return DecodedBatch(blocks=blocks, ignored=batch.ignored, rejected=batch.rejected)
