@@ -53,9 +53,9 @@ class ServerStream:
         tracer_provider: Any = None,
     ) -> None:
         extra: dict[str, Any] = dict(attributes or {})
-        route = request.scope.get("route")
-        if getattr(route, "path", None):
-            extra[sc.HTTP_ROUTE] = route.path
+        route_path = getattr(request.scope.get("route"), "path", None)
+        if route_path:
+            extra[sc.HTTP_ROUTE] = route_path
         if node_name:
             extra[sc.STREAMSCOPE_NODE_NAME] = node_name
         if engine_request_id:

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from streamscope_dashboards.fleet import Query, Summary, summarize
 from streamscope_dashboards.macros import QueryContext, resolve
-from streamscope_dashboards.panels import PANELS, STREAM_TIMELINE, WORST_STALLED_TRACE, Panel, chosen
+from streamscope_dashboards.panels import PANELS, WORST_STALLED_TRACE, Panel, chosen
 from streamscope_ingest.store.sql import QueryResult
 
 _DURATION = re.compile(r"(\d+)([smhd])")
@@ -70,9 +70,12 @@ def build_report(
     trace_id = found[0][0] if found else None
     results = []
     for panel in PANELS:
-        if panel is STREAM_TIMELINE and trace_id is None:
-            continue
-        sql = panel.bind(trace_id=trace_id) if panel.variables else panel.sql
+        if panel.variables:
+            if trace_id is None:  # the drilldown needs a stalled stream to draw
+                continue
+            sql = panel.bind(trace_id=trace_id)
+        else:
+            sql = panel.sql
         results.append(PanelResult(panel, run(resolve(sql, ctx, variables))))
     return Report(ctx, slo_us, summarize(run, ctx, slo_us, variables), results, trace_id, variables)
 

@@ -97,7 +97,7 @@ def _histogram(result: QueryResult, interval: timedelta) -> str:
     fig = _figure()
     ax = fig.add_subplot()
     bins = np.geomspace(max(values.min(), 0.01), values.max() * 1.001 + 0.01, 40)
-    ax.hist(values, bins=bins, color="#d95f02")
+    ax.hist(values, bins=bins.tolist(), color="#d95f02")
     ax.set_xscale("log")
     ax.set_xlabel("per-stream p99 gap (ms)")
     ax.set_ylabel("streams")

@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -19,6 +20,9 @@ from streamscope_gpu_agent.events import EngineEvent, EventDeriver, Thresholds
 from streamscope_gpu_agent.export import OtlpShipper, Outbox, agent_resource
 from streamscope_gpu_agent.samples import Sample
 from streamscope_gpu_agent.scrape import EngineScraper, http_fetch
+
+if TYPE_CHECKING:  # NVML is imported only where GPUs are read
+    from streamscope_gpu_agent.nvml import NvmlSampler
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +50,7 @@ class AgentConfig:
 
 class GpuAgent:
     def __init__(
-        self, config: AgentConfig, *, scraper: EngineScraper | None = None, nvml: object | None = None
+        self, config: AgentConfig, *, scraper: EngineScraper | None = None, nvml: NvmlSampler | None = None
     ) -> None:
         self.config = config
         self._http = httpx.Client()  # one connection for a scrape every 250 ms
@@ -59,7 +63,7 @@ class GpuAgent:
             if config.engine_url
             else None
         )
-        self.nvml = nvml
+        self.nvml: NvmlSampler | None = nvml
         if self.nvml is None and config.gpu:
             from streamscope_gpu_agent.nvml import NvmlSampler
 
@@ -139,10 +143,12 @@ class GpuAgent:
             self._stop.wait(max(0.0, self.config.engine_interval_s - (time.monotonic() - started)))
 
     def _gpu_loop(self) -> None:
+        sampler = self.nvml
+        assert sampler is not None, "started only with a sampler"
         previous = time.time_ns()
         while not self._stop.is_set():
             started = time.monotonic()
-            samples = self.nvml.sample()
+            samples = sampler.sample()
             with self._deriver_lock:
                 events = self._deriver.observe(samples, previous)
             self.outbox.add(samples, events)
@@ -150,8 +156,10 @@ class GpuAgent:
             self._stop.wait(max(0.0, self.config.gpu_interval_s - (time.monotonic() - started)))
 
     def _xid_loop(self) -> None:
+        sampler = self.nvml
+        assert sampler is not None, "started only with a sampler"
         while not self._stop.is_set():
-            found = self.nvml.xid_events(500)
+            found = sampler.xid_events(500)
             if found:
                 with self._deriver_lock:
                     events = [self._deriver.xid(x.time_ns, x.gpu_uuid, x.xid) for x in found]

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from streamscope import semconv as sc
 from streamscope._internal.observer import StreamEvent, StreamObserver
 from streamscope._internal.recorder import Encoding, Outcome, StreamRecorder
 from streamscope.formats import make_format
+
+if TYPE_CHECKING:  # imported where a stream is read: `import streamscope` stays free of httpx and what it loads
+    import httpx
 
 
 def _begin(
@@ -71,6 +72,8 @@ def _send_options(request_kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _outcome_of(exc: BaseException) -> tuple[Outcome, str | None]:
+    import httpx
+
     if isinstance(exc, GeneratorExit):
         return "cancelled", None
     if isinstance(exc, httpx.TimeoutException):

@@ -301,18 +301,18 @@ class StreamRecorder:
 
     def _record_metrics(self, content_offsets: list[int]) -> None:
         first_chunk, per_chunk = instruments.streaming_histograms(self._meter_provider)
-        labels = {
-            key: self._attributes[key]
-            for key in (
-                sc.GEN_AI_OPERATION_NAME,
-                sc.GEN_AI_PROVIDER_NAME,
-                sc.GEN_AI_REQUEST_MODEL,
-                sc.GEN_AI_RESPONSE_MODEL,
-                sc.SERVER_ADDRESS,
-                sc.SERVER_PORT,
-            )
-            if key in self._attributes
-        }
+        labels: dict[str, AttributeValue] = {}
+        for key in (
+            sc.GEN_AI_OPERATION_NAME,
+            sc.GEN_AI_PROVIDER_NAME,
+            sc.GEN_AI_REQUEST_MODEL,
+            sc.GEN_AI_RESPONSE_MODEL,
+            sc.SERVER_ADDRESS,
+            sc.SERVER_PORT,
+        ):
+            value = self._attributes.get(key)
+            if isinstance(value, str | bool | int | float):
+                labels[key] = value
         first_chunk.record(content_offsets[0] / 1e6, labels)
         for previous, current in itertools.pairwise(content_offsets):
             per_chunk.record((current - previous) / 1e6, labels)

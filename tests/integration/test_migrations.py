@@ -59,17 +59,20 @@ def test_writer_refuses_an_unmigrated_store(storage_dsn):
 
 
 def test_installed_wheel_finds_its_schema_files(tmp_path):
-    """`pip install .` (not -e): the wheel carries schema/ and the code finds it there."""
+    """`pip install ./ingest` (not -e): the wheel carries schema/ and the code finds it there."""
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(ROOT)],
+        [
+            *(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"),
+            *("-w", str(tmp_path), str(ROOT / "ingest")),
+        ],
         check=True,
         capture_output=True,
     )
-    (wheel,) = tmp_path.glob("streamscope-*.whl")
+    (wheel,) = tmp_path.glob("streamscope_ingest-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     for migration in migrations.available():
-        assert f"streamscope/_schema/migrations/{migration.path.name}" in names
-    assert "streamscope/_schema/conventions/streaming.yaml" in names
+        assert f"streamscope_ingest/_schema/migrations/{migration.path.name}" in names
+    assert "streamscope_ingest/_schema/conventions/streaming.yaml" in names
     target = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(target), str(wheel)],
@@ -89,7 +92,7 @@ def test_installed_wheel_finds_its_schema_files(tmp_path):
         check=True,
     )
     schema_dir, count = result.stdout.split()
-    assert schema_dir == str(target / "streamscope" / "_schema")
+    assert schema_dir == str(target / "streamscope_ingest" / "_schema")
     assert int(count) == len(migrations.available())
 
 

@@ -7,6 +7,7 @@ touches prometheus_client's global one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -307,7 +308,7 @@ class SglangMetrics:
         self.e2e.observe(e2e_s)
 
 
-FLAVORS = {"vllm": VllmMetrics, "sglang": SglangMetrics}
+FLAVORS: dict[str, Callable[[str, str, int], EngineMetrics]] = {"vllm": VllmMetrics, "sglang": SglangMetrics}
 
 
 def make_metrics(flavor: str, model: str, engine: str = "0", spec_draft_tokens: int = 0) -> EngineMetrics:

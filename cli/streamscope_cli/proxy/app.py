@@ -139,7 +139,6 @@ class _StreamContext:
 
 
 def _ground_truth(fact: Fact, node: str, stream: _StreamContext, wall_offset_ns: int) -> GroundTruth:
-    ids = {"node": node, "trace_id": stream.trace_id, "request_id": stream.request_id}
     if isinstance(fact, Held):
         return GroundTruth(
             cause="network_buffering",
@@ -148,7 +147,9 @@ def _ground_truth(fact: Fact, node: str, stream: _StreamContext, wall_offset_ns:
             chunk_indices=fact.indices,
             magnitude=fact.longest_ns / 1e9,
             detail={"kind": fact.kind},
-            **ids,
+            node=node,
+            trace_id=stream.trace_id,
+            request_id=stream.request_id,
         )
     if isinstance(fact, Stalled):
         return GroundTruth(
@@ -158,7 +159,9 @@ def _ground_truth(fact: Fact, node: str, stream: _StreamContext, wall_offset_ns:
             chunk_indices=fact.indices,
             magnitude=(fact.end_ns - fact.start_ns) / 1e9,
             detail={"kind": "stall", "after_event": str(fact.after_event)},
-            **ids,
+            node=node,
+            trace_id=stream.trace_id,
+            request_id=stream.request_id,
         )
     assert isinstance(fact, Dropped)
     return GroundTruth(
@@ -166,7 +169,9 @@ def _ground_truth(fact: Fact, node: str, stream: _StreamContext, wall_offset_ns:
         start_ns=fact.at_ns + wall_offset_ns,
         end_ns=fact.at_ns + wall_offset_ns,
         detail={"kind": "drop", "after_event": str(fact.after_event)},
-        **ids,
+        node=node,
+        trace_id=stream.trace_id,
+        request_id=stream.request_id,
     )
 
 

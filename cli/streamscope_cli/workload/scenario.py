@@ -270,7 +270,7 @@ def parse(document: Any, where: str) -> Scenario:
     if collapse is not None:
         if not all(node.scheduler.spec_decode for node in nodes):
             raise ScenarioError(f"{where}: inject.spec_collapse needs spec_decode on every node")
-        collapse = SpecCollapse(collapse.fraction, tuple(collapse.window))  # type: ignore[arg-type]
+        collapse = SpecCollapse(collapse.fraction, tuple(collapse.window))
     return Scenario(name, seed, str(document.get("description", "")), load, nodes, proxy, storm, collapse, regression)
 
 

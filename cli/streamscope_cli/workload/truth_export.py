@@ -12,6 +12,7 @@ from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
+from opentelemetry.util.types import AttributeValue
 
 from streamscope import semconv as sc
 from streamscope_cli.workload.ground_truth import GroundTruth
@@ -23,7 +24,7 @@ class OtlpGroundTruthSink:
         self.scenario = scenario
 
     def record(self, truth: GroundTruth) -> None:
-        attributes: dict[str, object] = {
+        attributes: dict[str, AttributeValue] = {
             sc.STREAMSCOPE_TRUTH_CAUSE: truth.cause,
             sc.STREAMSCOPE_NODE_NAME: truth.node,
             sc.STREAMSCOPE_TRUTH_END_UNIX_NANO: truth.end_ns,
@@ -34,7 +35,7 @@ class OtlpGroundTruthSink:
         }
         attributes.update({f"streamscope.truth.detail.{k}": v for k, v in truth.detail.items()})
         self._logger.emit(
-            LogRecord(
+            LogRecord(  # type: ignore[call-overload]  # trace_id beside event_name: the SDK takes both, its stubs split them
                 timestamp=truth.start_ns,
                 event_name=sc.STREAMSCOPE_GROUND_TRUTH_EVENT,
                 trace_id=int(truth.trace_id, 16) if truth.trace_id else None,

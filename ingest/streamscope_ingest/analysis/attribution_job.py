@@ -145,7 +145,7 @@ class AttributionJob:
             caught_up = len(rows) < self.pass_streams
             if not caught_up:
                 until = _utc(rows[-1][-1])  # ordered by ingested_at, ties included: the pass ends on a whole instant
-            streams = [row[:-1] for row in rows]
+            streams = [tuple(row[:-1]) for row in rows]
             stalls, quality = self._attribute(streams) if streams else ([], [])
             if stalls:
                 self._insert_client.insert_arrow("stalls", pa.Table.from_pylist(stalls, schema=columns.STALLS))

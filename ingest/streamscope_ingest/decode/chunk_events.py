@@ -17,6 +17,7 @@ they read as OTLP's classes read them. The costs are in docs/benchmarks.md.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -140,10 +141,11 @@ def chunk_events(span: Message) -> tuple[np.ndarray, np.ndarray]:
     if kinds - {bytes}:
         chunks = [i for i, read in enumerate(reads) if read is not None]
         for index, i in enumerate(chunks):
-            if isinstance(reads[i], str):
-                raise ChunkEventRejected(f"chunk event {index}: {reads[i]}")
+            read = reads[i]
+            if isinstance(read, str):
+                raise ChunkEventRejected(f"chunk event {index}: {read}")
         times, reads = times[chunks], [reads[i] for i in chunks]
-    values = np.frombuffer(b"".join(reads), dtype=np.int64).reshape(len(reads), len(VALUE_ROWS)).T
+    values = np.frombuffer(b"".join(cast("list[bytes]", reads)), dtype=np.int64).reshape(len(reads), len(VALUE_ROWS)).T
     return np.asarray(times, dtype=np.uint64), values
 
 

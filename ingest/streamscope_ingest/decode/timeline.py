@@ -57,7 +57,8 @@ class PerStream:
     @classmethod
     def at(cls, streams: int, owners: np.ndarray, values: np.ndarray, dtype: type) -> PerStream:
         """``values[i]`` for stream ``owners[i]`` (each owner once), absent for the other streams."""
-        out, present = np.zeros(streams, dtype=dtype), np.zeros(streams, dtype=bool)
+        out: np.ndarray = np.zeros(streams, dtype=dtype)
+        present: np.ndarray = np.zeros(streams, dtype=bool)
         out[owners], present[owners] = values, True
         return cls(out, present)
 
@@ -92,7 +93,7 @@ def build_timeline(lengths: np.ndarray, offsets: np.ndarray, content_bytes: np.n
     # Content chunks seen so far in the stream, this chunk included.
     running = np.cumsum(has_content)
     before_stream = np.where(starts > 0, running[starts - 1] if total else 0, 0)
-    content_so_far = running - before_stream[stream]
+    content_so_far: np.ndarray = running - before_stream[stream]
     kind = np.where(
         has_content,
         np.where(content_so_far == 1, KIND_FIRST, KIND_CONTENT),
@@ -124,7 +125,7 @@ def stream_stats(
 
     def per_stream_sum(values: np.ndarray, dtype: type = np.uint64) -> np.ndarray:
         """Each stream's sum, in integers (bincount's weights would go through float64)."""
-        sums = np.zeros(n, dtype=dtype)
+        sums: np.ndarray = np.zeros(n, dtype=dtype)
         sums[with_chunks] = np.add.reduceat(values, starts) if starts.size else 0
         return sums
 

@@ -90,7 +90,7 @@ class _Stream:
     """The packed arrays in ``sc.PACKED_ARRAYS`` order (None: an optional one not sent), until the request's
     arrays are decoded together."""
     offsets: np.ndarray | None = None
-    values: Sequence[np.ndarray | None] | None = None
+    values: np.ndarray | Sequence[np.ndarray | None] | None = None
     """One row per packed array after the offsets (tokens, content bytes, wire bytes, paint delay, render); None
     for an optional array the span did not send, which is all zeros."""
     subject: str = ""
@@ -336,7 +336,7 @@ def _all_valid(timelines: _Timelines) -> bool:
     )
 
 
-def _timeline_error(offsets: np.ndarray, values: Sequence[np.ndarray | None]) -> str | None:
+def _timeline_error(offsets: np.ndarray, values: np.ndarray | Sequence[np.ndarray | None]) -> str | None:
     if offsets.size == 0:
         return None
     if offsets.min() < 0:

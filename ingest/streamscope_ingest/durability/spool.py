@@ -24,6 +24,7 @@ one still in the store's deduplication window, which would have the store drop i
 
 from __future__ import annotations
 
+import builtins
 import fcntl
 import json
 import os
@@ -171,7 +172,7 @@ class Spool:
         directory.mkdir(exist_ok=True)
         return directory
 
-    def _write_file(self, path: Path, payload: bytes) -> None:
+    def _write_file(self, path: Path, payload: builtins.bytes) -> None:
         temporary = path.with_suffix(".tmp")
         with temporary.open("wb") as out:
             out.write(payload)

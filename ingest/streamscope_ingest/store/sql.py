@@ -54,7 +54,7 @@ def tenant_query_json(client: Client, sql: str, tenant: str) -> bytes:
     statement = sql.strip().rstrip(";")
     with store.translated_errors():
         plan = client.raw_query(f"EXPLAIN QUERY TREE {statement}", fmt="TSVRaw").decode()
-        _check_tenant_scoped(plan, client.database)
+        _check_tenant_scoped(plan, client.database or "default")
         only = f"tenant = ''{tenant}''"  # quoted inside a quoted map value
         filters = ", ".join(f"'{table}': '{only}'" for table in columns.TABLES)
         settings = ", ".join(f"{name} = {value}" for name, value in READ_ONLY.items())
