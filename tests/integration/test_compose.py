@@ -17,7 +17,7 @@ import jsonschema
 import pytest
 import yaml
 
-from streamscope_cli.main import _cli
+from streamscope_cli.main import cli
 from streamscope_ingest import store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,7 +79,7 @@ def services() -> dict:
 
 def parsed_command(command: list[str]) -> dict:
     """Parse a service's command exactly as the image's `streamscope` entrypoint would, without running it."""
-    group = _cli()
+    group = cli
     root = click.Context(group, info_name="streamscope")
     subcommand = group.get_command(root, command[0])
     assert subcommand is not None, f"no streamscope subcommand {command[0]!r}"

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from streamscope import semconv as sc
-from streamscope_cli.main import _cli
+from streamscope_cli.main import cli
 from streamscope_dashboards.panels import PANELS
 from streamscope_dashboards.report import build_report, interval_for, parse_duration, title_line
 from streamscope_dashboards.report_html import render_html
@@ -195,7 +195,7 @@ def test_html_is_self_contained_with_a_chart_per_chart_panel(store):
 def test_report_command_prints_tables_and_writes_html(store, storage_dsn, tmp_path):
     out = tmp_path / "r.html"
     result = CliRunner().invoke(
-        _cli(),
+        cli,
         [
             "report",
             "--model",
@@ -222,7 +222,7 @@ def test_report_command_prints_tables_and_writes_html(store, storage_dsn, tmp_pa
     [(["--since", "soon"], "is not a duration"), (["--from", "2030-01-02", "--to", "2030-01-01"], "must start")],
 )
 def test_report_command_refuses_a_bad_range_plainly(storage_dsn, args, message):
-    result = CliRunner().invoke(_cli(), ["report", "--storage", storage_dsn, *args])
+    result = CliRunner().invoke(cli, ["report", "--storage", storage_dsn, *args])
     assert result.exit_code != 0 and message in result.output
     assert "Traceback" not in result.output
 

@@ -1,0 +1,143 @@
+"""`streamscope collector`: the long-running receiver; every knob of its config is an option here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from streamscope import env
+from streamscope_cli.options import fail_plainly, storage_option
+
+
+@click.command()
+@storage_option
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0 for all).")
+@click.option("--http-port", default=4318, show_default=True, type=click.IntRange(0, 65535), help="OTLP/HTTP port.")
+@click.option("--grpc-port", default=4317, show_default=True, type=click.IntRange(0, 65535), help="OTLP/gRPC port.")
+@click.option("--no-grpc", is_flag=True, help="Serve OTLP over HTTP only.")
+@click.option(
+    "--query-storage",
+    "query_storage_dsn",
+    envvar=env.STREAMSCOPE_QUERY_STORAGE,
+    default=None,
+    help="The same store as an account that may read, for lookups and attribution [default: --storage].",
+)
+@click.option(
+    "--no-migrate",
+    is_flag=True,
+    help="Do not create or update the tables (run `streamscope migrate` as an account that may).",
+)
+@click.option(
+    "--max-request-mib",
+    default=64,
+    show_default=True,
+    type=click.IntRange(1, 1024),
+    help="Largest request body, after decompression.",
+)
+@click.option(
+    "--cors-origin",
+    "cors_origins",
+    multiple=True,
+    envvar=env.STREAMSCOPE_CORS_ORIGINS,
+    help="An origin whose pages may send browser spans (repeatable; * for any; env: comma-separated).",
+)
+@click.option(
+    "--browser-token",
+    envvar=env.STREAMSCOPE_BROWSER_TOKEN,
+    default=None,
+    help="Public token pages must send with browser spans (default: the browser route is open).",
+)
+@click.option(
+    "--auth-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar=env.STREAMSCOPE_AUTH_FILE,
+    default=None,
+    help="YAML of bearer tokens → tenants; turns authentication on (see docs/operations.md).",
+)
+@click.option(
+    "--spool-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where accepted batches wait for the store [default: beside an embedded store].",
+)
+@click.option(
+    "--spool-max-mib",
+    default=2048,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Spool size past which requests are answered 503.",
+)
+@click.option(
+    "--spool-fsync",
+    type=click.Choice(["always", "never"]),
+    default="always",
+    show_default=True,
+    help="always: survives a machine crash; never: a process crash.",
+)
+@click.option(
+    "--store-wait-s",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="After a request is in the spool, also wait up to this long for the store before answering, for "
+    "senders that read their own writes from the store directly (0: answer once spooled).",
+)
+@click.option(
+    "--tenant-rate-mib",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="MiB per second each tenant may send, sustained (default: no limit).",
+)
+@fail_plainly
+def collector(
+    storage_dsn: str | None,
+    host: str,
+    http_port: int,
+    grpc_port: int,
+    no_grpc: bool,
+    query_storage_dsn: str | None,
+    no_migrate: bool,
+    max_request_mib: int,
+    cors_origins: tuple[str, ...],
+    browser_token: str | None,
+    auth_file: Path | None,
+    spool_dir: Path | None,
+    spool_max_mib: int,
+    spool_fsync: str,
+    store_wait_s: float,
+    tenant_rate_mib: float | None,
+) -> None:
+    """Receive OTLP traces and store stream spans in ClickHouse.
+
+    \b
+    Example:
+      streamscope collector --storage clickhouse://default:@localhost:8123/streamscope --host 0.0.0.0
+    """
+    import logging
+
+    from streamscope_collector.auth import load_tokens
+    from streamscope_collector.config import CollectorConfig
+    from streamscope_collector.service import Collector
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    tokens, browser_tokens = load_tokens(auth_file) if auth_file else ({}, {})
+    config = CollectorConfig(
+        storage_dsn=storage_dsn or env.default_storage_dsn(),
+        query_storage_dsn=query_storage_dsn,
+        migrate=not no_migrate,
+        host=host,
+        http_port=http_port,
+        grpc_port=None if no_grpc else grpc_port,
+        max_request_bytes=max_request_mib * 1024 * 1024,
+        cors_origins=tuple(o.strip() for value in cors_origins for o in value.split(",") if o.strip()),
+        browser_token=browser_token,
+        tokens=tokens,
+        browser_tokens=browser_tokens,
+        spool_dir=spool_dir,
+        spool_max_bytes=spool_max_mib * 1024 * 1024,
+        spool_fsync=spool_fsync,
+        store_wait_s=store_wait_s,
+        tenant_bytes_per_s=tenant_rate_mib * 1024 * 1024 if tenant_rate_mib else None,
+    )
+    Collector(config).serve_forever()
