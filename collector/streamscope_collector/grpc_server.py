@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -11,15 +10,12 @@ from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from streamscope.errors import LimitExceeded, Overloaded, RetryableWriteError, WriteError
 from streamscope_collector.admission import Admission
-from streamscope_collector.auth import Unauthorized
 from streamscope_collector.metrics import SelfMetrics
 from streamscope_collector.pipeline import LOGS, METRICS, TRACES, ExportPipeline, ExportResult, Signal
+from streamscope_collector.status import answer
 from streamscope_ingest.decode.request_log import Received
 from streamscope_ingest.durability.group_commit import Ticket
-
-log = logging.getLogger(__name__)
 
 
 class _Exporter:
@@ -35,9 +31,9 @@ class _Exporter:
             self._pipeline.wait_for_store(ticket)
             return signal.response(result)
         except Exception as exc:
-            code, http_status, message = _failure(exc, signal)
-            self._metrics.refused(http_status)
-            context.abort(code, message)
+            failure = answer(exc, f"an OTLP/gRPC {signal.name} export")
+            self._metrics.refused(failure.http)  # counted by the HTTP status it stands for, as on the HTTP side
+            context.abort(failure.grpc, failure.message)
         raise AssertionError("unreachable: context.abort raises")
 
     def _accept(self, signal: Signal, request: Message, tenant: str) -> tuple[ExportResult, Ticket]:
@@ -51,22 +47,6 @@ class _Exporter:
                 batch = self._pipeline.decode(signal, request, tenant, Received("grpc", "protobuf", "", size, size))
             ticket = self._pipeline.spool(batch, signal.name, reservation)
         return ExportResult.of(batch, signal), ticket
-
-
-def _failure(exc: Exception, signal: Signal) -> tuple[grpc.StatusCode, int, str]:
-    """The gRPC status, the HTTP status it stands for (for the metrics), and the message."""
-    if isinstance(exc, Unauthorized):
-        return grpc.StatusCode.UNAUTHENTICATED, 401, str(exc)
-    if isinstance(exc, LimitExceeded):
-        return grpc.StatusCode.RESOURCE_EXHAUSTED, 413, str(exc)
-    if isinstance(exc, Overloaded):  # UNAVAILABLE: the status OTLP exporters retry without RetryInfo
-        return grpc.StatusCode.UNAVAILABLE, 429, f"{exc}; retry later"
-    if isinstance(exc, RetryableWriteError):
-        return grpc.StatusCode.UNAVAILABLE, 503, f"{exc}; retry later"
-    if isinstance(exc, WriteError):
-        return grpc.StatusCode.INTERNAL, 500, str(exc)
-    log.error("unexpected error handling an OTLP/gRPC %s export", signal.name, exc_info=exc)
-    return grpc.StatusCode.INTERNAL, 500, "internal error in the collector; the request was not stored"
 
 
 _SERVICES = {

@@ -23,7 +23,7 @@ from streamscope.errors import ConfigError, WriteError
 from streamscope_collector.admission import Admission
 from streamscope_collector.config import CollectorConfig
 from streamscope_collector.grpc_server import start_grpc_server
-from streamscope_collector.http_app import KEEP_ALIVE_S, SqlRunner, create_app
+from streamscope_collector.http.app import KEEP_ALIVE_S, SqlRunner, create_app
 from streamscope_collector.metrics import SelfMetrics
 from streamscope_collector.pipeline import ExportPipeline
 from streamscope_collector.serving import BackgroundServer, connectable_host, stop_on_signals, wait_until_set

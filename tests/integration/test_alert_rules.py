@@ -25,7 +25,7 @@ from streamscope import semconv as sc
 from streamscope_cli.workload.load import run_load, wait_until_stored
 from streamscope_cli.workload.scenario import Distribution, load_scenario, plan
 from streamscope_collector.config import CollectorConfig
-from streamscope_collector.http_app import ALERTS_PATH
+from streamscope_collector.http.alerts import ALERTS_PATH
 from streamscope_collector.service import Collector
 from streamscope_dashboards import alerts
 from streamscope_dashboards.macros import QueryContext, apply_variables, expand

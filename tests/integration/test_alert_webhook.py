@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from streamscope_collector.http_app import ALERTS_PATH
+from streamscope_collector.http.alerts import ALERTS_PATH
 
 JSON = {"content-type": "application/json"}
 

@@ -17,7 +17,7 @@ from tests.otlp_build import otlp_json, stream_span, trace_request
 
 APP = "http://chat.example"
 TOKEN = "public-page-token"
-SNIPPET = Path(__file__).parents[2] / "streamscope" / "browser" / "streamscope.js"
+SNIPPET = Path(__file__).parents[2] / "collector" / "streamscope_collector" / "snippet" / "streamscope.js"
 
 
 @pytest.fixture

@@ -27,8 +27,8 @@ from streamscope import StreamRecorder
 from streamscope.errors import ConfigError, Overloaded
 from streamscope_collector.admission import InflightBudget
 from streamscope_collector.config import CollectorConfig
-from streamscope_collector.http_app import RETRY_AFTER_S
 from streamscope_collector.service import Collector
+from streamscope_collector.status import RETRY_AFTER_S
 from streamscope_ingest.durability.spool import Spool
 from tests.browser import free_port, wait_for
 from tests.integration.test_group_commit import batch

@@ -14,7 +14,7 @@ from typing import Protocol
 from streamscope import semconv as sc
 
 CAUSES = sc.STREAMSCOPE_TRUTH_CAUSE_VALUES
-"""The stall taxonomy of DESIGN.md, plus chunking_regression (a change in tokens per chunk, not a stall)."""
+"""The stall causes (docs/architecture.md), plus chunking_regression (a change in tokens per chunk, not a stall)."""
 
 
 @dataclass(frozen=True)

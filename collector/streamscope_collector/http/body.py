@@ -1,0 +1,70 @@
+"""Request bodies as the POST routes take them: by content type, within a size limit and the in-flight budget,
+inflated when gzipped; and the ``{"error": ...}`` body the JSON routes answer a refusal with."""
+
+from __future__ import annotations
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+from isal import isal_zlib
+
+from streamscope.errors import DecodeError, LimitExceeded
+from streamscope_collector.admission import Reservation
+from streamscope_collector.status import Answer, UnsupportedMediaType
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+TEXT = "text/plain"
+
+
+def media_type(request: Request) -> str:
+    """The request's content type without its parameters, lower case; empty when there is none."""
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+def require_media_type(media_type: str, accepted: tuple[str, ...]) -> None:
+    """Raise UnsupportedMediaType unless ``media_type`` is one the route reads."""
+    if media_type not in accepted:
+        raise UnsupportedMediaType(f"unsupported content type {media_type or '(none)'!r}: use {' or '.join(accepted)}")
+
+
+def content_encoding(request: Request) -> str:
+    """``identity`` or ``gzip``; raises UnsupportedMediaType for any other encoding."""
+    encoding = request.headers.get("content-encoding", "identity").strip().lower() or "identity"
+    if encoding not in ("identity", "gzip"):
+        raise UnsupportedMediaType(f"unsupported content encoding {encoding!r}: use gzip or none")
+    return encoding
+
+
+async def read_body(request: Request, limit: int, reservation: Reservation) -> bytes:
+    """The request body as sent, refusing past ``limit`` bytes, and held in the in-flight budget as it arrives."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise LimitExceeded(f"body of {declared} bytes exceeds the limit of {limit} bytes")
+    received = bytearray()
+    async for part in request.stream():
+        reservation.take(len(part))
+        received += part
+        if len(received) > limit:
+            raise LimitExceeded(f"body exceeds the limit of {limit} bytes")
+    return bytes(received)
+
+
+def gunzip(data: bytes, limit: int) -> bytes:
+    """``data`` inflated, through ISA-L (zlib's API, faster), refusing past ``limit`` bytes once inflated."""
+    inflater = isal_zlib.decompressobj(wbits=16 + isal_zlib.MAX_WBITS)
+    try:
+        out = inflater.decompress(data, limit + 1)
+        if len(out) > limit or inflater.unconsumed_tail:
+            raise LimitExceeded(f"body exceeds the limit of {limit} bytes after decompression")
+        if not inflater.eof:
+            raise DecodeError("gzip body is truncated")
+        if inflater.unused_data:
+            raise DecodeError("gzip body has trailing data")
+    except isal_zlib.error as exc:
+        raise DecodeError(f"gzip body does not inflate: {exc}") from None
+    return out
+
+
+def json_error(answer: Answer) -> JSONResponse:
+    """A JSON route's refusal: the status and headers of ``answer``, its message as ``{"error": ...}``."""
+    return JSONResponse({"error": answer.message}, status_code=answer.http, headers=answer.headers)

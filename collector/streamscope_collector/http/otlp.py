@@ -1,0 +1,136 @@
+"""OTLP/HTTP export routes for traces, logs and metrics, and the browser route: bytes in, the pipeline, the OTLP
+answer out.
+
+Status codes follow the OTLP specification (``streamscope_collector.status``): 200 (with partial_success when items
+were rejected), 400 for a body that does not decode, 413 past the size limit measured after decompression, 415 for
+other content types or encodings, 429 or 503 with Retry-After when the collector or the store cannot take the
+request now. Error bodies are google.rpc.Status in the request's encoding.
+
+Web pages send their spans to ``/v1/browser/traces`` (see ``streamscope_collector.browser``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import NamedTuple
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
+from google.protobuf.message import Message
+from google.rpc.status_pb2 import Status
+
+from streamscope_collector import browser
+from streamscope_collector.admission import Admission, Reservation
+from streamscope_collector.config import CollectorConfig
+from streamscope_collector.http.body import (
+    JSON,
+    PROTOBUF,
+    TEXT,
+    content_encoding,
+    gunzip,
+    media_type,
+    read_body,
+    require_media_type,
+)
+from streamscope_collector.pipeline import SIGNALS, TRACES, ExportPipeline, ExportResult, Signal
+from streamscope_collector.status import Answer, answer
+from streamscope_ingest.decode.batch import DecodedBatch
+from streamscope_ingest.decode.otlp_body import to_json
+from streamscope_ingest.decode.request_log import Received
+from streamscope_ingest.durability.group_commit import Ticket
+
+
+class Expanded(NamedTuple):
+    """A request body turned into rows."""
+
+    batch: DecodedBatch
+    refused_browser_spans: int
+    """Spans the browser route does not take (see ``streamscope_collector.browser``)."""
+
+
+def add_export_routes(app: FastAPI, pipeline: ExportPipeline, config: CollectorConfig, admission: Admission) -> None:
+    """One route per OTLP signal, and the browser route for traces."""
+    for signal in SIGNALS:
+        app.add_api_route(signal.path, export_route(signal, pipeline, config, admission), methods=["POST"])
+    browser_route = export_route(TRACES, pipeline, config, admission, from_browsers=True)
+    app.add_api_route(browser.ROUTE, browser_route, methods=["POST"])
+
+
+def export_route(
+    signal: Signal,
+    pipeline: ExportPipeline,
+    config: CollectorConfig,
+    admission: Admission,
+    *,
+    from_browsers: bool = False,
+) -> Callable[[Request], Awaitable[Response]]:
+    """An OTLP/HTTP export route; ``from_browsers``: the public browser route (``streamscope_collector.browser``)."""
+    media_types = (JSON, TEXT) if from_browsers else (PROTOBUF, JSON)
+    limit = config.browser_max_request_bytes if from_browsers else config.max_request_bytes
+
+    def expand(body: bytes, encoding: str, answer_type: str, tenant: str, reservation: Reservation) -> Expanded:
+        """Inflate, parse and decode ``body``. The parsed request, many times the body's size, lives only in here,
+        and only ``admission.expansion`` of them at once."""
+        with admission.expansion:  # text/plain from a beacon is JSON, like the answer
+            message, size = _decode(body, encoding, answer_type, limit, signal, reservation)
+            admission.rate.admit(tenant, size)
+            refused = browser.keep_browser_spans(message) if from_browsers else 0
+            content_type = answer_type.rsplit("/", 1)[1].removeprefix("x-")
+            message_bytes = size if answer_type == PROTOBUF else message.ByteSize()
+            received = Received("http", content_type, encoding, len(body), message_bytes)
+            return Expanded(pipeline.decode(signal, message, tenant, received), refused)
+
+    async def accept(request: Request, tenant: str, encoding: str, answer_type: str) -> tuple[ExportResult, Ticket]:
+        """Read, decode and spool the request within the in-flight budget; returns once it is durable, having let
+        go of the body and the rows."""
+        with admission.budget.reserve() as reservation:
+            body = await read_body(request, limit, reservation)
+            # inflating and parsing take CPU time proportional to the body: off the event loop
+            expanded = await run_in_threadpool(expand, body, encoding, answer_type, tenant, reservation)
+            ticket = await run_in_threadpool(pipeline.spool, expanded.batch, signal.name, reservation)
+        result, refused = ExportResult.of(expanded.batch, signal), expanded.refused_browser_spans
+        if refused:
+            message_parts = [browser.refusal_message(refused), result.error_message]
+            result = ExportResult(result.rejected + refused, "; ".join(filter(None, message_parts)))
+        return result, ticket
+
+    async def export(request: Request) -> Response:
+        """Accept one export request and answer once its rows are durable (and, while the store keeps up, stored)."""
+        sent_type = media_type(request)
+        answer_type = PROTOBUF if sent_type == PROTOBUF and not from_browsers else JSON
+        try:
+            require_media_type(sent_type, media_types)
+            authorization = request.headers.get("authorization")
+            if from_browsers:
+                tenant = admission.credentials.browser_tenant(request.query_params.get("token"), authorization)
+            else:
+                tenant = admission.credentials.tenant(authorization)
+            result, ticket = await accept(request, tenant, content_encoding(request), answer_type)
+            await run_in_threadpool(pipeline.wait_for_store, ticket)
+        except Exception as exc:
+            return _error(answer_type, answer(exc, f"an OTLP/HTTP {signal.name} export"))
+        response = signal.response(result)
+        if answer_type == PROTOBUF:
+            return Response(response.SerializeToString(), media_type=PROTOBUF)
+        return Response(to_json(response), media_type=JSON)
+
+    return export
+
+
+def _decode(
+    body: bytes, encoding: str, body_type: str, limit: int, signal: Signal, reservation: Reservation
+) -> tuple[Message, int]:
+    """The message, and the body's size once inflated."""
+    if encoding == "gzip":
+        inflated = gunzip(body, limit)
+        reservation.take(len(inflated))
+        body = inflated
+    return signal.parse(body, protobuf=body_type == PROTOBUF), len(body)
+
+
+def _error(answer_type: str, failure: Answer) -> Response:
+    """A refusal as OTLP has it: google.rpc.Status in the request's encoding."""
+    status = Status(code=failure.rpc_code, message=failure.message)
+    body = status.SerializeToString() if answer_type == PROTOBUF else to_json(status)
+    return Response(body, status_code=failure.http, media_type=answer_type, headers=failure.headers)
