@@ -21,7 +21,7 @@ from streamscope_ingest import store
 from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.store import dedup, migrations, sql
 from streamscope_ingest.store.writer import ClickHouseWriter
-from tests.otlp_build import stream_span, trace_request
+from tests.support import stream_span, trace_request
 
 DATABASE = "streamscope"
 DENIED = ("(ACCESS_DENIED)", "(READONLY)")

@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 from streamscope import semconv as sc
 from streamscope_ingest.decode import columns
 from streamscope_ingest.decode.traces import decode_traces
-from tests.otlp_build import stream_span, trace_request
+from tests.support import stream_span, trace_request
 
 
 def _decoded(*spans):

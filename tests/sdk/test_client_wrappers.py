@@ -30,8 +30,8 @@ from opentelemetry.trace import ProxyTracerProvider, StatusCode
 import streamscope
 from streamscope import semconv as sc
 from streamscope_collector.serving import BackgroundServer
-from tests.otlp_build import int64s
 from tests.sse_fixtures import TOOL_CALL_FIXTURES, WireEvent, first_tool_call, fixture_body, fixture_events
+from tests.support import int64s
 
 STEP_S = 0.005
 """The server's wait before each event."""

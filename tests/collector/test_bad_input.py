@@ -21,7 +21,7 @@ from streamscope import semconv as sc
 from streamscope_collector.config import CollectorConfig
 from streamscope_collector.service import Collector
 from streamscope_ingest.decode.chunk_events import TraceRequestView
-from tests.otlp_build import event_span
+from tests.support import event_span
 
 PROTOBUF = {"content-type": "application/x-protobuf"}
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from streamscope_cli.workload.scenario import load_scenario, plan
-from tests.integration.test_bad_input import good_body
+from tests.collector.test_bad_input import good_body
 
 STREAMSCOPE = [sys.executable, "-m", "streamscope_cli.main"]
 

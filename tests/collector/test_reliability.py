@@ -31,9 +31,8 @@ from streamscope_collector.service import Collector
 from streamscope_collector.status import RETRY_AFTER_S
 from streamscope_ingest.durability.spool import Spool
 from tests.browser import free_port, wait_for
-from tests.integration.test_group_commit import batch
-from tests.otlp_build import stream_span, trace_request
-from tests.self_metrics import metric
+from tests.ingest.test_group_commit import batch
+from tests.support import metric, stream_span, trace_request
 
 STREAMSCOPE = [sys.executable, "-m", "streamscope_cli.main"]
 PROTOBUF = {"content-type": "application/x-protobuf"}

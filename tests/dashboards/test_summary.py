@@ -10,7 +10,7 @@ from streamscope import semconv as sc
 from streamscope_dashboards.fleet import summarize
 from streamscope_dashboards.macros import QueryContext
 from streamscope_ingest.store import sql
-from tests.otlp_build import T0, store_spans, stream_span
+from tests.support import T0, store_spans, stream_span
 
 
 def stream(n: int, offsets_ms: list[int], tokens: list[int], wire: list[int], outcome: str):

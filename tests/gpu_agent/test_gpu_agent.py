@@ -13,8 +13,8 @@ from streamscope_cli.engine.scheduler import SchedulerConfig
 from streamscope_collector.serving import BackgroundServer
 from streamscope_gpu_agent.agent import AgentConfig, GpuAgent
 from streamscope_gpu_agent.nvml import NvmlSampler
+from tests.cli.test_cli import run
 from tests.gpu_agent_nvml_double import FakeGpu, FakeNvml
-from tests.integration.test_cli import run
 
 
 def wait_until(predicate, timeout_s: float = 15.0) -> None:

@@ -12,7 +12,7 @@ from streamscope import StreamRecorder
 from streamscope import semconv as sc
 from streamscope._internal import instruments
 from tests.clock import FakeClock
-from tests.otlp_build import int64s
+from tests.support import int64s
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ from streamscope_dashboards import alerts
 from streamscope_dashboards.macros import QueryContext, apply_variables, expand
 from streamscope_ingest.store import sql
 from streamscope_ingest.store.sql import QueryResult
-from tests.otlp_build import T0, store_spans, stream_span
+from tests.support import T0, store_spans, stream_span
 
 ROOT = Path(__file__).resolve().parents[2]
 PROVISIONING = ROOT / "dashboards" / "grafana" / "provisioning"

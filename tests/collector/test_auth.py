@@ -13,7 +13,7 @@ from streamscope.errors import ConfigError
 from streamscope_collector.auth import load_tokens
 from streamscope_collector.config import CollectorConfig
 from streamscope_collector.service import Collector
-from tests.otlp_build import any_value, otlp_json, stream_span, trace_request
+from tests.support import any_value, otlp_json, stream_span, trace_request
 
 PROTOBUF = {"content-type": "application/x-protobuf"}
 INJECTION = "m'); DROP TABLE streams; --"

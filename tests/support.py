@@ -1,4 +1,5 @@
-"""Hand-built stream spans for known-answer tests, written through the real decoder and writer."""
+"""What many tests share: hand-built OTLP stream spans (written through the real decoder and writer), and reading a
+collector's /metrics as Prometheus does."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import json
 import struct
 from collections.abc import Sequence
 
+import httpx
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+from prometheus_client.parser import text_string_to_metric_families
 
 from streamscope import semconv as sc
 from streamscope_ingest.decode.traces import decode_traces
@@ -115,3 +118,13 @@ def otlp_json(request: ExportTraceServiceRequest) -> bytes:
                     if key in span:
                         span[key] = base64.b64decode(span[key]).hex()
     return json.dumps(document).encode()
+
+
+def metric(base_url: str, name: str, **labels: str) -> float:
+    """The value of sample ``name`` with ``labels`` (0 when absent, as for a counter never incremented)."""
+    text = httpx.get(f"{base_url}/metrics", timeout=10).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return 0.0

@@ -22,9 +22,8 @@ from streamscope._internal.observer import StreamObserver
 from streamscope.formats import make_format
 from streamscope_dashboards.panels import median_of
 from tests.clock import FakeClock
-from tests.otlp_build import int64s
-from tests.self_metrics import metric
 from tests.sse_fixtures import TOOL_CALL_FIXTURES, first_tool_call, fixture_events
+from tests.support import int64s, metric
 
 EXPORTERS = {
     "http-protobuf": lambda c: ProtobufExporter(endpoint=f"{c.http_url}/v1/traces"),

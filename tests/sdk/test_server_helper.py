@@ -18,8 +18,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import streamscope
 from streamscope import semconv as sc
 from streamscope_collector.serving import BackgroundServer
-from tests.otlp_build import int64s
 from tests.sse_fixtures import TOOL_CALL_FIXTURES, carries_tool_call, first_tool_call, fixture_events
+from tests.support import int64s
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"] * 5
 

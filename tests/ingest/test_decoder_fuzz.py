@@ -14,7 +14,7 @@ from streamscope import semconv as sc
 from streamscope.errors import DecodeError
 from streamscope_collector.pipeline import TRACES
 from streamscope_ingest.decode.traces import decode_traces
-from tests.otlp_build import event_span, otlp_json, stream_span, trace_request
+from tests.support import event_span, otlp_json, stream_span, trace_request
 
 VALID = trace_request(
     [

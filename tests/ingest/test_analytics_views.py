@@ -8,7 +8,7 @@ import pytest
 
 from streamscope import semconv as sc
 from streamscope_dashboards.panels import median_of
-from tests.otlp_build import T0, store_spans, stream_span
+from tests.support import T0, store_spans, stream_span
 
 MS = 1_000_000  # ns
 

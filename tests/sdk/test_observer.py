@@ -13,8 +13,8 @@ from streamscope import StreamRecorder
 from streamscope import semconv as sc
 from streamscope._internal.observer import StreamObserver
 from streamscope.formats import make_format
-from tests.otlp_build import int64s
 from tests.sse_fixtures import TOOL_CALL_FIXTURES, first_tool_call, fixture_events
+from tests.support import int64s
 
 ODD_PAYLOADS = {
     "openai-chat": [b'data: {"choices": 1}\n\n', b'data: {"choices": [{"delta": {"tool_calls": 5}}]}\n\n'],

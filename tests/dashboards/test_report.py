@@ -16,7 +16,7 @@ from streamscope_dashboards.report import build_report, interval_for, parse_dura
 from streamscope_dashboards.report_html import render_html
 from streamscope_ingest.analysis.attribution_job import AttributionJob
 from streamscope_ingest.store import sql
-from tests.otlp_build import T0, store_spans, stream_span
+from tests.support import T0, store_spans, stream_span
 
 S = 1_000_000_000  # ns
 START = datetime.fromtimestamp(T0 / 1e9, UTC) - timedelta(seconds=5)

@@ -15,7 +15,7 @@ from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.durability.group_commit import GroupCommitConfig, GroupCommitWriter
 from streamscope_ingest.durability.spool import Spool, decode, encode
 from streamscope_ingest.store.writer import ClickHouseWriter
-from tests.integration.test_bad_input import request_of, stream_span
+from tests.collector.test_bad_input import request_of, stream_span
 
 FAST_RETRY = GroupCommitConfig(retry_initial_s=0.01, retry_max_s=0.05)
 

@@ -19,7 +19,7 @@ from streamscope_gpu_agent import samples as m
 from streamscope_gpu_agent.events import EngineEvent
 from streamscope_gpu_agent.export import OtlpShipper, Outbox, agent_resource
 from streamscope_gpu_agent.samples import Sample
-from tests.self_metrics import metric
+from tests.support import metric
 
 
 @pytest.mark.parametrize("transport", ["http", "grpc"])

@@ -13,7 +13,7 @@ import pytest
 from streamscope_collector.browser import ROUTE, SNIPPET_PATH
 from streamscope_collector.config import CollectorConfig
 from streamscope_collector.service import Collector
-from tests.otlp_build import otlp_json, stream_span, trace_request
+from tests.support import otlp_json, stream_span, trace_request
 
 APP = "http://chat.example"
 TOKEN = "public-page-token"

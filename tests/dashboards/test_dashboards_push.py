@@ -26,7 +26,7 @@ from streamscope.errors import ConfigError
 from streamscope_collector.serving import BackgroundServer
 from streamscope_dashboards.boards import BOARDS
 from streamscope_dashboards.push import PROVISIONING_DIR, alert_rule, load_alerting, rule_group
-from tests.integration.test_cli import run
+from tests.cli.test_cli import run
 
 ADMIN_TOKEN = "glsa_admin-token"
 VIEWER_TOKEN = "glsa_viewer-token"

@@ -14,7 +14,7 @@ from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from streamscope import semconv as sc
 from streamscope_cli.workload.ground_truth import GroundTruth
 from streamscope_cli.workload.truth_export import OtlpGroundTruthSink, ground_truth_logger
-from tests.self_metrics import metric
+from tests.support import metric
 
 TRUTH = GroundTruth(
     cause="kv_pressure",
