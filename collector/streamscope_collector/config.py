@@ -11,6 +11,7 @@ from streamscope.errors import ConfigError
 from streamscope_collector.auth import Credentials
 from streamscope_collector.browser import DEFAULT_MAX_REQUEST_BYTES as DEFAULT_MAX_BROWSER_REQUEST_BYTES
 from streamscope_ingest.decode.limits import DEFAULT_LIMITS, SpanLimits
+from streamscope_ingest.durability.spool import FsyncPolicy
 
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024  # the OTLP specification's recommended limit
 DEFAULT_SPOOL_MAX_BYTES = 2 * 1024**3
@@ -52,7 +53,7 @@ class CollectorConfig:
     ``<data dir>/spool/<host>-<port>-<database>``."""
     spool_max_bytes: int = DEFAULT_SPOOL_MAX_BYTES
     """Past this much waiting for the store, requests are answered 503 with Retry-After."""
-    spool_fsync: str = "always"
+    spool_fsync: FsyncPolicy = "always"
     """``always``: acknowledged batches survive a machine crash; ``never``: a process crash
     (see streamscope_ingest.durability.spool)."""
     max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES

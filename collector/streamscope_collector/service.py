@@ -49,9 +49,16 @@ class Collector:
         self._http: BackgroundServer | None = None
         self._grpc = None
         self._clients: list = []
-        self.query_client = None
+        self._query_client: Client | None = None
         self.pipeline: ExportPipeline | None = None
         self._attribution: PeriodicAttribution | None = None
+
+    @property
+    def query_client(self) -> Client:
+        """The read-only connection to the store, once started: lookups, attribution, operator queries."""
+        if self._query_client is None:
+            raise RuntimeError("the collector has not started")
+        return self._query_client
 
     @property
     def http_url(self) -> str:
@@ -92,7 +99,7 @@ class Collector:
             applied = migrations.migrate(write_client)
             for migration in applied:
                 log.info("applied migration %s", migration.path.name)
-        self.query_client = query_client = self._connect(self.read_target)
+        self._query_client = query_client = self._connect(self.read_target)
         spool = Spool(self.spool_dir, max_bytes=self.config.spool_max_bytes, fsync=self.config.spool_fsync)
         if replay := len(spool.pending()):
             log.info("writing %d spool segment(s) left from the last run", replay)

@@ -52,7 +52,7 @@ def stop_on_signals(stop: threading.Event) -> Iterator[threading.Event]:
     Signal handlers can only be installed from the main thread; elsewhere (tests, embedding) ``stop`` alone ends
     the wait.
     """
-    previous: dict[int, Any] = {}
+    previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous[signum] = signal.signal(signum, lambda *_: stop.set())

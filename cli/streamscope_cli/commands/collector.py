@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from streamscope import env
 from streamscope_cli.options import fail_plainly, storage_option
+
+if TYPE_CHECKING:  # the command module stays light until it runs
+    from streamscope_ingest.durability.spool import FsyncPolicy
 
 
 @click.command()
@@ -104,7 +108,7 @@ def collector(
     auth_file: Path | None,
     spool_dir: Path | None,
     spool_max_mib: int,
-    spool_fsync: str,
+    spool_fsync: FsyncPolicy,
     store_wait_s: float,
     tenant_rate_mib: float | None,
 ) -> None:

@@ -8,8 +8,10 @@ then serves the demo chat page (``streamscope_cli.demo.chat``) against the same 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -128,7 +130,9 @@ def _serve_chat(collector: Collector, port: int, console: Console) -> None:
         client.close()
 
 
-def _table(summary: Summary, stall_us: int, encoding: str, report: LoadReport, counts: dict[str, list[tuple]]) -> Table:
+def _table(
+    summary: Summary, stall_us: int, encoding: str, report: LoadReport, counts: dict[str, Sequence[Sequence[Any]]]
+) -> Table:
     table = Table(title=f"streamscope demo · client side · {encoding} encoding", show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")

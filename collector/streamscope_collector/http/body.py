@@ -60,7 +60,7 @@ def gunzip(data: bytes, limit: int) -> bytes:
             raise DecodeError("gzip body is truncated")
         if inflater.unused_data:
             raise DecodeError("gzip body has trailing data")
-    except isal_zlib.error as exc:
+    except isal_zlib.error as exc:  # type: ignore[misc]  # the stub declares error an instance, not its class
         raise DecodeError(f"gzip body does not inflate: {exc}") from None
     return out
 
