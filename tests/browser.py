@@ -6,15 +6,14 @@
 from __future__ import annotations
 
 import shutil
-import socket
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from streamscope_collector.config import CollectorConfig
+from tests.support import wait_until
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -52,12 +51,6 @@ def chromium(profile: Path) -> Iterator:
         driver.quit()
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def collector_for_chat(storage_dsn: str, chat_port: int) -> CollectorConfig:
     """An in-process collector (HTTP only, attributed by hand) that lets exactly the chat page's origin in."""
     return CollectorConfig(
@@ -72,15 +65,12 @@ def collector_for_chat(storage_dsn: str, chat_port: int) -> CollectorConfig:
 def chat(driver, url: str) -> str:
     """Load the demo chat page, send its prompt, wait for the answer and the span's flush; returns the trace id."""
     driver.get(url)
-    wait_for(lambda: driver.execute_script("return window.chatReady === true"), "the page to load the snippet")
+    wait_for_script(driver, "return window.chatReady === true", "the page to load the snippet")
     driver.find_element("id", "send").click()
-    wait_for(lambda: driver.execute_script("return Boolean(window.chat && window.chat.done)"), "the answer")
+    wait_for_script(driver, "return Boolean(window.chat && window.chat.done)", "the answer")
     return driver.execute_script("return window.chat.traceId")
 
 
-def wait_for(condition: Callable[[], object], what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
+def wait_for_script(driver, script: str, what: str, timeout_s: float = 60.0) -> object:
+    """Wait until ``script`` returns a truthy value in the page, and return that value."""
+    return wait_until(lambda: driver.execute_script(script), what, timeout_s, interval_s=0.1)

@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
 import subprocess
-import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,14 +12,7 @@ import httpx
 import pytest
 
 from streamscope_cli.workload.scenario import load_scenario, plan
-from tests.collector.test_bad_input import good_body
-
-STREAMSCOPE = [sys.executable, "-m", "streamscope_cli.main"]
-
-
-def run(*args: str, env_extra: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "200", **(env_extra or {})}
-    return subprocess.run([*STREAMSCOPE, *args], capture_output=True, text=True, timeout=timeout, env=env)
+from tests.support import PROTOBUF, STREAMSCOPE, free_port, good_body, run, wait_until
 
 
 def test_migrate_then_up_to_date(tmp_path):
@@ -76,11 +65,12 @@ def collector_process(tmp_path):
         text=True,
     )
     discovery = data / "collector.json"
-    deadline = time.monotonic() + 60
-    while not discovery.exists():
+
+    def started() -> bool:
         assert process.poll() is None, process.stdout.read()
-        assert time.monotonic() < deadline, "collector did not start"
-        time.sleep(0.1)
+        return discovery.exists()
+
+    wait_until(started, "the collector to start", timeout_s=60, interval_s=0.1)
     yield data, json.loads(discovery.read_text())["http_url"]
     process.send_signal(signal.SIGTERM)
     process.wait(timeout=30)
@@ -90,7 +80,7 @@ def collector_process(tmp_path):
 
 def test_sql_goes_through_the_collector_that_owns_the_embedded_store(collector_process):
     data, url = collector_process
-    response = httpx.post(f"{url}/v1/traces", content=good_body(), headers={"content-type": "application/x-protobuf"})
+    response = httpx.post(f"{url}/v1/traces", content=good_body(), headers=PROTOBUF)
     assert response.status_code == 200
     result = run("sql", "SELECT side, chunk_count FROM streams", "--storage", f"chdb://{data}", "--format", "json")
     assert result.returncode == 0, result.stderr
@@ -123,12 +113,6 @@ def test_demo_prints_the_distributions(tmp_path: Path):
     assert "chunking_regression 1" in lines["injected causes (ground truth)"]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture
 def serving():
     processes: list[subprocess.Popen] = []
@@ -146,14 +130,16 @@ def serving():
 
 
 def wait_http(url: str, process: subprocess.Popen) -> httpx.Response:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    """The first answer from ``url``, while ``process`` runs."""
+
+    def answer() -> httpx.Response | None:
         assert process.poll() is None, process.stdout.read()
         try:
             return httpx.get(url, timeout=2)
         except httpx.TransportError:
-            time.sleep(0.1)
-    raise AssertionError(f"{url} never answered")
+            return None
+
+    return wait_until(answer, f"{url} to answer", timeout_s=60, interval_s=0.1)
 
 
 def test_engine_and_proxy_commands_serve_until_signalled(serving):

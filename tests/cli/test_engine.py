@@ -16,6 +16,7 @@ from streamscope_cli.engine.app import EngineNode, NodeConfig, OutputConfig
 from streamscope_cli.engine.scheduler import SchedulerConfig, SpecDecodeConfig
 from streamscope_cli.workload.ground_truth import MemorySink
 from streamscope_collector.serving import BackgroundServer
+from tests.support import wait_until
 
 
 class RunningNode:
@@ -205,9 +206,7 @@ def test_a_disconnect_stops_generation(running):
         for i, _ in enumerate(response.iter_lines()):
             if i > 10:
                 break
-    deadline = time.monotonic() + 5
-    while node.metrics()["vllm:num_requests_running"] and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: not node.metrics()["vllm:num_requests_running"], "the request to stop", timeout_s=5)
     generated = node.metrics()["vllm:generation_tokens_total"]
     time.sleep(0.3)
     assert node.metrics()["vllm:generation_tokens_total"] == generated < 2000
@@ -220,7 +219,5 @@ def test_with_ignore_disconnect_the_engine_generates_to_the_end(running):
         for i, _ in enumerate(response.iter_lines()):
             if i > 10:
                 break
-    deadline = time.monotonic() + 20
-    while node.metrics()["vllm:generation_tokens_total"] < 300 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: node.metrics()["vllm:generation_tokens_total"] >= 300, "all 300 tokens", timeout_s=20)
     assert node.metrics()["vllm:generation_tokens_total"] == 300

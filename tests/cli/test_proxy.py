@@ -12,7 +12,6 @@ import itertools
 import os
 import secrets
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -48,6 +47,7 @@ from streamscope_cli.proxy.impairments import (
 )
 from streamscope_cli.workload.ground_truth import GroundTruth, MemorySink
 from streamscope_collector.serving import BackgroundServer
+from tests.support import free_port, wait_until
 
 EVENTS = 30
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta-theta"]
@@ -289,9 +289,9 @@ def test_a_client_that_leaves_makes_the_proxy_hang_up_on_the_engine(upstream, st
     ):
         for _ in itertools.islice(response.iter_raw(), 2):
             pass
-    deadline = time.monotonic() + 5
-    while len(upstream.cut_short) == cut_before and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(
+        lambda: len(upstream.cut_short) > cut_before, "the proxy to hang up on the engine", timeout_s=5, interval_s=0.01
+    )
     assert upstream.cut_short[cut_before:] and upstream.cut_short[-1] < EVENTS
 
 
@@ -421,9 +421,9 @@ def test_drop_truncates_the_body_after_the_configured_event(upstream, start_prox
     assert record.start_ns == record.end_ns >= wall_before
     assert record.chunk_indices == ()
     # the proxy hung up on the engine too, so the engine stopped generating
-    deadline = time.monotonic() + 5
-    while len(upstream.cut_short) == cut_before and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(
+        lambda: len(upstream.cut_short) > cut_before, "the proxy to hang up on the engine", timeout_s=5, interval_s=0.01
+    )
     assert upstream.cut_short[cut_before:] and upstream.cut_short[-1] < EVENTS
 
 
@@ -474,12 +474,6 @@ def test_the_same_seed_makes_the_same_decisions(upstream, start_proxy):
 
 
 # ---------------------------------------------------------------- upstream failures
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_unreachable_upstream_is_a_502_and_the_proxy_keeps_serving(start_proxy):

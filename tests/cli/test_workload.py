@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
 import pytest
@@ -11,6 +10,7 @@ from streamscope_cli.workload.load import run_load
 from streamscope_cli.workload.scenario import load_scenario, plan
 from streamscope_collector.config import CollectorConfig
 from streamscope_collector.service import Collector
+from tests.support import wait_for_rows
 
 EXPECTED = {
     "steady": set(),
@@ -42,10 +42,9 @@ def test_scenario_ground_truth(storage_dsn, name):
         report = run_load(scenario, collector.http_url)
         query = collector.query_client.query
         planned = len(plan(scenario))
-        deadline = time.monotonic() + 30
-        while query("SELECT count() FROM streams WHERE side = 'client'").result_rows[0][0] < planned:
-            assert time.monotonic() < deadline, "client streams did not all arrive"
-            time.sleep(0.1)
+        wait_for_rows(
+            collector.query_client, "SELECT count() FROM streams WHERE side = 'client'", planned, timeout_s=30
+        )
         assert report.finished == planned
         causes = {cause for (cause,) in query("SELECT DISTINCT cause FROM ground_truth").result_rows}
         assert causes == EXPECTED[name]

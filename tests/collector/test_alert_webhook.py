@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from streamscope_collector.http.alerts import ALERTS_PATH
+from tests import support
 
 JSON = {"content-type": "application/json"}
 
@@ -57,11 +58,11 @@ def notification(*alerts: dict[str, Any]) -> dict[str, Any]:
 
 def post(collector, body: bytes | dict[str, Any], headers: dict[str, str] = JSON) -> httpx.Response:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return httpx.post(f"{collector.http_url}{ALERTS_PATH}", content=content, headers=headers, timeout=10)
+    return support.post(collector, content, path=ALERTS_PATH, headers=headers, timeout=10)
 
 
 def select(collector, query: str) -> list[dict[str, Any]]:
-    response = httpx.post(f"{collector.http_url}/api/v1/sql", json={"query": query}, timeout=10)
+    response = support.sql_request(collector, query, timeout=10)
     assert response.status_code == 200, response.text
     document = response.json()
     names = [column["name"] for column in document["meta"]]

@@ -13,9 +13,8 @@ from streamscope.errors import ConfigError
 from streamscope_collector.auth import load_tokens
 from streamscope_collector.config import CollectorConfig
 from streamscope_collector.service import Collector
-from tests.support import any_value, otlp_json, stream_span, trace_request
+from tests.support import any_value, otlp_json, post, sql_request, stream_span, trace_request
 
-PROTOBUF = {"content-type": "application/x-protobuf"}
 INJECTION = "m'); DROP TABLE streams; --"
 
 
@@ -45,60 +44,50 @@ def body(trace: int, side: str = "client", model: str = "m") -> bytes:
     return request.SerializeToString()
 
 
-def post(collector, content: bytes, token: str | None, path: str = "/v1/traces", headers=PROTOBUF) -> httpx.Response:
-    auth = {"authorization": f"Bearer {token}"} if token else {}
-    return httpx.post(f"{collector.http_url}{path}", content=content, headers={**headers, **auth}, timeout=30)
-
-
-def sql(collector, query: str, token: str | None) -> httpx.Response:
-    auth = {"authorization": f"Bearer {token}"} if token else {}
-    return httpx.post(f"{collector.http_url}/api/v1/sql", json={"query": query}, headers=auth, timeout=30)
-
-
 @pytest.mark.parametrize("token", [None, "wrong", "public-a"])
 def test_otlp_without_a_valid_secret_token_is_401_and_stores_nothing(secured, token):
-    response = post(secured, body(1), token)
+    response = post(secured, body(1), token=token)
     assert response.status_code == 401
     assert response.headers["www-authenticate"] == "Bearer"
-    assert sql(secured, "SELECT count() FROM streams", "secret-a").json()["data"] == [[0]]
+    assert sql_request(secured, "SELECT count() FROM streams", "secret-a").json()["data"] == [[0]]
 
 
 def test_the_stored_tenant_is_the_tokens_never_the_payloads(secured, store_client):
-    assert post(secured, body(1), "secret-a").status_code == 200
-    assert post(secured, body(2), "secret-b").status_code == 200
+    assert post(secured, body(1), token="secret-a").status_code == 200
+    assert post(secured, body(2), token="secret-b").status_code == 200
     rows = store_client.query("SELECT tenant, trace_id FROM streams ORDER BY tenant").result_rows
     assert [tenant for tenant, _ in rows] == ["team-a", "team-b"]
 
 
 def test_a_tenant_reads_only_its_own_rows_and_cannot_read_around_the_filter(secured):
-    post(secured, body(1), "secret-a")
-    post(secured, body(2), "secret-b")
+    post(secured, body(1), token="secret-a")
+    post(secured, body(2), token="secret-b")
     for token, tenant in [("secret-a", "team-a"), ("secret-b", "team-b")]:
-        rows = sql(secured, "SELECT DISTINCT tenant FROM chunk_timeline", token).json()["data"]
+        rows = sql_request(secured, "SELECT DISTINCT tenant FROM chunk_timeline", token).json()["data"]
         assert rows == [[tenant]]
-    assert sql(secured, "SELECT count() FROM streams", None).status_code == 401
+    assert sql_request(secured, "SELECT count() FROM streams", None).status_code == 401
     for query in ("SELECT * FROM merge(currentDatabase(), '^streams$')", "SELECT * FROM system.tables"):
-        refused = sql(secured, query, "secret-a")
+        refused = sql_request(secured, query, "secret-a")
         assert refused.status_code == 403, refused.text
-    spoofed = sql(
+    spoofed = sql_request(
         secured, "SELECT count() FROM streams SETTINGS additional_table_filters = {'streams': '1'}", "secret-a"
     )
     assert spoofed.json()["data"] == [[1]]
 
 
 def test_sql_injection_strings_in_attributes_are_stored_verbatim_and_harmless(secured, store_client):
-    assert post(secured, body(1, model=INJECTION), "secret-a").status_code == 200
+    assert post(secured, body(1, model=INJECTION), token="secret-a").status_code == 200
     assert store_client.query("SELECT request_model FROM streams").result_rows == [(INJECTION,)]
-    found = sql(secured, "SELECT count() FROM streams", "secret-a").json()["data"]
+    found = sql_request(secured, "SELECT count() FROM streams", "secret-a").json()["data"]
     assert found == [[1]]
 
 
 def test_browser_route_takes_public_tokens_for_their_tenant_only(secured, store_client):
     browser_body = otlp_json(trace_request([stream_span(3, 1, side="browser", offsets_ms=[0, 5], tokens=[1, 1])]))
-    json_headers = {"content-type": "application/json"}
-    assert post(secured, browser_body, None, "/v1/browser/traces", json_headers).status_code == 401
-    assert post(secured, browser_body, "secret-b", "/v1/browser/traces", json_headers).status_code == 401
-    assert post(secured, browser_body, "public-a", "/v1/browser/traces", json_headers).status_code == 200
+    path, json_headers = "/v1/browser/traces", {"content-type": "application/json"}
+    assert post(secured, browser_body, path=path, headers=json_headers).status_code == 401
+    assert post(secured, browser_body, path=path, headers=json_headers, token="secret-b").status_code == 401
+    assert post(secured, browser_body, path=path, headers=json_headers, token="public-a").status_code == 200
     assert store_client.query("SELECT tenant, side FROM streams").result_rows == [("team-a", "browser")]
 
 

@@ -10,52 +10,20 @@ import httpx
 import pytest
 from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
-from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from streamscope import semconv as sc
 from streamscope_collector.config import CollectorConfig
 from streamscope_collector.service import Collector
 from streamscope_ingest.decode.chunk_events import TraceRequestView
-from tests.support import event_span
-
-PROTOBUF = {"content-type": "application/x-protobuf"}
-
-
-def stream_span(span_byte: int, offsets: list[int], tokens: list[int] | None = None) -> Span:
-    def ints(values: list[int]) -> AnyValue:
-        return AnyValue(array_value=ArrayValue(values=[AnyValue(int_value=v) for v in values]))
-
-    tokens = tokens if tokens is not None else [1] * len(offsets)
-    return Span(
-        trace_id=bytes([span_byte]) * 16,
-        span_id=bytes([span_byte]) * 8,
-        name="chat m",
-        start_time_unix_nano=1_800_000_000_000_000_000,
-        end_time_unix_nano=1_800_000_001_000_000_000,
-        attributes=[
-            KeyValue(key=sc.STREAMSCOPE_SIDE, value=AnyValue(string_value="client")),
-            KeyValue(key=sc.STREAMSCOPE_CHUNKS_OFFSET_US, value=ints(offsets)),
-            KeyValue(key=sc.STREAMSCOPE_CHUNKS_TOKENS, value=ints(tokens)),
-            KeyValue(key=sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES, value=ints([4] * len(offsets))),
-        ],
-    )
-
-
-def request_of(*spans: Span) -> ExportTraceServiceRequest:
-    return ExportTraceServiceRequest(resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=list(spans))])])
-
-
-def good_body() -> bytes:
-    return request_of(stream_span(1, [10, 20, 30])).SerializeToString()
+from tests import support
+from tests.support import PROTOBUF, event_span, good_body, plain_stream_span, request_of
 
 
 def post(collector, body: bytes, headers: dict[str, str]) -> httpx.Response:
-    return httpx.post(f"{collector.http_url}/v1/traces", content=body, headers=headers, timeout=10)
+    """``body`` to /v1/traces with exactly ``headers``, allowed 10 s."""
+    return support.post(collector, body, headers=headers, timeout=10)
 
 
 def assert_still_serving(collector) -> None:
@@ -127,10 +95,10 @@ def test_gzip_body_is_accepted(collector):
 
 def test_malformed_timelines_are_rejected_through_partial_success(collector):
     body = request_of(
-        stream_span(1, [10, 20, 30]),
-        stream_span(2, [10, 5, 30]),  # unordered
-        stream_span(3, [-4, 20]),  # negative
-        stream_span(4, [10, 20, 30], tokens=[1, 1]),  # unequal lengths
+        plain_stream_span(1, [10, 20, 30]),
+        plain_stream_span(2, [10, 5, 30]),  # unordered
+        plain_stream_span(3, [-4, 20]),  # negative
+        plain_stream_span(4, [10, 20, 30], tokens=[1, 1]),  # unequal lengths
     ).SerializeToString()
     response = post(collector, body, PROTOBUF)
     assert response.status_code == 200
@@ -180,7 +148,7 @@ def test_chunk_events_are_read_in_time_order_and_malformed_ones_rejected(collect
 def test_an_event_that_is_not_protobuf_rejects_its_span_only_over_http_and_grpc(collector):
     """Events are read lazily (decode.chunk_events), so a broken one costs its span, not the request."""
     view = TraceRequestView.FromString(
-        request_of(event_span(1, [(10, sc.CHUNK_EVENT, {})]), stream_span(2, [10, 20])).SerializeToString()
+        request_of(event_span(1, [(10, sc.CHUNK_EVENT, {})]), plain_stream_span(2, [10, 20])).SerializeToString()
     )
     view.resource_spans[0].scope_spans[0].spans[0].events.append(b"\x1a\x05")  # an attribute past the end
     body = view.SerializeToString()
@@ -251,11 +219,11 @@ def test_empty_request_succeeds_without_partial_success(collector):
 def test_grpc_oversize_is_resource_exhausted_and_service_continues(collector):
     with grpc.insecure_channel(collector.grpc_endpoint) as channel:
         stub = trace_service_pb2_grpc.TraceServiceStub(channel)
-        huge = request_of(stream_span(1, list(range(0, 400_000, 2))))
+        huge = request_of(plain_stream_span(1, list(range(0, 400_000, 2))))
         with pytest.raises(grpc.RpcError) as failure:
             stub.Export(huge, timeout=10)
         assert failure.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        response = stub.Export(request_of(stream_span(2, [1, 2, 3])), timeout=10)
+        response = stub.Export(request_of(plain_stream_span(2, [1, 2, 3])), timeout=10)
         assert not response.HasField("partial_success")
     assert collector.query_client.query("SELECT count() FROM streams").result_rows[0][0] == 1
 
@@ -292,9 +260,9 @@ def attribute(key: str, value: AnyValue) -> KeyValue:
     ],
 )
 def test_one_bad_attribute_rejects_its_span_and_keeps_the_others(collector, extra, reason):
-    bad = stream_span(2, [10, 20])
+    bad = plain_stream_span(2, [10, 20])
     bad.attributes.append(extra)
-    response = post(collector, request_of(stream_span(1, [1, 2, 3]), bad).SerializeToString(), PROTOBUF)
+    response = post(collector, request_of(plain_stream_span(1, [1, 2, 3]), bad).SerializeToString(), PROTOBUF)
     assert response.status_code == 200
     partial = ExportTraceServiceResponse.FromString(response.content).partial_success
     assert partial.rejected_spans == 1 and reason in partial.error_message
@@ -306,8 +274,8 @@ def test_token_totals_beyond_their_column_reject_the_span(storage_dsn):
     roomy = Collector(config).start()  # the test reads what it sent as soon as it is answered
     try:
         offsets = list(range(70_000))
-        huge = stream_span(2, offsets, tokens=[65_535] * len(offsets))
-        response = post(roomy, request_of(stream_span(1, [1, 2]), huge).SerializeToString(), PROTOBUF)
+        huge = plain_stream_span(2, offsets, tokens=[65_535] * len(offsets))
+        response = post(roomy, request_of(plain_stream_span(1, [1, 2]), huge).SerializeToString(), PROTOBUF)
         assert response.status_code == 200
         partial = ExportTraceServiceResponse.FromString(response.content).partial_success
         assert partial.rejected_spans == 1 and "tokens add up to more than" in partial.error_message

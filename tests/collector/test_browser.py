@@ -18,6 +18,7 @@ from streamscope_cli.demo.chat import ChatServer, start_chat
 from streamscope_collector.service import Collector
 from streamscope_ingest.analysis.attribution_job import AttributionJob
 from tests import browser
+from tests.support import free_port, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +30,7 @@ def chromium(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture
 def chat_stack(storage_dsn: str) -> Iterator[tuple[Collector, ChatServer]]:
     """A collector that lets exactly the chat page's origin in, and the chat page in front of an engine node."""
-    port = browser.free_port()
+    port = free_port()
     collector = Collector(browser.collector_for_chat(storage_dsn, port)).start()
     chat = start_chat(collector.http_url, port=port)
     yield collector, chat
@@ -50,7 +51,7 @@ def _stored_sides(collector: Collector, chat: ChatServer, trace_id: str) -> dict
         rows = collector.query_client.query(query, parameters={"trace": trace_id}).result_rows
         return {row[0] for row in rows} == {"browser", "server"}
 
-    browser.wait_for(both_stored, f"the browser and server spans of trace {trace_id}", 20)
+    wait_until(both_stored, f"the browser and server spans of trace {trace_id}", 20, interval_s=0.1)
     return {row[0]: row[1:] for row in rows}
 
 
@@ -99,12 +100,12 @@ def test_a_slow_renderer_is_blamed_on_client_render(chromium, chat_stack) -> Non
 def test_the_user_stopping_the_answer_is_a_cancelled_browser_stream(chromium, chat_stack) -> None:
     collector, chat = chat_stack
     chromium.get(f"{chat.url}?max_tokens=3000")
-    browser.wait_for(lambda: chromium.execute_script("return window.chatReady === true"), "the page")
+    browser.wait_for_script(chromium, "return window.chatReady === true", "the page")
     chromium.find_element("id", "send").click()
     shown = "return document.querySelector('[data-key=chunks]')?.textContent"
-    browser.wait_for(lambda: int(chromium.execute_script(shown) or 0) >= 20, "twenty chunks on screen")
+    wait_until(lambda: int(chromium.execute_script(shown) or 0) >= 20, "twenty chunks on screen", interval_s=0.1)
     chromium.find_element("id", "stop").click()
-    browser.wait_for(lambda: chromium.execute_script("return Boolean(window.chat && window.chat.done)"), "the stop")
+    browser.wait_for_script(chromium, "return Boolean(window.chat && window.chat.done)", "the stop")
     trace_id = chromium.execute_script("return window.chat.traceId")
 
     sides = _stored_sides(collector, chat, trace_id)
@@ -121,7 +122,7 @@ def test_the_user_stopping_the_answer_is_a_cancelled_browser_stream(chromium, ch
 def test_an_app_that_feeds_chunks_itself_with_sampling_and_a_beacon_on_page_hide(chromium, chat_stack) -> None:
     collector, chat = chat_stack
     chromium.get(chat.url)
-    browser.wait_for(lambda: chromium.execute_script("return window.chatReady === true"), "the page")
+    browser.wait_for_script(chromium, "return window.chatReady === true", "the page")
     script = """
         const [endpoint, done] = arguments;
         const scope = window.streamscope.init({ endpoint, service: "fed-by-hand", flushIntervalMs: 60000 });
@@ -144,7 +145,7 @@ def test_an_app_that_feeds_chunks_itself_with_sampling_and_a_beacon_on_page_hide
     assert ids["sampled"].endswith("-01") and ids["unsampled"].endswith("-00")
 
     query = "SELECT service, outcome, transport, content_chunks, content_bytes FROM streams WHERE side = 'browser'"
-    browser.wait_for(lambda: collector.query_client.query(query).result_rows, "the beacon's span", 10)
+    wait_until(lambda: collector.query_client.query(query).result_rows, "the beacon's span", 10, interval_s=0.1)
     assert collector.query_client.query(query).result_rows == [("fed-by-hand", "completed", "websocket", 3, 12)]
     painted = collector.query_client.query(
         "SELECT countIf(paint_delay_us > 0) FROM chunks WHERE trace_id = {t:String}", parameters={"t": ids["trace"]}

@@ -13,6 +13,7 @@ import pytest
 from streamscope_collector.browser import ROUTE, SNIPPET_PATH
 from streamscope_collector.config import CollectorConfig
 from streamscope_collector.service import Collector
+from tests import support
 from tests.support import otlp_json, stream_span, trace_request
 
 APP = "http://chat.example"
@@ -44,7 +45,7 @@ def _span(span: int, side: str = "browser"):
 
 def _post(collector: Collector, body: bytes, *, query: str = f"?token={TOKEN}", **headers: str) -> httpx.Response:
     headers = {"content-type": "text/plain;charset=UTF-8", "origin": APP, **headers}
-    return httpx.post(f"{collector.http_url}{ROUTE}{query}", content=body, headers=headers)
+    return support.post(collector, body, path=f"{ROUTE}{query}", headers=headers, timeout=5.0)
 
 
 def _stored(collector: Collector) -> list[tuple[str, int]]:
@@ -119,9 +120,5 @@ def test_protobuf_and_oversized_bodies_are_refused_with_reasons(collector) -> No
     assert big.status_code == 413
     assert _stored(collector) == []
     # the OTLP route is unchanged: protobuf from any SDK, no browser token asked
-    otlp = httpx.post(
-        f"{collector.http_url}/v1/traces",
-        content=request.SerializeToString(),
-        headers={"content-type": "application/x-protobuf"},
-    )
+    otlp = support.post(collector, request.SerializeToString(), timeout=5.0)
     assert otlp.status_code == 200

@@ -77,15 +77,6 @@ def expected_gaps(offsets: list[int], content: list[int]) -> list[tuple[str, int
     return rows
 
 
-def wait_for_rows(client, sql: str, expected: int, parameters=None, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if client.query(sql, parameters=parameters).result_rows[0][0] >= expected:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{sql} did not reach {expected}")
-
-
 @pytest.mark.parametrize("transport", sorted(EXPORTERS))
 def test_gaps_read_back_equal_to_what_the_client_recorded(collector, transport):
     provider, copies = provider_for(collector, transport, f"svc-{transport}")

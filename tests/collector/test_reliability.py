@@ -10,7 +10,6 @@ import os
 import signal
 import statistics
 import subprocess
-import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -30,12 +29,18 @@ from streamscope_collector.config import CollectorConfig
 from streamscope_collector.service import Collector
 from streamscope_collector.status import RETRY_AFTER_S
 from streamscope_ingest.durability.spool import Spool
-from tests.browser import free_port, wait_for
-from tests.ingest.test_group_commit import batch
-from tests.support import metric, stream_span, trace_request
-
-STREAMSCOPE = [sys.executable, "-m", "streamscope_cli.main"]
-PROTOBUF = {"content-type": "application/x-protobuf"}
+from tests.support import (
+    PROTOBUF,
+    STREAMSCOPE,
+    batch,
+    free_port,
+    metric,
+    post,
+    sql_request,
+    stream_span,
+    trace_request,
+    wait_until,
+)
 
 
 class CollectorProcess:
@@ -43,24 +48,24 @@ class CollectorProcess:
 
     def __init__(self, data: Path, port: int) -> None:
         self.data, self.port = data, port
-        self.url = f"http://127.0.0.1:{port}"
+        self.http_url = f"http://127.0.0.1:{port}"
         self.process: subprocess.Popen | None = None
         self.log = data.parent / "collector.log"
 
     def start(self) -> CollectorProcess:
         command = [*STREAMSCOPE, "collector", "--storage", f"chdb://{self.data}", "--http-port", str(self.port)]
         with self.log.open("a") as log:
-            self.process = subprocess.Popen([*command, "--no-grpc"], stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while True:
-            assert self.process.poll() is None, self.log.read_text()
+            process = self.process = subprocess.Popen([*command, "--no-grpc"], stdout=log, stderr=subprocess.STDOUT)
+
+        def ready() -> bool:
+            assert process.poll() is None, self.log.read_text()
             try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return self
+                return httpx.get(f"{self.http_url}/readyz", timeout=1).status_code == 200
             except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "collector did not start"
-            time.sleep(0.1)
+                return False
+
+        wait_until(ready, "the collector to start", timeout_s=60, interval_s=0.1)
+        return self
 
     def kill(self) -> None:
         assert self.process is not None
@@ -73,7 +78,7 @@ class CollectorProcess:
         assert self.process.wait(timeout=60) == 0, self.log.read_text()
 
     def sql(self, query: str) -> list[list]:
-        response = httpx.post(f"{self.url}/api/v1/sql", json={"query": query}, timeout=30)
+        response = sql_request(self, query)
         assert response.status_code == 200, response.text
         return response.json()["data"]
 
@@ -82,10 +87,11 @@ def wait_for_empty_spool(url: str, timeout_s: float = 60.0) -> None:
     """Wait until the collector at ``url`` has stored every segment it acknowledged. A request is answered once
     spooled, and a query through the collector waits only ``read_wait_s`` (5 s) for the store to take what was
     answered; the backlog a load leaves, on a busy machine, can take longer."""
-    deadline = time.monotonic() + timeout_s
-    while httpx.get(f"{url}/readyz").json()["spool"]["segments"]:
-        assert time.monotonic() < deadline, "the spool did not drain"
-        time.sleep(0.1)
+
+    def drained() -> bool:
+        return not httpx.get(f"{url}/readyz").json()["spool"]["segments"]
+
+    wait_until(drained, "the spool to drain", timeout_s, interval_s=0.1)
 
 
 def record_streams(provider: TracerProvider, count: int, chunks: int) -> None:
@@ -100,20 +106,21 @@ def record_streams(provider: TracerProvider, count: int, chunks: int) -> None:
 def test_a_collector_killed_mid_load_loses_and_repeats_nothing(tmp_path):
     streams, chunks = 400, 25
     collector = CollectorProcess(tmp_path / "store", free_port()).start()
-    exporter = OTLPSpanExporter(endpoint=f"{collector.url}/v1/traces", timeout=90)  # retries until then
+    exporter = OTLPSpanExporter(endpoint=f"{collector.http_url}/v1/traces", timeout=90)  # retries until then
     provider = TracerProvider(resource=Resource.create({"service.name": "load"}))
     provider.add_span_processor(BatchSpanProcessor(exporter, max_export_batch_size=10, schedule_delay_millis=20))
     record_streams(provider, streams, chunks)
-    deadline = time.monotonic() + 60
-    while metric(collector.url, "streamscope_collector_accepted_rows_total", table="streams") < streams / 4:
-        assert time.monotonic() < deadline, "the load did not start"
-        time.sleep(0.02)
+
+    def load_started() -> bool:
+        return metric(collector.http_url, "streamscope_collector_accepted_rows_total", table="streams") >= streams / 4
+
+    wait_until(load_started, "the load to start", timeout_s=60, interval_s=0.02)
     collector.kill()  # mid-load: requests in flight, some spooled and not yet written
     collector.start()
     assert provider.force_flush(timeout_millis=120_000)
     provider.shutdown()
 
-    wait_for_empty_spool(collector.url)
+    wait_for_empty_spool(collector.http_url)
     (stored, distinct), *_ = collector.sql("SELECT count(), uniqExact(trace_id, span_id) FROM streams")
     (chunk_rows, distinct_chunks), *_ = collector.sql("SELECT count(), uniqExact(trace_id, span_id, seq) FROM chunks")
     collector.stop()
@@ -135,17 +142,14 @@ def test_a_store_outage_fills_the_spool_then_heals_by_itself(storage_dsn, store_
     )
     collector = Collector(config).start()
     try:
-        post = lambda request: httpx.post(  # noqa: E731
-            f"{collector.http_url}/v1/traces", content=request.SerializeToString(), headers=PROTOBUF, timeout=30
-        )
-        assert post(first).status_code == 200
+        assert post(collector, first.SerializeToString()).status_code == 200
         # the store refuses every insert as an overloaded server does (TOO_MANY_PARTS), until restored
         for table in ("chunk_arrays", "streams"):
             store_client.command(f"ALTER TABLE {table} MODIFY SETTING parts_to_throw_insert = 1")
         accepted, refused = [], []
         for trace in range(2, 400):
             request = trace_request([stream_span(trace, 1, side="client", offsets_ms=[0, 10, 20], tokens=[1, 1, 1])])
-            response = post(request)
+            response = post(collector, request.SerializeToString())
             if response.status_code == 503:
                 assert response.headers["retry-after"]
                 refused.append(trace)
@@ -161,7 +165,8 @@ def test_a_store_outage_fills_the_spool_then_heals_by_itself(storage_dsn, store_
         for table in ("chunk_arrays", "streams"):
             store_client.command(f"ALTER TABLE {table} MODIFY SETTING parts_to_throw_insert = 3000")
         wait_for_empty_spool(collector.http_url)
-        assert post(trace_request([stream_span(refused[0], 1, side="client", offsets_ms=[0], tokens=[1])])).is_success
+        again = trace_request([stream_span(refused[0], 1, side="client", offsets_ms=[0], tokens=[1])])
+        assert post(collector, again.SerializeToString()).is_success
     finally:
         collector.stop()
     rows = store_client.query("SELECT count(), uniqExact(trace_id) FROM streams").result_rows
@@ -195,14 +200,13 @@ def test_a_tenant_over_its_rate_is_told_to_come_back(storage_dsn):
     collector = Collector(config).start()
     try:
 
-        def post(trace: int, token: str) -> httpx.Response:
+        def send(trace: int, token: str) -> httpx.Response:
             request = trace_request([stream_span(trace, 1, side="client", offsets_ms=[0] * 40, tokens=[1] * 40)])
-            headers = {**PROTOBUF, "authorization": f"Bearer {token}"}
-            return httpx.post(f"{collector.http_url}/v1/traces", content=request.SerializeToString(), headers=headers)
+            return post(collector, request.SerializeToString(), token=token, timeout=5.0)
 
-        answers = [post(trace, "secret-a").status_code for trace in range(1, 8)]
+        answers = [send(trace, "secret-a").status_code for trace in range(1, 8)]
         assert answers[0] == 200 and 429 in answers
-        assert post(99, "secret-b").status_code == 200  # another tenant is not slowed
+        assert send(99, "secret-b").status_code == 200  # another tenant is not slowed
         assert metric(collector.http_url, "streamscope_collector_refused_requests_total", reason="overloaded") >= 1
     finally:
         collector.stop()
@@ -221,8 +225,7 @@ def lone_collector(storage_dsn):
 
 def _post_in_background(collector: Collector, trace: int, senders: ThreadPoolExecutor) -> Future[httpx.Response]:
     request = trace_request([stream_span(trace, 1, side="client", offsets_ms=[0, 10, 20], tokens=[1, 1, 1])])
-    url = f"{collector.http_url}/v1/traces"
-    return senders.submit(httpx.post, url, content=request.SerializeToString(), headers=PROTOBUF, timeout=60)
+    return senders.submit(post, collector, request.SerializeToString(), timeout=60)
 
 
 def test_a_request_waiting_for_a_slow_store_holds_no_inflight_budget(lone_collector, store_client):
@@ -234,7 +237,7 @@ def test_a_request_waiting_for_a_slow_store_holds_no_inflight_budget(lone_collec
     try:
         with ThreadPoolExecutor(1) as senders:
             answer = _post_in_background(lone_collector, 70_001, senders)
-            wait_for(lambda: accepted() == 3, "the request spooled", timeout_s=30)
+            wait_until(lambda: accepted() == 3, "the request spooled", timeout_s=30, interval_s=0.1)
             assert not answer.done(), "the store took 3 chunks before 6 s of sleep"
             assert metric(url, "streamscope_collector_inflight_bytes") == 0
             assert metric(url, "streamscope_collector_spool_bytes") > 0
@@ -258,12 +261,12 @@ def test_by_default_a_request_is_answered_once_spooled_and_a_query_through_the_c
     slow_down(store_client, seconds_per_chunk=1.5)  # 4.5 s: an answer after the store would find the spool empty
     try:
         request = trace_request([stream_span(70_003, 1, side="client", offsets_ms=[0, 10, 20], tokens=[1, 1, 1])])
-        answer = httpx.post(f"{url}/v1/traces", content=request.SerializeToString(), headers=PROTOBUF, timeout=60)
+        answer = post(collector, request.SerializeToString(), timeout=60)
         assert answer.status_code == 200
         assert metric(url, "streamscope_collector_spool_bytes") > 0, "answered only once the store had the rows"
         where = f"WHERE trace_id = '{trace}'"
         counts = f"SELECT (SELECT count() FROM chunks {where}), count() FROM streams {where}"
-        read = httpx.post(f"{url}/api/v1/sql", json={"query": counts}, timeout=90)
+        read = sql_request(collector, counts, timeout=90)
         assert read.json()["data"] == [[3, 1]]  # the stream row, written once its chunks are, is the last
         assert metric(url, "streamscope_collector_spool_bytes") == 0
     finally:
@@ -300,7 +303,8 @@ def test_requests_wait_their_turn_to_be_parsed_holding_only_their_body(lone_coll
     try:
         with ThreadPoolExecutor(1) as senders:
             answer = _post_in_background(lone_collector, 70_002, senders)
-            wait_for(lambda: metric(url, "streamscope_collector_inflight_bytes") > 0, "the body read", timeout_s=30)
+            inflight = lambda: metric(url, "streamscope_collector_inflight_bytes")  # noqa: E731
+            wait_until(lambda: inflight() > 0, "the body read", timeout_s=30, interval_s=0.1)
             time.sleep(0.5)  # time enough to parse, decode and spool 3 chunks many times over, were it allowed
             assert not answer.done()
             assert metric(url, "streamscope_collector_accepted_rows_total", table="chunks") == 0
@@ -336,7 +340,7 @@ def test_a_collector_that_does_not_migrate_inserts_and_looks_up_through_its_two_
         assert collector.read_target is not collector.target
         body = trace_request([stream_span(5, 1, side="client", offsets_ms=[0, 10], tokens=[1, 1])]).SerializeToString()
         for _ in range(2):
-            assert httpx.post(f"{collector.http_url}/v1/traces", content=body, headers=PROTOBUF).status_code == 200
+            assert post(collector, body, timeout=5.0).status_code == 200
     finally:
         collector.stop()
     assert store_client.query("SELECT count() FROM streams").result_rows == [(1,)]
@@ -368,7 +372,7 @@ def test_sustained_load_keeps_the_collectors_memory_flat(tmp_path):
                 for span in template.resource_spans[0].scope_spans[0].spans:
                     span.trace_id = (trace := trace + 1).to_bytes(16, "big")
                 body = template.SerializeToString()
-                response = client.post(f"{collector.url}/v1/traces", content=body, headers=PROTOBUF)
+                response = client.post(f"{collector.http_url}/v1/traces", content=body, headers=PROTOBUF)
                 assert response.status_code in (200, 429, 503), response.text
                 sent.append(response.status_code == 200)
 
@@ -381,7 +385,7 @@ def test_sustained_load_keeps_the_collectors_memory_flat(tmp_path):
             time.sleep(0.5)
         for future in running:
             future.result()
-    wait_for_empty_spool(collector.url)
+    wait_for_empty_spool(collector.http_url)
     (stored,), *_ = collector.sql("SELECT count() FROM streams")
     collector.stop()
     half = len(samples) // 2

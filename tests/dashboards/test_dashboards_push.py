@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from streamscope.errors import ConfigError
 from streamscope_collector.serving import BackgroundServer
 from streamscope_dashboards.boards import BOARDS
 from streamscope_dashboards.push import PROVISIONING_DIR, alert_rule, load_alerting, rule_group
-from tests.cli.test_cli import run
+from tests.support import free_port, run
 
 ADMIN_TOKEN = "glsa_admin-token"
 VIEWER_TOKEN = "glsa_viewer-token"
@@ -467,9 +466,7 @@ def test_grafanas_own_message_is_shown(grafana, provisioning):
 
 
 def test_unreachable_grafana(provisioning):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     result = push(f"http://127.0.0.1:{port}", "--provisioning", str(provisioning))
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert f"cannot reach Grafana at http://127.0.0.1:{port}: [Errno 111] Connection refused" in result.stderr

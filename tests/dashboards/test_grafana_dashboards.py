@@ -26,6 +26,7 @@ from streamscope_dashboards.macros import QueryContext, resolve
 from streamscope_dashboards.panels import DEFAULTS, FLEET_STATS, STALL_CAUSES, WORST_STALLED_TRACE, Panel, chosen
 from streamscope_ingest.store import sql
 from tests import browser
+from tests.support import free_port, wait_for_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "tests" / "fixtures" / "schemas" / "grafana-dashboard.jsonschema.json"
@@ -78,7 +79,7 @@ def demo(chdb_dir, tmp_path_factory):
     dsn = f"chdb://{chdb_dir}?database=t_{uuid.uuid4().hex[:12]}"
     scenario = load_scenario("mixed")
     scenario = replace(scenario, load=replace(scenario.load, streams=40))
-    chat_port = browser.free_port()
+    chat_port = free_port()
     collector = Collector(browser.collector_for_chat(dsn, chat_port))
     collector.start()
     try:
@@ -92,7 +93,7 @@ def demo(chdb_dir, tmp_path_factory):
             chat.stop()  # (flushes the engine's server span)
         wait_until_stored(collector.query_client, len(plan(scenario)), start, 60)
         browser_streams = "SELECT count() FROM streams WHERE side = 'browser'"
-        browser.wait_for(lambda: collector.query_client.query(browser_streams).result_rows[0][0], "the browser span")
+        wait_for_rows(collector.query_client, browser_streams, 1, timeout_s=60)
         attribute_settled(collector.query_client)
         yield (
             collector.query_client,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 
 import pytest
@@ -19,7 +18,7 @@ from streamscope_gpu_agent import samples as m
 from streamscope_gpu_agent.events import EngineEvent
 from streamscope_gpu_agent.export import OtlpShipper, Outbox, agent_resource
 from streamscope_gpu_agent.samples import Sample
-from tests.support import metric
+from tests.support import free_port, metric
 
 
 @pytest.mark.parametrize("transport", ["http", "grpc"])
@@ -74,12 +73,6 @@ def test_shipper_delivers_samples_and_events(collector):
         ("preemption", "node-a", "vllm", 2.0, None, False, 250),
         ("xid", "node-a", "", 79.0, 79, False, 0),
     ]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_the_outbox_keeps_data_through_a_collector_outage_within_its_bound(storage_dsn):

@@ -13,15 +13,8 @@ from streamscope_cli.engine.scheduler import SchedulerConfig
 from streamscope_collector.serving import BackgroundServer
 from streamscope_gpu_agent.agent import AgentConfig, GpuAgent
 from streamscope_gpu_agent.nvml import NvmlSampler
-from tests.cli.test_cli import run
 from tests.gpu_agent_nvml_double import FakeGpu, FakeNvml
-
-
-def wait_until(predicate, timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
+from tests.support import run, wait_until
 
 
 def test_agent_scrapes_the_live_simulator_into_clickhouse_and_joins_streams_by_node(collector):
@@ -144,7 +137,7 @@ def test_an_engine_answering_again_after_an_outage_is_a_restart_event():
     )
     exposition["text"] = render(node.metrics).decode()
     agent.start()
-    wait_until(lambda: len(agent.outbox.samples) > 0)
+    wait_until(lambda: len(agent.outbox.samples) > 0, "the first samples", timeout_s=15.0)
     exposition["text"] = ""  # the engine goes away
     time.sleep(0.1)
     exposition["text"] = render(node.metrics).decode()  # and comes back

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import httpx
 import pytest
 from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogExporter
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest, ExportLogsServiceResponse
@@ -14,7 +13,7 @@ from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from streamscope import semconv as sc
 from streamscope_cli.workload.ground_truth import GroundTruth
 from streamscope_cli.workload.truth_export import OtlpGroundTruthSink, ground_truth_logger
-from tests.support import metric
+from tests.support import metric, post
 
 TRUTH = GroundTruth(
     cause="kv_pressure",
@@ -94,9 +93,7 @@ def test_bad_ground_truth_is_rejected_and_other_logs_are_ignored(collector, bad,
     body = ExportLogsServiceRequest(
         resource_logs=[ResourceLogs(scope_logs=[ScopeLogs(log_records=[good, bad, other])])]
     ).SerializeToString()
-    response = httpx.post(
-        f"{collector.http_url}/v1/logs", content=body, headers={"content-type": "application/x-protobuf"}
-    )
+    response = post(collector, body, path="/v1/logs", timeout=5.0)
     assert response.status_code == 200
     partial = ExportLogsServiceResponse.FromString(response.content).partial_success
     assert partial.rejected_log_records == 1 and "log record 2" in partial.error_message

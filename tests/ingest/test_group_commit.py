@@ -10,24 +10,13 @@ import pytest
 from benchmarks.chunk_layout import as_rows
 from streamscope.errors import ConfigError, RetryableWriteError, SpoolFull, WriteError
 from streamscope_ingest.decode.batch import DecodedBatch
-from streamscope_ingest.decode.request_log import Received, with_request_row
 from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.durability.group_commit import GroupCommitConfig, GroupCommitWriter
 from streamscope_ingest.durability.spool import Spool, decode, encode
 from streamscope_ingest.store.writer import ClickHouseWriter
-from tests.collector.test_bad_input import request_of, stream_span
+from tests.support import batch, plain_stream_span, request_of
 
 FAST_RETRY = GroupCommitConfig(retry_initial_s=0.01, retry_max_s=0.05)
-
-
-def batch(span_byte: int, tenant: str, chunks: int = 3) -> DecodedBatch:
-    """A request's batch: one stream span of ``chunks`` chunks, and the request's log row."""
-    request = request_of(stream_span(span_byte, list(range(chunks))))
-    decoded = decode_traces(request, tenant=tenant, stall_threshold_us=1)
-    size = request.ByteSize()
-    received = Received("http", "protobuf", "identity", size, size)
-    with_request_row(decoded, tenant=tenant, signal="traces", received=received)
-    return decoded
 
 
 def stored(client, table: str = "chunks") -> list[tuple]:
@@ -153,7 +142,7 @@ def test_streams_spooled_before_their_chunks_were_counted_by_tokens_get_the_coun
     """A streams block without content_chunks_by_tokens (before migration 0019), left in the spool beside a block
     in the current layout, is written with each stream's counts, taken from the chunks spooled with it."""
     request = request_of(
-        stream_span(0xA1, [10, 20, 30, 40], tokens=[2, 5, 2, 2]), stream_span(0xB2, [10, 20], tokens=[3, 1])
+        plain_stream_span(0xA1, [10, 20, 30, 40], tokens=[2, 5, 2, 2]), plain_stream_span(0xB2, [10, 20], tokens=[3, 1])
     )
     old = decode_traces(request, tenant="before", stall_threshold_us=1)
     streams = old.blocks["streams"]

@@ -31,7 +31,7 @@ import streamscope
 from streamscope import semconv as sc
 from streamscope_collector.serving import BackgroundServer
 from tests.sse_fixtures import TOOL_CALL_FIXTURES, WireEvent, first_tool_call, fixture_body, fixture_events
-from tests.support import int64s
+from tests.support import int64s, memory_provider
 
 STEP_S = 0.005
 """The server's wait before each event."""
@@ -218,9 +218,7 @@ def server() -> Iterator[ReplayServer]:
 
 # --- span capture --------------------------------------------------------------------------------------------
 
-EXPORTER = InMemorySpanExporter()
-PROVIDER = TracerProvider()
-PROVIDER.add_span_processor(SimpleSpanProcessor(EXPORTER))
+PROVIDER, EXPORTER = memory_provider()
 
 
 @pytest.fixture(scope="module")

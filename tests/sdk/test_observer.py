@@ -5,16 +5,13 @@ from __future__ import annotations
 import logging
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from streamscope import StreamRecorder
 from streamscope import semconv as sc
 from streamscope._internal.observer import StreamObserver
 from streamscope.formats import make_format
 from tests.sse_fixtures import TOOL_CALL_FIXTURES, first_tool_call, fixture_events
-from tests.support import int64s
+from tests.support import int64s, memory_provider
 
 ODD_PAYLOADS = {
     "openai-chat": [b'data: {"choices": 1}\n\n', b'data: {"choices": [{"delta": {"tool_calls": 5}}]}\n\n'],
@@ -25,9 +22,7 @@ ODD_PAYLOADS = {
 
 @pytest.mark.parametrize("name", sorted(ODD_PAYLOADS))
 def test_odd_payloads_are_passed_through_and_counted_without_content(name, caplog):
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider, exporter = memory_provider()
     observer = StreamObserver(
         StreamRecorder(side="client", provider="p", tracer_provider=provider).start(), make_format(name)
     )
@@ -54,9 +49,7 @@ def test_usage_that_goes_down_never_gives_negative_tokens():
 
 @pytest.mark.parametrize("stream_format", sorted(TOOL_CALL_FIXTURES))
 def test_the_span_says_which_chunk_started_the_tool_call(stream_format):
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider, exporter = memory_provider()
     observer = StreamObserver(
         StreamRecorder(side="client", provider="p", tracer_provider=provider).start(), make_format(stream_format)
     )

@@ -4,15 +4,13 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import streamscope._internal.recorder as recorder_module
 from streamscope import StreamRecorder
 from streamscope import semconv as sc
 from streamscope._internal import instruments
 from tests.clock import FakeClock
-from tests.support import int64s
+from tests.support import int64s, memory_provider
 
 
 @pytest.fixture
@@ -24,10 +22,7 @@ def clock(monkeypatch):
 
 @pytest.fixture
 def spans():
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return provider, exporter
+    return memory_provider()
 
 
 def test_semconv_streaming_histograms_with_their_buckets(clock, spans):

@@ -5,35 +5,26 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import time
 
 import httpx
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import streamscope
 from streamscope import semconv as sc
 from streamscope_collector.serving import BackgroundServer
 from tests.sse_fixtures import TOOL_CALL_FIXTURES, carries_tool_call, first_tool_call, fixture_events
-from tests.support import int64s
+from tests.support import int64s, memory_provider, wait_until
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"] * 5
 
 
-def provider_and_exporter():
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return provider, exporter
-
-
 @pytest.fixture
 def engine():
-    server_provider, server_spans = provider_and_exporter()
+    server_provider, server_spans = memory_provider()
     generated_after_cancel = {"tokens": 0}
     app = FastAPI()
 
@@ -68,19 +59,19 @@ def engine():
     server.stop()
 
 
-def wait_for_spans(exporter: InMemorySpanExporter, count: int, timeout_s: float = 5.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+def wait_for_spans(exporter: InMemorySpanExporter, count: int, timeout_s: float = 5.0) -> tuple[ReadableSpan, ...]:
+    """The spans ``exporter`` has, once there are at least ``count``."""
+
+    def finished() -> tuple[ReadableSpan, ...] | None:
         spans = exporter.get_finished_spans()
-        if len(spans) >= count:
-            return spans
-        time.sleep(0.02)
-    raise AssertionError(f"expected {count} spans, got {len(exporter.get_finished_spans())}")
+        return spans if len(spans) >= count else None
+
+    return wait_until(finished, f"{count} finished spans", timeout_s, interval_s=0.02)
 
 
 def test_server_span_continues_the_client_trace_and_times_every_chunk(engine):
     url, server_spans, _ = engine
-    client_provider, client_spans = provider_and_exporter()
+    client_provider, client_spans = memory_provider()
     with (
         httpx.Client(base_url=url) as client,
         streamscope.stream_sse(
@@ -107,7 +98,7 @@ def test_server_span_continues_the_client_trace_and_times_every_chunk(engine):
 
 def test_a_client_that_goes_away_is_a_disconnect_with_the_cancellation_tax(engine):
     url, server_spans, generated = engine
-    client_provider, client_spans = provider_and_exporter()
+    client_provider, client_spans = memory_provider()
     with (
         httpx.Client(base_url=url) as client,
         streamscope.stream_sse(
@@ -130,7 +121,7 @@ def test_a_client_that_goes_away_is_a_disconnect_with_the_cancellation_tax(engin
 
 def test_send_options_such_as_follow_redirects_are_honoured(engine):
     url, _, _ = engine
-    client_provider, client_spans = provider_and_exporter()
+    client_provider, client_spans = memory_provider()
     with (
         httpx.Client(base_url=url) as client,
         streamscope.stream_sse(
@@ -146,7 +137,7 @@ def test_send_options_such_as_follow_redirects_are_honoured(engine):
 def test_server_and_client_agree_on_the_chunk_that_began_the_tool_call(counted):
     """The server marks it from the payloads it sends, or from ServerChunk.tool_call when the app counts."""
     events = fixture_events(TOOL_CALL_FIXTURES["openai-chat"])
-    server_provider, server_spans = provider_and_exporter()
+    server_provider, server_spans = memory_provider()
     app = FastAPI()
 
     @app.post("/v1/chat/completions")
@@ -163,7 +154,7 @@ def test_server_and_client_agree_on_the_chunk_that_began_the_tool_call(counted):
 
     server = BackgroundServer(app).start()
     try:
-        client_provider, client_spans = provider_and_exporter()
+        client_provider, client_spans = memory_provider()
         with (
             httpx.Client(base_url=f"http://127.0.0.1:{server.port}") as client,
             streamscope.stream_sse(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import streamscope
-from tests.collector.test_end_to_end import wait_for_rows
+from tests.support import wait_for_rows
 
 
 @pytest.mark.parametrize("protocol", ["http/protobuf", "http/json", "grpc"])
