@@ -50,6 +50,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from benchmarks import otel_traces
 from benchmarks.wire_cost import spans
 from streamscope import semconv as sc
+from streamscope_collector.service import running_collector
 from streamscope_ingest import store
 from streamscope_ingest.analysis.attribution_job import AttributionJob
 from streamscope_ingest.decode.int_arrays import element_count
@@ -113,6 +114,7 @@ class CollectorProcess:
 
     def __init__(self, data: Path, *options: str) -> None:
         port = free_port()
+        self.data = data
         self.url = f"http://127.0.0.1:{port}"
         command = [sys.executable, "-m", "streamscope_cli.main", "collector", "--storage", f"chdb://{data}", *options]
         self._log = (data.parent / "collector.log").open("w")
@@ -135,7 +137,10 @@ class CollectorProcess:
 
     def scalar(self, query: str) -> int:
         """The first value of the query's answer, through the collector's SQL route."""
-        response = httpx.post(f"{self.url}/api/v1/sql", json={"query": query}, timeout=60)
+        running = running_collector(store.parse_dsn(f"chdb://{self.data}"))
+        assert running is not None, "the collector has not written its discovery file"
+        headers = {"authorization": f"Bearer {running.operator_token}"}
+        response = httpx.post(f"{self.url}/api/v1/sql", json={"query": query}, headers=headers, timeout=60)
         response.raise_for_status()
         return int(response.json()["data"][0][0])
 

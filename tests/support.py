@@ -217,13 +217,20 @@ def post(
     return httpx.post(f"{collector.http_url}{path}", content=body, headers=sent, timeout=timeout)
 
 
+class SqlService(HttpService, Protocol):
+    """A collector serving the SQL route: ``http_url`` and the token it takes."""
+
+    @property
+    def operator_token(self) -> str: ...
+
+
 def sql_request(
-    collector: HttpService, query: str, token: str | None = None, *, timeout: float = 30.0
+    collector: SqlService, query: str, token: str | None = None, *, timeout: float = 30.0
 ) -> httpx.Response:
-    """``query`` through the collector's SQL route, as ``streamscope sql`` sends it."""
-    return httpx.post(
-        f"{collector.http_url}/api/v1/sql", json={"query": query}, headers=_bearer(token), timeout=timeout
-    )
+    """``query`` through the collector's SQL route, as ``streamscope sql`` sends it: as the operator, unless
+    another ``token`` is given."""
+    headers = _bearer(token or collector.operator_token)
+    return httpx.post(f"{collector.http_url}/api/v1/sql", json={"query": query}, headers=headers, timeout=timeout)
 
 
 def wait_until(condition: Callable[[], T], what: str, timeout_s: float = 60.0, interval_s: float = 0.05) -> T:

@@ -21,15 +21,18 @@ Query = Callable[[str], "QueryResult"]
 
 @contextmanager
 def opened_store(storage_dsn: str, collector_url: str | None) -> Iterator[Query]:
-    """A function running read-only SQL, through a running collector when it owns the embedded store."""
-    from streamscope_collector.service import running_collector_url
+    """A function running read-only SQL, through a running collector when it owns the embedded store (as its
+    operator, by the token in the collector's discovery file)."""
+    from streamscope_collector.service import running_collector
     from streamscope_ingest import store
     from streamscope_ingest.store import sql
 
     target = store.parse_dsn(storage_dsn)
-    url = collector_url or running_collector_url(target)
+    running = running_collector(target)
+    url = collector_url or (running.http_url if running else None)
     if url:
-        with httpx.Client(base_url=url.rstrip("/"), timeout=60.0) as http:
+        headers = {"authorization": f"Bearer {running.operator_token}"} if running else {}
+        with httpx.Client(base_url=url.rstrip("/"), timeout=60.0, headers=headers) as http:
             yield lambda query: sql.parse_result(_through_collector(http, query))
         return
     client = store.connect(target, create_database=target.embedded)  # on a server, a reading account cannot

@@ -1,13 +1,13 @@
 """Who is sending: bearer tokens mapped to tenants, so the stored tenant comes from credentials, never a payload.
 
 With no tokens configured, authentication is off and every request belongs to the collector's one tenant.
-With tokens, every OTLP request (HTTP ``Authorization: Bearer``, gRPC ``authorization`` metadata), the alert
-webhook and the SQL API need a secret token, and the browser route needs one of the public browser tokens
+With tokens, every OTLP request (HTTP ``Authorization: Bearer``, gRPC ``authorization`` metadata) and the alert
+webhook need a secret token, and the browser route needs one of the public browser tokens
 (``?token=`` or bearer): a request without a valid one is answered 401 (gRPC UNAUTHENTICATED).
 
 The tokens file (``streamscope collector --auth-file``) is YAML::
 
-    tokens:            # secret: services, gpu agents, Grafana's webhook, the SQL API
+    tokens:            # secret: services, gpu agents, Grafana's webhook
       9f2c…e1: team-a
       5b7d…04: team-b
     browser_tokens:    # public, shipped in web pages: can only add browser spans
@@ -55,10 +55,10 @@ class Credentials:
         return bool(self._secret)
 
     def tenant(self, authorization: str | None) -> str:
-        """The tenant of a request to an OTLP route, the webhook or the SQL API; raises Unauthorized."""
+        """The tenant of a request to an OTLP route or the webhook; raises Unauthorized."""
         if not self.enabled:
             return self.default_tenant
-        offered = _bearer(authorization)
+        offered = bearer(authorization)
         if offered is None:
             raise Unauthorized("missing credentials: send Authorization: Bearer <token>")
         tenant = self._secret.get(_digest(offered))
@@ -70,14 +70,19 @@ class Credentials:
         """The tenant of a request to the browser route: open only when no token of either kind is configured."""
         if not self._public and not self.enabled:
             return self.default_tenant
-        offered = query_token or _bearer(authorization)
+        offered = query_token or bearer(authorization)
         tenant = self._public.get(_digest(offered)) if offered else None
         if tenant is None:
             raise Unauthorized("missing or wrong browser ingest token (?token= or Authorization: Bearer)")
         return tenant
 
+    def knows(self, token: str) -> bool:
+        """Whether ``token`` is one of the secret tokens."""
+        return _digest(token) in self._secret
 
-def _bearer(authorization: str | None) -> str | None:
+
+def bearer(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer`` header, if that is what it holds."""
     scheme, _, token = (authorization or "").strip().partition(" ")
     return (token.strip() or None) if scheme.lower() == "bearer" else None
 

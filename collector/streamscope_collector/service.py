@@ -4,7 +4,8 @@
 in-process; ``streamscope collector`` calls ``serve_forever()``. It inserts through the storage DSN's account
 and reads (repeated-span lookups, the attribution job, SQL) through the query DSN's, when one is given, so a
 server can give each account only the grants it needs. While it runs with the embedded engine it
-leaves ``collector.json`` in the data directory, telling other commands to query through its HTTP API.
+leaves ``collector.json`` in the data directory, readable by its owner only, telling other commands to query
+through its HTTP API and giving them the operator's token for it.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import threading
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from clickhouse_connect.driver.client import Client
@@ -23,7 +26,7 @@ from streamscope.errors import ConfigError, WriteError
 from streamscope_collector.admission import Admission
 from streamscope_collector.config import CollectorConfig
 from streamscope_collector.grpc_server import start_grpc_server
-from streamscope_collector.http.app import KEEP_ALIVE_S, SqlRunner, create_app
+from streamscope_collector.http.app import KEEP_ALIVE_S, OperatorSql, create_app
 from streamscope_collector.metrics import SelfMetrics
 from streamscope_collector.pipeline import ExportPipeline
 from streamscope_collector.serving import BackgroundServer, connectable_host, stop_on_signals, wait_until_set
@@ -52,6 +55,8 @@ class Collector:
         self._query_client: Client | None = None
         self.pipeline: ExportPipeline | None = None
         self._attribution: PeriodicAttribution | None = None
+        self.operator_token = secrets.token_urlsafe(32)
+        """The bearer token of the SQL API (``streamscope_collector.http.sql``)."""
 
     @property
     def query_client(self) -> Client:
@@ -143,8 +148,8 @@ class Collector:
             admission=admission,
             metrics=metrics,
             readiness=readiness,
-            # the store's own server answers SQL directly; this route exists for the embedded engine only
-            sql=self._sql_runner(query_client) if self.target.embedded else None,
+            # a server answers SQL itself, to accounts it confines; the route serves the embedded engine's operator
+            sql=OperatorSql(self._sql_runner(query_client), self.operator_token) if self.target.embedded else None,
         )
         self._http = BackgroundServer(
             app, self.config.host, self.config.http_port, name="otlp-http", keep_alive_s=KEEP_ALIVE_S
@@ -165,15 +170,12 @@ class Collector:
         self._write_discovery()
         return self
 
-    def _sql_runner(self, query_client: Client) -> SqlRunner:
-        """Operator queries on the read-only session; tenants' on a client of their own (the SQL route)."""
-        tenant_client = self._connect(self.read_target)  # no session settings: tenants' queries carry their own
+    def _sql_runner(self, query_client: Client) -> Callable[[str], bytes]:
+        """The operator's queries, on the read-only session, reading every row acknowledged before them."""
 
-        def run(query: str, tenant: str | None) -> bytes:
-            self.flush(self.config.read_wait_s)  # rows acknowledged before the query are in what it reads
-            if tenant is None:
-                return sql.query_json(query_client, query)
-            return sql.tenant_query_json(tenant_client, query, tenant)
+        def run(query: str) -> bytes:
+            self.flush(self.config.read_wait_s)
+            return sql.query_json(query_client, query)
 
         return run
 
@@ -213,7 +215,10 @@ class Collector:
     def _write_discovery(self) -> None:
         path = self._discovery_path()
         if path:
-            path.write_text(json.dumps({"pid": os.getpid(), "http_url": self.http_url}))
+            found = {"pid": os.getpid(), "http_url": self.http_url, "operator_token": self.operator_token}
+            path.unlink(missing_ok=True)  # a file left by another owner keeps its mode: start afresh
+            with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as file:
+                json.dump(found, file)
 
     def _remove_discovery(self) -> None:
         path = self._discovery_path()
@@ -221,14 +226,22 @@ class Collector:
             path.unlink(missing_ok=True)
 
 
-def running_collector_url(target: store.StoreTarget) -> str | None:
-    """The HTTP URL of a live collector that owns ``target``'s embedded directory, if there is one."""
+@dataclass(frozen=True)
+class RunningCollector:
+    """A live collector that owns an embedded store, as its discovery file tells."""
+
+    http_url: str
+    operator_token: str
+
+
+def running_collector(target: store.StoreTarget) -> RunningCollector | None:
+    """The live collector that owns ``target``'s embedded directory, if there is one."""
     if not target.embedded or target.path is None:
         return None
     path = target.path / DISCOVERY_FILE
     try:
         info = json.loads(path.read_text())
         os.kill(int(info["pid"]), 0)
+        return RunningCollector(str(info["http_url"]), str(info["operator_token"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return str(info["http_url"])

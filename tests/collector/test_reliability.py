@@ -27,8 +27,9 @@ from streamscope import StreamRecorder
 from streamscope.errors import ConfigError, Overloaded
 from streamscope_collector.admission import InflightBudget
 from streamscope_collector.config import CollectorConfig
-from streamscope_collector.service import Collector
+from streamscope_collector.service import Collector, running_collector
 from streamscope_collector.status import RETRY_AFTER_S
+from streamscope_ingest import store
 from streamscope_ingest.durability.spool import Spool
 from tests.support import (
     PROTOBUF,
@@ -52,6 +53,12 @@ class CollectorProcess:
         self.http_url = f"http://127.0.0.1:{port}"
         self.process: subprocess.Popen | None = None
         self.log = data.parent / "collector.log"
+
+    @property
+    def operator_token(self) -> str:
+        running = running_collector(store.parse_dsn(f"chdb://{self.data}"))
+        assert running is not None, "the collector has not written its discovery file"
+        return running.operator_token
 
     def start(self) -> CollectorProcess:
         command = [*STREAMSCOPE, "collector", "--storage", f"chdb://{self.data}", "--http-port", str(self.port)]

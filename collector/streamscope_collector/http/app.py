@@ -13,11 +13,11 @@ from streamscope_collector.http.alerts import add_alerts_route
 from streamscope_collector.http.health import Readiness, add_health_routes
 from streamscope_collector.http.otlp import add_export_routes
 from streamscope_collector.http.snippet import add_snippet_route
-from streamscope_collector.http.sql import SqlRunner, add_sql_route
+from streamscope_collector.http.sql import OperatorSql, add_sql_route
 from streamscope_collector.metrics import CountRefusals, SelfMetrics
 from streamscope_collector.pipeline import ExportPipeline
 
-__all__ = ["KEEP_ALIVE_S", "SqlRunner", "create_app"]
+__all__ = ["KEEP_ALIVE_S", "OperatorSql", "create_app"]
 
 KEEP_ALIVE_S = 65
 """How long an idle connection stays open: past Retry-After, so that a sender that waits as told and sends again
@@ -33,9 +33,9 @@ def create_app(
     admission: Admission,
     metrics: SelfMetrics,
     readiness: Readiness,
-    sql: SqlRunner | None,
+    sql: OperatorSql | None,
 ) -> FastAPI:
-    """The collector's HTTP app; ``sql`` (read-only queries) is served only when given, i.e. for an embedded store."""
+    """The collector's HTTP app; ``sql`` (the operator's queries) is served only when given: for an embedded store."""
     app = FastAPI(title="streamscope collector", docs_url=None, redoc_url=None, openapi_url=None)
     add_export_routes(app, pipeline, config, admission)
     add_snippet_route(app)

@@ -1,77 +1,80 @@
 """Read-only SQL on the store, answered as ClickHouse's own JSONCompact document.
 
 One function serves every way a command reads the store: directly, and through a running collector's
-/api/v1/sql (the only way while the collector owns the embedded engine's directory).
+/api/v1/sql (the only way while the collector owns the embedded engine's directory). It serves an operator:
+confining a query to one tenant's rows is the job of a ClickHouse server's access control (``access``).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
-from streamscope.errors import StreamscopeError
+from streamscope.errors import RetryableWriteError, StreamscopeError
 from streamscope_ingest import store
-from streamscope_ingest.decode import columns
 
 READ_ONLY = {
     "max_execution_time": 60,
+    "max_memory_usage": 4 * 1024**3,
+    "max_result_bytes": 512 * 1024**2,  # the answer is one JSON document in memory, here and at the asker
     "output_format_json_quote_64bit_integers": 0,  # numbers stay numbers for every reader
     "readonly": 1,  # last: readonly=1 then freezes the settings above
 }
+"""What every query runs under: no writes, and bounds on its time, memory and answer."""
 
-_TABLE_NAME = re.compile(r"\btable_name: ([^,\s]+)")
+_SELECT_NODE = "SelectWithUnionQuery"
+_SETTINGS_NODE = "Set"  # a SETTINGS clause in the parse tree
 
 
-def query_json(client: Client, sql: str) -> bytes:
-    """Run ``sql`` with the session read-only; raises WriteError with ClickHouse's message on a bad query."""
+class QueryRefused(StreamscopeError):
+    """The statement is not one SELECT; nothing of it ran."""
+
+
+def query_json(client: Client, statement: str) -> bytes:
+    """Run one SELECT read-only and bounded; raises QueryRefused, or WriteError with ClickHouse's message.
+
+    Nothing of ``statement`` runs until ClickHouse's own parser has read it as exactly one query
+    (``single_select``). What runs is that parse, as a subquery: a second statement, ``INTO OUTFILE`` or
+    ``FORMAT`` cannot survive the round trip, and ``readonly`` refuses anything but reading.
+    """
+    select = single_select(client, statement)
     settings = READ_ONLY if not _profile_read_only(client) else {k: v for k, v in READ_ONLY.items() if k != "readonly"}
     with store.translated_errors():
-        return client.raw_query(sql, fmt="JSONCompact", settings=settings)
+        return client.raw_query(f"SELECT * FROM (\n{select}\n)", fmt="JSONCompact", settings=settings)
+
+
+def single_select(client: Client, statement: str) -> str:
+    """``statement`` as ClickHouse's parser reads it, if it is one SELECT with no SETTINGS of its own.
+
+    The statement reaches the store only as a string literal, to functions that parse and run nothing: a
+    multi-statement is a syntax error to ``formatQuerySingleLine``, and the parse tree of the one statement
+    left (``EXPLAIN AST``) says what kind it is.
+    """
+    try:
+        with store.translated_errors():
+            parsed = client.query("SELECT formatQuerySingleLine(%(statement)s)", parameters={"statement": statement})
+            canonical = str(parsed.result_rows[0][0])
+            tree = client.raw_query(f"EXPLAIN AST {canonical}", fmt="TSVRaw").decode().splitlines()
+    except RetryableWriteError:
+        raise
+    except StreamscopeError as exc:
+        raise QueryRefused(f"not one statement ClickHouse can parse: {exc}") from None
+    kind = tree[0].split(" ", 1)[0] if tree else "nothing"
+    if kind != _SELECT_NODE:
+        raise QueryRefused(f"only a single SELECT is served here, not {kind}")
+    if any(node.strip() == _SETTINGS_NODE for node in tree):
+        raise QueryRefused("a query here may not carry SETTINGS: it runs under the route's own limits")
+    return canonical
 
 
 def _profile_read_only(client: Client) -> bool:
     """Whether the account's profile already keeps it read-only; ClickHouse then refuses any change of ``readonly``."""
     setting = client.server_settings.get("readonly")
     return setting is not None and setting.value != "0"
-
-
-def tenant_query_json(client: Client, sql: str, tenant: str) -> bytes:
-    """``query_json`` seeing only ``tenant``'s rows; ``client`` must be one no session setting was made on.
-
-    Every table of ours is read through a filter on its ``tenant`` column (ClickHouse's
-    ``additional_table_filters``, which views and subqueries go through), set with read-only in the query's own
-    SETTINGS, so the query cannot change it. A query naming a table function or another database's table is
-    refused (QueryRefused): those would read around the filter. ``tenant`` is a checked name (the collector's
-    auth).
-    """
-    if _profile_read_only(client):
-        raise QueryRefused("tenant queries need an account whose settings the collector may freeze (readonly=0)")
-    statement = sql.strip().rstrip(";")
-    with store.translated_errors():
-        plan = client.raw_query(f"EXPLAIN QUERY TREE {statement}", fmt="TSVRaw").decode()
-        _check_tenant_scoped(plan, client.database or "default")
-        only = f"tenant = ''{tenant}''"  # quoted inside a quoted map value
-        filters = ", ".join(f"'{table}': '{only}'" for table in columns.TABLES)
-        settings = ", ".join(f"{name} = {value}" for name, value in READ_ONLY.items())
-        scoped = f"SELECT * FROM ({statement}) SETTINGS additional_table_filters = {{{filters}}}, {settings}"
-        return client.raw_query(scoped, fmt="JSONCompact")
-
-
-class QueryRefused(StreamscopeError):
-    """A tenant's query would read beyond the tenant's rows."""
-
-
-def _check_tenant_scoped(plan: str, database: str) -> None:
-    if "TABLE_FUNCTION" in plan:
-        raise QueryRefused("a tenant's query may not use table functions: read the tables by name")
-    for table in _TABLE_NAME.findall(plan):
-        if not table.startswith(f"{database}."):
-            raise QueryRefused(f"a tenant's query may read only the {database} database, not {table}")
 
 
 @dataclass(frozen=True)
