@@ -1,15 +1,18 @@
 """What one ClickHouse account may do, tried with streamscope's own code on the embedded engine.
 
-Run as ``python -m tests.clickhouse_account DATA USERS_XML ACTION...``: the engine at DATA starts with
-USERS_XML as its users config, whose ``default`` user carries the account's grants and profile (chDB runs every
-query as ``default``, and allows one engine per process, hence a process per account). Prints one JSON object:
+Run as ``python -m tests.clickhouse_account DATA CONFIG_XML ACTION...`` (``run_as`` writes the config): the
+engine at DATA starts with the compose stack's server settings and a users config whose ``default`` user carries
+the account's grants and profile (chDB runs every query as ``default``, and allows one engine per process, hence
+a process per account). Prints one JSON object:
 action -> ``ok``, ``denied`` (ClickHouse refused it for the account's rights) or the error's text.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,13 +27,15 @@ from streamscope_ingest.store.writer import ClickHouseWriter
 from tests.support import stream_span, trace_request
 
 DATABASE = "streamscope"
-DENIED = ("(ACCESS_DENIED)", "(READONLY)")
+ROOT = Path(__file__).resolve().parents[1]
+SERVER_SETTINGS = ROOT / "schema" / "clickhouse" / "config.d" / "streamscope.xml"
+DENIED = ("(ACCESS_DENIED)", "(READONLY)", "(DATABASE_ACCESS_DENIED)")
 
 
-def spans():
+def spans(tenant: str = "t"):
     return decode_traces(
         trace_request([stream_span(7, 7, side="client", offsets_ms=[0, 20], tokens=[1, 1])]),
-        tenant="t",
+        tenant=tenant,
         stall_threshold_us=400_000,
     )
 
@@ -48,25 +53,66 @@ ACTIONS: dict[str, Callable[[Client], object]] = {
 }
 
 
+class Rows(str):
+    """What a query read, as JSON."""
+
+
+QUERY = "sql: "
+"""An action ``sql: <statement>`` runs the statement as ``streamscope sql`` does, and gives its rows."""
+INSERT_AS = "insert spans of "
+"""An action ``insert spans of <tenant>`` stores a stream for that tenant."""
+
+
 def outcome(action: Callable[[Client], object], client: Client) -> str:
+    """``ok``, or the rows (as JSON) a query read; ``denied`` if ClickHouse refused the account, or the error."""
     try:
         with store.translated_errors():
-            action(client)
+            done = action(client)
     except WriteError as exc:
         return "denied" if any(code in str(exc) for code in DENIED) else str(exc)
-    return "ok"
+    return done if isinstance(done, Rows) else "ok"
 
 
-def main(data: str, users_xml: str, *actions: str) -> None:
-    config = Path(users_xml).with_name("config.xml")
-    config.write_text(f"<clickhouse><users_config>{users_xml}</users_config></clickhouse>")
-    client = clickhouse_connect.get_client(interface="chdb", path=data, chdb_options={"config-file": str(config)})
+def action_named(name: str) -> Callable[[Client], object]:
+    if name.startswith(QUERY):
+        return lambda client: Rows(json.dumps(sql.parse_result(sql.query_json(client, name.removeprefix(QUERY))).rows))
+    if name.startswith(INSERT_AS):
+        return lambda client: ClickHouseWriter(client).insert(spans(name.removeprefix(INSERT_AS)))
+    return ACTIONS[name]
+
+
+def main(data: str, config: str, *actions: str) -> None:
+    client = clickhouse_connect.get_client(interface="chdb", path=data, chdb_options={"config-file": config})
     results = {}
     for action in actions:
         if action != "create database":
             client.database = DATABASE  # the account's own first action may be to create it
-        results[action] = outcome(ACTIONS[action], client)
+        results[action] = outcome(action_named(action), client)
     print(json.dumps(results))
+
+
+def server_config(users_xml: Path) -> str:
+    """The engine's config: the compose stack's server settings, ``users_xml``, and the files a server's
+    functions may read in a folder of their own (a server's ``user_files_path``; the embedded engine's is
+    the whole disk)."""
+    shipped = ET.parse(SERVER_SETTINGS).getroot()
+    user_files = users_xml.parent / "user_files"
+    user_files.mkdir(exist_ok=True)
+    ET.SubElement(shipped, "users_config").text = str(users_xml)
+    ET.SubElement(shipped, "user_files_path").text = f"{user_files}/"
+    return ET.tostring(shipped, encoding="unicode")
+
+
+def run_as(data: Path, users_config: str, name: str, *actions: str) -> dict[str, str]:
+    """Try ``actions`` on the engine at ``data`` as the ``default`` user of ``users_config`` (saved as ``name``)."""
+    users_xml = data.parent / f"{name}-users.xml"
+    users_xml.write_text(users_config)
+    config = data.parent / f"{name}-config.xml"
+    config.write_text(server_config(users_xml))
+    command = [sys.executable, "-m", "tests.clickhouse_account", str(data), str(config), *actions]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.splitlines()[-1])
 
 
 if __name__ == "__main__":

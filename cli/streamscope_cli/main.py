@@ -21,6 +21,7 @@ from streamscope_cli.commands.migrate import migrate
 from streamscope_cli.commands.proxy import proxy
 from streamscope_cli.commands.report import report
 from streamscope_cli.commands.sql import sql
+from streamscope_cli.commands.tenant_grants import tenant_grants
 
 
 @click.group(
@@ -32,7 +33,21 @@ def cli() -> None:
     """Observability for LLM token streams: record every chunk, see every stall."""
 
 
-for _command in (collector, migrate, sql, demo, chat, load, engine, proxy, eval_command, report, gpu_agent, dashboards):
+for _command in (
+    collector,
+    migrate,
+    sql,
+    tenant_grants,
+    demo,
+    chat,
+    load,
+    engine,
+    proxy,
+    eval_command,
+    report,
+    gpu_agent,
+    dashboards,
+):
     cli.add_command(_command)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import wraps
+from pathlib import Path
 from typing import Any
 
 import click
@@ -34,6 +35,18 @@ def collector_option(help: str, default: str | None = "http://127.0.0.1:4318") -
     """``--collector``: the OTLP/HTTP base URL a command sends to; each command says what it sends."""
     return click.option(
         "--collector", "collector_url", default=default, show_default=bool(default), metavar="URL", help=help
+    )
+
+
+def auth_file_option(help: str, required: bool = False) -> Callable[[Any], Any]:
+    """``--auth-file``: the collector's YAML of bearer tokens and their tenants (docs/operations.md)."""
+    return click.option(
+        "--auth-file",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        envvar=env.STREAMSCOPE_AUTH_FILE,
+        required=required,
+        default=None,
+        help=help,
     )
 
 

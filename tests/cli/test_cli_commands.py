@@ -21,6 +21,7 @@ TOP_LEVEL = (
     "collector",
     "migrate",
     "sql",
+    "tenant-grants",
     "demo",
     "chat",
     "load",
@@ -58,7 +59,7 @@ def test_migrate_applies_then_reports_up_to_date(tmp_path: Path) -> None:
 
 
 def test_sql_refuses_a_bad_query_in_one_line(tmp_path: Path) -> None:
-    result = invoke(sql, "SELEC nonsense", "--storage", f"chdb://{tmp_path / 'db'}")
+    result = invoke(sql, "SELECT (1 +", "--storage", f"chdb://{tmp_path / 'db'}")
     assert result.exit_code == 1
     assert_ended_plainly(result)
     assert result.stdout == ""

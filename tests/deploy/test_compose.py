@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -19,6 +17,7 @@ import yaml
 
 from streamscope_cli.main import cli
 from streamscope_ingest import store
+from tests.clickhouse_account import run_as
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_SCHEMA = ROOT / "tests" / "fixtures" / "schemas" / "compose-spec.json"  # the Compose Specification's schema
@@ -276,12 +275,7 @@ def engine_users_config(account: ET.Element) -> str:
 
 def as_account(name: str, data: Path, *actions: str) -> dict[str, str]:
     """Try ``actions`` (tests.clickhouse_account) as the account ``name`` on the engine at ``data``."""
-    users_xml = data.parent / f"{name}-users.xml"
-    users_xml.write_text(engine_users_config(user(name)))
-    command = [sys.executable, "-m", "tests.clickhouse_account", str(data), str(users_xml), *actions]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=180)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.splitlines()[-1])
+    return run_as(data, engine_users_config(user(name)), name, *actions)
 
 
 def test_each_account_may_do_its_job_and_nothing_more_on_the_clickhouse_engine(tmp_path):

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from streamscope import env
-from streamscope_cli.options import fail_plainly, storage_option
+from streamscope_cli.options import auth_file_option, fail_plainly, storage_option
 
 if TYPE_CHECKING:  # the command module stays light until it runs
     from streamscope_ingest.durability.spool import FsyncPolicy
@@ -52,13 +52,7 @@ if TYPE_CHECKING:  # the command module stays light until it runs
     default=None,
     help="Public token pages must send with browser spans (default: the browser route is open).",
 )
-@click.option(
-    "--auth-file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    envvar=env.STREAMSCOPE_AUTH_FILE,
-    default=None,
-    help="YAML of bearer tokens → tenants; turns authentication on (see docs/operations.md).",
-)
+@auth_file_option("YAML of bearer tokens → tenants; turns authentication on (see docs/operations.md).")
 @click.option(
     "--spool-dir",
     type=click.Path(file_okay=False, path_type=Path),
