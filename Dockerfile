@@ -10,7 +10,8 @@ RUN pip install --no-cache-dir hatchling \
 FROM python:3.11.14-slim-bookworm
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels \
-    && useradd --create-home --uid 10001 streamscope
+    && useradd --create-home --uid 10001 streamscope \
+    && install -d -o streamscope -g streamscope /home/streamscope/data
 USER streamscope
 ENV STREAMSCOPE_DATA_DIR=/home/streamscope/data
 EXPOSE 4317 4318

@@ -337,3 +337,17 @@ def test_grafana_installs_the_plugin_and_mounts_provisioning_and_dashboards():
     assert provider["type"] == "file" and provider["folder"] == "streamscope"
     assert mounts[provider["options"]["path"]] == ROOT / "dashboards" / "grafana" / "dashboards"
     assert PurePosixPath(provider["options"]["path"]).is_absolute()
+
+
+def test_the_collectors_spool_outlives_its_container():
+    """What the collector acknowledged but has not stored yet is in its spool, under the image's data directory:
+    a named volume keeps it when the container is recreated, and the image makes that directory its user's, which
+    a fresh volume then takes over."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    [data_dir] = re.findall(r"^ENV STREAMSCOPE_DATA_DIR=(\S+)", dockerfile, flags=re.MULTILINE)
+    [user] = re.findall(r"^USER (\S+)", dockerfile, flags=re.MULTILINE)
+    assert re.search(rf"install -d -o {user} -g {user} {re.escape(data_dir)}\b", dockerfile)
+    collector = services()["collector"]
+    assert "--spool-dir" not in collector["command"]  # so the spool is under the data directory
+    named = {target: source for source, target, *_ in (v.split(":") for v in collector["volumes"])}
+    assert named[data_dir] in compose()["volumes"]
