@@ -8,6 +8,7 @@
      ├── WriteError             the store refused or failed a write
      │    └── RetryableWriteError   the store is unreachable or busy; the same write may succeed later
      │         ├── SpoolFull        the store has been behind for so long that the spool is full (503)
+     │         ├── SpoolUnavailable the spool's disk refuses writes (full, read-only, not allowed) (503)
      │         └── Overloaded       more requests in flight than the memory budget allows (429)
      └── GrafanaError           a Grafana was unreachable or refused a request (`streamscope dashboards push`)
 
@@ -48,6 +49,11 @@ class RetryableWriteError(WriteError):
 
 class SpoolFull(RetryableWriteError):
     """The durable spool holds as much as it may: nothing more is accepted until the store catches up."""
+
+
+class SpoolUnavailable(RetryableWriteError):
+    """The spool's disk refused a write (full, read-only, no permission): nothing is accepted until it takes them
+    again. The message says why, never where: senders see it."""
 
 
 class Overloaded(RetryableWriteError):

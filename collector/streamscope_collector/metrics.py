@@ -1,7 +1,7 @@
 """The collector's own metrics, served on ``/metrics`` in the Prometheus text format.
 
 Counters of what happened (rows accepted, requests refused by reason, repeated spans dropped, batches set
-aside, store failures), a histogram of insert latency, and gauges read at scrape time (spool depth, bytes in
+aside, store failures, writer faults), a histogram of insert latency, and gauges read at scrape time (spool depth, bytes in
 flight, whether the store takes writes). One registry per collector, so two collectors in one process
 (tests, the demo) never mix their numbers.
 """
@@ -68,6 +68,11 @@ class SelfMetrics:
         self._store_failures = Counter(
             f"{_PREFIX}_store_failures", "Inserts that failed and will be retried.", registry=r
         )
+        self._writer_faults = Counter(
+            f"{_PREFIX}_writer_faults",
+            "Times the writer could not go on (the spool's disk failed under it) and retried.",
+            registry=r,
+        )
         self._write_seconds = Histogram(
             f"{_PREFIX}_store_write_seconds",
             "Time to insert one group of spool segments.",
@@ -102,6 +107,9 @@ class SelfMetrics:
 
     def quarantined(self, batches: int) -> None:
         self._quarantined.inc(batches)
+
+    def writer_failed(self, error: Exception) -> None:
+        self._writer_faults.inc()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

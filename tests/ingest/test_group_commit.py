@@ -32,12 +32,12 @@ class GatedSink:
         self.failures = failures
         self.segments: list[int] = []
 
-    def write(self, batches: list[DecodedBatch], token: str) -> int:
+    def write(self, batches: list[DecodedBatch], token: str, **tables) -> int:
         self.gate.wait(10)
         if self.failures:
             self.failures -= 1
             raise RetryableWriteError("store busy: Too many parts (TOO_MANY_PARTS)")
-        repeated = self.writer.write(batches, token) if self.writer else 0
+        repeated = self.writer.write(batches, token, **tables) if self.writer else 0
         self.segments.append(len(batches))
         return repeated
 
@@ -190,7 +190,7 @@ class RefusingSink:
     def __init__(self) -> None:
         self.written: list[str] = []
 
-    def write(self, batches: list[DecodedBatch], token: str) -> int:
+    def write(self, batches: list[DecodedBatch], token: str, **tables) -> int:
         tenants = {t for b in batches for t in b.blocks["streams"].column("tenant").to_pylist()}
         if "bad" in tenants:
             raise WriteError("store refused the request: bad rows")
@@ -263,7 +263,7 @@ def test_shutdown_leaves_what_the_store_did_not_take_in_the_spool(tmp_path):
 class RefusedThenBusySink:
     """Refuses a multi-batch insert outright, then is busy for every batch tried alone."""
 
-    def write(self, batches: list[DecodedBatch], token: str) -> int:
+    def write(self, batches: list[DecodedBatch], token: str, **tables) -> int:
         if len(batches) > 1:
             raise WriteError("store refused the request: bad rows")
         raise RetryableWriteError("store busy: Too many parts (TOO_MANY_PARTS)")

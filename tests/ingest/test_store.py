@@ -56,9 +56,21 @@ def test_every_driver_exception_is_mapped():
 
 
 def test_translation_keeps_retryable_apart():
+    """Only the data's own faults are final; whatever the store can heal from (a table dropped, a disk full or
+    read-only, a closed client) is retried."""
     with pytest.raises(RetryableWriteError), store.translated_errors():
         raise driver_exceptions.OperationalError("connection refused")
     with pytest.raises(WriteError) as refused, store.translated_errors():
-        raise driver_exceptions.DatabaseError("Code: 60. Unknown table\nstack")
+        raise driver_exceptions.DatabaseError("Code: 27. Cannot parse input\nstack")
     assert not isinstance(refused.value, RetryableWriteError)
-    assert "Unknown table" in str(refused.value) and "stack" not in str(refused.value)
+    assert "Cannot parse input" in str(refused.value) and "stack" not in str(refused.value)
+    for store_side in (
+        "Code: 60. Unknown table",
+        "Code: 243. DB::Exception: Could not perform insert. (NOT_ENOUGH_SPACE)",
+        "Code: 1001. DB::Exception: std::__1::filesystem::filesystem_error: Operation not permitted (STD_EXCEPTION)",
+        "Code: 497. DB::Exception: streamscope_writer: Not enough privileges. (ACCESS_DENIED)",
+    ):
+        with pytest.raises(RetryableWriteError, match="cannot take it now"), store.translated_errors():
+            raise driver_exceptions.DatabaseError(store_side)
+    with pytest.raises(RetryableWriteError), store.translated_errors():
+        raise driver_exceptions.ProgrammingError("The client has been closed")

@@ -5,11 +5,14 @@ segment (one fsync for all of them) and tells each request it is durable. The dr
 to the store oldest first, one insert per table each (fewer, larger inserts are what ClickHouse wants),
 removes a segment once the store has all of it, and tells the requests still waiting.
 
-While the store fails with a retryable error, the drain retries the same segment with exponential backoff;
+While the store fails, the drain retries the same segments under the same token with exponential backoff;
 segments accumulate in the spool up to its size limit, past which appends fail with SpoolFull (the collector
-answers 503), and the drain catches up by itself when the store returns. A segment the store refuses for
-good is written batch by batch, so one bad request's rows are set aside in the spool's quarantine and the
-others are stored. Segments left by a crash are written first, at start.
+answers 503), and the drain catches up by itself when the store returns. A failure is the store's until shown
+otherwise: an insert that fails over and over, or that the store refuses outright, is written batch by batch
+(``streamscope_ingest.durability.isolation``), and a batch that still fails alone while the store takes other
+data is set aside in the spool's quarantine with its reason; the rest goes on. Segments left by a crash are
+written first, at start. No exception ends the drain: a fault of the spool's own disk (a segment that cannot
+be removed) is reported in ``fault`` and retried.
 """
 
 from __future__ import annotations
@@ -21,29 +24,22 @@ from collections import deque
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Protocol
 
-from streamscope.errors import RetryableWriteError, WriteError
+from streamscope.errors import SpoolUnavailable, StreamscopeError, WriteError
 from streamscope_ingest.decode.batch import DecodedBatch
-from streamscope_ingest.durability.spool import Segment, Spool
+from streamscope_ingest.durability.isolation import (
+    WHOLE_SEGMENT,
+    Errors,
+    GroupWriter,
+    Outcome,
+    SegmentSink,
+    WriteObserver,
+)
+from streamscope_ingest.durability.spool import Group, Segment, Spool
+
+__all__ = ["GroupCommitConfig", "GroupCommitWriter", "SegmentSink", "Ticket", "WriteObserver"]
 
 log = logging.getLogger(__name__)
-
-
-class SegmentSink(Protocol):
-    def write(self, batches: list[DecodedBatch], token: str) -> int:
-        """Store the batches idempotently under ``token``; returns how many repeated spans it left out."""
-        ...
-
-
-class WriteObserver(Protocol):
-    """What the writer reports as it goes (the collector's self-metrics)."""
-
-    def insert_written(self, seconds: float, batches: list[DecodedBatch], repeated_spans: int) -> None: ...
-
-    def store_failed(self, error: Exception) -> None: ...
-
-    def quarantined(self, batches: int) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -55,6 +51,10 @@ class GroupCommitConfig:
     retry_initial_s: float = 0.1
     retry_max_s: float = 5.0
     """The backoff between attempts to write a segment while the store fails doubles up to this."""
+    isolate_after: int = 5
+    """Failed attempts of one insert after which its batches are written one by one."""
+    alone_attempts: int = 3
+    """Attempts of a batch written alone before, the store taking other data, it is quarantined."""
 
 
 @dataclass
@@ -74,24 +74,43 @@ class GroupCommitWriter:
         observer: WriteObserver | None = None,
     ) -> None:
         self._spool = spool
-        self._sink = sink
         self._config = config or GroupCommitConfig()
         self._observer = observer
         self._queue: deque[tuple[DecodedBatch, Ticket]] = deque()
-        self._segments: deque[Segment] = deque(spool.pending())  # a crash's leftovers first
-        self._first_group = spool.first_group()
+        self._segments: dict[int, Segment] = {s.seq: s for s in spool.pending()}  # oldest first
         self._waiting: dict[int, list[Ticket]] = {}
         self._last_ticket: Ticket | None = None
         self._lock = threading.Condition()
         self._closing = False
         self._drain_deadline = float("inf")
-        self.store_healthy = True
-        """False from a failed write to the next successful one: requests then do not wait for the store."""
-        self.last_error = ""
+        self._groups = GroupWriter(spool, sink, self._config, observer, self._pause, self._oldest_outside)
+        self.fault = ""
+        """The writer's own trouble (the spool's disk failing under it) while it lasts; empty when there is none."""
+        self.spool_error = ""
+        """Why the last append failed, until one succeeds again; empty when the spool takes writes."""
         self._appender = threading.Thread(target=self._append_loop, name="streamscope-spool", daemon=True)
         self._drainer = threading.Thread(target=self._drain_loop, name="streamscope-writer", daemon=True)
         self._appender.start()
         self._drainer.start()
+
+    @property
+    def store_healthy(self) -> bool:
+        """False from a failed write to the next successful one: requests then do not wait for the store."""
+        return self._groups.store_healthy
+
+    @property
+    def last_error(self) -> str:
+        return self._groups.last_error
+
+    @property
+    def store_failures(self) -> int:
+        """Failed store writes so far."""
+        return self._groups.failures
+
+    @property
+    def alive(self) -> bool:
+        """Both threads running (or done after ``shutdown``): the writer can make progress."""
+        return self._closing or (self._appender.is_alive() and self._drainer.is_alive())
 
     def submit(self, batch: DecodedBatch) -> Ticket:
         ticket = Ticket()
@@ -109,19 +128,18 @@ class GroupCommitWriter:
 
     def flush(self, timeout_s: float) -> bool:
         """Wait until every batch submitted before this call, and every segment a crash left, has reached the store
-        (or been refused by it, or by the spool); False if ``timeout_s`` passed first. Segments are stored oldest
-        first, so the last batch's turn, and the newest segment's, are all of them."""
+        (or been refused by it, or by the spool); False if ``timeout_s`` passed first."""
         deadline = time.monotonic() + timeout_s
         with self._lock:
             last = self._last_ticket
-            newest = self._segments[-1].seq if self._segments else None
+            newest = max(self._segments, default=None)
         if last is not None:
             try:
                 last.stored.exception(timeout=timeout_s)
             except FutureTimeout:
                 return False
         with self._lock:
-            while newest is not None and self._segments and self._segments[0].seq <= newest:
+            while newest is not None and self._segments and next(iter(self._segments)) <= newest:
                 if (remaining := deadline - time.monotonic()) <= 0:
                     return False
                 self._lock.wait(remaining)
@@ -131,6 +149,16 @@ class GroupCommitWriter:
         """Segments waiting for the store."""
         with self._lock:
             return len(self._segments)
+
+    def check_spool(self) -> str:
+        """Why the spool does not take writes now, after a failed append; empty when it does (tried again)."""
+        if self.spool_error:
+            try:
+                self._spool.check_writable()
+            except OSError as exc:
+                return str(SpoolUnavailable(f"the spool cannot take requests: {exc.strerror or type(exc).__name__}"))
+            self.spool_error = ""
+        return ""
 
     def shutdown(self, drain_timeout_s: float = 10.0) -> None:
         """Spool what is queued, write the spool to the store for up to ``drain_timeout_s``, then stop.
@@ -169,126 +197,111 @@ class GroupCommitWriter:
             try:
                 segment = self._spool.append([batch for batch, _ in group])
             except Exception as exc:
-                error = exc if isinstance(exc, WriteError) else WriteError(f"cannot spool the request: {exc}")
+                error = self._append_failed(exc)
                 for ticket in tickets:
                     ticket.spooled.set_exception(error)
                     ticket.stored.set_exception(error)
                 continue
+            self.spool_error = ""
             with self._lock:
-                self._segments.append(segment)
+                self._segments[segment.seq] = segment
                 self._waiting[segment.seq] = tickets
                 self._lock.notify_all()
             for ticket in tickets:
                 ticket.spooled.set_result(None)
 
+    def _append_failed(self, exc: Exception) -> StreamscopeError:
+        """What the requests of a failed append are told: the spool's own error (its disk: retry later), or, for
+        anything else, an internal error whose text stays in the log."""
+        if isinstance(exc, SpoolUnavailable):
+            if self.spool_error != str(exc):
+                log.error("the spool refuses writes (%s); answering 503 until it takes them", exc.__cause__)
+            self.spool_error = str(exc)
+            return exc
+        if isinstance(exc, WriteError):
+            return exc
+        log.error("cannot spool a request", exc_info=exc)
+        return StreamscopeError("cannot spool the request")
+
     # the drain
 
-    def _next_group(self) -> list[Segment] | None:
+    def _next_group(self) -> Group | None:
         """The oldest segments, merged up to ``max_insert_bytes``; None when shutting down and done."""
         with self._lock:
             while not self._segments and not (self._closing and not self._appender.is_alive()):
                 self._lock.wait(0.5)
             if not self._segments or time.monotonic() > self._drain_deadline:
                 return None
-            if self._first_group:
-                group, self._first_group = self._first_group, []
-                return group
-            group, size = [self._segments[0]], self._segments[0].size
-            for segment in list(self._segments)[1:]:
-                if size + segment.size > self._config.max_insert_bytes:
+            pending = list(self._segments.values())
+            pinned = self._groups.pinned
+            if pending[0].seq in pinned:  # tried before (in this run, or by the one a crash ended): as it was
+                return pinned[pending[0].seq]
+            group, size = [pending[0]], pending[0].size
+            for segment in pending[1:]:
+                if segment.seq in pinned or size + segment.size > self._config.max_insert_bytes:
                     break
                 group.append(segment)
                 size += segment.size
-            return group
+        return self._spool.group(group)
+
+    def _oldest_outside(self, group: Group) -> Segment | None:
+        """The oldest segment outside ``group``: written ahead of it, it shows whether the store takes other data."""
+        with self._lock:
+            return next((s for s in self._segments.values() if s not in group.segments), None)
 
     def _drain_loop(self) -> None:
         backoff = self._config.retry_initial_s
         while (group := self._next_group()) is not None:
             try:
-                error = self._write_group(group)
-            except Exception as exc:  # the store failed, or the disk did: the same group again, later
-                if not isinstance(exc, RetryableWriteError):
-                    log.error("writing spool segments %s failed; retrying", [s.seq for s in group], exc_info=exc)
-                self._store_failed(exc)
-                self._first_group = group  # the same segments again, under the same token
-                if not self._pause(backoff):
+                outcome = self._groups.write(group)
+            except Exception as exc:  # the spool's disk under the writer, or a bug: never the end of the drain
+                self._report_fault(exc)
+                outcome = Outcome(done=False)
+            for finished in outcome.finished:
+                if not self._finish(finished.group, finished.errors):
                     return
-                backoff = min(backoff * 2, self._config.retry_max_s)
+            if outcome.done:
+                backoff = self._config.retry_initial_s
                 continue
-            backoff = self._config.retry_initial_s
-            self.store_healthy = True
-            self._spool.remove(group)
-            with self._lock:
-                for _ in group:
-                    self._segments.popleft()
-                tickets = [t for segment in group for t in self._waiting.pop(segment.seq, [])]
-                self._lock.notify_all()  # for flush
-            for ticket in tickets:
+            if not self._pause(backoff):  # then the same segments again, under the same token
+                return
+            backoff = min(backoff * 2, self._config.retry_max_s)
+
+    def _finish(self, group: Group, errors: Errors) -> bool:
+        """``group`` is done with (stored, or its refused batches quarantined): remove it from the spool, retrying
+        while the disk refuses, and answer the requests waiting for it; False if shutdown came first."""
+        backoff = self._config.retry_initial_s
+        while True:
+            try:
+                self._spool.remove(group)
+                break
+            except OSError as exc:
+                self._report_fault(exc)
+                if not self._pause(backoff):
+                    return False  # left in the spool, written again under the same token at the next start
+                backoff = min(backoff * 2, self._config.retry_max_s)
+        self.fault = ""
+        with self._lock:
+            for segment in group.segments:
+                self._segments.pop(segment.seq, None)
+            waiting = {s.seq: self._waiting.pop(s.seq, []) for s in group.segments}
+            self._lock.notify_all()  # for flush
+        for seq, tickets in waiting.items():
+            for index, ticket in enumerate(tickets):
+                error = errors.get((seq, index)) or errors.get((seq, WHOLE_SEGMENT))
                 if error is None:
                     ticket.stored.set_result(None)
                 else:
                     ticket.stored.set_exception(error)
+        return True
 
-    def _write_group(self, group: list[Segment]) -> WriteError | None:
-        """Store ``group``; returns the error a refused batch met (its rows quarantined), None if all went in."""
-        batches: list[DecodedBatch] = []
-        for segment in group:
-            try:
-                batches += self._spool.read(segment)
-            except Exception as exc:  # a damaged file: keep it for a human, go on with the rest
-                path = self._spool.set_aside(segment)
-                log.error("spool segment %s cannot be read (%s); moved to %s", segment.path, exc, path)
-                self._report_quarantined(1)
-        if not batches:
-            return WriteError("spool segment unreadable")
-        if len(group) > 1:
-            self._spool.begin_group(group)
-        token = self._spool.token(group)
-        started = time.monotonic()
-        try:
-            repeated = self._sink.write(batches, token)
-        except RetryableWriteError:
-            raise
-        except Exception as exc:
-            return self._isolate(token, batches, exc)
+    def _report_fault(self, exc: Exception) -> None:
+        message = f"the writer cannot go on: {exc}"
+        if message != self.fault:
+            log.error("%s; retrying", message, exc_info=exc)
+        self.fault = message
         if self._observer is not None:
-            self._observer.insert_written(time.monotonic() - started, batches, repeated)
-        return None
-
-    def _isolate(self, token: str, batches: list[DecodedBatch], exc: Exception) -> WriteError | None:
-        """A refused insert: write its batches one by one; the ones refused again go to quarantine."""
-        log.warning("the store refused an insert of %d batch(es) (%s); writing them one by one", len(batches), exc)
-        first_error: WriteError | None = None
-        for index, batch in enumerate(batches):
-            backoff = self._config.retry_initial_s
-            while True:
-                try:
-                    self._sink.write([batch], f"{token}.{index}")
-                    break
-                except RetryableWriteError as retryable:
-                    self._store_failed(retryable)
-                    if not self._pause(backoff):
-                        raise  # shutting down: the group stays spooled; the batches written keep their tokens
-                    backoff = min(backoff * 2, self._config.retry_max_s)
-                except Exception as refused:
-                    path = self._spool.quarantine(batch, f"{token}.{index}")
-                    log.error("the store refused a batch (%s); kept in %s", refused, path)
-                    self._report_quarantined(1)
-                    first_error = first_error or WriteError(f"store refused the rows ({refused}); kept in {path}")
-                    break
-        return first_error
-
-    def _store_failed(self, exc: Exception) -> None:
-        if self.store_healthy:
-            log.warning("store write failed, retrying with backoff while the spool holds the data: %s", exc)
-        self.store_healthy = False
-        self.last_error = str(exc)
-        if self._observer is not None:
-            self._observer.store_failed(exc)
-
-    def _report_quarantined(self, batches: int) -> None:
-        if self._observer is not None:
-            self._observer.quarantined(batches)
+            self._observer.writer_failed(exc)
 
     def _pause(self, seconds: float) -> bool:
         """Wait ``seconds`` before the next attempt, however often new segments wake the lock (a busy store is

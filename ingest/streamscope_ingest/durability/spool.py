@@ -12,8 +12,12 @@ fsync policy (``fsync``):
               crash of the process (kill -9, OOM kill) but not of the machine. Faster on slow disks.
 
 The writer may insert several segments at once. It first records which (``GROUP``), so that after a crash it
-inserts exactly the same ones again under the same token, whatever arrived since; with no group recorded, the
-interrupted insert (if any) was of the oldest segment alone.
+inserts exactly the same ones again under the same token, whatever arrived since, and whichever of them the
+cleanup had already removed: the token comes from the recorded range, not from the files left. With no group
+recorded, the interrupted insert (if any) was of the oldest segment alone. The record also says when a group is
+being written batch by batch (each batch under a token of its own, the tables the whole insert had stored left
+out), so that a crash does not insert those batches again under the group's token. A segment written ahead of
+the oldest, to learn whether the store takes other data (``PROBE``), is recorded the same way.
 
 One process owns a spool directory at a time (an exclusive lock on ``LOCK``). The spool's identity (a random
 id kept in ``ID``) names its segments' insert deduplication tokens, so a segment replayed after a crash is
@@ -40,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streamscope.errors import ConfigError, SpoolFull, WriteError
+from streamscope.errors import ConfigError, SpoolFull, SpoolUnavailable, WriteError
 from streamscope_ingest.decode import columns
 from streamscope_ingest.decode.batch import CHUNK_ARRAYS, CHUNKS, DecodedBatch
 from streamscope_ingest.decode.timeline import content_chunks_by_tokens
@@ -52,6 +56,10 @@ _FRAME = struct.Struct("<IQ")  # header length, payload length
 _SUFFIX = ".seg"
 _QUARANTINE = "quarantine"
 _GROUP = "GROUP"
+_PROBE = "PROBE"
+_ALONE = "alone"
+_DONE = "done"
+_REASON = ".reason"
 _COUNTS = "content_chunks_by_tokens"
 """The streams column added by migration 0019: blocks spooled before it lack it."""
 
@@ -61,6 +69,19 @@ class Segment:
     seq: int
     path: Path
     size: int
+
+
+@dataclass(frozen=True)
+class Group:
+    """Segments inserted together under one token, named by the range ``first``..``last`` it was formed from."""
+
+    segments: tuple[Segment, ...]
+    first: int
+    last: int
+    marker: str = ""
+    """The file that records it (``GROUP``, ``PROBE``), or none: a lone oldest segment needs no record."""
+    alone: frozenset[str] | None = None
+    """Set once it is written batch by batch: the tables its whole insert had stored, left out of each batch."""
 
 
 class Spool:
@@ -79,6 +100,8 @@ class Spool:
             raise ConfigError(f"spool {directory} is in use by another collector; give each its own") from None
         for leftover in directory.glob("*.tmp"):  # an append that never completed was never acknowledged
             leftover.unlink()
+        for marker in (_GROUP, _PROBE):
+            self._finish_removal(marker)
         self._segments = {s.seq: s for s in self._scan()}
         self.id = self._identity(renew=not self._segments)
         self._next_seq = max(self._segments, default=0) + 1
@@ -120,41 +143,105 @@ class Spool:
         except OSError as exc:
             with self._mutex:
                 del self._segments[seq]
-            raise WriteError(f"cannot write spool segment {segment.path}: {exc}") from exc
+            # the sender is told why without the path; the path is in the exception's cause, for the log
+            raise SpoolUnavailable(f"the spool cannot take the request: {_reason(exc)}") from exc
         return segment
+
+    def check_writable(self) -> None:
+        """Write, sync and remove a small file, as an append would; raises OSError while the disk refuses."""
+        probe = self.directory / "WRITABLE"
+        self._write_file(probe, b"ok")
+        probe.unlink()
 
     def read(self, segment: Segment) -> list[DecodedBatch]:
         return decode(segment.path.read_bytes(), segment.path)
 
-    def token(self, segments: list[Segment]) -> str:
-        """The insert deduplication token of ``segments`` written together (consecutive, oldest first)."""
+    def token(self, segments: list[Segment] | Group) -> str:
+        """The insert deduplication token of a group, or of ``segments`` written together (consecutive, oldest
+        first)."""
+        if isinstance(segments, Group):
+            return f"{self.id}-{segments.first}-{segments.last}"
         return f"{self.id}-{segments[0].seq}-{segments[-1].seq}"
 
-    def begin_group(self, segments: list[Segment]) -> None:
-        """Record that ``segments`` (consecutive, more than one) are about to be inserted together."""
+    def group(self, segments: list[Segment]) -> Group:
+        """``segments`` (consecutive, oldest first) as a group not recorded: a lone oldest segment."""
+        return Group(tuple(segments), segments[0].seq, segments[-1].seq)
+
+    def begin_group(self, segments: list[Segment]) -> Group:
+        """Record that ``segments`` (consecutive) are about to be inserted together."""
         self._write_file(self.directory / _GROUP, f"{segments[0].seq} {segments[-1].seq}".encode())
+        return Group(tuple(segments), segments[0].seq, segments[-1].seq, _GROUP)
 
-    def first_group(self) -> list[Segment]:
-        """The segments to insert first after a start: exactly those of an insert a crash may have interrupted."""
+    def begin_probe(self, segment: Segment) -> Group:
+        """Record that ``segment`` is about to be inserted alone, ahead of older ones."""
+        self._write_file(self.directory / _PROBE, f"{segment.seq} {segment.seq}".encode())
+        return Group((segment,), segment.seq, segment.seq, _PROBE)
+
+    def begin_alone(self, group: Group, written: set[str]) -> Group:
+        """Record that ``group`` is written batch by batch from now on, leaving out the tables in ``written``."""
+        tables = ",".join(sorted(written))
+        self._write_file(self.directory / _GROUP, f"{group.first} {group.last} {_ALONE} {tables}".encode())
+        return Group(group.segments, group.first, group.last, _GROUP, frozenset(written))
+
+    def first_groups(self) -> list[Group]:
+        """The groups to insert first after a start: exactly those of inserts a crash may have interrupted, each
+        under the token it had."""
         pending = self.pending()
-        path = self.directory / _GROUP
-        if not path.exists():
-            return pending[:1]
-        first, last = (int(seq) for seq in path.read_text().split())
-        return [s for s in pending if first <= s.seq <= last]
+        if not pending:
+            return []
+        groups = [self._recorded(_GROUP, pending) or self.group(pending[:1])]
+        probe = self._recorded(_PROBE, pending)
+        if probe is not None and probe.segments[0] not in groups[0].segments:
+            groups.append(probe)
+        return groups
 
-    def remove(self, segments: list[Segment]) -> None:
-        """The store has every row of ``segments``: forget them (and the group they formed)."""
-        for segment in segments:
+    def _recorded(self, marker: str, pending: list[Segment]) -> Group | None:
+        record = self._record(marker)
+        if not record:
+            return None
+        first, last, *mode = record
+        members = tuple(s for s in pending if int(first) <= s.seq <= int(last))
+        if not members:
+            return None
+        alone = frozenset(filter(None, mode[1].split(","))) if mode[:1] == [_ALONE] else None
+        return Group(members, int(first), int(last), marker, alone)
+
+    def remove(self, group: Group) -> None:
+        """The store has every row of ``group``: forget its segments, then its record.
+
+        A recorded group is first recorded as done: a crash part way through the removal leaves the rest of its
+        segments to be removed at the next start, never to be inserted again as a smaller group, whose rows the
+        store would not take for a replay of the same token.
+        """
+        recorded = group.marker and self._record(group.marker)[:2] == [str(group.first), str(group.last)]
+        if recorded:
+            self._write_file(self.directory / group.marker, f"{group.first} {group.last} {_DONE}".encode())
+        for segment in group.segments:
             segment.path.unlink(missing_ok=True)
-        (self.directory / _GROUP).unlink(missing_ok=True)
+        if recorded:
+            (self.directory / group.marker).unlink()
         with self._mutex:
-            for segment in segments:
+            for segment in group.segments:
                 self._segments.pop(segment.seq, None)
 
-    def quarantine(self, batch: DecodedBatch, name: str) -> Path:
-        """Keep a batch the store refused for good out of the way (never deleted by us); returns its file."""
+    def _record(self, marker: str) -> list[str]:
+        """The words of a group's record: first and last seq, then ``alone`` and tables, or ``done``."""
+        path = self.directory / marker
+        return path.read_text().split(" ") if path.exists() else []
+
+    def _finish_removal(self, marker: str) -> None:
+        """Remove what is left of a group recorded as done (a crash came during its removal)."""
+        record = self._record(marker)
+        if record[2:] == [_DONE]:
+            for seq in range(int(record[0]), int(record[1]) + 1):
+                self._path(seq).unlink(missing_ok=True)
+            (self.directory / marker).unlink()
+
+    def quarantine(self, batch: DecodedBatch, name: str, reason: str) -> Path:
+        """Keep a batch the store refused for good out of the way (never deleted by us), with the reason beside it
+        (``<name>.reason``); returns its file."""
         path = self._quarantine_dir() / f"{name}{_SUFFIX}"
+        self._write_file(path.with_suffix(_REASON), reason.encode())
         self._write_file(path, encode([batch]))
         return path
 
@@ -200,6 +287,22 @@ class Spool:
         if renew or not path.exists():
             self._write_file(path, uuid.uuid4().hex.encode())
         return path.read_text().strip()
+
+
+def _reason(exc: OSError) -> str:
+    """What the disk said, without the file's name."""
+    return os.strerror(exc.errno) if exc.errno else type(exc).__name__
+
+
+def quarantined(directory: Path) -> list[Path]:
+    """The batches kept in the quarantine of the spool in ``directory``, oldest first."""
+    return sorted((directory / _QUARANTINE).glob(f"*{_SUFFIX}"), key=lambda path: path.stat().st_mtime_ns)
+
+
+def quarantine_reason(path: Path) -> str:
+    """Why the quarantined batch in ``path`` was set aside, as recorded beside it."""
+    reason = path.with_suffix(_REASON)
+    return reason.read_text() if reason.exists() else "not recorded"
 
 
 def encode(batches: list[DecodedBatch]) -> bytes:

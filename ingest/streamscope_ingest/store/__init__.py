@@ -17,31 +17,44 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
-from clickhouse_connect.driver.exceptions import ClickHouseError, OperationalError, StreamCompleteException
+from clickhouse_connect.driver.exceptions import ClickHouseError, DataError, OperationalError, StreamCompleteException
 
 from streamscope.errors import ConfigError, RetryableWriteError, WriteError
 
 DEFAULT_DATABASE = "streamscope"
 _DATABASE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-# Driver exceptions that mean "the store is not reachable right now": the same call may succeed later.
-# OperationalError covers connection failures, timeouts and broken streams (StreamFailureError).
+# A failure is the store's, and the same call may succeed later, unless it says the request's data is wrong: the
+# store may be unreachable (OperationalError: connection failures, timeouts, broken streams), overloaded, out of
+# disk space, on a read-only or failing disk, missing a table or a grant: all of these heal without the request
+# changing, once the store does, and the rows the collector acknowledged wait in its spool meanwhile.
 RETRYABLE_DRIVER_ERRORS: tuple[type[Exception], ...] = (OperationalError,)
-# Every other driver exception means the store refused the request as given...
 PERMANENT_DRIVER_ERRORS: tuple[type[Exception], ...] = (ClickHouseError, StreamCompleteException)
-# ...except these ClickHouse error codes, which say the server is overloaded or briefly unable, not that the
-# request is wrong: the same insert succeeds once merges, memory or replicas catch up.
-RETRYABLE_SERVER_CODES = {
-    159: "TIMEOUT_EXCEEDED",
-    202: "TOO_MANY_SIMULTANEOUS_QUERIES",
-    209: "SOCKET_TIMEOUT",
-    210: "NETWORK_ERROR",
-    241: "MEMORY_LIMIT_EXCEEDED",
-    242: "TABLE_IS_READ_ONLY",
-    252: "TOO_MANY_PARTS",
-    319: "UNKNOWN_STATUS_OF_INSERT",
-    999: "KEEPER_EXCEPTION",
+# Server codes that say the data itself is wrong: the same insert fails however often it is tried. Every other code
+# is the store's (the writer still quarantines a batch that fails alone while the store takes other data).
+BATCH_FAULT_CODES = {
+    6: "CANNOT_PARSE_TEXT",
+    26: "CANNOT_PARSE_QUOTED_STRING",
+    27: "CANNOT_PARSE_INPUT_ASSERTION_FAILED",
+    32: "ATTEMPT_TO_READ_AFTER_EOF",
+    33: "CANNOT_READ_ALL_DATA",
+    38: "CANNOT_PARSE_DATE",
+    41: "CANNOT_PARSE_DATETIME",
+    53: "TYPE_MISMATCH",
+    69: "ARGUMENT_OUT_OF_BOUND",
+    70: "CANNOT_CONVERT_TYPE",
+    72: "CANNOT_PARSE_NUMBER",
+    117: "INCORRECT_DATA",
+    128: "TOO_LARGE_ARRAY_SIZE",
+    131: "TOO_LARGE_STRING_SIZE",
+    190: "SIZES_OF_ARRAYS_DONT_MATCH",
+    271: "CANNOT_DECOMPRESS",
+    349: "CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN",
+    469: "VIOLATED_CONSTRAINT",
+    691: "UNKNOWN_ELEMENT_OF_ENUM",
 }
+# Driver errors without a server code that are the data's: the client could not convert the rows.
+BATCH_FAULT_DRIVER_ERRORS: tuple[type[Exception], ...] = (DataError,)
 _SERVER_CODE = re.compile(r"\bCode: (\d+)\.")
 
 
@@ -140,16 +153,17 @@ T = TypeVar("T")
 
 @contextmanager
 def translated_errors() -> Iterator[None]:
-    """Re-raise driver exceptions as WriteError / RetryableWriteError; the only place that does so."""
+    """Re-raise driver exceptions as WriteError (the data is wrong) or RetryableWriteError (the store cannot take it
+    now); the only place that does so."""
     try:
         yield
     except RETRYABLE_DRIVER_ERRORS as exc:
         raise RetryableWriteError(f"store unavailable: {exc}") from exc
     except PERMANENT_DRIVER_ERRORS as exc:
-        code = _SERVER_CODE.search(str(exc))
-        if code and int(code.group(1)) in RETRYABLE_SERVER_CODES:
-            raise RetryableWriteError(f"store busy: {_first_line(exc)}") from exc
-        raise WriteError(f"store refused the request: {_first_line(exc)}") from exc
+        codes = [int(code) for code in _SERVER_CODE.findall(str(exc))]
+        if any(c in BATCH_FAULT_CODES for c in codes) or (not codes and isinstance(exc, BATCH_FAULT_DRIVER_ERRORS)):
+            raise WriteError(f"store refused the request: {_first_line(exc)}") from exc
+        raise RetryableWriteError(f"store cannot take it now: {_first_line(exc)}") from exc
 
 
 def call(fn: Callable[[], T]) -> T:

@@ -51,25 +51,43 @@ class ClickHouseWriter:
                         "run `streamscope migrate` with this version of streamscope"
                     )
 
-    def write(self, batches: list[DecodedBatch], token: str | None = None) -> int:
+    def write(
+        self,
+        batches: list[DecodedBatch],
+        token: str | None = None,
+        *,
+        skip: frozenset[str] = frozenset(),
+        written: set[str] | None = None,
+    ) -> int:
         """Insert the batches' rows, one table at a time in ``columns.TABLES`` order, as one insert per table
         deduplicated by ``token`` (None: a one-off insert, never taken for a repeat); returns how many repeated
         spans were left out. Raises WriteError or RetryableWriteError.
 
         Chunks go before streams (a stream row is the marker that its chunks are complete) and the request log
-        goes last (a logged request's rows are all in), whatever order merged batches listed them in.
+        goes last (a logged request's rows are all in), whatever order merged batches listed them in. Tables in
+        ``skip`` are left out (an insert of the same rows under another token stored them); each table stored is
+        added to ``written`` as it goes in, so a caller whose insert failed part way knows which are in.
         """
         with store.translated_errors():
             batches, repeated = drop_repeated_spans(self._lookups, batches)
-        self.insert(concat(batches), token)
+        self.insert(concat(batches), token, skip=skip, written=written)
         return repeated
 
-    def insert(self, batch: DecodedBatch, token: str | None = None) -> None:
+    def insert(
+        self,
+        batch: DecodedBatch,
+        token: str | None = None,
+        *,
+        skip: frozenset[str] = frozenset(),
+        written: set[str] | None = None,
+    ) -> None:
         """Insert ``batch``'s rows as they are (no lookup), through the inserting client only."""
         token = token or uuid.uuid4().hex
         with store.translated_errors():
             for table in columns.TABLES:
                 block = batch.blocks.get(table)
-                if block is not None and block.num_rows:
+                if table not in skip and block is not None and block.num_rows:
                     settings = {"insert_deduplication_token": f"{token}-{table}"}
                     self._client.insert_arrow(table, block, settings=settings)
+                if written is not None:
+                    written.add(table)
