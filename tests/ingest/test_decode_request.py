@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 from streamscope import semconv as sc
 from streamscope_ingest.decode import columns
 from streamscope_ingest.decode.traces import decode_traces
-from tests.support import stream_span, trace_request
+from tests.support import T0, stream_span, trace_request
 
 
 def _decoded(*spans):
@@ -41,3 +41,25 @@ def test_the_first_byte_is_the_spans_own_offset_when_sent_else_its_first_chunk()
         stream_span(3, 3, side="client", offsets_ms=[], tokens=[]),
     )
     assert streams["ttfb_us"] == [30_000, 7, None]
+
+
+DAY_NS = 86_400 * 10**9
+
+
+def test_spans_starting_more_days_apart_than_a_request_may_span_are_rejected_and_the_most_kept():
+    """Each day is a partition; an insert touching more than the engine allows would be refused, and hold up the
+    spool behind it. The days holding most of the request's spans are kept (the latest ones, on a tie)."""
+    spread = [
+        stream_span(100 + day, 1, side="browser", offsets_ms=[0], tokens=[1], start_ns=T0 - day * DAY_NS)
+        for day in range(150)
+    ]
+    batch = decode_traces(trace_request(spread), tenant="t", stall_threshold_us=400_000)
+    assert len(batch.rejected) == 143
+    assert "a request may span 7 days" in batch.rejection_message("span")
+    assert sorted(batch.blocks["streams"]["trace_id"].to_pylist()) == [f"{100 + day:032x}" for day in range(7)]
+
+    stray = stream_span(1, 1, side="client", offsets_ms=[0], tokens=[1], start_ns=T0 - 200 * DAY_NS)
+    usual = [stream_span(2 + i, 1, side="client", offsets_ms=[0], tokens=[1], start_ns=T0 + i) for i in range(3)]
+    batch = decode_traces(trace_request([*usual, stray]), tenant="t", stall_threshold_us=400_000)
+    assert [r.subject for r in batch.rejected] == [f"span {1:016x} of trace {1:032x}"]
+    assert batch.blocks["streams"].num_rows == 3

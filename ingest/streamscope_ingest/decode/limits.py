@@ -2,12 +2,16 @@
 
 A request with more spans than allowed is refused whole (HTTP 413, gRPC RESOURCE_EXHAUSTED): the sender should
 send smaller batches. A span with too many attributes or chunks is rejected alone, with its reason, through
-partial_success. A string longer than allowed is stored cut to the limit and the sender is warned
-(partial_success with nothing rejected). Byte sizes, before and after decompression, are the transports' limits.
+partial_success; so is a span that starts too many days away from the request's others (each day is a partition of
+the tables, one insert may touch 100 at most, and a store that refuses an insert holds up what is spooled after
+it). A string longer than allowed is stored cut to the limit and the sender is warned (partial_success with
+nothing rejected). Byte sizes, before and after decompression, are the transports' limits.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +30,8 @@ class SpanLimits:
     max_attributes_per_span: int = 512
     max_string_length: int = 65_536
     """Characters kept of any string stored (attribute values, names, ids)."""
+    max_days_per_request: int = 7
+    """Consecutive days the stream spans of one request may start on; spans outside are rejected."""
 
     def check_span_count(self, spans: int) -> None:
         if spans > self.max_spans_per_request:
@@ -43,6 +49,20 @@ class SpanLimits:
     def check_chunks(self, chunks: int) -> None:
         if chunks > self.max_chunks_per_span:
             raise SpanOverLimit(f"{chunks} chunks, more than the limit of {self.max_chunks_per_span}")
+
+    def days_kept(self, days: Sequence[int]) -> list[bool]:
+        """Which spans to keep, by the day each starts on: those of the ``max_days_per_request`` consecutive days
+        holding the most of them (the latest such days, on a tie), so a few stray spans cannot reject the rest."""
+        if not days or max(days) - min(days) < self.max_days_per_request:
+            return [True] * len(days)
+        counts = Counter(days)
+        first = max(counts, key=lambda start: (sum(counts[start + d] for d in range(self.max_days_per_request)), start))
+        return [first <= day < first + self.max_days_per_request for day in days]
+
+    def days_message(self) -> str:
+        """Why a span outside the kept days is rejected."""
+        days = self.max_days_per_request
+        return f"starts more than {days} days from the request's other spans; a request may span {days} days"
 
     def truncate(self, subject: str, *mappings: dict[str, Any]) -> str | None:
         """Cut every string value of ``mappings`` (in place) to the limit; returns the warning, if any was cut."""

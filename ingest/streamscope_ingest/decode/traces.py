@@ -72,6 +72,7 @@ _OPTIONAL_ARRAYS = (
 )
 """Recommended, not required: a missing array is all zeros, which means not measured."""
 _U32_MAX = 2**32 - 1
+_DAY_US = 86_400_000_000
 log = logging.getLogger(__name__)
 
 
@@ -137,11 +138,19 @@ def decode_traces(
                     rejected.append(
                         Rejection(_subject(span), f"internal error decoding this span ({type(exc).__name__})")
                     )
+    accepted = _within_days(accepted, limits, rejected)
     accepted, timelines = _with_timelines(accepted, rejected)
     streams, chunks = _blocks(accepted, timelines, stall_threshold_us)
     return DecodedBatch(
         blocks={"chunk_arrays": chunks, "streams": streams}, ignored=ignored, rejected=rejected, warnings=warnings
     )
+
+
+def _within_days(streams: list[_Stream], limits: SpanLimits, rejected: list[Rejection]) -> list[_Stream]:
+    """``streams`` that start within the days ``limits`` allow one request; the others go to ``rejected``."""
+    kept = limits.days_kept([s.row["start_time"] // _DAY_US for s in streams])
+    rejected += [Rejection(s.subject, limits.days_message()) for s, keep in zip(streams, kept) if not keep]
+    return [s for s, keep in zip(streams, kept) if keep]
 
 
 def _subject(span: Message) -> str:
