@@ -1,9 +1,9 @@
 """The collector's own metrics, served on ``/metrics`` in the Prometheus text format.
 
 Counters of what happened (rows accepted, requests refused by reason, repeated spans dropped, batches set
-aside, store failures, writer faults), a histogram of insert latency, and gauges read at scrape time (spool depth, bytes in
-flight, whether the store takes writes). One registry per collector, so two collectors in one process
-(tests, the demo) never mix their numbers.
+aside, store failures, writer faults), a histogram of insert latency, and gauges read at scrape time (spool depth,
+bytes in flight, whether the store, the writer and the spool's disk work). One registry per collector, so two
+collectors in one process (tests, the demo) never mix their numbers.
 """
 
 from __future__ import annotations
@@ -115,14 +115,18 @@ class SelfMetrics:
         return generate_latest(self.registry)
 
 
+PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
+"""Routes that answer about the collector, not requests of it: a 503 from /readyz refuses nothing."""
+
+
 class CountRefusals:
-    """ASGI middleware: every answer of 400 or more counts as a refused request, by its status."""
+    """ASGI middleware: every answer of 400 or more to a request (not a probe) counts as refused, by its status."""
 
     def __init__(self, app, metrics: SelfMetrics) -> None:
         self.app, self.metrics = app, metrics
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["path"] in PROBES:
             return await self.app(scope, receive, send)
 
         async def counting(message) -> None:

@@ -1,4 +1,5 @@
-"""Run the collector: open and migrate the store, then serve OTLP over HTTP and gRPC.
+"""Run the collector: serve OTLP over HTTP and gRPC into the spool, and open and migrate the store, now or once it
+answers (``streamscope_collector.store_link``).
 
 ``Collector.start()`` serves from background threads and returns, so the demo and the tests can run one
 in-process; ``streamscope collector`` calls ``serve_forever()``. It inserts through the storage DSN's account
@@ -22,14 +23,16 @@ from pathlib import Path
 from clickhouse_connect.driver.client import Client
 
 from streamscope import env
-from streamscope.errors import ConfigError, WriteError
+from streamscope.errors import ConfigError
 from streamscope_collector.admission import Admission
 from streamscope_collector.config import CollectorConfig
 from streamscope_collector.grpc_server import start_grpc_server
 from streamscope_collector.http.app import KEEP_ALIVE_S, OperatorSql, create_app
 from streamscope_collector.metrics import SelfMetrics
 from streamscope_collector.pipeline import ExportPipeline
+from streamscope_collector.readiness import readiness
 from streamscope_collector.serving import BackgroundServer, connectable_host, stop_on_signals, wait_until_set
+from streamscope_collector.store_link import StoreClients, StoreLink
 from streamscope_ingest import store
 from streamscope_ingest.analysis.attribution_job import AttributionJob, PeriodicAttribution
 from streamscope_ingest.durability.group_commit import GroupCommitWriter
@@ -52,7 +55,7 @@ class Collector:
         self._http: BackgroundServer | None = None
         self._grpc = None
         self._clients: list = []
-        self._query_client: Client | None = None
+        self._link: StoreLink | None = None
         self.pipeline: ExportPipeline | None = None
         self._attribution: PeriodicAttribution | None = None
         self.operator_token = secrets.token_urlsafe(32)
@@ -60,10 +63,11 @@ class Collector:
 
     @property
     def query_client(self) -> Client:
-        """The read-only connection to the store, once started: lookups, attribution, operator queries."""
-        if self._query_client is None:
+        """The read-only connection to the store, once open: lookups, attribution, operator queries. Raises
+        RetryableWriteError while the store cannot be opened."""
+        if self._link is None:
             raise RuntimeError("the collector has not started")
-        return self._query_client
+        return self._link.clients().query
 
     @property
     def http_url(self) -> str:
@@ -98,20 +102,36 @@ class Collector:
         self._clients.append(client)
         return client
 
+    def _open_store(self) -> StoreClients:
+        """Connect, migrate (if the collector is to) and check the schema; the clients are closed if any step fails."""
+        opened = len(self._clients)
+        try:
+            write_client = self._connect(self.target, create_database=self.config.migrate)
+            if self.config.migrate:
+                for migration in migrations.migrate(write_client):
+                    log.info("applied migration %s", migration.path.name)
+            query_client = self._connect(self.read_target)
+            return StoreClients(ClickHouseWriter(write_client, lookups=self._connect(self.read_target)), query_client)
+        except BaseException:
+            for client in self._clients[opened:]:
+                client.close()
+            del self._clients[opened:]
+            raise
+
+    def _store_opened(self, clients: StoreClients) -> None:
+        if self.config.attribution_interval_s:
+            job = AttributionJob(self._connect(self.read_target), insert_client=self._connect(self.target))
+            self._attribution = PeriodicAttribution(job, self.config.attribution_interval_s).start()
+
     def start(self) -> Collector:
-        write_client = self._connect(self.target, create_database=self.config.migrate)
-        if self.config.migrate:
-            applied = migrations.migrate(write_client)
-            for migration in applied:
-                log.info("applied migration %s", migration.path.name)
-        self._query_client = query_client = self._connect(self.read_target)
+        self._link = link = StoreLink(self._open_store)
+        if not link.open_now():
+            log.warning("starting without the store: requests are spooled, and /readyz says not ready until it opens")
         spool = Spool(self.spool_dir, max_bytes=self.config.spool_max_bytes, fsync=self.config.spool_fsync)
         if replay := len(spool.pending()):
             log.info("writing %d spool segment(s) left from the last run", replay)
         self.metrics = metrics = SelfMetrics()
-        self._writer = writer = GroupCommitWriter(
-            spool, ClickHouseWriter(write_client, lookups=self._connect(self.read_target)), observer=metrics
-        )
+        self._writer = writer = GroupCommitWriter(spool, link, observer=metrics)
         self.pipeline = ExportPipeline(
             writer,
             stall_threshold_us=self.config.stall_threshold_us,
@@ -126,30 +146,28 @@ class Collector:
         metrics.watch(
             "inflight_bytes", "Bytes of requests and their rows on the way to the spool.", lambda: admission.budget.used
         )
-        metrics.watch("store_up", "1 while the store takes writes, 0 while they fail.", lambda: writer.store_healthy)
-
-        def readiness() -> tuple[bool, dict]:
-            waiting = spool.bytes
-            room = waiting + self.config.max_request_bytes <= spool.max_bytes
-            try:
-                store_up = writer.store_healthy and bool(store.call(query_client.ping))
-            except WriteError:
-                store_up = False
-            state = {
-                "status": "ready" if room else "spool full",
-                "store": "up" if store_up else f"down: {writer.last_error or 'no answer to ping'}",
-                "spool": {"segments": writer.backlog(), "bytes": waiting, "max_bytes": spool.max_bytes},
-            }
-            return room, state
+        metrics.watch(
+            "store_up",
+            "1 while the store is open and takes writes, 0 while it does not.",
+            lambda: link.opened and writer.store_healthy,
+        )
+        metrics.watch(
+            "writer_up",
+            "1 while the writer runs and makes progress, 0 while it is stuck (its fault is in /readyz).",
+            lambda: writer.alive and not writer.fault,
+        )
+        metrics.watch(
+            "spool_up", "1 while the spool's disk takes writes, 0 after it refused one.", lambda: not writer.spool_error
+        )
 
         app = create_app(
             self.pipeline,
             self.config,
             admission=admission,
             metrics=metrics,
-            readiness=readiness,
+            readiness=readiness(writer, spool, link, self.config.max_request_bytes),
             # a server answers SQL itself, to accounts it confines; the route serves the embedded engine's operator
-            sql=OperatorSql(self._sql_runner(query_client), self.operator_token) if self.target.embedded else None,
+            sql=OperatorSql(self._sql_runner(), self.operator_token) if self.target.embedded else None,
         )
         self._http = BackgroundServer(
             app, self.config.host, self.config.http_port, name="otlp-http", keep_alive_s=KEEP_ALIVE_S
@@ -164,18 +182,16 @@ class Collector:
                 port=self.config.grpc_port,
                 max_request_bytes=self.config.max_request_bytes,
             )
-        if self.config.attribution_interval_s:
-            job = AttributionJob(self._connect(self.read_target), insert_client=self._connect(self.target))
-            self._attribution = PeriodicAttribution(job, self.config.attribution_interval_s).start()
+        link.keep_trying(self._store_opened)
         self._write_discovery()
         return self
 
-    def _sql_runner(self, query_client: Client) -> Callable[[str], bytes]:
+    def _sql_runner(self) -> Callable[[str], bytes]:
         """The operator's queries, on the read-only session, reading every row acknowledged before them."""
 
         def run(query: str) -> bytes:
             self.flush(self.config.read_wait_s)
-            return sql.query_json(query_client, query)
+            return sql.query_json(self.query_client, query)
 
         return run
 
@@ -187,6 +203,8 @@ class Collector:
 
     def stop(self) -> None:
         """Stop accepting, answer what is in flight, write what is queued, release the store."""
+        if self._link is not None:
+            self._link.stop()
         if self._attribution is not None:
             self._attribution.stop()
         if self._grpc is not None:

@@ -22,6 +22,7 @@ from streamscope.errors import (
     RetryableWriteError,
     SchemaMismatch,
     SpoolFull,
+    SpoolUnavailable,
     StreamscopeError,
     WriteError,
 )
@@ -78,6 +79,7 @@ RULES: Mapping[type[Exception], Rule] = {
     WriteError: Rule(500, grpc.StatusCode.INTERNAL),
     RetryableWriteError: _UNAVAILABLE,
     SpoolFull: _UNAVAILABLE,
+    SpoolUnavailable: _UNAVAILABLE,  # a full or read-only spool: 503, which senders retry; its path is in the log only
     # 429 over HTTP; over gRPC UNAVAILABLE, the status OTLP exporters retry without RetryInfo
     Overloaded: Rule(429, grpc.StatusCode.UNAVAILABLE, retry=True, http_body_code=grpc.StatusCode.RESOURCE_EXHAUSTED),
 }

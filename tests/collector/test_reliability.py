@@ -12,6 +12,7 @@ import statistics
 import subprocess
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
@@ -60,7 +61,8 @@ class CollectorProcess:
         assert running is not None, "the collector has not written its discovery file"
         return running.operator_token
 
-    def start(self) -> CollectorProcess:
+    def start(self, probe: str = "/readyz") -> CollectorProcess:
+        """Start, and wait until ``probe`` answers 200 (``/healthz``: the process serves, ready or not)."""
         command = [*STREAMSCOPE, "collector", "--storage", f"chdb://{self.data}", "--http-port", str(self.port)]
         with self.log.open("a") as log:
             process = self.process = subprocess.Popen([*command, "--no-grpc"], stdout=log, stderr=subprocess.STDOUT)
@@ -68,7 +70,7 @@ class CollectorProcess:
         def ready() -> bool:
             assert process.poll() is None, self.log.read_text()
             try:
-                return httpx.get(f"{self.http_url}/readyz", timeout=1).status_code == 200
+                return httpx.get(f"{self.http_url}{probe}", timeout=1).status_code == 200
             except httpx.TransportError:
                 return False
 
@@ -304,25 +306,19 @@ def test_a_sender_that_waits_as_retry_after_says_finds_its_connection_still_open
 
 def test_requests_wait_their_turn_to_be_parsed_holding_only_their_body(lone_collector):
     """Parsed, a request takes many times its body: only ``Admission.expansion`` of them are parsed at once."""
-    expansion, held = lone_collector.admission.expansion, 0
-    while expansion.acquire(blocking=False):
-        held += 1
+    expansion = lone_collector.admission.expansion
     url = lone_collector.http_url
-    try:
-        with ThreadPoolExecutor(1) as senders:
-            answer = _post_in_background(lone_collector, 70_002, senders)
-            inflight = lambda: metric(url, "streamscope_collector_inflight_bytes")  # noqa: E731
-            wait_until(lambda: inflight() > 0, "the body read", timeout_s=30, interval_s=0.1)
-            time.sleep(0.5)  # time enough to parse, decode and spool 3 chunks many times over, were it allowed
-            assert not answer.done()
-            assert metric(url, "streamscope_collector_accepted_rows_total", table="chunks") == 0
-            for _ in range(held):
-                expansion.release()
-            held = 0
-            assert answer.result().status_code == 200
-    finally:
-        for _ in range(held):
-            expansion.release()
+    with ExitStack() as turns, ThreadPoolExecutor(1) as senders:
+        for _ in range(expansion.slots):
+            turns.enter_context(expansion.parsing(0))
+        answer = _post_in_background(lone_collector, 70_002, senders)
+        inflight = lambda: metric(url, "streamscope_collector_inflight_bytes")  # noqa: E731
+        wait_until(lambda: inflight() > 0, "the body read", timeout_s=30, interval_s=0.1)
+        time.sleep(0.5)  # time enough to parse, decode and spool 3 chunks many times over, were it allowed
+        assert not answer.done()
+        assert metric(url, "streamscope_collector_accepted_rows_total", table="chunks") == 0
+        turns.close()
+        assert answer.result().status_code == 200
     assert metric(url, "streamscope_collector_accepted_rows_total", table="chunks") == 3
 
 
