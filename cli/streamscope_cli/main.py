@@ -20,6 +20,7 @@ from streamscope_cli.commands.load import load
 from streamscope_cli.commands.migrate import migrate
 from streamscope_cli.commands.proxy import proxy
 from streamscope_cli.commands.report import report
+from streamscope_cli.commands.spool import spool
 from streamscope_cli.commands.sql import sql
 from streamscope_cli.commands.tenant_grants import tenant_grants
 
@@ -38,6 +39,7 @@ for _command in (
     migrate,
     sql,
     tenant_grants,
+    spool,
     demo,
     chat,
     load,

@@ -22,6 +22,7 @@ TOP_LEVEL = (
     "migrate",
     "sql",
     "tenant-grants",
+    "spool",
     "demo",
     "chat",
     "load",

@@ -206,7 +206,7 @@ class GroupWriter:
             return
         errors = dict(unreadable)
         for item, error in failed:
-            errors[(item.seq, item.index)] = self._quarantine(token, item, error)
+            errors[(item.seq, item.index)] = self._quarantine(token, item, group.alone or frozenset(), error)
         self._finished(group, errors, outcome)
         outcome.done = True
 
@@ -239,9 +239,11 @@ class GroupWriter:
         self._finished(probe, unreadable, outcome)
         return True
 
-    def _quarantine(self, token: str, item: _Batch, error: Exception) -> WriteError:
+    def _quarantine(self, token: str, item: _Batch, skip: frozenset[str], error: Exception) -> WriteError:
+        """Keep the batch, less the tables its group's insert stored, for ``streamscope spool replay``."""
         reason = f"the store refused it alone while taking other data: {error}"
-        path = self._spool.quarantine(item.batch, f"{token}.{item.seq}.{item.index}", reason)
+        rest = DecodedBatch({table: block for table, block in item.batch.blocks.items() if table not in skip})
+        path = self._spool.quarantine(rest, f"{token}.{item.seq}.{item.index}", reason)
         log.error("a batch was quarantined (%s); kept in %s for `streamscope spool replay`", error, path)
         if self._observer is not None:
             self._observer.quarantined(1)
