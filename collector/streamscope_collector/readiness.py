@@ -8,21 +8,13 @@ name no filesystem path (the probe is public): the log has them.
 
 from __future__ import annotations
 
-import re
-
 from streamscope.errors import WriteError
 from streamscope_collector.http.health import Readiness
 from streamscope_collector.store_link import StoreLink
 from streamscope_ingest import store
 from streamscope_ingest.durability.group_commit import GroupCommitWriter
+from streamscope_ingest.durability.isolation import without_paths
 from streamscope_ingest.durability.spool import Spool
-
-_PATH = re.compile(r"""(?<![\w:/])/[^\s"'\]\[,;()]+""")
-
-
-def without_paths(text: str) -> str:
-    """``text`` with every absolute filesystem path replaced by ``<path>``."""
-    return _PATH.sub("<path>", text)
 
 
 def readiness(writer: GroupCommitWriter, spool: Spool, link: StoreLink, max_request_bytes: int) -> Readiness:

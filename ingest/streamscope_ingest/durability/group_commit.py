@@ -254,12 +254,11 @@ class GroupCommitWriter:
         while (group := self._next_group()) is not None:
             try:
                 outcome = self._groups.write(group)
+                if not all(self._finish(finished.group, finished.errors) for finished in outcome.finished):
+                    return  # shutdown came first; what is left is written at the next start, under the same tokens
             except Exception as exc:  # the spool's disk under the writer, or a bug: never the end of the drain
                 self._report_fault(exc)
                 outcome = Outcome(done=False)
-            for finished in outcome.finished:
-                if not self._finish(finished.group, finished.errors):
-                    return
             if outcome.done:
                 backoff = self._config.retry_initial_s
                 continue

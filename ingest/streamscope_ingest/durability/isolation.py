@@ -16,6 +16,7 @@ deduplicated when it is tried again, in this process or, through the spool's rec
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -91,6 +92,15 @@ class Outcome:
 
     done: bool
     finished: list[Finished] = field(default_factory=list)
+
+
+_PATH = re.compile(r"""(?<![\w:/])/[^\s"'\]\[,;()]+""")
+
+
+def without_paths(text: str) -> str:
+    """``text`` (a store's error, say) with every absolute filesystem path replaced by ``<path>``: for answers and
+    probes anyone may read; the log keeps the paths."""
+    return _PATH.sub("<path>", text)
 
 
 def _unproven(failed: list[tuple[_Batch, Exception]]) -> bool:
@@ -247,7 +257,7 @@ class GroupWriter:
         log.error("a batch was quarantined (%s); kept in %s for `streamscope spool replay`", error, path)
         if self._observer is not None:
             self._observer.quarantined(1)
-        return WriteError(f"the store refused the rows ({error}); kept in the spool's quarantine")
+        return WriteError(f"the store refused the rows ({without_paths(str(error))}); kept in the spool's quarantine")
 
     def _read(self, group: Group) -> tuple[list[_Batch], Errors]:
         """The group's batches; a segment that cannot be read is set aside for a human and its batches answered."""
