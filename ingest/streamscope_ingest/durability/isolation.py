@@ -1,13 +1,13 @@
 """Write one group of spool segments, and tell a store that cannot write from a batch that cannot be written.
 
 A failure is taken for the store's (down, full, read-only, busy) until shown otherwise, and retried under the same
-token. An insert that fails ``isolate_after`` times, or that the store refuses as wrong data, is written batch by
-batch, each under a token of its own and without the tables the whole insert had already stored. A batch the store
-calls wrong alone is quarantined with its reason. A batch that keeps failing alone (``alone_attempts``) with an
-error the store could heal from is the batch's fault only if the store takes other data meanwhile: another batch
-of the group, or else the oldest segment outside it, written ahead (the probe). Then it is quarantined; otherwise
-the fault is the store's, and the group waits, with everything behind it. So a full disk quarantines nothing, and
-a batch the store can never take holds nothing back.
+token. When an insert has failed ``isolate_after`` times, the oldest segment outside it is written ahead (the
+probe): if the store does not take that either, the fault is the store's, and the group waits with everything
+behind it. If it does, or if the store refused the insert as wrong data, the group is written batch by batch,
+each under a token of its own and without the tables the whole insert had already stored. A batch the store calls
+wrong alone is quarantined with its reason; so is one that fails alone ``alone_attempts`` times while the store
+takes other data (the probe, or another batch of the group). So a full disk quarantines nothing, and a batch the
+store can never take holds nothing back.
 
 Every group attempted under a token stays that group (``pinned``) until done, so that what it stored in part is
 deduplicated when it is tried again, in this process or, through the spool's records, after a crash.
@@ -103,11 +103,6 @@ def without_paths(text: str) -> str:
     return _PATH.sub("<path>", text)
 
 
-def _unproven(failed: list[tuple[_Batch, Exception]]) -> bool:
-    """Whether a batch failed alone with an error that may be the store's rather than its own."""
-    return any(isinstance(error, RetryableWriteError) for _, error in failed)
-
-
 class _Stopped(Exception):
     """The shutdown's deadline came during a retry."""
 
@@ -153,18 +148,24 @@ class GroupWriter:
         batches, unreadable = self._read(group)
         if not batches:
             return self._finished(group, unreadable, Outcome(True))
+        outcome = Outcome(False)
+        store_takes_data = False
         if group.alone is None:
             error = self._write_whole(group, batches)
             if error is None:
                 return self._finished(group, unreadable, Outcome(True))
             if not self._isolate_now(group, error):
-                return Outcome(False)
+                return outcome
+            if isinstance(error, RetryableWriteError):  # the store's, unless it takes other data
+                if not self._probe(group, outcome):
+                    self._attempts.pop(self._spool.token(group), None)  # probe again after as many failures
+                    return outcome
+                store_takes_data = True
             group = self._spool.begin_alone(group, self._written.get(self._spool.token(group), set()))
             self._pin(group)
             log.warning("an insert failed (%s); writing its %d batch(es) one by one", self.last_error, len(batches))
-        outcome = Outcome(False)
         with suppress(_Stopped):  # shutting down: the group stays spooled, recorded as written batch by batch
-            self._write_alone(group, batches, unreadable, outcome)
+            self._write_alone(group, batches, unreadable, outcome, store_takes_data)
         return outcome
 
     def _write_whole(self, group: Group, batches: list[_Batch]) -> Exception | None:
@@ -191,29 +192,29 @@ class GroupWriter:
         self._attempts[token] = attempts = self._attempts.get(token, 0) + 1
         return not isinstance(error, RetryableWriteError) or attempts >= self._settings.isolate_after
 
-    def _write_alone(self, group: Group, batches: list[_Batch], unreadable: Errors, outcome: Outcome) -> None:
+    def _write_alone(
+        self, group: Group, batches: list[_Batch], unreadable: Errors, outcome: Outcome, store_takes_data: bool
+    ) -> None:
         """Each batch not yet stored, alone. One the store calls wrong is quarantined; one that keeps failing with
-        an error the store could heal from, only once the store is shown to take other data. Done
-        (``outcome.done``) unless that could not be shown."""
+        an error the store could heal from, only if it failed after the store was shown to take other data
+        (``store_takes_data``: it was already). Done (``outcome.done``) unless that could not be shown."""
         token = self._spool.token(group)
         done = self._done.setdefault(token, set())
         failed: list[tuple[_Batch, Exception]] = []
-        store_takes_data = False
         for item in batches:
             if (item.seq, item.index) in done:
                 continue
-            if _unproven(failed) and not store_takes_data:
+            error = self._write_batch(group, token, item)
+            if isinstance(error, RetryableWriteError) and not store_takes_data:
                 if not self._probe(group, outcome):
                     return  # the store takes nothing now: no batch is to blame
                 store_takes_data = True
-            error = self._write_batch(group, token, item)
+                error = self._write_batch(group, token, item)  # again, the store taking data now
             if error is None:
                 done.add((item.seq, item.index))
                 store_takes_data = True
             else:
                 failed.append((item, error))
-        if _unproven(failed) and not store_takes_data and not self._probe(group, outcome):
-            return
         errors = dict(unreadable)
         for item, error in failed:
             errors[(item.seq, item.index)] = self._quarantine(token, item, group.alone or frozenset(), error)
