@@ -126,6 +126,8 @@ class Collector:
     def start(self) -> Collector:
         self._link = link = StoreLink(self._open_store)
         if not link.open_now():
+            if link.error is not None and store.schema_missing(link.error) and not self.config.migrate:
+                raise link.error  # not migrated, and not to migrate it: a setting to fix, not a store to wait for
             log.warning("starting without the store: requests are spooled, and /readyz says not ready until it opens")
         spool = Spool(self.spool_dir, max_bytes=self.config.spool_max_bytes, fsync=self.config.spool_fsync)
         if replay := len(spool.pending()):

@@ -43,6 +43,7 @@ class StoreLink:
         self._thread: threading.Thread | None = None
         self.last_error = ""
         """Why the store could not be opened, the last time it was tried."""
+        self.error: Exception | None = None
 
     @property
     def opened(self) -> bool:
@@ -58,8 +59,9 @@ class StoreLink:
                     if str(exc) != self.last_error:
                         log.warning("the store cannot be opened (%s); the spool keeps what is accepted", exc)
                     self.last_error = str(exc) or type(exc).__name__
+                    self.error = exc
                     return False
-                self.last_error = ""
+                self.last_error, self.error = "", None
             return True
 
     def keep_trying(self, on_open: Callable[[StoreClients], None]) -> None:

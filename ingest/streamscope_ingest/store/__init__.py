@@ -19,7 +19,7 @@ import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError, DataError, OperationalError, StreamCompleteException
 
-from streamscope.errors import ConfigError, RetryableWriteError, WriteError
+from streamscope.errors import ConfigError, RetryableWriteError, SchemaMismatch, WriteError
 
 DEFAULT_DATABASE = "streamscope"
 _DATABASE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -55,6 +55,8 @@ BATCH_FAULT_CODES = {
 }
 # Driver errors without a server code that are the data's: the client could not convert the rows.
 BATCH_FAULT_DRIVER_ERRORS: tuple[type[Exception], ...] = (DataError,)
+# Server codes that say the schema is not there: a store not migrated, which waiting alone does not heal.
+SCHEMA_MISSING_CODES = {60: "UNKNOWN_TABLE", 81: "UNKNOWN_DATABASE"}
 _SERVER_CODE = re.compile(r"\bCode: (\d+)\.")
 
 
@@ -164,6 +166,13 @@ def translated_errors() -> Iterator[None]:
         if any(c in BATCH_FAULT_CODES for c in codes) or (not codes and isinstance(exc, BATCH_FAULT_DRIVER_ERRORS)):
             raise WriteError(f"store refused the request: {_first_line(exc)}") from exc
         raise RetryableWriteError(f"store cannot take it now: {_first_line(exc)}") from exc
+
+
+def schema_missing(error: BaseException) -> bool:
+    """Whether ``error`` says the store has not been migrated: its tables differ, or it lacks the database or one."""
+    if isinstance(error, SchemaMismatch):
+        return True
+    return any(int(code) in SCHEMA_MISSING_CODES for code in _SERVER_CODE.findall(str(error)))
 
 
 def call(fn: Callable[[], T]) -> T:
