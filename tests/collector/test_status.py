@@ -29,6 +29,7 @@ EXPECTED: dict[type[Exception], tuple[int, grpc.StatusCode, int, str, dict[str, 
     errors.WriteError: (500, Code.INTERNAL, 13, "boom", {}),
     errors.RetryableWriteError: (503, Code.UNAVAILABLE, 14, "boom; retry later", RETRY),
     errors.SpoolFull: (503, Code.UNAVAILABLE, 14, "boom; retry later", RETRY),
+    errors.SpoolUnavailable: (503, Code.UNAVAILABLE, 14, "boom; retry later", RETRY),
     errors.Overloaded: (429, Code.UNAVAILABLE, 8, "boom; retry later", RETRY),
 }
 

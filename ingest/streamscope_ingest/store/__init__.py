@@ -24,14 +24,35 @@ from streamscope.errors import ConfigError, RetryableWriteError, SchemaMismatch,
 DEFAULT_DATABASE = "streamscope"
 _DATABASE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-# A failure is the store's, and the same call may succeed later, unless it says the request's data is wrong: the
-# store may be unreachable (OperationalError: connection failures, timeouts, broken streams), overloaded, out of
-# disk space, on a read-only or failing disk, missing a table or a grant: all of these heal without the request
-# changing, once the store does, and the rows the collector acknowledged wait in its spool meanwhile.
+# Driver exceptions that mean "the store is not reachable right now": the same call may succeed later.
+# OperationalError covers connection failures, timeouts and broken streams (StreamFailureError).
 RETRYABLE_DRIVER_ERRORS: tuple[type[Exception], ...] = (OperationalError,)
+# Every other driver exception means the store refused the request as given...
 PERMANENT_DRIVER_ERRORS: tuple[type[Exception], ...] = (ClickHouseError, StreamCompleteException)
-# Server codes that say the data itself is wrong: the same insert fails however often it is tried. Every other code
-# is the store's (the writer still quarantines a batch that fails alone while the store takes other data).
+# ...except these ClickHouse error codes, which say the server is overloaded, briefly unable, or failing on its own
+# disks, not that the request is wrong: the same call succeeds once merges, memory, replicas or disks recover.
+RETRYABLE_SERVER_CODES = {
+    74: "CANNOT_READ_FROM_FILE_DESCRIPTOR",
+    75: "CANNOT_WRITE_TO_FILE_DESCRIPTOR",
+    76: "CANNOT_OPEN_FILE",
+    159: "TIMEOUT_EXCEEDED",
+    202: "TOO_MANY_SIMULTANEOUS_QUERIES",
+    209: "SOCKET_TIMEOUT",
+    210: "NETWORK_ERROR",
+    241: "MEMORY_LIMIT_EXCEEDED",
+    242: "TABLE_IS_READ_ONLY",
+    243: "NOT_ENOUGH_SPACE",
+    252: "TOO_MANY_PARTS",
+    319: "UNKNOWN_STATUS_OF_INSERT",
+    425: "SYSTEM_ERROR",
+    999: "KEEPER_EXCEPTION",
+    1000: "POCO_EXCEPTION",
+    1001: "STD_EXCEPTION",  # std::filesystem errors: a read-only or failing disk
+}
+# The writer's inserts (and the lookups they need) go further: a failure is the store's unless it says the data
+# is wrong. A table or grant missing, a disk full or read-only: all heal without the rows changing, and the rows the
+# collector acknowledged wait in its spool meanwhile (the writer still quarantines a batch that fails alone while
+# the store takes other data). These codes name the data:
 BATCH_FAULT_CODES = {
     6: "CANNOT_PARSE_TEXT",
     26: "CANNOT_PARSE_QUOTED_STRING",
@@ -154,16 +175,21 @@ T = TypeVar("T")
 
 
 @contextmanager
-def translated_errors() -> Iterator[None]:
-    """Re-raise driver exceptions as WriteError (the data is wrong) or RetryableWriteError (the store cannot take it
-    now); the only place that does so."""
+def translated_errors(*, writing: bool = False) -> Iterator[None]:
+    """Re-raise driver exceptions as WriteError (the request is wrong) or RetryableWriteError (the store cannot take
+    it now); the only place that does so. ``writing``: for the writer's inserts, where only the data's own faults
+    are final (``BATCH_FAULT_CODES``)."""
     try:
         yield
     except RETRYABLE_DRIVER_ERRORS as exc:
         raise RetryableWriteError(f"store unavailable: {exc}") from exc
     except PERMANENT_DRIVER_ERRORS as exc:
         codes = [int(code) for code in _SERVER_CODE.findall(str(exc))]
-        if any(c in BATCH_FAULT_CODES for c in codes) or (not codes and isinstance(exc, BATCH_FAULT_DRIVER_ERRORS)):
+        if writing:
+            final = any(c in BATCH_FAULT_CODES for c in codes) or (not codes and isinstance(exc, DataError))
+        else:
+            final = not any(c in RETRYABLE_SERVER_CODES for c in codes)
+        if final:
             raise WriteError(f"store refused the request: {_first_line(exc)}") from exc
         raise RetryableWriteError(f"store cannot take it now: {_first_line(exc)}") from exc
 

@@ -68,7 +68,7 @@ class ClickHouseWriter:
         ``skip`` are left out (an insert of the same rows under another token stored them); each table stored is
         added to ``written`` as it goes in, so a caller whose insert failed part way knows which are in.
         """
-        with store.translated_errors():
+        with store.translated_errors(writing=True):
             batches, repeated = drop_repeated_spans(self._lookups, batches)
         self.insert(concat(batches), token, skip=skip, written=written)
         return repeated
@@ -83,7 +83,7 @@ class ClickHouseWriter:
     ) -> None:
         """Insert ``batch``'s rows as they are (no lookup), through the inserting client only."""
         token = token or uuid.uuid4().hex
-        with store.translated_errors():
+        with store.translated_errors(writing=True):
             for table in columns.TABLES:
                 block = batch.blocks.get(table)
                 if table not in skip and block is not None and block.num_rows:
