@@ -5,10 +5,12 @@ spends more memory or CPU on the request. The budget counts the bytes of request
 inflated, and of their rows until spooled, so the collector's memory stays bounded however many senders push
 at once; the rate keeps one tenant's burst from taking the budget from the others.
 
-Between body and rows, a request is parsed: about ten times the body's size for packed stream spans (each
-array element becomes a message of its own), too fleeting to count but not to multiply. ``expansion`` lets
-as many requests be parsed and decoded at once as there are cores (the work holds the interpreter's lock, so
-more would add memory, not speed); the others wait their turn holding only their body.
+Between body and rows, a request is parsed and decoded, which holds many times its size while it lasts (each
+element of a packed array becomes an object of its own). ``expansion`` lets as many requests do so at once as
+there are cores (the work holds the interpreter's lock, so more would add memory, not speed), each counting
+``EXPANSION`` times its inflated body (at most the whole budget) against a budget of its own; the others wait
+their turn holding only their body. Bodies and rows are bounded by the in-flight budget, parsing by the same
+amount again, or by the one request that needs more, parsed alone.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from streamscope.errors import Overloaded
@@ -28,6 +30,9 @@ if TYPE_CHECKING:
     from streamscope_collector.config import CollectorConfig
 
 _CORES = os.cpu_count() or 1
+EXPANSION = 24
+"""The peak memory of parsing and decoding a request, per byte of its inflated body: stream spans with packed
+chunk arrays take the most (docs/benchmarks.md, collector memory)."""
 
 
 class InflightBudget:
@@ -50,6 +55,11 @@ class InflightBudget:
             with self._lock:
                 self._used -= reservation.held
 
+    def _give_back(self, reservation: Reservation, size: int) -> None:
+        with self._lock:
+            self._used -= size
+            reservation.held -= size
+
     def _take(self, reservation: Reservation, size: int) -> None:
         with self._lock:
             # a request alone may always use the whole budget: the size limits bound it
@@ -69,6 +79,47 @@ class Reservation:
     def take(self, size: int) -> None:
         """Hold ``size`` more bytes; raises Overloaded past the budget."""
         self._budget._take(self, size)
+
+    @contextmanager
+    def held_for(self, size: int) -> Iterator[None]:
+        """Hold ``size`` more bytes while the block runs: memory the request needs for a while, then frees."""
+        self.take(size)
+        try:
+            yield
+        finally:
+            self._budget._give_back(self, size)
+
+
+class ExpansionGate:
+    """Memory and cores for parsing and decoding: requests take their share in turn, waiting holding only their
+    body; one that needs more than all of it takes all of it."""
+
+    def __init__(self, max_bytes: int, slots: int = _CORES, wait_s: float = 30.0) -> None:
+        self.max_bytes, self.slots, self.wait_s = max_bytes, slots, wait_s
+        self.used = 0
+        self._active = 0
+        self._turn = threading.Condition()
+
+    @contextmanager
+    def parsing(self, inflated_bytes: int) -> Iterator[None]:
+        """Hold a turn for a request of ``inflated_bytes`` while the block runs; raises Overloaded after
+        ``wait_s`` without one."""
+        need = min(EXPANSION * inflated_bytes, self.max_bytes)
+        with self._turn:
+            if not self._turn.wait_for(lambda: self._fits(need), timeout=self.wait_s):
+                raise Overloaded(f"collector busy: {self.used} bytes of requests being decoded")
+            self.used += need
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._turn:
+                self.used -= need
+                self._active -= 1
+                self._turn.notify_all()
+
+    def _fits(self, need: int) -> bool:
+        return self._active < self.slots and self.used + need <= self.max_bytes
 
 
 class TenantRate:
@@ -105,11 +156,10 @@ class Admission:
     credentials: Credentials
     budget: InflightBudget
     rate: TenantRate
-    expansion: threading.BoundedSemaphore = field(default_factory=lambda: threading.BoundedSemaphore(_CORES))
+    expansion: ExpansionGate
     """Held while a request is parsed and decoded into rows."""
 
     @classmethod
     def from_config(cls, config: CollectorConfig) -> Admission:
-        return cls(
-            config.credentials(), InflightBudget(config.max_inflight_bytes), TenantRate(config.tenant_bytes_per_s)
-        )
+        budget, rate = InflightBudget(config.max_inflight_bytes), TenantRate(config.tenant_bytes_per_s)
+        return cls(config.credentials(), budget, rate, ExpansionGate(config.max_inflight_bytes))

@@ -40,6 +40,13 @@ if TYPE_CHECKING:  # the command module stays light until it runs
     help="Largest request body, after decompression.",
 )
 @click.option(
+    "--max-inflight-mib",
+    default=256,
+    show_default=True,
+    type=click.IntRange(1, 65536),
+    help="Memory for request bodies and rows on their way to the spool; as much again bounds their parsing.",
+)
+@click.option(
     "--cors-origin",
     "cors_origins",
     multiple=True,
@@ -97,6 +104,7 @@ def collector(
     query_storage_dsn: str | None,
     no_migrate: bool,
     max_request_mib: int,
+    max_inflight_mib: int,
     cors_origins: tuple[str, ...],
     browser_token: str | None,
     auth_file: Path | None,
@@ -128,6 +136,7 @@ def collector(
         http_port=http_port,
         grpc_port=None if no_grpc else grpc_port,
         max_request_bytes=max_request_mib * 1024 * 1024,
+        max_inflight_bytes=max_inflight_mib * 1024 * 1024,
         cors_origins=tuple(o.strip() for value in cors_origins for o in value.split(",") if o.strip()),
         browser_token=browser_token,
         tokens=tokens,

@@ -40,13 +40,17 @@ async def read_body(request: Request, limit: int, reservation: Reservation) -> b
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise LimitExceeded(f"body of {declared} bytes exceeds the limit of {limit} bytes")
-    received = bytearray()
+    parts, size = [], 0
     async for part in request.stream():
         reservation.take(len(part))
-        received += part
-        if len(received) > limit:
+        parts.append(part)
+        size += len(part)
+        if size > limit:
             raise LimitExceeded(f"body exceeds the limit of {limit} bytes")
-    return bytes(received)
+    with reservation.held_for(size):  # the parts and their join, until the parts go
+        body = b"".join(parts)
+        parts.clear()
+    return body
 
 
 def gunzip(data: bytes, limit: int) -> bytes:

@@ -17,7 +17,6 @@ from typing import NamedTuple
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
-from google.protobuf.message import Message
 from google.rpc.status_pb2 import Status
 
 from streamscope_collector import browser
@@ -70,16 +69,20 @@ def export_route(
     limit = config.browser_max_request_bytes if from_browsers else config.max_request_bytes
 
     def expand(body: bytes, encoding: str, answer_type: str, tenant: str, reservation: Reservation) -> Expanded:
-        """Inflate, parse and decode ``body``. The parsed request, many times the body's size, lives only in here,
-        and only ``admission.expansion`` of them at once."""
-        with admission.expansion:  # text/plain from a beacon is JSON, like the answer
-            message, size = _decode(body, encoding, answer_type, limit, signal, reservation)
-            admission.rate.admit(tenant, size)
-            refused = browser.keep_browser_spans(message) if from_browsers else 0
-            content_type = answer_type.rsplit("/", 1)[1].removeprefix("x-")
-            message_bytes = size if answer_type == PROTOBUF else message.ByteSize()
-            received = Received("http", content_type, encoding, len(body), message_bytes)
-            return Expanded(pipeline.decode(signal, message, tenant, received), refused)
+        """Inflate, parse and decode ``body``, in turn (``Admission.expansion``)."""
+        inflated = _inflated(body, encoding, limit, reservation)
+        admission.rate.admit(tenant, len(inflated))
+        with admission.expansion.parsing(len(inflated)):
+            return rows(inflated, len(body), encoding, answer_type, tenant)
+
+    def rows(inflated: bytes, sent: int, encoding: str, answer_type: str, tenant: str) -> Expanded:
+        """The rows of an inflated body; the parsed request lives only in here."""
+        message = signal.parse(inflated, protobuf=answer_type == PROTOBUF)  # a beacon's text/plain is JSON
+        refused = browser.keep_browser_spans(message) if from_browsers else 0
+        content_type = answer_type.rsplit("/", 1)[1].removeprefix("x-")
+        message_bytes = len(inflated) if answer_type == PROTOBUF else message.ByteSize()
+        received = Received("http", content_type, encoding, sent, message_bytes)
+        return Expanded(pipeline.decode(signal, message, tenant, received), refused)
 
     async def accept(request: Request, tenant: str, encoding: str, answer_type: str) -> tuple[ExportResult, Ticket]:
         """Read, decode and spool the request within the in-flight budget; returns once it is durable, having let
@@ -118,15 +121,13 @@ def export_route(
     return export
 
 
-def _decode(
-    body: bytes, encoding: str, body_type: str, limit: int, signal: Signal, reservation: Reservation
-) -> tuple[Message, int]:
-    """The message, and the body's size once inflated."""
-    if encoding == "gzip":
-        inflated = gunzip(body, limit)
-        reservation.take(len(inflated))
-        body = inflated
-    return signal.parse(body, protobuf=body_type == PROTOBUF), len(body)
+def _inflated(body: bytes, encoding: str, limit: int, reservation: Reservation) -> bytes:
+    """``body`` inflated when gzipped, and counted."""
+    if encoding != "gzip":
+        return body
+    inflated = gunzip(body, limit)
+    reservation.take(len(inflated))
+    return inflated
 
 
 def _error(answer_type: str, failure: Answer) -> Response:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,8 @@ _INT_TAG = 0x18  # AnyValue.int_value, varint
 _MAX_VARINT_BYTES = 10
 _INT64_LE = np.dtype("<i8")
 _DECIMAL = re.compile(r"-?[0-9]+")  # how OTLP/JSON may write an int64
+PASS_BYTES = 1 << 20
+"""Serialised ArrayValues decoded in one numpy pass, at most (one array alone may be larger)."""
 
 
 class NotAnIntArray(ValueError):
@@ -53,11 +55,11 @@ def decode_int_array(value: AnyValue) -> np.ndarray:
 
 
 def decode_int_arrays(values: Sequence[AnyValue]) -> list[np.ndarray | NotAnIntArray]:
-    """Each value's integers (or the NotAnIntArray it raises), all decoded in one vectorised pass.
+    """Each value's integers (or the NotAnIntArray it raises), decoded in few vectorised passes.
 
     Arrays of one form serialised one after another are themselves one array of that form, so a request's
-    arrays cost one numpy pass instead of one per array; only a request that mixes the forms, or has an array
-    that is not plain, decodes each on its own.
+    arrays cost a numpy pass per megabyte instead of one per array; only a request that mixes the forms, or
+    a run with an array that is not plain, decodes each on its own.
     """
     kinds = {v.WhichOneof("value") for v in values}
     if kinds == {"bytes_value"}:
@@ -65,10 +67,33 @@ def decode_int_arrays(values: Sequence[AnyValue]) -> list[np.ndarray | NotAnIntA
         if not any(len(raw) % _INT64_LE.itemsize for raw in raws):
             return _split(_from_bytes(b"".join(raws)), [len(raw) // _INT64_LE.itemsize for raw in raws])
     elif kinds == {"array_value"}:
-        counts = [len(v.array_value.values) for v in values]
-        fast = _decode_wire(b"".join(v.array_value.SerializeToString() for v in values))
-        if fast is not None and fast.size == sum(counts):
-            return _split(fast, counts)
+        return [array for group in _groups_by_size(values) for array in _decode_plain_together(group)]
+    return _decode_each(values)
+
+
+def _decode_plain_together(values: Sequence[AnyValue]) -> list[np.ndarray | NotAnIntArray]:
+    """ArrayValues decoded in one pass when all are plain, else each on its own."""
+    counts = [len(v.array_value.values) for v in values]
+    fast = _decode_wire(b"".join(v.array_value.SerializeToString() for v in values))
+    if fast is not None and fast.size == sum(counts):
+        return _split(fast, counts)
+    return _decode_each(values)
+
+
+def _groups_by_size(values: Sequence[AnyValue]) -> Iterator[Sequence[AnyValue]]:
+    """``values`` in runs of about ``PASS_BYTES`` serialised: a pass holds many times its input while it runs
+    (index arrays of 8 bytes for every byte below 0x80), so a large request is decoded a run at a time."""
+    start, size = 0, 0
+    for end, value in enumerate(values, start=1):
+        size += value.ByteSize()
+        if size >= PASS_BYTES:
+            yield values[start:end]
+            start, size = end, 0
+    if start < len(values):
+        yield values[start:]
+
+
+def _decode_each(values: Sequence[AnyValue]) -> list[np.ndarray | NotAnIntArray]:
     results: list[np.ndarray | NotAnIntArray] = []
     for value in values:
         try:

@@ -1,0 +1,85 @@
+"""The collector's memory under many senders of large requests: bounded by its configuration, not the load.
+
+Request bodies and their rows are held within the in-flight budget; parsing and decoding hold ``EXPANSION``
+times a body while they run, within as much again, or one request alone when it needs more; the writer holds
+one insert. A sender past that is told to come back (429), and the collector's resident memory stays below
+the sum, however many senders there are.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+
+from benchmarks.ingest import CollectorProcess
+from streamscope_collector.admission import EXPANSION
+from streamscope_ingest.durability.group_commit import GroupCommitConfig
+from tests.support import PROTOBUF, stream_span, trace_request, wait_until
+
+MIB = 1 << 20
+BUDGET_MIB = 128
+SENDERS = 12
+INSERT_WORKING_SET = 4 * GroupCommitConfig().max_insert_bytes
+"""The engine's memory for one insert of spooled segments: Arrow tables, the native blocks made of them, and
+the parts written; measured at about three times the segments' size."""
+
+
+def large_requests(count: int, chunks: int = 10_000, spans: int = 100) -> list[bytes]:
+    """Requests of about 18 MiB of stream spans each (long timelines, in OpenTelemetry's own form of an int array),
+    each with spans of its own."""
+    offsets = list(range(chunks))
+    request = trace_request(
+        [stream_span(1, s + 1, side="client", offsets_ms=offsets, tokens=[1] * chunks) for s in range(spans)]
+    )
+    bodies = []
+    for number in range(count):
+        for span in request.resource_spans[0].scope_spans[0].spans:
+            span.trace_id = number.to_bytes(8, "big") + span.trace_id[8:]
+        bodies.append(request.SerializeToString())
+    return bodies
+
+
+def test_many_senders_of_large_requests_stay_within_the_memory_bound(tmp_path):
+    collector = CollectorProcess(tmp_path / "store", "--max-inflight-mib", str(BUDGET_MIB))
+    first, *bodies = large_requests(1 + SENDERS)
+    try:
+
+        def post(body: bytes) -> int:
+            return httpx.post(f"{collector.url}/v1/traces", content=body, headers=PROTOBUF, timeout=600).status_code
+
+        assert post(first) == 200  # the engine's caches and first parts: the baseline's, not the load's
+        wait_until(lambda: collector.scalar("SELECT count() FROM streams") == 100, "the first request stored")
+        base = collector.rss_bytes()
+        peak, done = [base], threading.Event()
+
+        def sample() -> None:
+            while not done.is_set():
+                peak[0] = max(peak[0], collector.rss_bytes())
+                time.sleep(0.02)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        with ThreadPoolExecutor(SENDERS) as senders:
+            answers = list(senders.map(post, bodies))
+        done.set()
+        sampler.join()
+        accepted = answers.count(200)
+        assert set(answers) <= {200, 429}, answers
+        wait_until(
+            lambda: collector.scalar("SELECT count() FROM streams") == 100 * (1 + accepted),
+            "every acknowledged request stored",
+            timeout_s=300,
+        )
+    finally:
+        collector.stop()
+    budget = BUDGET_MIB * MIB
+    bound = budget + max(budget, EXPANSION * len(first)) + INSERT_WORKING_SET
+    grown = peak[0] - base
+    print(
+        f"{accepted} of {SENDERS} accepted; RSS {base / MIB:.0f} MiB, then +{grown / MIB:.0f} (bound {bound / MIB:.0f})"
+    )
+    assert accepted >= 1
+    assert grown <= bound, f"RSS grew {grown / MIB:.0f} MiB, past the bound of {bound / MIB:.0f} MiB"
