@@ -149,6 +149,11 @@ class Collector:
             "inflight_bytes", "Bytes of requests and their rows on the way to the spool.", lambda: admission.budget.used
         )
         metrics.watch(
+            "parsing_bytes",
+            "Memory counted for the requests being parsed and decoded (streamscope_collector.admission).",
+            lambda: admission.expansion.used,
+        )
+        metrics.watch(
             "store_up",
             "1 while the store is open and takes writes, 0 while it does not.",
             lambda: link.opened and writer.store_healthy,

@@ -13,11 +13,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import pytest
 
 from benchmarks.ingest import CollectorProcess
-from streamscope_collector.admission import EXPANSION
+from streamscope.errors import Overloaded
+from streamscope_collector.admission import EXPANSION, ExpansionGate
 from streamscope_ingest.durability.group_commit import GroupCommitConfig
-from tests.support import PROTOBUF, stream_span, trace_request, wait_until
+from tests.support import PROTOBUF, metric, stream_span, trace_request, wait_until
 
 MIB = 1 << 20
 BUDGET_MIB = 128
@@ -83,3 +85,20 @@ def test_many_senders_of_large_requests_stay_within_the_memory_bound(tmp_path):
     )
     assert accepted >= 1
     assert grown <= bound, f"RSS grew {grown / MIB:.0f} MiB, past the bound of {bound / MIB:.0f} MiB"
+
+
+def test_a_request_needing_more_than_the_whole_parsing_budget_parses_alone_in_its_turn():
+    gate = ExpansionGate(max_bytes=100 * EXPANSION, slots=2, wait_s=0.2)
+    with gate.parsing(10), pytest.raises(Overloaded, match="being decoded"), gate.parsing(1000):
+        pass  # another request is being parsed: no turn within wait_s
+    with gate.parsing(1000):  # alone: it takes all of the budget, and no more
+        assert gate.used == gate.max_bytes
+        with pytest.raises(Overloaded), gate.parsing(1):
+            pass
+    assert gate.used == 0
+
+
+def test_the_memory_counted_for_parsing_is_a_gauge(collector):
+    with collector.admission.expansion.parsing(1000):
+        assert metric(collector.http_url, "streamscope_collector_parsing_bytes") == EXPANSION * 1000
+    assert metric(collector.http_url, "streamscope_collector_parsing_bytes") == 0
