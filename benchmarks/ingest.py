@@ -139,7 +139,7 @@ class CollectorProcess:
         """The first value of the query's answer, through the collector's SQL route."""
         running = running_collector(store.parse_dsn(f"chdb://{self.data}"))
         assert running is not None, "the collector has not written its discovery file"
-        headers = {"authorization": f"Bearer {running.operator_token}"}
+        headers = running.operator_headers
         response = httpx.post(f"{self.url}/api/v1/sql", json={"query": query}, headers=headers, timeout=60)
         response.raise_for_status()
         return int(response.json()["data"][0][0])

@@ -31,7 +31,7 @@ def opened_store(storage_dsn: str, collector_url: str | None) -> Iterator[Query]
     running = running_collector(target)
     url = collector_url or (running.http_url if running else None)
     if url:
-        headers = {"authorization": f"Bearer {running.operator_token}"} if running else {}
+        headers = running.operator_headers if running else {}
         with httpx.Client(base_url=url.rstrip("/"), timeout=60.0, headers=headers) as http:
             yield lambda query: sql.parse_result(_through_collector(http, query))
         return

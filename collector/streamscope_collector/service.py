@@ -258,6 +258,11 @@ class RunningCollector:
     http_url: str
     operator_token: str
 
+    @property
+    def operator_headers(self) -> dict[str, str]:
+        """The headers of a request to its SQL API, as the operator."""
+        return {"authorization": f"Bearer {self.operator_token}"}
+
 
 def running_collector(target: store.StoreTarget) -> RunningCollector | None:
     """The live collector that owns ``target``'s embedded directory, if there is one."""
