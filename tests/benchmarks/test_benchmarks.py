@@ -20,6 +20,7 @@ BENCHMARKS = {
     "ingest": "insert only: otel_traces baseline (events)",
     "query_latency": "panels; slowest median",
     "collector_memory": "slow, 50,000 chunks/s",
+    "attribution_accuracy": "with nothing injected:",
 }
 
 

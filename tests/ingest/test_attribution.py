@@ -216,7 +216,7 @@ def test_a_hiccup_that_splits_a_gateways_release_is_a_connection_and_the_flush_a
 
 def test_a_late_arrival_other_streams_of_the_host_shared_is_a_pause_not_the_network():
     server = timeline([20.0] * 40)
-    late = held(server, (21, 160))
+    late = held(server, (21, 300))
     held_too = Arrivals.of(late, server)  # a stream on the same host, released at the same instant
     on_time = Arrivals.of(server, server)
 
@@ -230,20 +230,22 @@ def test_a_late_arrival_other_streams_of_the_host_shared_is_a_pause_not_the_netw
     paused = attributed(held_too, on_time, held_too)  # two held with it, one not
     assert paused.cause == "unknown" and paused.evidence["held_together_with"] == "2 of 3 streams in flight on node n1"
     assert attributed(held_too, on_time, on_time).cause == "connection"  # most got theirs on time
+    assert attributed(held_too).cause == "connection"  # one witness: as likely a coincidence
     assert attributed(Arrivals.of(gateway(server, 600), server)).cause == "connection"  # a flush is no witness
     assert attributed().cause == "connection"
 
-    # two pauses in one stream do not make it a buffering gateway
-    twice = held(server, (11, 160), (31, 160))
+    # two pauses in one stream do not make it a buffering gateway: the path let everything else through promptly
+    twice = held(server, (11, 300), (31, 300))
     stalls = attribute(
         twice,
         server,
         [],
         spec_active=False,
         rules=RULES,
-        shared_hosts=lambda: [SharedHost("client process", "a", [Arrivals.of(twice, server)])],
+        shared_hosts=lambda: [SharedHost("client process", "a", [Arrivals.of(twice, server)] * 2)],
     )
     assert [s.cause for s in stalls] == ["unknown", "unknown"]
+    assert [s.cause for s in attribute(twice, server, [], spec_active=False, rules=RULES)] == ["connection"] * 2
 
 
 def test_a_preemption_or_a_draft_collapse_does_not_silence_the_whole_node():
@@ -307,3 +309,123 @@ def test_chunks_painted_in_one_frame_after_a_slow_render_make_one_stall():
     stall = only(find_stalls(painted(base, busy), RULES))
     # shown 8 ms after chunk 11 arrived, then nothing until chunk 12's frame, 20 + 700 ms after chunk 11 arrived
     assert (stall.seq, stall.gap_us, stall.screen_us) == (12, (20 + 700 - 8) * MS, 700 * MS)
+
+
+def behind(server: Timeline, *stalls: tuple[int, float]) -> Timeline:
+    """The client's view of ``server`` through a connection that stalls ``ms`` before chunk ``at`` for each
+    ``(at, ms)`` and then carries on at the server's pace, that much behind (it never catches up)."""
+    offsets = server.offsets_us.copy()
+    for at, ms in stalls:
+        offsets[at:] += int(ms * MS)
+    return Timeline(server.start_us - 3 * MS, offsets + 3 * MS, server.content_bytes)
+
+
+SHORT_STALLS = ((12, 320), (30, 380), (52, 440), (75, 460))
+
+
+def test_repeated_short_connection_stalls_of_one_length_are_no_gateway():
+    """A gateway holds everything, then hands it all over; these stalls leave the stream behind, or let everything
+    between them through on time: connections, however alike their lengths."""
+    server = timeline([10.0] * 100)
+    for client in (behind(server, *SHORT_STALLS), held(server, *SHORT_STALLS)):
+        stalls = attribute(client, server, [], spec_active=False, rules=RULES)
+        assert [s.seq for s in stalls] == [12, 30, 52, 75]
+        assert {s.cause for s in stalls} == {"connection"}, [s.evidence for s in stalls]
+
+
+def test_a_gateway_that_flushes_on_bytes_holds_the_first_chunk_briefly_and_is_still_a_gateway():
+    server = timeline([10.0] * 150)
+    client = gateway(server, 200)  # the first chunk is held 200 ms, under the held-first-chunk mark
+    stalls = attribute(client, server, [], spec_active=False, rules=RULES)
+    assert len(stalls) >= 5 and {s.cause for s in stalls} == {"network_buffering"}
+    assert {s.evidence["held_all_along"] for s in stalls} == {"true"}
+
+
+def test_a_short_hold_on_a_prompt_path_is_no_stalled_connection():
+    stall = only(attribute(held(timeline(STEADY), (12, 180)), timeline(STEADY), [], spec_active=False, rules=RULES))
+    assert stall.cause == "unknown" and "retransmission" in stall.evidence["network"]
+
+
+def test_kv_high_water_on_the_node_does_not_outrank_this_requests_draft_collapse():
+    server = timeline(COLLAPSED)
+    kv_full = NodeEvent("kv_high_water", server.start_us, server.start_us + int(server.offsets_us[-1]))
+    stalls = attribute(timeline(COLLAPSED), server, [kv_full], spec_active=True, rules=RULES)
+    assert {s.cause for s in stalls} == {"spec_decode"}
+    # a preemption elsewhere on the node neither: the collapse is this request's own rhythm
+    preempted = [kv_full, event("preemption", server, 10)]
+    assert {s.cause for s in attribute(timeline(COLLAPSED), server, preempted, spec_active=True, rules=RULES)} == {
+        "spec_decode"
+    }
+    # a freeze no collapse explains, with a preemption: the request was preempted
+    frozen = timeline(with_gap(10, 600, SPEC_STEADY))
+    stall = only(attribute(frozen, frozen, [kv_full, event("preemption", frozen, 11)], spec_active=True, rules=RULES))
+    assert (stall.cause, stall.confidence) == ("kv_pressure", 0.85)
+    # the high-water mark alone is the remaining explanation, no more
+    stall = only(attribute(frozen, frozen, [kv_full], spec_active=False, rules=RULES))
+    assert (stall.cause, stall.confidence) == ("kv_pressure", 0.5)
+
+
+def watched(client: Timeline, delays_ms: dict[int, float]) -> Timeline:
+    """``client`` with its own host watched: ``delays_ms`` of the wait before chunk ``at`` the reader did not run."""
+    host = np.zeros(client.offsets_us.size, dtype=np.int64)
+    for at, ms in delays_ms.items():
+        host[at] = int(ms * MS)
+    return Timeline(client.start_us, client.offsets_us, client.content_bytes, host_delay_us=host)
+
+
+def test_a_late_read_while_the_clients_own_host_did_not_run_it_is_client_host():
+    server = timeline(STEADY)
+    late = held(server, (12, 450))
+    stall = only(attribute(watched(late, {12: 440}), server, [], spec_active=False, rules=RULES))
+    assert (stall.cause, stall.evidence["host_delay_ms"]) == ("client_host", "440.0")
+    # the host ran late for a part of it only: the network held it longest, the host is named second
+    stall = only(attribute(watched(late, {12: 150}), server, [], spec_active=False, rules=RULES))
+    assert (stall.cause, stall.evidence["secondary_cause"]) == ("connection", "client_host")
+    # the host running late while the server was the one late explains nothing
+    slow_server = timeline(with_gap(11, 450))
+    stall = only(
+        attribute(watched(timeline(with_gap(11, 450)), {12: 400}), slow_server, [], spec_active=False, rules=RULES)
+    )
+    assert stall.cause == "unknown" and stall.evidence["server_part_ms"] == "450.0"
+    # without a server span the host's own evidence still tells
+    assert only(attribute(watched(late, {12: 440}), None, [], spec_active=False, rules=RULES)).cause == "client_host"
+
+
+def test_a_watched_client_is_judged_by_its_own_evidence_not_by_its_peers():
+    server = timeline([20.0] * 40)
+    late = held(server, (21, 300))
+    peers = [Arrivals.of(late, server)] * 3  # every other stream of the process held until the same instant
+    hosts = [SharedHost("client process", "a", peers)]
+    unwatched = only(attribute(late, server, [], spec_active=False, rules=RULES, shared_hosts=lambda: hosts))
+    assert unwatched.cause == "unknown" and "held_together_with" in unwatched.evidence
+    quiet_host = watched(late, {21: 2})
+    stall = only(attribute(quiet_host, server, [], spec_active=False, rules=RULES, shared_hosts=lambda: hosts))
+    assert stall.cause == "connection"  # the process ran: its peers were held by something else too
+    busy_host = watched(late, {21: 290})
+    stall = only(attribute(busy_host, server, [], spec_active=False, rules=RULES, shared_hosts=lambda: hosts))
+    assert stall.cause == "client_host"
+
+
+def test_a_first_chunk_the_clients_own_host_read_late_is_no_gateway():
+    server = timeline([20.0] * 60)
+    client = held(server, (0, 400), (30, 500))  # the first chunk read 400 ms late, a stall later
+    assert only(attribute(client, server, [], spec_active=False, rules=RULES)).cause == "network_buffering"
+    stall = only(attribute(watched(client, {0: 395}), server, [], spec_active=False, rules=RULES))
+    assert stall.cause == "connection" and stall.evidence["first_chunk_path_delay_ms"] == "5.0"
+
+
+def test_one_silent_stream_beside_a_preemption_is_no_slow_node():
+    server = timeline(with_gap(20, 400, [20.0] * 40))
+    silent = Arrivals.of(server, server)
+    hosts = [SharedHost("node", "n1", [silent])]
+    stall = only(
+        attribute(
+            server,
+            server,
+            [event("preemption", server, 21)],
+            spec_active=False,
+            rules=RULES,
+            shared_hosts=lambda: hosts,
+        )
+    )
+    assert stall.cause == "kv_pressure"

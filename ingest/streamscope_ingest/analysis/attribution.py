@@ -13,51 +13,54 @@ from the frame that painted them. For each client stall:
    path delay is its client offset minus its server offset, less the stream's smallest such difference (the
    constant between the two starts cancels), i.e. how much longer than the stream's quickest chunk it spent
    between the server and the client.
-2. The client's wait splits in two: the chunk that ended the stall was late on the path for its path delay
-   (at most the whole gap), and before that the client was waiting on the server. The larger part names the
-   cause, so a gap where the engine stalled and a gateway then held what it emitted goes to whichever held
-   it longer; the other part, when it is a sizeable share of the gap, is named as ``secondary_cause`` in
+2. The client's wait splits in three: the chunk that ended the stall was late on the path for its path delay
+   (at most the whole gap), and before that the client was waiting on the server. Of the path's part, the time
+   the client's own host did not run the reader (``Timeline.host_delay_us``, when the SDK watched its host:
+   an event loop running late, a process starved of CPU, a page's long task) is the host's. The largest part
+   names the cause, so a gap where the engine stalled and a gateway then held what it emitted goes to whichever
+   held it longer; the second part, when it is a sizeable share of the gap, is named as ``secondary_cause`` in
    the evidence. (Comparing the two sides' gaps alone is not enough: a gateway that had been holding the
    previous chunk absorbs a server delay that happened meanwhile.)
-3. The path's part: the network delayed it. A buffering gateway (``network_buffering``) holds every chunk,
-   the first one included, so the first chunk is late on the path (not the client's time to first content,
-   which also holds the request's way to the server that a slow proxy or client stretches); delays that
-   recur in one stream point the same way. A single delay after an on-time start is a ``connection``
-   hiccup. In a buffered stream so is a delay far longer than its siblings, and a delay of content that had
+3. The host's part: ``client_host``. The reader's own host kept it from reading what had arrived.
+4. The path's part: the network delayed it, and how it delivered tells which way. A buffering gateway
+   (``network_buffering``) holds everything and hands it over together: it holds the first chunk (its lateness
+   on the path not counting the client's own host, nor the request's way to the server, which a slow proxy or
+   client stretches), or most of the stream's chunks over several stalls each ending in a release that caught
+   the client up. A connection that stalls (``connection``) leaves the rest behind or lets everything between
+   its stalls through on time, however alike its stalls' lengths; it is believed only for a delay at least a
+   lost segment's retransmission timeout long (shorter ones on a prompt path are ``unknown``). In a buffered
+   stream a delay far longer than its siblings is a connection too, and so is a delay of content that had
    already been sent when the previous chunk arrived and that the path then held clearly longer than the
    gateway holds a chunk: a flush releases everything it holds, a stalled connection leaves the rest behind.
-4. The server's part: the engine on the stream's node. Its events in the gap's window decide: a prefill burst
-   (``prefill_interference``), a preemption or KV high-water (``kv_pressure``), a draft acceptance drop
-   (``spec_decode``). With none of them, speculative decoding being active on the node is the remaining
-   explanation for a slow rhythm (``spec_decode``, lower confidence); otherwise ``unknown``. Either way a
-   draft collapse is believed only if the rhythm could be that slow: it leaves one token per step where the
-   node's steps gave its acceptance length, so it stretches the stream's usual server gap by about that
-   factor, never into a freeze many times longer (``unknown``, with the bound in the evidence).
-5. Across streams: a late arrival on one stream is that connection's, but when a host the stream shares with
-   others (its client process, its serving node) held at least half of its other streams that had content due
-   over the same time and released them at about the same instant, the host paused (a CPU-starved client or
-   load generator, a serving process busy after stamping its chunks): ``unknown``, with the count in the
-   evidence, and left out of the stream's network stalls. Streams behind a gateway are no witnesses (a flush
-   may come at any time); a stream behind one that held its first chunk is not checked (its gateway explains
-   its gaps). A pause that held only this one stream still reads as the network's. Likewise on the server
-   side: a preemption or a draft collapse delays the requests it hits, so a server gap that most of the
-   node's other streams shared was the node being slow for all (a long step, a busy host): ``unknown``.
+5. The server's part: the engine on the stream's node, what hit this request before what the node went
+   through. A prefill burst in the window (``prefill_interference``: it slows every sequence in the batch);
+   then this request's own rhythm slowed as a draft collapse slows it (``spec_decode``, surer with an acceptance
+   drop seen on the node); then a preemption (``kv_pressure``). A KV cache over its high-water mark stalls no
+   request by itself (a request waits when it is preempted): alone, it is the remaining explanation, with low
+   confidence; otherwise ``unknown``. A draft collapse is believed only if the rhythm could be that slow: it
+   leaves one token per step where the node's steps gave its acceptance length, so it stretches the stream's
+   usual server gap by about that factor, never into a freeze many times longer, and it slows a stretch, not
+   one chunk (``spec_decode_ruled_out`` in the evidence says why not).
+6. Across streams: a late arrival on one stream is that connection's, but when a host the stream shares with
+   others (its client process, its serving node) held at least ``pause_witnesses`` of its other streams that
+   had content due over the same time, and half of those that tell, and released them at about the same
+   instant, the host paused (a CPU-starved load generator, a serving process busy after stamping its chunks):
+   ``unknown``, with the count in the evidence, and left out of the stream's network stalls. A client that
+   watched its own host is judged by that evidence, not by its peers. Streams the path held all along are no
+   witnesses (a release may come at any time) and are not checked (the path explains their gaps). Likewise on
+   the server side: a preemption or a draft collapse delays the requests it hits, so a server gap that most of
+   the node's other streams shared, at least ``pause_witnesses`` of them, was the node being slow for all (a
+   long step, a busy host): ``unknown``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
-ENGINE_EVENT_CAUSES = (
-    ("prefill_burst", "prefill_interference"),
-    ("preemption", "kv_pressure"),
-    ("kv_high_water", "kv_pressure"),
-    ("spec_acceptance_drop", "spec_decode"),
-)
-"""Engine event kinds and the cause they point to, strongest evidence first."""
 PER_REQUEST_CAUSES = ("kv_pressure", "spec_decode")
 """Engine causes that delay the requests they hit (a preempted sequence, rejected drafts), not the whole node
 (a prefill in the batch delays every sequence decoding with it)."""
@@ -76,11 +79,26 @@ class StallRules:
     """Engine events are sampled every 250 ms: one may have begun this long before it was seen (a long step
     started before the interval that counted it, a level crossed before the sample that saw it). It was over by
     the sample that closed it, so it explains a gap only if it had not ended before the gap began."""
-    recurring_network_stalls: int = 2
-    """This many network stalls of about one length (within ``hiccup_factor`` of their median) make a stream a
-    buffering gateway's: it flushes on a period, where pauses and hiccups come in all lengths."""
     held_first_chunk_us: int = 250_000
-    """The first content chunk this late on the path (see ``Arrivals``): the path held it."""
+    """The first content chunk this late on the path (see ``Arrivals``), the client's own host not counted: the
+    path held it."""
+    held_chunk_us: int = 30_000
+    held_share: float = 0.75
+    """A stream whose content chunks (the first aside) were this late on the path, this share of them or more, was
+    held all along (a gateway holding it, or a connection left behind)."""
+    release_us: int = 5_000
+    """Client chunks arriving this close one after the other came out of one release (a flush, a connection
+    resuming)."""
+    caught_up_share: float = 0.5
+    """A release whose freshest chunk was at most this share as late as the chunk that ended the stall caught the
+    client up: a flush releases everything it holds; a connection that resumes after a stall stays behind."""
+    connection_floor_us: int = 200_000
+    """A lost segment is sent again after at least TCP's minimum retransmission timeout (200 ms on Linux): a
+    shorter delay on an otherwise prompt path is queueing or jitter, not a stalled connection."""
+    pause_witnesses: int = 2
+    """A host pause needs at least this many other streams held (or silent) with the stall, and most of those
+    that tell: one other stream held at the same instant is as likely a coincidence (two connections, a gateway's
+    flush) as a pause."""
     hiccup_factor: float = 1.5
     hiccup_extra_us: int = 500_000
     """In a buffered stream, a network gap this many times the median network gap, and this much longer, is a
@@ -117,6 +135,8 @@ class Timeline:
     offsets_us: np.ndarray
     content_bytes: np.ndarray
     paint_delay_us: np.ndarray | None = None
+    host_delay_us: np.ndarray | None = None
+    """How much of the wait before each chunk the reader's own host did not run it (None: not watched)."""
 
     def content(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Indices of content chunks, their offsets (arrivals), and cumulative content bytes up to each."""
@@ -213,7 +233,8 @@ class Arrivals:
         client waiting on the path from ``silent_from_us`` to ``end_us``: nothing due in that wait arrived during
         it, and content due since ``due_from_us`` came at ``end_us`` (False: content due in the wait arrived
         meanwhile). None when this stream says nothing about that hold: nothing of it was due, it is behind a
-        gateway (its first chunk held; a flush may come at any time), or it was held only briefly."""
+        gateway or a connection left behind (its first chunk or most of its chunks held; a release may come at any
+        time), or it was held only briefly."""
         due = self.times_us - self.path_us
         in_wait = (due >= silent_from_us - rules.due_slack_us) & (due <= end_us - rules.release_slack_us)
         if np.any(in_wait & (self.times_us < end_us - rules.release_slack_us)):
@@ -225,11 +246,25 @@ class Arrivals:
         held = released & (due >= due_from_us - rules.due_slack_us) & (due <= end_us - rules.release_slack_us)
         if (
             self.path_us[0] >= rules.held_first_chunk_us
+            or self.held_share(rules) >= rules.held_share
             or not held.any()
             or self.path_us[held].max() < rules.shared_hold_share * (end_us - silent_from_us)
         ):
             return None
         return True
+
+    def held_share(self, rules: StallRules) -> float:
+        """The share of content chunks after the first that were at least ``held_chunk_us`` late on the path."""
+        return float(np.mean(self.path_us[1:] >= rules.held_chunk_us)) if self.path_us.size > 1 else 0.0
+
+    def caught_up(self, k: int, rules: StallRules) -> float:
+        """How late the freshest chunk of the release that content chunk ``k`` began was on the path, as a share of
+        how late ``k`` was: near 0 when the release handed over everything held (a flush), near 1 when the
+        client stayed behind."""
+        end = k + 1
+        while end < self.times_us.size and self.times_us[end] - self.times_us[end - 1] <= rules.release_us:
+            end += 1
+        return float(self.path_us[k:end].min()) / max(float(self.path_us[k]), 1.0)
 
     def silent_through(self, start_us: int, end_us: int, rules: StallRules) -> bool | None:
         """Whether the server emitted none of this stream's content well inside ``start_us``..``end_us`` (server
@@ -267,15 +302,18 @@ def attribute(
     waiting = [stall for stall in stalls if not _on_screen(stall, rules)]
     if not waiting:
         return stalls
+    c_index, _, c_cumulative = client.content()
+    host = _host_delays(client, c_index)
     if server is None or not server.content()[0].size:
         for stall in waiting:
             stall.evidence["server"] = "no server span for this trace"
+            if host is not None:
+                _host_alone(stall, int(host[np.searchsorted(c_index, stall.seq)]), rules)
         return stalls
-    c_index, _, c_cumulative = client.content()
     s_index, s_offsets, s_cumulative = server.content()
     arrivals = Arrivals.of(client, server)
     s_gaps = np.diff(s_offsets)
-    network: list[Stall] = []
+    network: dict[int, tuple[Stall, int]] = {}  # content position -> the stall and what the path alone added
     hosts: list[SharedHost] | None = None
     for stall in waiting:
         k = int(np.searchsorted(c_index, stall.seq))
@@ -288,38 +326,77 @@ def attribute(
         stall.path_delay_us = int(arrivals.path_us[k])
         wait = stall.wait_us
         server_part = _server_part(wait, stall.path_delay_us)
-        path_part = wait - server_part
+        # the client's own host not reading is part of the chunk's lateness after it was sent, at most all of it
+        host_part = min(int(host[k]), wait - server_part) if host is not None else 0
+        parts = {"server": server_part, "client_host": host_part, "network": wait - server_part - host_part}
         stall.evidence.update(
             server_gap_ms=f"{server_gap / 1000:.1f}",
             client_gap_ms=f"{stall.gap_us / 1000:.1f}",
             path_delay_ms=f"{stall.path_delay_us / 1000:.1f}",
             server_part_ms=f"{server_part / 1000:.1f}",
         )
+        if host is not None:
+            stall.evidence["host_delay_ms"] = f"{host[k] / 1000:.1f}"
         window = (server.start_us + int(s_offsets[j_before]), server.start_us + int(s_offsets[j_through]))
-        engine, confidence, engine_evidence = _engine_cause(window, node_events, spec_active, rules)
-        if engine == "spec_decode":
-            ruled_out = _not_a_collapse(s_gaps, j_before, j_through, spec_accept_length, rules)
-            if ruled_out:
-                engine, confidence = "unknown", 0.3
-                engine_evidence["spec_decode_ruled_out"] = ruled_out
-        if server_part >= rules.server_share * wait:
+        engine, confidence, engine_evidence = _engine_cause(
+            window,
+            node_events,
+            spec_active,
+            partial(_not_a_collapse, s_gaps, j_before, j_through, spec_accept_length, rules),
+            rules,
+        )
+        primary = max(parts, key=lambda part: parts[part])  # ties: the server, then the host
+        secondary = max((part for part in parts if part != primary), key=lambda part: parts[part])
+        if parts[secondary] >= rules.secondary_share * stall.gap_us:
+            stall.evidence["secondary_cause"] = engine if secondary == "server" else secondary
+        if primary == "server":
             stall.cause, stall.confidence = engine, confidence
             stall.evidence.update(engine_evidence)
             if engine in PER_REQUEST_CAUSES and shared_hosts is not None:
                 hosts = list(shared_hosts()) if hosts is None else hosts
                 _node_slow(stall, window, hosts, rules)
-            if path_part >= rules.secondary_share * stall.gap_us:
-                stall.evidence["secondary_cause"] = "network"
-            continue
-        if server_part >= rules.secondary_share * stall.gap_us:
-            stall.evidence["secondary_cause"] = engine
-        network.append(stall)
-    if network and shared_hosts is not None and arrivals.path_us[0] < rules.held_first_chunk_us:
-        # (behind a gateway that held the first chunk, the gateway's flushes explain the gaps)
+        elif primary == "client_host":
+            stall.cause, stall.confidence = "client_host", 0.85
+        else:
+            network[k] = (stall, parts["network"])
+    first_held = int(arrivals.path_us[0]) - (min(int(host[0]), int(arrivals.path_us[0])) if host is not None else 0)
+    behind = _held_all_along(arrivals, first_held, list(network), rules)
+    if network and shared_hosts is not None and not behind:
+        # (behind a gateway, or a connection left behind, the path explains the gaps)
         hosts = list(shared_hosts()) if hosts is None else hosts
-        network = [stall for stall in network if not _shared_pause(stall, hosts, rules)]
-    _network_causes(network, int(arrivals.path_us[0]), rules)
+        for k, (stall, _) in list(network.items()):
+            if _shared_pause(stall, hosts, rules, host_watched=host is not None):
+                del network[k]
+    _network_causes(list(network.values()), behind, first_held, rules)
     return stalls
+
+
+def _host_delays(client: Timeline, content_index: np.ndarray) -> np.ndarray | None:
+    """Per content chunk, how long the reader's own host did not run it while it waited for that chunk (since the
+    previous content chunk arrived; for the first, since the request); None when the host was not watched."""
+    if client.host_delay_us is None:
+        return None
+    cumulative = np.cumsum(client.host_delay_us)[content_index]
+    return np.diff(cumulative, prepend=0)
+
+
+def _host_alone(stall: Stall, host_us: int, rules: StallRules) -> None:
+    """Without a server span, the client's own host still explains a stall it held for most of the wait."""
+    stall.evidence["host_delay_ms"] = f"{host_us / 1000:.1f}"
+    if host_us >= rules.server_share * stall.wait_us:
+        stall.cause, stall.confidence = "client_host", 0.85
+
+
+def _held_all_along(arrivals: Arrivals, first_held_us: int, network: list[int], rules: StallRules) -> bool:
+    """Whether the path held this stream all along, as a gateway that buffers does: it held the first chunk, or
+    it held most chunks, over several network stalls that each ended in a release that caught the client up (a
+    flush hands over everything it holds; a connection that resumes after a stall stays behind, its chunks late
+    but not held back together). A single stall after an on-time start is a connection's, whatever came after."""
+    if first_held_us >= rules.held_first_chunk_us:
+        return True
+    if len(network) < 2 or arrivals.held_share(rules) < rules.held_share:
+        return False
+    return float(np.median([arrivals.caught_up(k, rules) for k in network])) <= rules.caught_up_share
 
 
 def _on_screen(stall: Stall, rules: StallRules) -> bool:
@@ -337,26 +414,33 @@ def _on_screen(stall: Stall, rules: StallRules) -> bool:
     return False
 
 
-def _network_causes(network: list[Stall], first_chunk_held: int, rules: StallRules) -> None:
-    """A buffering gateway or a connection hiccup, for the stalls the path caused."""
-    buffering = first_chunk_held >= rules.held_first_chunk_us or _recurring([s.wait_us for s in network], rules)
+def _network_causes(network: list[tuple[Stall, int]], behind: bool, first_held_us: int, rules: StallRules) -> None:
+    """A buffering gateway or a connection hiccup, for the stalls the path caused (each with what the path alone
+    added to its wait): in a stream the path held all along (``_held_all_along``) the gateway's, unless a stall
+    stands out from its flushes or left content behind; elsewhere a stalled connection, when the path held the
+    chunk as long as a lost segment takes to be sent again."""
     if not network:
         return
-    typical = float(np.median([stall.wait_us for stall in network]))
-    added = [stall.wait_us - (stall.server_gap_us or 0) for stall in network]  # what the path added in the wait
-    held = max(first_chunk_held, float(np.median(added)))  # how long the gateway holds: its first chunk, or typically
-    for stall, path_added in zip(network, added, strict=True):
+    typical = float(np.median([stall.wait_us for stall, _ in network]))
+    added = [stall.wait_us - (stall.server_gap_us or 0) for stall, _ in network]  # what the path added in the wait
+    held = max(first_held_us, float(np.median(added)))  # how long the gateway holds: its first chunk, or typically
+    for (stall, network_us), path_added in zip(network, added, strict=True):
         assert stall.path_delay_us is not None
         already_sent = stall.path_delay_us - stall.wait_us  # before the previous chunk arrived
         left_behind = already_sent >= rules.left_behind_us and path_added - held >= rules.left_behind_extra_us
         stands_out = stall.wait_us > rules.hiccup_factor * typical and stall.wait_us - typical >= rules.hiccup_extra_us
-        hiccup = not buffering or left_behind or (len(network) >= 2 and stands_out)
-        stall.cause = "connection" if hiccup else "network_buffering"
-        stall.confidence = 0.75 if hiccup else 0.85
+        hiccup = not behind or left_behind or (len(network) >= 2 and stands_out)
         stall.evidence["network_stalls_in_stream"] = str(len(network))
-        stall.evidence["first_chunk_path_delay_ms"] = f"{first_chunk_held / 1000:.1f}"
+        stall.evidence["first_chunk_path_delay_ms"] = f"{first_held_us / 1000:.1f}"
+        stall.evidence["held_all_along"] = str(behind).lower()
         if already_sent > 0:
             stall.evidence["sent_before_previous_arrived_ms"] = f"{already_sent / 1000:.1f}"
+        if hiccup and network_us < rules.connection_floor_us:
+            stall.cause, stall.confidence = "unknown", 0.3
+            stall.evidence["network"] = "held on the path for less than a retransmission timeout"
+            continue
+        stall.cause = "connection" if hiccup else "network_buffering"
+        stall.confidence = 0.75 if hiccup else 0.85
 
 
 def _server_part(gap_us: int, path_delay_us: int) -> int:
@@ -365,26 +449,20 @@ def _server_part(gap_us: int, path_delay_us: int) -> int:
     return gap_us - min(gap_us, path_delay_us)
 
 
-def _recurring(network_gaps: list[int], rules: StallRules) -> bool:
-    """Whether enough of a stream's network stalls are of about one length, as a gateway's flushes are."""
-    if len(network_gaps) < rules.recurring_network_stalls:
-        return False
-    typical = float(np.median(network_gaps))
-    alike = [gap for gap in network_gaps if typical / rules.hiccup_factor <= gap <= typical * rules.hiccup_factor]
-    return len(alike) >= rules.recurring_network_stalls
-
-
-def _shared_pause(stall: Stall, hosts: list[SharedHost], rules: StallRules) -> bool:
-    """Whether a host this stream shares held at least half of its other streams that tell (``held_through``)
-    while this chunk was late on the path, until the same instant; if so the stall is ``unknown``, with that in
-    the evidence."""
+def _shared_pause(stall: Stall, hosts: list[SharedHost], rules: StallRules, *, host_watched: bool) -> bool:
+    """Whether a host this stream shares held enough of its other streams that tell (``held_through``), at least
+    ``pause_witnesses`` and half of those that tell, while this chunk was late on the path, until the same
+    instant; if so the stall is ``unknown``, with that in the evidence. The client's own process is judged by
+    its own evidence when it watched itself (``client_host``), never by its peers."""
     assert stall.path_delay_us is not None
     due_from = stall.arrived_us - stall.path_delay_us
     silent_from = max(due_from, stall.start_us)  # the client waited on the path from here
     for host in hosts:
+        if host_watched and host.kind == "client process":
+            continue
         verdicts = [peer.held_through(due_from, silent_from, stall.arrived_us, rules) for peer in host.peers]
         held, telling = verdicts.count(True), len(verdicts) - verdicts.count(None)
-        if held and 2 * held >= telling:
+        if held >= rules.pause_witnesses and 2 * held >= telling:
             stall.cause, stall.confidence = "unknown", 0.5
             stall.evidence["held_together_with"] = f"{held} of {telling} streams in flight on {host.kind} {host.name}"
             return True
@@ -400,7 +478,7 @@ def _node_slow(stall: Stall, window: tuple[int, int], hosts: list[SharedHost], r
             continue
         verdicts = [peer.silent_through(*window, rules) for peer in host.peers]
         silent, served = verdicts.count(True), len(verdicts) - verdicts.count(None)
-        if silent and 2 * silent > served:
+        if silent >= rules.pause_witnesses and 2 * silent > served:
             stall.evidence["not_blamed"] = stall.cause
             stall.cause, stall.confidence = "unknown", 0.5
             stall.evidence["silent_together_with"] = f"{silent} of {served} streams served on node {host.name}"
@@ -429,13 +507,31 @@ def _not_a_collapse(
 
 
 def _engine_cause(
-    window: tuple[int, int], events: list[NodeEvent], spec_active: bool, rules: StallRules
+    window: tuple[int, int],
+    events: list[NodeEvent],
+    spec_active: bool,
+    collapse_ruled_out: Callable[[], str | None],
+    rules: StallRules,
 ) -> tuple[str, float, dict[str, str]]:
-    """What the node's engine did in the server gap's window: a cause, its confidence and the evidence."""
+    """What the node's engine did in the server gap's window: a cause, its confidence and the evidence.
+
+    What hit this request outranks what the node went through: a prefill sharing its steps; then its own rhythm
+    slowed as a draft collapse slows it (``collapse_ruled_out``: why it cannot be one); then a preemption. A KV
+    cache over its high-water mark is a node condition that stalls no request by itself (a request waits when it
+    is preempted): alone, it is the remaining explanation, with low confidence."""
     seen = {e.kind for e in events if e.start_us - rules.event_slack_us <= window[1] and e.end_us >= window[0]}
-    for kind, cause in ENGINE_EVENT_CAUSES:
-        if kind in seen:
-            return cause, 0.85, {"node_events": ",".join(sorted(seen))}
-    if spec_active:
-        return "spec_decode", 0.6, {"node": "speculative decoding active, no other engine event"}
-    return "unknown", 0.3, {"node": "server late, no engine event in the window"}
+    evidence = {"node_events": ",".join(sorted(seen))} if seen else {}
+    if "prefill_burst" in seen:
+        return "prefill_interference", 0.85, evidence
+    if spec_active or "spec_acceptance_drop" in seen:
+        ruled_out = collapse_ruled_out()
+        if ruled_out is None:
+            if "spec_acceptance_drop" in seen:
+                return "spec_decode", 0.85, evidence
+            return "spec_decode", 0.6, {**evidence, "node": "speculative decoding active, its rhythm slowed"}
+        evidence["spec_decode_ruled_out"] = ruled_out
+    if "preemption" in seen:
+        return "kv_pressure", 0.85, evidence
+    if "kv_high_water" in seen:
+        return "kv_pressure", 0.5, {**evidence, "kv": "KV cache over its high-water mark, no preemption seen"}
+    return "unknown", 0.3, {**evidence, "node": "server late, no engine event that explains it"}
