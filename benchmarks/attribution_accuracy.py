@@ -28,7 +28,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent / "attribution"
 NETWORK_OR_ENGINE = ("prefill_interference", "kv_pressure", "spec_decode", "network_buffering", "connection")
-QUICK = ("steady", str(HERE / "holdout" / "short-stalls.yaml"))
+QUICK = ("steady", str(HERE / "tuning" / "short-stalls.yaml"))
 
 
 def scenario_set(name: str) -> list[str]:
