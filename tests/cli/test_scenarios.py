@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from streamscope.errors import ConfigError
-from streamscope_cli.workload.scenario import ScenarioError, load_scenario, parse, plan, shipped
+from streamscope_cli.workload.scenario import HostLoad, ScenarioError, load_scenario, parse, plan, shipped
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks" / "attribution"
 
 REQUIRED = {
     "steady",
@@ -57,10 +61,29 @@ BASE = {"name": "x", "seed": 1, "nodes": [{"name": "a"}]}
         ({"inject": {"prefill_storm": {"node": "zz", "every_s": 1}}}, "does not have"),
         ({"nodes": [{"name": "a", "scheduler": {"num_blocks": 0}}]}, "must be positive"),
         ({"nodes": [{"name": "a", "flavor": "tgi"}]}, "flavor must be vllm or sglang"),
+        ({"inject": {"host_load": {"target": "gpu", "period_s": 1, "busy_ms": 5}}}, "target must be client or machine"),
+        ({"inject": {"host_load": {"target": "client", "busy_ms": 5}}}, "period_s and busy_ms are required"),
+        ({"inject": {"host_load": {"target": "client", "period_s": 1, "busy_ms": -5}}}, "must be positive numbers"),
+        ({"inject": {"host_load": {"target": "client", "period_s": 1, "busy_ms": 1000}}}, "busy_ms must be shorter"),
+        (
+            {"inject": {"host_load": {"target": "client", "period_s": 1, "busy_ms": 9, "jitter": 2}}},
+            "host_load.jitter must be between 0 and 1",
+        ),
+        (
+            {"inject": {"host_load": {"target": "client", "period_s": 1, "busy_ms": 9, "processes": 2}}},
+            "unknown key(s) processes",
+        ),
+        ({"inject": {"host_load": {"target": "machine", "period_s": 1, "busy_ms": 9}}}, "processes must be a positive"),
+        (
+            {"inject": {"host_load": [{"target": "machine", "processes": 1, "period_s": 1, "busy_ms": 1500}]}},
+            r"host_load[0]: busy_ms must not exceed the period",
+        ),
+        ({"inject": {"host_load": [7]}}, "host_load[0] must be a mapping"),
     ],
 )
 def test_bad_scenarios_say_what_is_wrong(change, message):
-    with pytest.raises(ScenarioError, match=message.replace("(", r"\(").replace(")", r"\)")) as error:
+    escaped = message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")
+    with pytest.raises(ScenarioError, match=escaped) as error:
         parse({**BASE, **change}, "test.yaml")
     assert isinstance(error.value, ConfigError)
 
@@ -68,3 +91,24 @@ def test_bad_scenarios_say_what_is_wrong(change, message):
 def test_unknown_scenario_names_list_the_shipped_ones():
     with pytest.raises(ScenarioError, match="shipped: chunking-regression"):
         load_scenario("no-such-scenario")
+
+
+def test_host_load_is_one_mapping_or_a_list():
+    one = parse({**BASE, "inject": {"host_load": {"target": "client", "period_s": 3, "busy_ms": 450}}}, "t")
+    assert one.host_load == (HostLoad("client", 3.0, 450.0),)
+    loads = [
+        {"target": "client", "period_s": 2.2, "busy_ms": 350, "start_s": 1, "jitter": 0.5},
+        {"target": "machine", "processes": 3, "period_s": 1, "busy_ms": 1000},
+    ]
+    several = parse({**BASE, "inject": {"host_load": loads}}, "t")
+    assert several.host_load == (
+        HostLoad("client", 2.2, 350.0, start_s=1.0, jitter=0.5),
+        HostLoad("machine", 1.0, 1000.0, processes=3),
+    )
+    assert parse(BASE, "t").host_load == ()
+
+
+@pytest.mark.parametrize("path", sorted(BENCHMARKS.glob("*/*.yaml")), ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_the_benchmark_scenarios_parse(path):
+    scenario = load_scenario(str(path))
+    assert scenario.name == path.stem and scenario.description

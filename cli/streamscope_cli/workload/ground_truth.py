@@ -1,8 +1,9 @@
-"""Ground truth: what the simulator and the proxy actually did to streams, cause by cause.
+"""Ground truth: what the simulator, the proxy and the clients' host actually did to streams, cause by cause.
 
 Every record comes from an event that really happened (a preemption the scheduler performed, bytes the
-proxy really held back), never from what a scenario meant to inject, so attribution can be scored by
-joining its verdicts with these rows.
+proxy really held back, a time the clients' event loop did not run), never from what a scenario meant to
+inject, so attribution can be scored by joining its verdicts with these rows. A record of a whole host
+(``client_host``) has no trace id: it delayed every stream its process was reading at the time.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ CAUSES = sc.STREAMSCOPE_TRUTH_CAUSE_VALUES
 class GroundTruth:
     cause: str
     node: str
-    """The engine node, or the proxy, that did it."""
+    """The engine node, or the proxy, that did it; for ``client_host``, the client process (its service name)."""
     start_ns: int
     """Wall-clock start of the window in which it delayed the stream (Unix ns)."""
     end_ns: int
     trace_id: str = ""
-    """Hex trace id of the affected stream (from its traceparent); empty when the request carried none."""
+    """Hex trace id of the affected stream (from its traceparent); empty when the request carried none, and for
+    a host-level record (every stream of the host was affected)."""
     request_id: str = ""
     """The engine's (or proxy's) id for the affected request."""
     chunk_indices: tuple[int, ...] = ()

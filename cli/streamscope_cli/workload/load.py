@@ -2,7 +2,9 @@
 
 Client spans come from ``astream_sse`` (service ``sim-client``), server spans from the engines'
 ``ServerStream`` (service ``sim-engine``), ground truth from what the engines and the proxy did; all of it
-goes to the collector over OTLP. Clients cancel where the plan says, by leaving the stream early.
+goes to the collector over OTLP. Clients cancel where the plan says, by leaving the stream early. Around the
+run, ``host_load.HostActivity`` puts the scenario's load on the clients' host and watches their event loop,
+recording what held the loop as ground truth of the client process.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from streamscope_cli.engine.app import EngineNode
 from streamscope_cli.proxy.app import create_app as create_proxy
 from streamscope_cli.proxy.config import ProxyConfig
 from streamscope_cli.workload.ground_truth import GroundTruthSink
+from streamscope_cli.workload.host_load import HostActivity
 from streamscope_cli.workload.scenario import PlannedStream, Scenario, plan
 from streamscope_cli.workload.truth_export import OtlpGroundTruthSink, ground_truth_logger
 from streamscope_collector.serving import BackgroundServer
@@ -99,14 +102,19 @@ async def drive(
     *,
     client_traces: TracerProvider | None,
     on_stream_done: Callable[[str], None] = lambda outcome: None,
+    sink: GroundTruthSink | None = None,
 ) -> LoadReport:
-    """Send every planned stream at its time; returns how each one ended (completed/cancelled/error...)."""
+    """Send every planned stream at its time; returns how each one ended (completed/cancelled/error...).
+
+    The scenario's host load runs meanwhile, and the loop's watchdog; their ground truth goes to ``sink``.
+    """
     streams = plan(scenario)
     report = LoadReport(planned=len(streams))
     gate = asyncio.Semaphore(scenario.load.concurrency)
     started = time.monotonic()
     limits = httpx.Limits(max_connections=scenario.load.concurrency * 2, max_keepalive_connections=64)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(120.0, connect=10.0), limits=limits) as client:
+    host = HostActivity(scenario.host_load, seed=scenario.seed, sink=sink, node=CLIENT_SERVICE)
+    async with host, httpx.AsyncClient(timeout=httpx.Timeout(120.0, connect=10.0), limits=limits) as client:
 
         async def one(stream: PlannedStream) -> None:
             await asyncio.sleep(max(0.0, stream.at_s - (time.monotonic() - started)))
@@ -170,9 +178,8 @@ def run_load(
     client_traces = setup(CLIENT_SERVICE, endpoint=collector_url, set_global=False)
     engine_traces = setup(ENGINE_SERVICE, endpoint=collector_url, set_global=False)
     truth_logs = ground_truth_logger(WORKLOAD_SERVICE, collector_url)
-    workload = start_workload(
-        scenario, sink=OtlpGroundTruthSink(truth_logs, scenario=scenario.name), engine_traces=engine_traces
-    )
+    sink = OtlpGroundTruthSink(truth_logs, scenario=scenario.name)
+    workload = start_workload(scenario, sink=sink, engine_traces=engine_traces)
     node_agents = (
         [
             GpuAgent(AgentConfig(node=name, engine_url=f"{url}/metrics", collector_url=collector_url, gpu=False))
@@ -185,7 +192,9 @@ def run_load(
         for agent in node_agents:
             agent.start()
         on_start(workload)
-        return asyncio.run(drive(scenario, workload, client_traces=client_traces, on_stream_done=on_stream_done))
+        return asyncio.run(
+            drive(scenario, workload, client_traces=client_traces, on_stream_done=on_stream_done, sink=sink)
+        )
     finally:
         for agent in node_agents:
             agent.stop()

@@ -4,6 +4,16 @@ A scenario is data; ``plan`` turns it, with its seed, into the exact list of req
 time, route, prompt and output sizes, shared prefix, speculative-collapse window, where the client cancels),
 so the same scenario sends the same requests every time. Which causes then really occur is decided by the
 simulator and the proxy, and recorded by them as ground truth.
+
+``inject`` takes, besides the engine causes, ``host_load``: load on the host the clients run on, one mapping
+or a list of them (workload/host_load.py runs them and records what they did):
+
+- ``{target: client, period_s: P, busy_ms: B}``, optionally ``start_s`` (when the first block begins; drawn
+  from the seed within the first period when absent) and ``jitter`` (0 to 1: each block moves by up to that
+  share of the period's idle time, drawn from the seed): the clients' event loop is blocked by B ms of
+  CPU-bound work every P s, as an application doing synchronous work on its loop would; B < P * 1000.
+- ``{target: machine, processes: N, period_s: P, busy_ms: B}``: N child processes spin on the CPU B ms in
+  every P s for the whole run (B = P * 1000 keeps them always on), each at its own phase drawn from the seed.
 """
 
 from __future__ import annotations
@@ -105,6 +115,26 @@ class ChunkingRegression:
 
 
 @dataclass(frozen=True)
+class HostLoad:
+    """Load on the clients' host (``inject.host_load``; the module docstring says what each target does)."""
+
+    target: str
+    """``client`` (block the clients' event loop) or ``machine`` (busy child processes)."""
+    period_s: float
+    busy_ms: float
+    start_s: float | None = None
+    jitter: float = 0.0
+    processes: int = 0
+    """Spinning processes (target machine only)."""
+
+
+HOST_LOAD_KEYS = {
+    "client": {"target", "period_s", "busy_ms", "start_s", "jitter"},
+    "machine": {"target", "processes", "period_s", "busy_ms"},
+}
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     seed: int
@@ -116,6 +146,7 @@ class Scenario:
     prefill_storm: PrefillStorm | None = None
     spec_collapse: SpecCollapse | None = None
     chunking_regression: ChunkingRegression | None = None
+    host_load: tuple[HostLoad, ...] = ()
 
     @property
     def proxied_node(self) -> str | None:
@@ -258,7 +289,7 @@ def parse(document: Any, where: str) -> Scenario:
     inject = document.get("inject") or {}
     if not isinstance(inject, dict):
         raise ScenarioError(f"{where}: inject must be a mapping")
-    _known(inject, {"prefill_storm", "spec_collapse", "chunking_regression"}, f"{where}: inject")
+    _known(inject, {"prefill_storm", "spec_collapse", "chunking_regression", "host_load"}, f"{where}: inject")
     storm = _dataclass(PrefillStorm, inject.get("prefill_storm"), f"{where}: inject.prefill_storm")
     collapse = _dataclass(SpecCollapse, inject.get("spec_collapse"), f"{where}: inject.spec_collapse")
     regression = _dataclass(
@@ -271,7 +302,43 @@ def parse(document: Any, where: str) -> Scenario:
         if not all(node.scheduler.spec_decode for node in nodes):
             raise ScenarioError(f"{where}: inject.spec_collapse needs spec_decode on every node")
         collapse = SpecCollapse(collapse.fraction, tuple(collapse.window))
-    return Scenario(name, seed, str(document.get("description", "")), load, nodes, proxy, storm, collapse, regression)
+    host_load = _host_loads(inject.get("host_load"), f"{where}: inject.host_load")
+    return Scenario(
+        name, seed, str(document.get("description", "")), load, nodes, proxy, storm, collapse, regression, host_load
+    )
+
+
+def _host_loads(raw: Any, where: str) -> tuple[HostLoad, ...]:
+    if raw is None:
+        return ()
+    items = raw if isinstance(raw, list) else [raw]
+    return tuple(_host_load(item, f"{where}[{i}]" if isinstance(raw, list) else where) for i, item in enumerate(items))
+
+
+def _host_load(raw: Any, where: str) -> HostLoad:
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{where} must be a mapping (or a list of them)")
+    target = raw.get("target")
+    if target not in HOST_LOAD_KEYS:
+        raise ScenarioError(f"{where}.target must be client or machine")
+    _known(raw, HOST_LOAD_KEYS[target], where)
+    if not all(_number(raw.get(key)) and raw[key] > 0 for key in ("period_s", "busy_ms")):
+        raise ScenarioError(f"{where}: period_s and busy_ms are required and must be positive numbers")
+    period, busy = float(raw["period_s"]), float(raw["busy_ms"])
+    if target == "client":
+        if busy >= period * 1000:
+            raise ScenarioError(f"{where}: busy_ms must be shorter than the period (period_s * 1000)")
+        start, jitter = raw.get("start_s"), raw.get("jitter", 0.0)
+        if start is not None and not _number(start):
+            raise ScenarioError(f"{where}.start_s must be a number of seconds, 0 or more")
+        if not (_number(jitter) and float(jitter) <= 1):
+            raise ScenarioError(f"{where}.jitter must be between 0 and 1")
+        return HostLoad("client", period, busy, None if start is None else float(start), float(jitter))
+    if busy > period * 1000:
+        raise ScenarioError(f"{where}: busy_ms must not exceed the period (busy_ms = period_s * 1000 is always on)")
+    if not _positive_int(raw.get("processes")):
+        raise ScenarioError(f"{where}.processes must be a positive integer")
+    return HostLoad("machine", period, busy, processes=int(raw["processes"]))
 
 
 def _load(raw: Any, where: str) -> LoadSpec:
