@@ -58,5 +58,6 @@ def render(name: str, result: Score) -> str:
         lines.append(f"{truth:22}" + "".join(f"{result.confusion[(truth, p)]:>11}" for p in labels))
     if result.undetected:
         lines.append("undetected: " + ", ".join(f"{c} {n}" for c, n in sorted(result.undetected.items())))
-    lines.append(f"stalls blamed on an injected cause without one: {result.blamed_on_injected()}")
+    lines.append(f"stalls no ground truth explains, blamed on the network or an engine: {result.blamed_on_injected()}")
+    lines.append(f"secondary named {result.secondary_named}, right {result.secondary_right}")
     return "\n".join(lines)

@@ -21,6 +21,17 @@ that delayed other content. Attribution splits the client's wait the same way (t
 path's part), so both sides mean one thing. Collapsed speculative decoding holds content back only by the
 steps it added over normal acceptance, so its window is that added time, at the end of the event's wait: a
 stall inside a collapsed stretch that a prefill burst or a slow node step made is labelled with that cause.
+
+A ``client_host`` record of the whole client process (the time its event loop did not run: no trace id) is a
+candidate for every client and browser stall of the run by time alone, under the same rules as a record of the
+stall's own trace: the workload runs its clients in one process, so a record of that host delayed every
+stream it was reading. Such a record that overlapped no stall counts as undetected if it lasted at least the
+absolute threshold while some client stream was mid-answer (content received before it began and after it
+ended). Host records of other causes are not scored.
+
+Attribution may name a second cause in ``evidence['secondary_cause']`` (a cause, or ``network`` for either
+path cause). It is counted apart, without changing the primary score: right when another record than the one
+that labelled the stall overlaps the stall with that cause.
 """
 
 from __future__ import annotations
@@ -36,7 +47,10 @@ from streamscope_ingest import store
 
 STALL_CAUSES = tuple(c for c in sc.STREAMSCOPE_TRUTH_CAUSE_VALUES if c != "chunking_regression")
 DELAY_CAUSES = ("kv_pressure", "prefill_interference", "spec_decode", "network_buffering", "connection")
-"""Causes whose ground-truth magnitude is the delay they added (others measure something else)."""
+"""Causes whose ground-truth magnitude is the delay they added (others measure something else): the network's and
+the engine's."""
+HOST_CAUSE = "client_host"
+"""The cause of host-level records (no trace id) that label stalls by time."""
 PATH_HOLDS = ("network_buffering", "connection")
 """Causes that held a stream's content on the path: a server delay inside one did not reach the client."""
 MATCH_SLACK_US = 100_000
@@ -46,7 +60,8 @@ three times its stream's usual gap, so two thirds of it or more is excess; a cau
 than half of that excess (a 14 ms spec-decode slowdown inside a 215 ms node-wide pause) did not make it."""
 
 STALLS_SQL = """
-SELECT trace_id, seq, toUnixTimestamp64Micro(start_time), toUnixTimestamp64Micro(end_time), cause
+SELECT trace_id, seq, toUnixTimestamp64Micro(start_time), toUnixTimestamp64Micro(end_time), cause,
+       evidence['secondary_cause']
 FROM stalls WHERE start_time >= {since:DateTime64(6)} AND side IN ('client', 'browser')
 """
 TRUTH_SQL = """
@@ -61,6 +76,17 @@ LEFT JOIN (
 ) AS c ON c.trace_id = g.trace_id
 WHERE g.start_time >= {since:DateTime64(6)} AND g.trace_id != '' AND g.cause != 'chunking_regression'
 """
+HOST_TRUTH_SQL = """
+SELECT cause, toUnixTimestamp64Micro(start_time), toUnixTimestamp64Micro(end_time)
+FROM ground_truth WHERE start_time >= {since:DateTime64(6)} AND trace_id = '' AND cause = {cause:String}
+"""
+ANSWERING_SQL = """
+SELECT toUnixTimestamp64Micro(min(time)), toUnixTimestamp64Micro(max(time))
+FROM chunk_timeline
+WHERE start_time >= {since:DateTime64(6)} AND side IN ('client', 'browser') AND kind IN ('first', 'content')
+GROUP BY trace_id, span_id
+"""
+"""When each client stream received its first and its last content."""
 
 
 @dataclass
@@ -68,6 +94,10 @@ class Score:
     confusion: Counter[tuple[str, str]] = field(default_factory=Counter)
     """(true label, predicted cause) -> stalls."""
     undetected: Counter[str] = field(default_factory=Counter)
+    secondary_named: int = 0
+    """Stalls for which attribution named a secondary cause."""
+    secondary_right: int = 0
+    """Of those, the stalls that another overlapping ground-truth record of that cause touched."""
 
     def precision(self, cause: str) -> float | None:
         predicted = sum(n for (_, p), n in self.confusion.items() if p == cause)
@@ -85,30 +115,46 @@ class Score:
         return sum(n for (t, _), n in self.confusion.items() if t == cause) + self.undetected[cause]
 
     def blamed_on_injected(self) -> int:
-        """Stalls with no injected cause that attribution nevertheless blamed on one (must be 0 in steady)."""
-        return sum(n for (t, p), n in self.confusion.items() if t == "none" and p in STALL_CAUSES)
+        """Stalls that no ground truth explains but attribution blamed on a network or engine cause
+        (``DELAY_CAUSES``): a clean fleet, however busy its hosts, blames 0 stalls on the network or an engine.
+        A stall left ``unknown``, or put on the client's host or rendering, is no such blame."""
+        return sum(n for (t, p), n in self.confusion.items() if t == "none" and p in DELAY_CAUSES)
+
+
+def _secondary_matches(named: str, cause: str) -> bool:
+    return cause == named or (named == "network" and cause in PATH_HOLDS)
 
 
 def score(client: Client, since: datetime, absolute_us: int = 400_000) -> Score:
     with store.translated_errors():
         stalls = client.query(STALLS_SQL, parameters={"since": since}).result_rows
         truths = client.query(TRUTH_SQL, parameters={"since": since}).result_rows
+        host = client.query(HOST_TRUTH_SQL, parameters={"since": since, "cause": HOST_CAUSE}).result_rows
+        answering = client.query(ANSWERING_SQL, parameters={"since": since}).result_rows if host else []
     by_trace: dict[str, list[tuple[str, int, int, float, bool]]] = {}
     for trace, cause, start, end, magnitude, delayed_content in truths:
         by_trace.setdefault(trace, []).append((cause, start, end, magnitude, bool(delayed_content)))
+    host_records = [(cause, start, end, (end - start) / 1e6, False) for cause, start, end in host]
     result = Score()
     hit: set[tuple[str, int, int]] = set()
-    for trace, _, start, end, predicted in stalls:
-        best, best_match = "none", -1.0
-        for cause, t_start, t_end, _, _ in by_trace.get(trace, []):
+    for trace, _, start, end, predicted, secondary in stalls:
+        best, best_match, labelled_by = "none", -1.0, -1
+        candidates = [(trace, r) for r in by_trace.get(trace, [])] + [("", r) for r in host_records]
+        for index, (key, (cause, t_start, t_end, _, _)) in enumerate(candidates):
             overlap = min(end, t_end) - max(start, t_start)
             if overlap < -MATCH_SLACK_US:
                 continue
-            hit.add((trace, t_start, t_end))
+            hit.add((key, t_start, t_end))
             match = overlap / (max(end, t_end) - min(start, t_start) + 1)
             if overlap >= EXPLAINING_SHARE * (end - start) and match > best_match:
-                best, best_match = cause, match
+                best, best_match, labelled_by = cause, match, index
         result.confusion[(best, predicted)] += 1
+        if secondary:
+            result.secondary_named += 1
+            result.secondary_right += any(
+                index != labelled_by and min(end, t_end) > max(start, t_start) and _secondary_matches(secondary, cause)
+                for index, (_, (cause, t_start, t_end, _, _)) in enumerate(candidates)
+            )
     for trace, records in by_trace.items():
         holds = [(start, end) for cause, start, end, _, _ in records if cause in PATH_HOLDS]
         for cause, t_start, t_end, magnitude, delayed_content in records:
@@ -116,4 +162,8 @@ def score(client: Client, since: datetime, absolute_us: int = 400_000) -> Score:
             masked = cause not in PATH_HOLDS and any(start <= t_start and t_end <= end for start, end in holds)
             if detectable and not masked and (trace, t_start, t_end) not in hit:
                 result.undetected[cause] += 1
+    for cause, t_start, t_end, _, _ in host_records:
+        mid_answer = any(first < t_start and t_end < last for first, last in answering)
+        if t_end - t_start >= absolute_us and mid_answer and ("", t_start, t_end) not in hit:
+            result.undetected[cause] += 1
     return result

@@ -1,0 +1,140 @@
+"""Scoring attribution against ground truth (analysis.evaluation.score) on stalls, ground truth and client streams
+written into the embedded store: host-level records, undetected host stalls, blame, secondary causes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from streamscope_ingest.analysis.evaluation import Score, score
+from tests.support import T0, store_spans, stream_span
+
+BASE = datetime.fromtimestamp(T0 / 1e9, UTC)
+SINCE = BASE - timedelta(seconds=1)
+STALL_COLUMNS = ["tenant", "start_time", "end_time", "trace_id", "span_id", "service", "side", "seq", "gap_us"]
+STALL_COLUMNS += ["cause", "confidence", "evidence"]
+TRUTH_COLUMNS = ["tenant", "start_time", "end_time", "cause", "node_name", "scenario", "trace_id", "magnitude"]
+TRUTH_COLUMNS += ["attributes"]
+
+
+def at(ms: float) -> datetime:
+    return BASE + timedelta(milliseconds=ms)
+
+
+def stall(trace: str, start_ms: float, end_ms: float, cause: str, secondary: str = "", side: str = "client") -> list:
+    evidence = {"secondary_cause": secondary} if secondary else {}
+    gap_us = round((end_ms - start_ms) * 1000)
+    return ["t", at(start_ms), at(end_ms), trace, "00" * 8, "sim-client", side, 3, gap_us, cause, 0.9, evidence]
+
+
+def truth(cause: str, start_ms: float, end_ms: float, trace: str = "") -> list:
+    source = {"streamscope.truth.detail.source": "injected"} if not trace else {}
+    node = "sim-client" if not trace else "gw"
+    return ["t", at(start_ms), at(end_ms), cause, node, "s", trace, (end_ms - start_ms) / 1000, source]
+
+
+def scored(store_client, stalls: list[list], truths: list[list], streams_ms: list[list[float]] = ()) -> Score:
+    if stalls:
+        store_client.insert("stalls", stalls, column_names=STALL_COLUMNS)
+    if truths:
+        store_client.insert("ground_truth", truths, column_names=TRUTH_COLUMNS)
+    spans = [
+        stream_span(100 + i, 1, side="client", offsets_ms=offsets, tokens=[1] * len(offsets))
+        for i, offsets in enumerate(streams_ms)
+    ]
+    if spans:
+        store_spans(store_client, spans, service="sim-client")
+    return score(store_client, SINCE)
+
+
+def test_a_host_record_labels_any_client_stall_it_covers_by_time(store_client):
+    result = scored(
+        store_client,
+        [
+            stall("aa" * 16, 1000, 1500, "unknown"),
+            stall("bb" * 16, 1010, 1490, "client_host", side="browser"),
+            stall("cc" * 16, 1400, 2600, "unknown"),  # the record covers under a third of it
+        ],
+        [truth("client_host", 1020, 1480)],
+    )
+    assert result.confusion == {
+        ("client_host", "unknown"): 1,
+        ("client_host", "client_host"): 1,
+        ("none", "unknown"): 1,
+    }
+    assert result.recall("client_host") == 0.5 and result.precision("client_host") == 1.0
+
+
+def test_a_host_record_of_another_cause_or_a_trace_record_elsewhere_labels_nothing(store_client):
+    result = scored(
+        store_client,
+        [stall("aa" * 16, 1000, 1500, "unknown"), stall("bb" * 16, 3000, 3500, "unknown")],
+        [truth("network_buffering", 1000, 1500), truth("connection", 3000, 3500, trace="cc" * 16)],
+    )
+    assert result.confusion == {("none", "unknown"): 2}
+
+
+def test_the_tighter_window_wins_between_a_trace_record_and_a_host_record(store_client):
+    trace = "dd" * 16
+    result = scored(
+        store_client,
+        [stall(trace, 8000, 8600, "network_buffering"), stall("ee" * 16, 9000, 9500, "unknown")],
+        [
+            truth("network_buffering", 8000, 8600, trace=trace),
+            truth("client_host", 8100, 8400),
+            truth("client_host", 8950, 9500),
+            truth("connection", 9000, 9900, trace="ee" * 16),
+        ],
+    )
+    assert result.confusion == {("network_buffering", "network_buffering"): 1, ("client_host", "unknown"): 1}
+
+
+def test_an_undetected_host_record_is_one_that_held_a_stream_mid_answer_and_met_no_stall(store_client):
+    result = scored(
+        store_client,
+        [stall("aa" * 16, 1000, 1500, "unknown")],
+        [
+            truth("client_host", 1020, 1480),  # labelled a stall: found
+            truth("client_host", 20000, 20500),  # a stream was mid-answer through it: undetected
+            truth("client_host", 30000, 30500),  # no stream was answering
+            truth("client_host", 40000, 40300),  # under the absolute threshold
+            truth("client_host", 19000, 19600),  # a stream received content after it, but none before
+        ],
+        streams_ms=[[500, 1800], [19800, 20700], [39000, 40500]],
+    )
+    assert result.undetected == {"client_host": 1}
+    assert result.support("client_host") == 2 and result.recall("client_host") == 0.0
+
+
+def test_blamed_on_injected_counts_only_network_or_engine_blame_without_a_cause(store_client):
+    stalls = [
+        stall("a1" * 16, 1000, 1500, "network_buffering"),
+        stall("a2" * 16, 2000, 2500, "kv_pressure"),
+        stall("a3" * 16, 3000, 3500, "client_host"),
+        stall("a4" * 16, 4000, 4500, "client_render"),
+        stall("a5" * 16, 5000, 5500, "unknown"),
+        stall("a6" * 16, 6000, 6500, "connection"),  # explained by the host: a wrong cause, not blame
+    ]
+    result = scored(store_client, stalls, [truth("client_host", 6000, 6500)])
+    assert result.blamed_on_injected() == 2
+
+
+def test_secondary_causes_are_right_when_another_record_of_that_cause_overlaps(store_client):
+    net, kv, lone = "f1" * 16, "f2" * 16, "f3" * 16
+    stalls = [
+        stall(net, 1000, 1600, "client_host", secondary="network"),  # a connection record touches it
+        stall(kv, 3000, 3600, "kv_pressure", secondary="client_host"),  # the host record touches it
+        stall(lone, 5000, 5600, "client_host", secondary="client_host"),  # only the labelling record
+        stall("f4" * 16, 7000, 7600, "unknown", secondary="spec_decode"),  # a record that ended before it
+        stall("f5" * 16, 9000, 9600, "unknown"),
+    ]
+    truths = [
+        truth("client_host", 1000, 1600),
+        truth("connection", 1500, 1700, trace=net),
+        truth("kv_pressure", 3000, 3600, trace=kv),
+        truth("client_host", 3500, 3700),
+        truth("client_host", 5000, 5600),
+        truth("spec_decode", 6800, 6990, trace="f4" * 16),
+    ]
+    result = scored(store_client, stalls, truths)
+    assert (result.secondary_named, result.secondary_right) == (4, 2)
+    assert result.confusion[("client_host", "client_host")] == 2  # the primary score is unchanged by secondaries
