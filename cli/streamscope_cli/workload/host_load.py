@@ -20,12 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import os
 import random
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from types import TracebackType
 
 from streamscope_cli.workload.ground_truth import GroundTruth, GroundTruthSink
@@ -63,15 +64,14 @@ def busy_wait(seconds: float) -> None:
         hashlib.sha256(_WORK).digest()
 
 
-def block_times(load: HostLoad, seed: int, index: int) -> list[float]:
-    """When each of a client load's blocks begins (seconds from the start of the run), for an hour of run: the
-    first at ``start_s`` or a phase within the first period, each moved by up to ``jitter`` of the idle time."""
+def block_times(load: HostLoad, seed: int, index: int) -> Iterator[float]:
+    """When each of a client load's blocks begins (seconds from the start of the run), without end: the first at
+    ``start_s`` or a phase within the first period, each moved by up to ``jitter`` of the period's idle time."""
     rng = random.Random(f"host_load:{seed}:{index}")
-    busy_s = load.busy_ms / 1000
-    first = load.start_s if load.start_s is not None else rng.uniform(0, load.period_s - busy_s)
-    idle = load.period_s - busy_s
-    count = int(3600 / load.period_s) + 1
-    return [first + k * load.period_s + load.jitter * rng.uniform(-0.5, 0.5) * idle for k in range(count)]
+    idle = load.period_s - load.busy_ms / 1000
+    first = load.start_s if load.start_s is not None else rng.uniform(0, idle)
+    for k in itertools.count():
+        yield first + k * load.period_s + load.jitter * rng.uniform(-0.5, 0.5) * idle
 
 
 def uncovered(start: int, end: int, covers: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
