@@ -2,15 +2,19 @@
 snippet from the collector (a cross-origin module, so CORS is exercised for real), streams an answer from the
 simulated engine, and its browser span must reach ClickHouse joined to the engine's server span of the same
 trace, with paint times a screen could have; a page that renders slowly must have its stall blamed on
-``client_render``.
+``client_render``; a page whose main thread is busy with something else (a long task) must say so per chunk in
+``streamscope.chunks.host_delay_us``.
 
 Needs the packages chromium and chromium-driver (``.ci/run`` installs them; see tests/browser.py).
 """
 
 from __future__ import annotations
 
+import base64
+import itertools
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -18,7 +22,24 @@ from streamscope_cli.demo.chat import ChatServer, start_chat
 from streamscope_collector.service import Collector
 from streamscope_ingest.analysis.attribution_job import AttributionJob
 from tests import browser
-from tests.support import free_port, wait_until
+from tests.support import free_port, int64s, wait_until
+
+# Installed in a loaded page: keeps (as window.posted) the OTLP JSON of every span batch the snippet posts, as the
+# collector receives it (gunzipped), then posts it unchanged.
+CAPTURE_POSTS = """
+    const original = window.fetch;
+    window.posted = [];
+    window.fetch = async function (input, init = {}) {
+      const url = typeof input === "string" ? input : input.url;
+      if (url.includes("/v1/browser/traces")) {
+        let body = new Blob([init.body]).stream();
+        const gzipped = (init.headers || {})["content-encoding"] === "gzip";
+        if (gzipped) body = body.pipeThrough(new DecompressionStream("gzip"));
+        window.posted.push(JSON.parse(await new Response(body).text()));
+      }
+      return original.call(this, input, init);
+    };
+"""
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +57,35 @@ def chat_stack(storage_dsn: str) -> Iterator[tuple[Collector, ChatServer]]:
     yield collector, chat
     chat.stop()
     collector.stop()
+
+
+def _chat_posted(driver, url: str) -> tuple[str, dict[str, Any]]:
+    """``browser.chat`` with the page's posts captured: the trace id and the browser span the snippet sent."""
+    driver.get(url)
+    browser.wait_for_script(driver, "return window.chatReady === true", "the page to load the snippet")
+    driver.execute_script(CAPTURE_POSTS)
+    driver.find_element("id", "send").click()
+    browser.wait_for_script(driver, "return Boolean(window.chat && window.chat.done)", "the answer")
+    trace_id = driver.execute_script("return window.chat.traceId")
+    return trace_id, _posted_span(driver, trace_id)
+
+
+def _posted_span(driver, trace_id: str) -> dict[str, Any]:
+    posted = driver.execute_script("return window.posted")
+    spans = [
+        span
+        for request in posted
+        for resource in request["resourceSpans"]
+        for scope in resource["scopeSpans"]
+        for span in scope["spans"]
+        if span["traceId"] == trace_id
+    ]
+    assert len(spans) == 1, f"{len(spans)} spans of trace {trace_id} posted"
+    return {kv["key"]: next(iter(kv["value"].values())) for kv in spans[0]["attributes"]}
+
+
+def _packed(attributes: dict[str, Any], key: str) -> list[int]:
+    return int64s(base64.b64decode(attributes[key]))
 
 
 def _stored_sides(collector: Collector, chat: ChatServer, trace_id: str) -> dict[str, tuple]:
@@ -57,7 +107,7 @@ def _stored_sides(collector: Collector, chat: ChatServer, trace_id: str) -> dict
 
 def test_the_browser_span_joins_the_server_span_with_plausible_paint_times(chromium, chat_stack) -> None:
     collector, chat = chat_stack
-    trace_id = browser.chat(chromium, chat.url)
+    trace_id, sent = _chat_posted(chromium, chat.url)
     sides = _stored_sides(collector, chat, trace_id)
 
     browser_span, _, service, outcome, content_bytes, content_chunks, attributes = sides["browser"]
@@ -76,6 +126,54 @@ def test_the_browser_span_joins_the_server_span_with_plausible_paint_times(chrom
     assert painted == chunks == content_chunks  # every content chunk reached a frame
     assert 0 < paint < 250_000  # arrival to paint: a frame or a few, not seconds
     assert render < paint  # the page's own work per chunk is a fraction of it
+
+    # the page's main thread was free: what little of each wait went to long tasks is far below a stall
+    assert sent["streamscope.host.watch"] == "longtask"
+    host_delay = _packed(sent, "streamscope.chunks.host_delay_us")
+    assert len(host_delay) == len(_packed(sent, "streamscope.chunks.offset_us"))
+    assert max(host_delay) < 250_000
+
+
+def test_a_busy_main_thread_is_reported_in_the_chunk_it_held_back(chromium, chat_stack) -> None:
+    _, chat = chat_stack
+    # after the 20th chunk a timer runs 500 ms of other work on the main thread (no rendering): the next
+    # chunks reach the network meanwhile, and the page reads them when the long task is over
+    _, sent = _chat_posted(chromium, f"{chat.url}?block_ms=500&block_at=20&max_tokens=200")
+    blocked = chromium.execute_script("return window.chat.blocked")
+    assert blocked, "the page's timer never ran its block"
+
+    assert sent["streamscope.host.watch"] == "longtask"
+    offsets = _packed(sent, "streamscope.chunks.offset_us")
+    host_delay = _packed(sent, "streamscope.chunks.host_delay_us")
+    assert len(host_delay) == len(offsets)
+    gaps = [offsets[0]] + [b - a for a, b in itertools.pairwise(offsets)]
+    assert all(0 <= delay <= gap + 1 for delay, gap in zip(host_delay, gaps, strict=True))  # a part of the wait
+    after = next(i for i, offset in enumerate(offsets) if offset >= blocked["fromMs"] * 1000)
+    assert 0 < after < len(offsets) - 1, "the block came after the stream, not in the middle of it"
+    assert 300_000 <= host_delay[after] <= gaps[after]
+    assert sum(host_delay) - host_delay[after] < 250_000  # the rest of the stream had the thread to itself
+
+
+def test_a_browser_without_long_tasks_sends_no_host_evidence(chromium, chat_stack) -> None:
+    _, chat = chat_stack
+    chromium.get(chat.url)
+    browser.wait_for_script(chromium, "return window.chatReady === true", "the page")
+    chromium.execute_script(CAPTURE_POSTS)
+    script = """
+        const [done] = arguments;
+        // as in a browser without the Long Tasks API (read when the page's first stream starts)
+        Object.defineProperty(PerformanceObserver, "supportedEntryTypes", { value: ["mark", "measure"] });
+        const scope = window.streamscope.init({ endpoint: "", service: "no-longtask" });
+        const stream = scope.stream({ model: "m" });
+        stream.chunk("Hello");
+        stream.end("completed");
+        setTimeout(() => scope.flush().then(() => done(stream.traceId)), 300);
+    """
+    trace_id = chromium.execute_async_script(script)
+    sent = _posted_span(chromium, trace_id)
+    assert "streamscope.chunks.render_us" in sent
+    assert "streamscope.host.watch" not in sent
+    assert "streamscope.chunks.host_delay_us" not in sent
 
 
 def test_a_slow_renderer_is_blamed_on_client_render(chromium, chat_stack) -> None:

@@ -4,7 +4,8 @@
 backend would be. The page loads the snippet from the collector and sends its browser spans there; the node
 sends its server spans there too, continuing the page's trace (``traceparent``), so the two sides of every
 answer join in ClickHouse. The page's ``?render_ms=N&render_every=K`` makes it a slow renderer (N ms of
-main-thread work on every K-th chunk), to see ``client_render`` stalls.
+main-thread work on every K-th chunk), to see ``client_render`` stalls; ``?block_ms=N&block_at=K`` makes it a
+busy page (a timer runs N ms of other main-thread work after the K-th chunk: a long task the snippet reports).
 """
 
 from __future__ import annotations

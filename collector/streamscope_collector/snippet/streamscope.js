@@ -17,15 +17,68 @@
  *
  * Per chunk it records the arrival (when the page's code received it), the main-thread work the app spent on
  * it (until it asked for the next chunk, or called rendered()), and the frame that painted it (the first frame
- * after that work); per stream the frames dropped while it streamed and how it ended. One span per stream,
- * side "browser", in the packed encoding of schema/conventions/streaming.yaml, sent as OTLP/HTTP JSON to
- * the collector's browser route (/v1/browser/traces): batched, gzip-compressed where the browser can, and
- * sent with sendBeacon when the page is hidden. Unsampled streams record nothing and tell the backend so.
+ * after that work), and how much of its wait the page's main thread spent on long tasks (the Long Tasks API);
+ * per stream the frames dropped while it streamed and how it ended. One span per stream, side "browser", in
+ * the packed encoding of schema/conventions/streaming.yaml, sent as OTLP/HTTP JSON to the collector's browser
+ * route (/v1/browser/traces): batched, gzip-compressed where the browser can, and sent with sendBeacon when the
+ * page is hidden. Unsampled streams record nothing and tell the backend so.
  */
 const VERSION = "1";
 const FRAME_MS = 1000 / 60;
 const PAINT_WAIT_MS = 1000; // a stream whose last paints never come (a hidden tab) is sent without them
+const HOST_GAP_MS = 100; // host delay is measured for the first chunk and for chunks this long after the last
+const LONG_TASKS_KEPT = 500; // the page's most recent long tasks (each at least 50 ms of main-thread work)
 const encoder = new TextEncoder();
+
+/** The page's long tasks, from one PerformanceObserver started with the first sampled stream: [start, end]
+ * intervals on the performance.now() clock, the most recent LONG_TASKS_KEPT (a stream that saw more loses its
+ * earliest). Null where the browser has no Long Tasks API (the spans then say nothing of the host). */
+let longTasks;
+
+function watchLongTasks() {
+  if (longTasks !== undefined) return longTasks;
+  longTasks = null;
+  const supported = typeof PerformanceObserver === "undefined" ? [] : PerformanceObserver.supportedEntryTypes || [];
+  if (!supported.includes("longtask")) return longTasks;
+  const intervals = [];
+  const add = (entries) => {
+    for (const entry of entries) intervals.push([entry.startTime, entry.startTime + entry.duration]);
+    if (intervals.length > LONG_TASKS_KEPT) intervals.splice(0, intervals.length - LONG_TASKS_KEPT);
+  };
+  try {
+    const observer = new PerformanceObserver((list) => add(list.getEntries()));
+    observer.observe({ type: "longtask", buffered: true });
+    // entries are delivered by a later task; takeRecords() has those already reported but not yet delivered
+    longTasks = { intervals, collect: () => add(observer.takeRecords()) };
+  } catch {
+    longTasks = null;
+  }
+  return longTasks;
+}
+
+/** Per chunk, the time (us) its wait overlapped the page's long tasks: from the stream's start for the first
+ * chunk, from the chunk before for one that came HOST_GAP_MS or more after it, 0 for the rest. */
+function hostDelays(start, arrivals, tasks) {
+  tasks.collect();
+  const end = arrivals.length ? arrivals[arrivals.length - 1] : start;
+  const busy = tasks.intervals.filter(([from, to]) => to > start && from < end).sort((a, b) => a[0] - b[0]);
+  return arrivals.map((now, i) => {
+    const since = i ? arrivals[i - 1] : start;
+    if (i && now - since < HOST_GAP_MS) return 0;
+    let overlap = 0;
+    let covered = since; // long tasks do not overlap on one thread; this also keeps any that did from counting twice
+    for (const [from, to] of busy) {
+      if (from >= now) break;
+      const a = Math.max(from, covered);
+      const b = Math.min(to, now);
+      if (b > a) {
+        overlap += b - a;
+        covered = b;
+      }
+    }
+    return Math.round(overlap * 1000);
+  });
+}
 
 function hex(bytes) {
   const values = crypto.getRandomValues(new Uint8Array(bytes));
@@ -142,7 +195,10 @@ class Stream {
     this.ended = false;
     this.responseId = "";
     this.responseModel = "";
-    if (this.sampled) this.watchFrames();
+    if (this.sampled) {
+      this.longTasks = watchLongTasks();
+      this.watchFrames();
+    }
   }
 
   /** Headers for the request: the backend continues this trace (sampled or not, as decided here). */
@@ -196,8 +252,9 @@ class Stream {
     this.error = error;
     this.end_ = performance.now();
     if (!this.sampled) return;
-    if (!this.paintsPending) this.send();
-    else setTimeout(() => this.send(), PAINT_WAIT_MS);
+    // sent from a later task in any case: the long task that ends now (one that read the last chunks late) is
+    // reported only once it is over
+    setTimeout(() => this.send(), this.paintsPending ? PAINT_WAIT_MS : 0);
   }
 
   watchFrames() {
@@ -242,6 +299,15 @@ class Stream {
       int64Attribute("streamscope.chunks.render_us", this.renderUs),
       int64Attribute("streamscope.chunks.paint_delay_us", this.paintUs),
     ];
+    if (this.longTasks) {
+      // Computed here, at the span's end, not as each chunk arrives: a long task is reported only once it is
+      // over, and the one that held a chunk back may still be running when the chunk is read (the app's work
+      // on one read runs on into the next when the bytes were already there). By now every task that
+      // overlapped the stream has ended; and the chunk path stays as cheap as before.
+      attributes.push(attribute("streamscope.host.watch", "longtask"));
+      const hostDelayUs = hostDelays(this.start, this.arrivals, this.longTasks);
+      attributes.push(int64Attribute("streamscope.chunks.host_delay_us", hostDelayUs));
+    }
     if (this.responseId) attributes.push(attribute("gen_ai.response.id", this.responseId));
     if (this.responseModel) attributes.push(attribute("gen_ai.response.model", this.responseModel));
     if (this.firstByte !== null) {
