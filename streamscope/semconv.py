@@ -94,6 +94,10 @@ STREAMSCOPE_BROWSER_FRAMES_DROPPED: Final = "streamscope.browser.frames_dropped"
 STREAMSCOPE_REPETITION_SCORE: Final = "streamscope.repetition_score"
 """Share (0 to 1) of repeated text in the tail of the stream; high values flag stuck generation loops. type double; recommended; sides: client, server, browser, gateway; streamscope extension."""
 
+STREAMSCOPE_HOST_WATCH: Final = "streamscope.host.watch"
+"""How the emitter watched its own host for streamscope.chunks.host_delay_us: an asyncio event loop's heartbeat, a thread's heartbeat, or the browser's Long Tasks API; absent when it did not watch. type string; recommended; sides: client, browser; streamscope extension."""
+STREAMSCOPE_HOST_WATCH_VALUES: Final = ("asyncio", "thread", "longtask")
+
 STREAMSCOPE_FIRST_TOOL_CALL_CHUNK: Final = "streamscope.first_tool_call_chunk"
 """Index (from 0) in the chunk timeline of the first chunk carrying part of a tool call (name or arguments). type int; recommended (if the stream called a tool); sides: client, server, browser, gateway; streamscope extension."""
 
@@ -115,6 +119,9 @@ STREAMSCOPE_CHUNKS_PAINT_DELAY_US: Final = "streamscope.chunks.paint_delay_us"
 STREAMSCOPE_CHUNKS_RENDER_US: Final = "streamscope.chunks.render_us"
 """Microseconds of main-thread work the app spent rendering each chunk; 0 when not measured. type int64s; unit us; recommended (in the packed encoding, on the browser side); sides: browser; streamscope extension."""
 
+STREAMSCOPE_CHUNKS_HOST_DELAY_US: Final = "streamscope.chunks.host_delay_us"
+"""Microseconds of the wait before each chunk during which the reader's own host did not run it (its event loop ran late, its process was starved of CPU, the page's main thread ran a long task): measured for the first chunk and for every chunk that came at least 100 ms after the one before it; 0 otherwise. type int64s; unit us; recommended (in the packed encoding, when the emitter watched its own host (streamscope.host.watch)); sides: client, browser; streamscope extension."""
+
 STREAMSCOPE_CHUNK_TOKENS: Final = "streamscope.chunk.tokens"
 """Tokens in this chunk. type int; unit {token}; required (on streamscope.chunk events); sides: client, server, browser, gateway; streamscope extension."""
 
@@ -130,6 +137,9 @@ STREAMSCOPE_CHUNK_PAINT_DELAY_US: Final = "streamscope.chunk.paint_delay_us"
 STREAMSCOPE_CHUNK_RENDER_US: Final = "streamscope.chunk.render_us"
 """Microseconds of main-thread work the app spent rendering this chunk; 0 when not measured. type int; unit us; recommended (on streamscope.chunk events, on the browser side); sides: browser; streamscope extension."""
 
+STREAMSCOPE_CHUNK_HOST_DELAY_US: Final = "streamscope.chunk.host_delay_us"
+"""Microseconds of the wait before this chunk during which the reader's own host did not run it (see streamscope.chunks.host_delay_us); an event without it reads 0. type int; unit us; recommended (on streamscope.chunk events, when the emitter watched its own host (streamscope.host.watch)); sides: client, browser; streamscope extension."""
+
 STREAMSCOPE_TRUTH_CAUSE: Final = "streamscope.truth.cause"
 """The cause, from the stall taxonomy (plus chunking_regression, a change in tokens per chunk). type string; required; sides: simulator; streamscope extension."""
 STREAMSCOPE_TRUTH_CAUSE_VALUES: Final = (
@@ -139,6 +149,7 @@ STREAMSCOPE_TRUTH_CAUSE_VALUES: Final = (
     "network_buffering",
     "connection",
     "client_render",
+    "client_host",
     "chunking_regression",
 )
 
@@ -207,6 +218,7 @@ PACKED_ARRAYS: Final = (
     STREAMSCOPE_CHUNKS_WIRE_BYTES,
     STREAMSCOPE_CHUNKS_PAINT_DELAY_US,
     STREAMSCOPE_CHUNKS_RENDER_US,
+    STREAMSCOPE_CHUNKS_HOST_DELAY_US,
 )
 """The packed encoding's parallel arrays, in their canonical order."""
 CHUNK_EVENT_ATTRIBUTES: Final = (
@@ -215,6 +227,7 @@ CHUNK_EVENT_ATTRIBUTES: Final = (
     STREAMSCOPE_CHUNK_WIRE_BYTES,
     STREAMSCOPE_CHUNK_PAINT_DELAY_US,
     STREAMSCOPE_CHUNK_RENDER_US,
+    STREAMSCOPE_CHUNK_HOST_DELAY_US,
 )
 """The chunk event's attributes, in the same order as PACKED_ARRAYS after the offset."""
 

@@ -133,9 +133,26 @@ def chunk_event(time_unix_nano: int, content_bytes: int) -> Span.Event:
     )
 
 
+def values_row(**values: int) -> list[int]:
+    """A chunk event's row of values: those given (by attribute name after ``streamscope.chunk.``), 0 elsewhere."""
+    row = [0] * len(VALUE_ROWS)
+    for name, value in values.items():
+        row[VALUE_ROWS[f"streamscope.chunk.{name}"]] = value
+    return row
+
+
 def test_an_event_without_a_time_is_read_whole_with_the_others():
     span = Span(events=[chunk_event(5, 3), chunk_event(0, 4), Span.Event(name="log"), chunk_event(2**64 - 1, 3)])
-    assert read_as_bytes(viewed(span)) == ([5, 0, 2**64 - 1], [[0, 3, 0, 0, 0], [0, 4, 0, 0, 0], [0, 3, 0, 0, 0]])
+    rows = [values_row(content_bytes=n) for n in (3, 4, 3)]
+    assert read_as_bytes(viewed(span)) == ([5, 0, 2**64 - 1], rows)
+
+
+def test_the_host_delay_is_read_in_its_own_row():
+    event = chunk_event(9, 4)
+    event.attributes.add(key=sc.STREAMSCOPE_CHUNK_HOST_DELAY_US, value=AnyValue(int_value=250_000))
+    span = Span(events=[event, chunk_event(10, 5)])
+    rows = [values_row(content_bytes=4, host_delay_us=250_000), values_row(content_bytes=5)]
+    assert read_as_bytes(viewed(span)) == ([9, 10], rows)
 
 
 def test_a_time_sent_twice_counts_as_the_last_one_even_when_it_is_zero():
@@ -145,7 +162,7 @@ def test_a_time_sent_twice_counts_as_the_last_one_even_when_it_is_zero():
     request.resource_spans.add().scope_spans.add().spans.add(events=[encoded])
     span = request.resource_spans[0].scope_spans[0].spans[0]
     assert Span.Event.FromString(encoded).time_unix_nano == 0
-    assert read_as_bytes(span) == ([0], [[0, 3, 0, 0, 0]])
+    assert read_as_bytes(span) == ([0], [values_row(content_bytes=3)])
 
 
 def test_a_refused_chunk_event_is_counted_among_chunk_events_only():

@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from streamscope import semconv as sc
+from streamscope.int64_bytes import int64_bytes
 from streamscope_ingest.decode import columns
 from streamscope_ingest.decode.traces import decode_traces
-from tests.support import T0, stream_span, trace_request
+from tests.support import T0, any_value, event_span, stream_span, trace_request
 
 
 def _decoded(*spans):
     batch = decode_traces(trace_request(spans), tenant="t", stall_threshold_us=400_000)
     assert not batch.rejected, batch.rejection_message("span")
     arrays = batch.blocks["chunk_arrays"]
-    per_chunk = [field.name for field in columns.CHUNKS if pa.types.is_list(field.type)]
+    assert arrays.schema == columns.CHUNKS_DECODED
+    per_chunk = [field.name for field in columns.CHUNKS_DECODED if pa.types.is_list(field.type)]
     return batch.blocks["streams"].to_pydict(), {name: pc.list_flatten(arrays[name]).to_pylist() for name in per_chunk}
 
 
@@ -63,3 +67,73 @@ def test_spans_starting_more_days_apart_than_a_request_may_span_are_rejected_and
     batch = decode_traces(trace_request([*usual, stray]), tenant="t", stall_threshold_us=400_000)
     assert [r.subject for r in batch.rejected] == [f"span {1:016x} of trace {1:032x}"]
     assert batch.blocks["streams"].num_rows == 3
+
+
+def with_host_delay(span, host_delay_us, watch: str | None = "asyncio", as_bytes: bool = False):
+    """``span`` with the host delays its emitter measured, as an array of int values or (as the SDK sends them)
+    bytes, and the watch it named."""
+    value = AnyValue(bytes_value=int64_bytes(host_delay_us)) if as_bytes else any_value(host_delay_us)
+    span.attributes.append(KeyValue(key=sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US, value=value))
+    if watch is not None:
+        span.attributes.append(KeyValue(key=sc.STREAMSCOPE_HOST_WATCH, value=AnyValue(string_value=watch)))
+    return span
+
+
+def test_host_delays_stay_with_their_chunks_and_streams_without_them_read_zero_and_no_watch():
+    streams, chunks = _decoded(
+        stream_span(1, 1, side="client", offsets_ms=[10, 20], tokens=[1, 1]),
+        with_host_delay(
+            stream_span(2, 2, side="client", offsets_ms=[300, 310, 700], tokens=[1, 1, 1]), [250_000, 0, 280_000]
+        ),
+        with_host_delay(stream_span(3, 3, side="client", offsets_ms=[5], tokens=[2]), [0], "thread", as_bytes=True),
+        with_host_delay(stream_span(4, 4, side="browser", offsets_ms=[9], tokens=[2]), [7_000], "longtask"),
+    )
+    assert chunks["host_delay_us"] == [0, 0, 250_000, 0, 280_000, 0, 7_000]
+    assert chunks["paint_delay_us"] == [0] * 7
+    assert streams["host_watch"] == ["", "asyncio", "thread", "longtask"]
+    assert sc.STREAMSCOPE_HOST_WATCH not in dict(streams["attributes"][1])  # a column, not an attribute
+
+
+def test_host_delays_on_chunk_events_are_read_like_the_packed_array():
+    def chunk(host_delay_us: int | None) -> dict[str, AnyValue]:
+        values = {
+            sc.STREAMSCOPE_CHUNK_TOKENS: AnyValue(int_value=1),
+            sc.STREAMSCOPE_CHUNK_CONTENT_BYTES: AnyValue(int_value=4),
+        }
+        if host_delay_us is not None:
+            values[sc.STREAMSCOPE_CHUNK_HOST_DELAY_US] = AnyValue(int_value=host_delay_us)
+        return values
+
+    span = event_span(5, [(400_000, sc.CHUNK_EVENT, chunk(350_000)), (410_000, sc.CHUNK_EVENT, chunk(None))])
+    span.attributes.append(KeyValue(key=sc.STREAMSCOPE_HOST_WATCH, value=AnyValue(string_value="asyncio")))
+    streams, chunks = _decoded(span)
+    assert chunks["host_delay_us"] == [350_000, 0]
+    assert streams["host_watch"] == ["asyncio"] and streams["encoding"] == ["events"]
+
+
+@pytest.mark.parametrize(
+    ("host_delay_us", "watch", "reason"),
+    [
+        (
+            [1, 2],
+            "asyncio",
+            "chunk arrays of unequal length (offset_us 3, tokens 3, content_bytes 3, wire_bytes 3, host_delay_us 2)",
+        ),
+        ([1, 2, 3, 4], "asyncio", "unequal length"),
+        ([0, -1, 0], "asyncio", f"{sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US} out of range 0..{2**32 - 1}"),
+        ([0, 2**32, 0], "thread", f"{sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US} out of range 0..{2**32 - 1}"),
+        ([0, 0, 0], "uvloop", f"{sc.STREAMSCOPE_HOST_WATCH} must be one of asyncio, thread, longtask"),
+    ],
+)
+def test_a_malformed_host_delay_rejects_its_span_only(host_delay_us, watch, reason):
+    """An array that does not fit its chunks is never stored shifted or cut: its span is refused with the reason
+    (counted in partial_success), and the request's other spans are kept."""
+    bad = with_host_delay(
+        stream_span(7, 7, side="client", offsets_ms=[1, 2, 3], tokens=[1, 1, 1]), host_delay_us, watch
+    )
+    good = with_host_delay(stream_span(8, 8, side="client", offsets_ms=[1], tokens=[1]), [5], "thread")
+    batch = decode_traces(trace_request([bad, good]), tenant="t", stall_threshold_us=400_000)
+    (rejection,) = batch.rejected
+    assert reason in rejection.reason
+    assert batch.blocks["streams"]["trace_id"].to_pylist() == [f"{8:032x}"]
+    assert pc.list_flatten(batch.blocks["chunk_arrays"]["host_delay_us"]).to_pylist() == [5]

@@ -4,11 +4,14 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
 
+from streamscope import semconv as sc
 from streamscope.int64_bytes import int64_bytes
 from streamscope_ingest.decode import int_arrays
 from streamscope_ingest.decode.int_arrays import NotAnIntArray, decode_int_array, decode_int_arrays, element_count
+from streamscope_ingest.decode.traces import decode_traces
+from tests.support import stream_span, trace_request
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 
@@ -117,3 +120,29 @@ def test_plain_arrays_are_decoded_in_one_pass():
     together = decode_int_arrays(values)
     assert [r.tolist() for r in together] == [list(range(n)) for n in (3, 0, 200)]
     assert together[0].base is together[2].base is not None, "views into one decoded buffer"
+
+
+def test_host_delays_as_a_javascript_sdk_sends_them_decode_beside_the_sdks_bytes():
+    """A browser's host delays may come as doubles (JavaScript numbers), a Python client's as int64 bytes, in one
+    request: the doubles take the element path, the rest are decoded together, each stays with its span."""
+
+    def sent(span, host_delay_us: AnyValue):
+        span.attributes.append(KeyValue(key=sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US, value=host_delay_us))
+        return span
+
+    browser = sent(
+        stream_span(1, 1, side="browser", offsets_ms=[200, 210], tokens=[1, 1]),
+        array(AnyValue(double_value=150_000.0), AnyValue(double_value=0.0)),
+    )
+    client = sent(
+        stream_span(2, 2, side="client", offsets_ms=[500], tokens=[1]), AnyValue(bytes_value=int64_bytes([2**32 - 1]))
+    )
+    torn = sent(
+        stream_span(3, 3, side="browser", offsets_ms=[1, 2], tokens=[1, 1]),
+        array(AnyValue(double_value=1.0), AnyValue(double_value=0.5)),
+    )
+    batch = decode_traces(trace_request([browser, client, torn]), tenant="t", stall_threshold_us=400_000)
+    assert [r.reason for r in batch.rejected] == [
+        f"{sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US}: element 1 is double_value, not an integer"
+    ]
+    assert batch.blocks["chunk_arrays"]["host_delay_us"].to_pylist() == [[150_000, 0], [2**32 - 1]]

@@ -349,3 +349,64 @@ def test_a_lock_left_behind_is_reported_with_its_holder_and_the_way_out(store_cl
     with pytest.raises(SchemaMismatch, match=r"held by another migration \(node-7 pid 41 since noon\).*DROP TABLE"):
         migrations.migrate(store_client, later, lock_wait_s=0.3)
     assert not store_client.query("EXISTS TABLE probe").result_rows[0][0]
+
+
+HOST_DELAY = 22
+"""0022 adds chunk_arrays.host_delay_us (zeros by default, one a chunk), streams.host_watch, and the views again."""
+
+
+@pytest.fixture
+def before_host_delay(storage_dsn, tmp_path):
+    """A store at the migration before host delays, holding streams and their chunk arrays."""
+    client = store_before(HOST_DELAY, storage_dsn, tmp_path)
+    client.command(
+        "INSERT INTO chunk_arrays (tenant, start_time, trace_id_bytes, span_id_bytes, service, side, provider, model, "
+        "kind, gap_us, tokens, content_bytes, wire_bytes, paint_delay_us, render_us) VALUES "
+        + ", ".join(
+            f"('default', '2026-11-01 10:00:00', unhex('{0xA1:032x}'), unhex('{span:016x}'), 'app', 'client', "
+            f"'openai', 'm', {['first'] + ['content'] * (n - 1)}, {[1000] * n}, {[1] * n}, {[4] * n}, {[60] * n}, "
+            f"{[0] * n}, {[0] * n})"
+            for span, n in ((0xB1, 3), (0xB2, 1))
+        )
+    )
+    client.command(
+        "INSERT INTO streams (tenant, start_time, trace_id, span_id, service, side, tokens, content_chunks) VALUES "
+        + ", ".join(
+            f"('default', '2026-11-01 10:00:00', '{0xA1:032x}', '{span:016x}', 'app', 'client', {n}, {n})"
+            for span, n in ((0xB1, 3), (0xB2, 1))
+        )
+    )
+    yield client
+    client.close()
+
+
+@pytest.mark.parametrize("done", range(len(statements_of(HOST_DELAY))))
+def test_chunks_stored_before_host_delays_read_zeros_even_after_a_crash(before_host_delay, done):
+    """0022 is cut short after ``done`` of its statements, then migrate runs it whole; the rows stored before it
+    read as not measured (zeros, one a chunk) through every view, and new rows carry their delays."""
+    for statement in statements_of(HOST_DELAY)[:done]:
+        before_host_delay.command(statement)
+    assert [m.version for m in migrations.migrate(before_host_delay)] == [
+        m.version for m in migrations.available() if m.version >= HOST_DELAY
+    ]
+    rows = before_host_delay.query(
+        "SELECT span_id, groupArray(host_delay_us), groupArray(offset_us) "
+        "FROM (SELECT * FROM chunk_timeline ORDER BY seq) GROUP BY span_id ORDER BY span_id"
+    ).result_rows
+    assert rows == [(f"{0xB1:016x}", [0, 0, 0], [1000, 2000, 3000]), (f"{0xB2:016x}", [0], [1000])]
+    arrays = before_host_delay.query("SELECT host_delay_us FROM chunk_arrays ORDER BY span_id_bytes").result_rows
+    assert arrays == [([0, 0, 0],), ([0],)]
+    assert before_host_delay.query("SELECT DISTINCT host_watch FROM streams").result_rows == [("",)]
+    assert table_columns(before_host_delay, "streams") == columns.STREAMS.names
+    assert table_columns(before_host_delay, "chunk_arrays") == columns.CHUNKS.names  # host_delay_us has a default
+    (chunk_arrays_columns,) = before_host_delay.query(
+        "SELECT groupArray(name) FROM (SELECT name FROM system.columns "
+        "WHERE database = currentDatabase() AND table = 'chunk_arrays' ORDER BY position)"
+    ).result_rows[0]
+    assert chunk_arrays_columns == columns.CHUNKS_DECODED.names
+    views = before_host_delay.query(
+        "SELECT name FROM system.tables WHERE database = currentDatabase() AND engine = 'View' ORDER BY name"
+    ).result_rows
+    assert [name for (name,) in views] == ["cancellations", "chunk_timeline", "chunks", "stream_metrics"]
+    for (name,) in views:  # each view still reads what is stored
+        before_host_delay.query(f"SELECT count() FROM (SELECT * FROM {name})")

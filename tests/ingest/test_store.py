@@ -5,9 +5,17 @@ from pathlib import Path
 
 import clickhouse_connect.driver.exceptions as driver_exceptions
 import pytest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from streamscope import semconv as sc
 from streamscope.errors import ConfigError, RetryableWriteError, WriteError
+from streamscope.int64_bytes import int64_bytes
 from streamscope_ingest import store
+from streamscope_ingest.decode.batch import DecodedBatch
+from streamscope_ingest.decode.traces import decode_traces
+from streamscope_ingest.store.writer import ClickHouseWriter
+from tests.support import store_spans, stream_span, trace_request
 
 
 def test_embedded_dsn():
@@ -82,3 +90,74 @@ def test_for_the_writer_only_the_datas_own_faults_are_final():
             raise driver_exceptions.DatabaseError(store_side)
     with pytest.raises(RetryableWriteError), store.translated_errors(writing=True):
         raise driver_exceptions.ProgrammingError("The client has been closed")
+
+
+def host_delayed_span(trace: int, host_delay_us: list[int], watch: str) -> Span:
+    """A client stream of a chunk every 300 ms, with the host delays its SDK measured and the watch it used."""
+    span = stream_span(
+        trace,
+        1,
+        side="client",
+        offsets_ms=[300 * (i + 1) for i in range(len(host_delay_us))],
+        tokens=[1] * len(host_delay_us),
+    )
+    span.attributes.extend(
+        [
+            KeyValue(key=sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US, value=AnyValue(bytes_value=int64_bytes(host_delay_us))),
+            KeyValue(key=sc.STREAMSCOPE_HOST_WATCH, value=AnyValue(string_value=watch)),
+        ]
+    )
+    return span
+
+
+def test_host_delays_and_the_watch_round_trip_through_the_store(store_client):
+    store_spans(
+        store_client,
+        [
+            host_delayed_span(1, [120_000, 0, 290_000], "asyncio"),
+            host_delayed_span(2, [0, 0], "thread"),
+            stream_span(3, 1, side="server", offsets_ms=[1, 2], tokens=[1, 1]),
+        ],
+    )
+    timeline = store_client.query(
+        "SELECT trace_id, groupArray(host_delay_us), groupArray(offset_us) "
+        "FROM (SELECT * FROM chunk_timeline ORDER BY seq) GROUP BY trace_id ORDER BY trace_id"
+    ).result_rows
+    assert timeline == [
+        (f"{1:032x}", [120_000, 0, 290_000], [300_000, 600_000, 900_000]),
+        (f"{2:032x}", [0, 0], [300_000, 600_000]),
+        (f"{3:032x}", [0, 0], [1_000, 2_000]),
+    ]
+    watches = store_client.query("SELECT trace_id, host_watch FROM streams ORDER BY trace_id").result_rows
+    assert watches == [(f"{1:032x}", "asyncio"), (f"{2:032x}", "thread"), (f"{3:032x}", "")]
+
+
+def test_chunks_written_without_host_delays_read_zeros_one_a_chunk(store_client):
+    """Rows a collector of an earlier version writes have no host_delay_us: the store gives them zeros as long as
+    their other arrays, so the chunks view unrolls them. A batch it left in the spool, written by this version,
+    reads the same."""
+
+    def decoded(span: Span) -> DecodedBatch:
+        return decode_traces(trace_request([span]), tenant="t", stall_threshold_us=400_000)
+
+    def as_earlier(batch: DecodedBatch) -> DecodedBatch:
+        new = {"host_delay_us", "host_watch"}
+        batch.blocks = {
+            name: block.drop_columns([c for c in block.column_names if c in new])
+            for name, block in batch.blocks.items()
+        }
+        return batch
+
+    earlier_collector = as_earlier(decoded(stream_span(4, 1, side="client", offsets_ms=[1, 2, 3], tokens=[1, 1, 1])))
+    for table in ("chunk_arrays", "streams"):
+        store_client.insert_arrow(table, earlier_collector.blocks[table])
+    writer = ClickHouseWriter(store_client)
+    writer.write([as_earlier(decoded(stream_span(5, 1, side="client", offsets_ms=[1, 2], tokens=[1, 1])))])
+    writer.write([decoded(host_delayed_span(6, [7], "thread"))])
+    rows = store_client.query(
+        "SELECT trace_id, groupArray(host_delay_us) FROM (SELECT * FROM chunks ORDER BY seq) GROUP BY trace_id "
+        "ORDER BY trace_id"
+    ).result_rows
+    assert rows == [(f"{4:032x}", [0, 0, 0]), (f"{5:032x}", [0, 0]), (f"{6:032x}", [7])]
+    watches = store_client.query("SELECT host_watch FROM streams ORDER BY trace_id").result_rows
+    assert watches == [("",), ("",), ("thread",)]

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from streamscope_ingest.decode import columns
+
 _MAX_REASONS_REPORTED = 5
 CHUNK_ARRAYS = "chunk_arrays"
 """The table ingest writes chunks to: one row a stream, its chunks' values in arrays."""
@@ -77,12 +79,13 @@ def _some(items: Sequence[object]) -> str:
 def concat(batches: Sequence[DecodedBatch]) -> DecodedBatch:
     """One batch holding the rows of ``batches``, for one insert per table.
 
-    Each batch has its own dictionaries; an Arrow IPC stream allows one per column, so they are unified.
+    Each batch has its own dictionaries; an Arrow IPC stream allows one per column, so they are unified. A block
+    an earlier version decoded (a batch left in the spool) gets the columns added since, as the store fills them.
     """
     tables: dict[str, list[pa.Table]] = {}
     for batch in batches:
         for table, block in batch.blocks.items():
-            tables.setdefault(table, []).append(block)
+            tables.setdefault(table, []).append(columns.completed(table, block))
     return DecodedBatch(
         blocks={table: pa.concat_tables(blocks).unify_dictionaries() for table, blocks in tables.items()},
         ignored=sum(b.ignored for b in batches),

@@ -2,11 +2,14 @@
 
 They mirror schema/migrations (a test compares them with the DDL the migrations create); columns with a
 DEFAULT in the DDL (``ingested_at``) are filled by the store, so they are absent here. Chunks are written to
-``chunk_arrays``, one row a stream; ``chunks`` is the view of them with one row a chunk.
+``chunk_arrays``, one row a stream; ``chunks`` is the view of them with one row a chunk. One column with a
+DEFAULT is written all the same: ``chunk_arrays.host_delay_us`` (``CHUNKS_DECODED``), whose default gives rows
+written without it (stored, or spooled, by an earlier version) zeros as long as their other arrays.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -65,6 +68,7 @@ STREAMS = pa.schema(
         ("head_tokens", pa.uint32()),
         ("first_tool_call_seq", pa.uint32()),
         ("content_chunks_by_tokens", pa.map_(pa.uint16(), pa.uint32())),
+        ("host_watch", _LC),
         ("attributes", _ATTRS),
         ("resource_attributes", _ATTRS),
     ]
@@ -93,6 +97,26 @@ CHUNKS = pa.schema(  # the table chunk_arrays: one row a stream, the chunks' val
         ("render_us", pa.list_(pa.uint32())),
     ]
 )
+CHUNKS_DEFAULTED = pa.schema([("host_delay_us", pa.list_(pa.uint32()))])
+"""Columns of chunk_arrays that decode writes although their DDL has a DEFAULT (migration 0022): zeros, one a
+chunk, for rows written without them."""
+CHUNKS_DECODED = pa.unify_schemas([CHUNKS, CHUNKS_DEFAULTED])
+"""What decode writes to chunk_arrays: ``CHUNKS`` then ``CHUNKS_DEFAULTED``."""
+
+
+def completed(table: str, block: pa.Table) -> pa.Table:
+    """``block`` of ``table`` with the columns it lacks because an earlier version decoded it (a batch left in the
+    spool) given the values the store gives such rows, so that it concatenates with blocks decoded now."""
+    if table == "chunk_arrays":
+        for field in CHUNKS_DEFAULTED:
+            if field.name not in block.column_names:
+                gap_us = block["gap_us"].combine_chunks()
+                zeros = pa.array(np.zeros(len(gap_us.values), field.type.value_type.to_pandas_dtype()))
+                block = block.append_column(field, pa.ListArray.from_arrays(gap_us.offsets, zeros))
+    elif table == "streams" and "host_watch" not in block.column_names:
+        field = STREAMS.field("host_watch")
+        block = block.add_column(STREAMS.get_field_index(field.name), field, pa.array([""] * block.num_rows, _LC))
+    return block
 
 
 def ids_as_bytes(hex_ids: pa.Array | pa.ChunkedArray, column: str) -> pa.Array:

@@ -55,6 +55,7 @@ _PROMOTED = frozenset(
         sc.STREAMSCOPE_NODE_NAME,
         sc.STREAMSCOPE_REPETITION_SCORE,
         sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK,
+        sc.STREAMSCOPE_HOST_WATCH,
         *sc.PACKED_ARRAYS,
     }
 )
@@ -64,11 +65,13 @@ _LIMITS = {  # largest value each per-chunk column can store
     sc.STREAMSCOPE_CHUNKS_WIRE_BYTES: np.iinfo(np.uint32).max,
     sc.STREAMSCOPE_CHUNKS_PAINT_DELAY_US: np.iinfo(np.uint32).max,
     sc.STREAMSCOPE_CHUNKS_RENDER_US: np.iinfo(np.uint32).max,
+    sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US: np.iinfo(np.uint32).max,
 }
 _OPTIONAL_ARRAYS = (
     sc.STREAMSCOPE_CHUNKS_WIRE_BYTES,
     sc.STREAMSCOPE_CHUNKS_PAINT_DELAY_US,
     sc.STREAMSCOPE_CHUNKS_RENDER_US,
+    sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US,
 )
 """Recommended, not required: a missing array is all zeros, which means not measured."""
 _U32_MAX = 2**32 - 1
@@ -92,8 +95,8 @@ class _Stream:
     arrays are decoded together."""
     offsets: np.ndarray | None = None
     values: np.ndarray | Sequence[np.ndarray | None] | None = None
-    """One row per packed array after the offsets (tokens, content bytes, wire bytes, paint delay, render); None
-    for an optional array the span did not send, which is all zeros."""
+    """One row per packed array after the offsets (tokens, content bytes, wire bytes, paint delay, render, host
+    delay); None for an optional array the span did not send, which is all zeros."""
     subject: str = ""
 
 
@@ -223,6 +226,7 @@ def _decode_span(
         "tokens_after_cancel": _bounded_int(scalars, sc.STREAMSCOPE_TOKENS_AFTER_CANCEL, _U32_MAX),
         "repetition_score": _float(scalars.get(sc.STREAMSCOPE_REPETITION_SCORE)),
         "first_tool_call_seq": _chunk_seq(scalars, sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK, chunk_count, events_dropped),
+        "host_watch": _enum(scalars, sc.STREAMSCOPE_HOST_WATCH, sc.STREAMSCOPE_HOST_WATCH_VALUES, ""),
         "attributes": {k: stringify(v) for k, v in scalars.items() if k not in _PROMOTED},
         "resource_attributes": resource,
     }
@@ -363,7 +367,7 @@ def _timeline_error(offsets: np.ndarray, values: np.ndarray | Sequence[np.ndarra
 
 def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: int) -> tuple[pa.Table, pa.Table]:
     lengths, offsets, values = timelines
-    tokens, content, wire, paint_delay, render = values
+    tokens, content, wire, paint_delay, render, host_delay = values
     timeline = build_timeline(lengths, offsets, content)
     stats = stream_stats(lengths, offsets, tokens, content, wire, timeline, stall_threshold_us)
     rows = [s.row for s in streams]
@@ -399,7 +403,7 @@ def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: i
 
     def chunk_values(values: np.ndarray, name: str) -> pa.ListArray:
         """A per-chunk column as one list per stream."""
-        item_type = columns.CHUNKS.field(name).type.value_type
+        item_type = columns.CHUNKS_DECODED.field(name).type.value_type
         return pa.ListArray.from_arrays(offsets, pa.array(values.astype(item_type.to_pandas_dtype())))
 
     stream_values = {name: streams_block[name] for name in ("tenant", "start_time", "service", "side", "provider")}
@@ -416,8 +420,9 @@ def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: i
             "wire_bytes": chunk_values(wire, "wire_bytes"),
             "paint_delay_us": chunk_values(paint_delay, "paint_delay_us"),
             "render_us": chunk_values(render, "render_us"),
+            "host_delay_us": chunk_values(host_delay, "host_delay_us"),
         },
-        schema=columns.CHUNKS,
+        schema=columns.CHUNKS_DECODED,
     )
     return streams_block, chunks_block
 
