@@ -381,12 +381,6 @@ def test_a_late_read_while_the_clients_own_host_did_not_run_it_is_client_host():
     # the host ran late for a part of it only: the network held it longest, the host is named second
     stall = only(attribute(watched(late, {12: 150}), server, [], spec_active=False, rules=RULES))
     assert (stall.cause, stall.evidence["secondary_cause"]) == ("connection", "client_host")
-    # the host running late while the server was the one late explains nothing
-    slow_server = timeline(with_gap(11, 450))
-    stall = only(
-        attribute(watched(timeline(with_gap(11, 450)), {12: 400}), slow_server, [], spec_active=False, rules=RULES)
-    )
-    assert stall.cause == "unknown" and stall.evidence["server_part_ms"] == "450.0"
     # without a server span the host's own evidence still tells
     assert only(attribute(watched(late, {12: 440}), None, [], spec_active=False, rules=RULES)).cause == "client_host"
 
@@ -429,3 +423,17 @@ def test_one_silent_stream_beside_a_preemption_is_no_slow_node():
         )
     )
     assert stall.cause == "kv_pressure"
+
+
+def test_an_unexplained_late_server_while_the_client_could_not_read_anyway_is_client_host():
+    server = timeline(with_gap(11, 280))
+    client = watched(timeline(with_gap(11, 280), start_us=server.start_us + 3 * MS), {12: 200})
+    stall = only(attribute(client, server, [], spec_active=False, rules=RULES))
+    assert (stall.cause, stall.confidence, stall.evidence["server_part_ms"]) == ("client_host", 0.6, "280.0")
+    assert "secondary_cause" not in stall.evidence  # an unexplained part names no cause
+    # an engine event that explains the server's part keeps it
+    stall = only(attribute(client, server, [event("prefill_burst", server, 12)], spec_active=False, rules=RULES))
+    assert stall.cause == "prefill_interference" and stall.evidence["server_part_ms"] == "280.0"
+    # a host that ran late for a little of the wait does not
+    barely = watched(timeline(with_gap(11, 280), start_us=server.start_us + 3 * MS), {12: 60})
+    assert only(attribute(barely, server, [], spec_active=False, rules=RULES)).cause == "unknown"

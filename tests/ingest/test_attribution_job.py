@@ -39,7 +39,16 @@ def trace_hex(trace: int) -> str:
     return trace_id(trace).hex()
 
 
-def span(trace: int, span_byte: int, side: str, start_ns: int, gaps_ms: list[float], node: str = "") -> Span:
+def span(
+    trace: int,
+    span_byte: int,
+    side: str,
+    start_ns: int,
+    gaps_ms: list[float],
+    node: str = "",
+    host_delays_ms: dict[int, float] | None = None,
+) -> Span:
+    """A stream span; ``host_delays_ms`` (chunk -> ms) marks its host as watched, with those delays."""
     offsets = np.cumsum([100, *gaps_ms]).astype(np.int64) * 1000  # µs, first content after 100 ms
     attributes = [
         kv(sc.STREAMSCOPE_SIDE, side),
@@ -49,6 +58,9 @@ def span(trace: int, span_byte: int, side: str, start_ns: int, gaps_ms: list[flo
     ]
     if node:
         attributes.append(kv(sc.STREAMSCOPE_NODE_NAME, node))
+    if host_delays_ms is not None:
+        delays = [int(host_delays_ms.get(i, 0) * 1000) for i in range(offsets.size)]
+        attributes += [kv(sc.STREAMSCOPE_HOST_WATCH, "asyncio"), kv(sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US, delays)]
     return Span(
         trace_id=trace_id(trace),
         span_id=bytes([span_byte]) * 8,
@@ -188,3 +200,24 @@ def test_a_job_far_behind_catches_up_in_bounded_passes_without_skipping_or_repea
     assert job.run_once(until) == 7 - first_pass
     assert store_client.query("SELECT count(), uniqExact(trace_id) FROM stream_quality").result_rows == [(7, 7)]
     assert job.run_pass(until) == (0, True)
+
+
+def test_a_watched_clients_own_host_delays_reach_the_verdict(store_client):
+    """Three clients read a chunk late (each from its own node, so no host is shared); the one whose host says it
+    was not running then is client_host."""
+    server = span(7, 2, "server", T0 + 5 * MS, steady(), node="node-1")
+    late = with_gap(12, 450)
+    busy = span(7, 1, "client", T0, late, host_delays_ms={13: 440})
+    server_b = span(8, 2, "server", T0 + 5 * MS, steady(), node="node-2")
+    quiet = span(8, 1, "client", T0, late, host_delays_ms={13: 3})
+    unwatched = span(9, 1, "client", T0, late)
+    server_c = span(9, 2, "server", T0 + 5 * MS, steady(), node="node-3")
+    write(store_client, [server, busy, server_b, quiet, server_c, unwatched], [])
+    AttributionJob(store_client, settle_s=0).run_once(until=datetime.now(UTC) + timedelta(seconds=1))
+    rows = store_client.query("SELECT trace_id, cause, evidence FROM stalls ORDER BY trace_id").result_rows
+    assert [(trace, cause) for trace, cause, _ in rows] == [
+        (trace_hex(7), "client_host"),
+        (trace_hex(8), "connection"),
+        (trace_hex(9), "connection"),
+    ]
+    assert dict(rows[0][2])["host_delay_ms"] == "440.0" and "host_delay_ms" not in dict(rows[2][2])

@@ -21,7 +21,10 @@ from the frame that painted them. For each client stall:
    held it longer; the second part, when it is a sizeable share of the gap, is named as ``secondary_cause`` in
    the evidence. (Comparing the two sides' gaps alone is not enough: a gateway that had been holding the
    previous chunk absorbs a server delay that happened meanwhile.)
-3. The host's part: ``client_host``. The reader's own host kept it from reading what had arrived.
+3. The host's part: ``client_host``. The reader's own host kept it from reading what had arrived. When the
+   server's part is the larger but nothing on the node explains it, a host that did not run the reader for a
+   third of the wait (half of a stall's excess) is the cause the stall had anyway: ``client_host``, lower
+   confidence. (The reader's host and the server's may be one, as with a load generator beside the engine.)
 4. The path's part: the network delayed it, and how it delivered tells which way. A buffering gateway
    (``network_buffering``) holds everything and hands it over together: it holds the first chunk (its lateness
    on the path not counting the client's own host, nor the request's way to the server, which a slow proxy or
@@ -82,6 +85,10 @@ class StallRules:
     held_first_chunk_us: int = 250_000
     """The first content chunk this late on the path (see ``Arrivals``), the client's own host not counted: the
     path held it."""
+    host_share: float = 1 / 3
+    """The reader's own host not running for this share of a stall's wait accounts for half its excess over the
+    stream's usual gap (a stall is at least three usual gaps): when nothing on the node explains the server's part,
+    the host's is the cause the stall had anyway."""
     held_chunk_us: int = 30_000
     held_share: float = 0.75
     """A stream whose content chunks (the first aside) were this late on the path, this share of them or more, was
@@ -347,9 +354,13 @@ def attribute(
         )
         primary = max(parts, key=lambda part: parts[part])  # ties: the server, then the host
         secondary = max((part for part in parts if part != primary), key=lambda part: parts[part])
-        if parts[secondary] >= rules.secondary_share * stall.gap_us:
+        if parts[secondary] >= rules.secondary_share * stall.gap_us and (secondary != "server" or engine != "unknown"):
             stall.evidence["secondary_cause"] = engine if secondary == "server" else secondary
-        if primary == "server":
+        if primary == "server" and engine == "unknown" and host is not None and host[k] >= rules.host_share * wait:
+            # nothing on the node explains the server's part; the reader could not have read for this long anyway
+            stall.cause, stall.confidence = "client_host", 0.6
+            stall.evidence.update(engine_evidence)
+        elif primary == "server":
             stall.cause, stall.confidence = engine, confidence
             stall.evidence.update(engine_evidence)
             if engine in PER_REQUEST_CAUSES and shared_hosts is not None:

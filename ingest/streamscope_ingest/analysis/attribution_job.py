@@ -56,13 +56,14 @@ LIMIT {limit:UInt32} WITH TIES
 """
 """At most ``limit`` streams, and every stream stored in the same instant as the last: the pass can end there."""
 TRACES_SQL = """
-SELECT trace_id, span_id, side, node_name, toUnixTimestamp64Micro(start_time)
+SELECT trace_id, span_id, side, node_name, toUnixTimestamp64Micro(start_time), host_watch != ''
 FROM streams WHERE trace_id IN {traces:Array(String)}
 """
 CHUNKS_SQL = """
 SELECT trace_id, span_id, groupArray(offset_us), groupArray(content_bytes), groupArray(tokens),
-       groupArray(paint_delay_us)
-FROM (SELECT trace_id, span_id, seq, offset_us, content_bytes, tokens, paint_delay_us FROM chunk_timeline
+       groupArray(paint_delay_us), groupArray(host_delay_us)
+FROM (SELECT trace_id, span_id, seq, offset_us, content_bytes, tokens, paint_delay_us, host_delay_us
+      FROM chunk_timeline
       WHERE trace_id_bytes IN (SELECT toFixedString(unhex(arrayJoin({traces:Array(String)})), 16)) ORDER BY seq)
 GROUP BY trace_id, span_id
 """
@@ -159,14 +160,19 @@ class AttributionJob:
     def _attribute(self, streams: list[tuple[Any, ...]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         traces = sorted({row[1] for row in streams})
         sides: dict[str, list[tuple[str, str, str, int]]] = defaultdict(list)
-        for trace, span, side, node, start in self._client.query(TRACES_SQL, parameters={"traces": traces}).result_rows:
+        watched: set[tuple[str, str]] = set()
+        spans = self._client.query(TRACES_SQL, parameters={"traces": traces}).result_rows
+        for trace, span, side, node, start, host_watched in spans:
             sides[trace].append((span, side, node, start))
-        chunks: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+            if host_watched:
+                watched.add((trace, span))
+        chunks: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]] = {}
         tokens: dict[tuple[str, str], np.ndarray] = {}
         timelines = self._client.query_arrow(CHUNKS_SQL, parameters={"traces": traces})
         ids = zip(*(timelines.column(i).to_pylist() for i in (0, 1)))
-        for key, offsets, content, counts, paint in zip(ids, *(_rows(timelines.column(i)) for i in range(2, 6))):
-            chunks[key] = (offsets, content, paint)
+        per_chunk = (_rows(timelines.column(i)) for i in range(2, 7))
+        for key, offsets, content, counts, paint, host in zip(ids, *per_chunk):
+            chunks[key] = (offsets, content, paint, host if key in watched else None)
             tokens[key] = counts
         nodes = sorted({node for spans in sides.values() for _, side, node, _ in spans if side == "server" and node})
         low = min(row[7] for row in streams) - self.rules.event_slack_us
