@@ -135,10 +135,10 @@ def test_the_browser_span_joins_the_server_span_with_plausible_paint_times(chrom
 
 
 def test_a_busy_main_thread_is_reported_in_the_chunk_it_held_back(chromium, chat_stack) -> None:
-    _, chat = chat_stack
+    collector, chat = chat_stack
     # after the 20th chunk a timer runs 500 ms of other work on the main thread (no rendering): the next
     # chunks reach the network meanwhile, and the page reads them when the long task is over
-    _, sent = _chat_posted(chromium, f"{chat.url}?block_ms=500&block_at=20&max_tokens=200")
+    trace_id, sent = _chat_posted(chromium, f"{chat.url}?block_ms=500&block_at=20&max_tokens=200")
     blocked = chromium.execute_script("return window.chat.blocked")
     assert blocked, "the page's timer never ran its block"
 
@@ -152,6 +152,17 @@ def test_a_busy_main_thread_is_reported_in_the_chunk_it_held_back(chromium, chat
     assert 0 < after < len(offsets) - 1, "the block came after the stream, not in the middle of it"
     assert 300_000 <= host_delay[after] <= gaps[after]
     assert sum(host_delay) - host_delay[after] < 250_000  # the rest of the stream had the thread to itself
+
+    _stored_sides(collector, chat, trace_id)
+    stored = collector.query_client.query(
+        "SELECT host_delay_us FROM chunk_timeline WHERE trace_id = {t:String} AND side = 'browser' ORDER BY seq",
+        parameters={"t": trace_id},
+    ).result_rows
+    assert [delay for (delay,) in stored] == host_delay
+    watch = collector.query_client.query(
+        "SELECT host_watch FROM streams WHERE trace_id = {t:String} AND side = 'browser'", parameters={"t": trace_id}
+    ).result_rows
+    assert watch == [("longtask",)]
 
 
 def test_a_browser_without_long_tasks_sends_no_host_evidence(chromium, chat_stack) -> None:
