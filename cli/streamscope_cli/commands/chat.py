@@ -27,7 +27,8 @@ def chat(collector_url: str, page_collector_url: str | None, host: str, port: in
     """Serve the demo chat page: a simulated engine's answers, timed to the screen by the browser snippet.
 
     The collector must let the page's origin in (streamscope collector --cors-origin http://127.0.0.1:8080).
-    Add ?render_ms=700&render_every=25 to the page's URL to make it a slow renderer.
+    Add ?render_ms=700&render_every=25 to the page's URL to make it a slow renderer, or ?block_ms=500&block_at=20
+    to keep its main thread busy with other work for 500 ms after the 20th chunk.
 
     \b
     Example:
