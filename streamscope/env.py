@@ -22,6 +22,11 @@ STREAMSCOPE_DATA_DIR: Final = "STREAMSCOPE_DATA_DIR"
 STREAMSCOPE_ENCODING: Final = "STREAMSCOPE_ENCODING"
 """Chunk timeline encoding the SDK emits: ``packed`` (default) or ``events``."""
 
+STREAMSCOPE_HOST_WATCH: Final = "STREAMSCOPE_HOST_WATCH"
+"""Whether client streams watch their own host (event loop or process) to tell a late host from a late network
+(streamscope.chunks.host_delay_us): on by default; ``off``, ``0``, ``false`` or ``no`` turn it off. Read when
+the SDK is imported."""
+
 STREAMSCOPE_STALL_THRESHOLD_MS: Final = "STREAMSCOPE_STALL_THRESHOLD_MS"
 """A gap longer than this many milliseconds counts as a stall in per-stream statistics (default 400)."""
 
@@ -60,6 +65,11 @@ def default_data_dir() -> Path:
 
 def default_storage_dsn() -> str:
     return os.environ.get(STREAMSCOPE_STORAGE) or f"chdb://{default_data_dir() / 'chdb'}"
+
+
+def host_watch_enabled() -> bool:
+    """Whether ``STREAMSCOPE_HOST_WATCH`` leaves the host watch on (it is unless set to a word for off)."""
+    return os.environ.get(STREAMSCOPE_HOST_WATCH, "").strip().lower() not in ("off", "0", "false", "no")
 
 
 def stall_threshold_us() -> int:

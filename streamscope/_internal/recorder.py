@@ -3,6 +3,11 @@
 Per chunk it only appends four integers to lists (the hot path); the span, its attributes and the
 metrics are built once, at ``finish``. Application code calls these methods, so none of them raises:
 a failure is logged once and the stream is dropped from telemetry, never from the application.
+
+A client stream also watches its own host (``host_watch``: its event loop, else the process) while it runs,
+and for the first chunk and each chunk ``HOST_GAP_NS`` or more after the one before it keeps how much of that
+wait the host did not run the reader (streamscope.chunks.host_delay_us): a stall of the client's own making
+is told from one of the network's. Checking for such a gap is one comparison a chunk.
 """
 
 from __future__ import annotations
@@ -10,7 +15,9 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import struct
 import time
+import weakref
 from collections import deque
 from collections.abc import Mapping, MutableMapping
 from types import TracebackType
@@ -22,7 +29,7 @@ from opentelemetry.util.types import AttributeValue
 
 from streamscope import env
 from streamscope import semconv as sc
-from streamscope._internal import instruments
+from streamscope._internal import host_watch, instruments
 from streamscope.int64_bytes import int64_bytes
 
 Side = Literal["client", "server", "browser", "gateway"]
@@ -33,6 +40,10 @@ MAX_CHUNKS = 1_000_000
 """Chunks kept per stream at most; later ones are counted in streamscope.chunks_dropped, not stored."""
 _TEXT_TAIL_CHUNKS = 256  # chunks of text kept for the repetition score
 _KINDS = {"client": trace.SpanKind.CLIENT, "browser": trace.SpanKind.CLIENT}
+HOST_GAP_NS = 100_000_000
+"""A chunk this long or longer after the one before it (or the first chunk) has its host delay measured."""
+_NEVER = 2**63 - 1
+_INT64_LE = struct.Struct("<q")
 
 log = logging.getLogger("streamscope")
 _warned: set[str] = set()
@@ -45,6 +56,7 @@ def _warn_once(key: str, message: str, *args: object) -> None:
 
 
 _default_encoding: Encoding = "events" if os.environ.get(env.STREAMSCOPE_ENCODING) == "events" else "packed"
+_watch_host = env.host_watch_enabled()
 
 
 def set_default_encoding(encoding: Encoding) -> None:
@@ -64,6 +76,7 @@ class StreamRecorder:
     """
 
     __slots__ = (
+        "__weakref__",
         "_attributes",
         "_cancel_ns",
         "_content",
@@ -72,6 +85,8 @@ class StreamRecorder:
         "_finished",
         "_first_byte_ns",
         "_first_tool_call",
+        "_host_delays",
+        "_host_due_ns",
         "_kind",
         "_meter_provider",
         "_name",
@@ -85,6 +100,9 @@ class StreamRecorder:
         "_tokens_estimated",
         "_tracer",
         "_wall_start_ns",
+        "_watch",
+        "_watch_kind",
+        "_watch_release",
         "_wire",
         "tokens_after_cancel",
     )
@@ -140,6 +158,13 @@ class StreamRecorder:
         self._span: trace.Span | None = None
         self._start_ns = 0
         self._wall_start_ns = 0
+        self._watch: host_watch.Watch | None = None
+        self._watch_kind: str | None = None
+        self._watch_release: weakref.finalize[[], StreamRecorder] | None = None
+        self._host_delays: dict[int, int] = {}
+        """Chunk index -> microseconds its host did not run the reader, where measured and not 0."""
+        self._host_due_ns = 0
+        """A chunk at or after this time has its host delay measured (the first chunk always is)."""
         self.tokens_after_cancel: int | None = None
         """Server side: tokens generated after the peer went away; set it before ``finish``."""
 
@@ -147,6 +172,8 @@ class StreamRecorder:
 
     def start(self) -> StreamRecorder:
         """Start the clock and the span; call just before sending the request (or, on a server, on receipt)."""
+        if self._side == "client" and _watch_host and self._watch is None:
+            self._watch_host()
         self._wall_start_ns = time.time_ns()
         self._start_ns = time.perf_counter_ns()
         try:
@@ -160,6 +187,26 @@ class StreamRecorder:
         except Exception:
             _warn_once("start", "streamscope: could not start a stream span; this stream is not recorded")
         return self
+
+    def _watch_host(self) -> None:
+        """Attach the watch of the host this stream is read on; it is released when the stream finishes, or
+        when the recorder is collected without finishing."""
+        try:
+            watch = host_watch.acquire()
+        except Exception:
+            _warn_once("watch", "streamscope: could not watch the host; host delays are not recorded")
+            return
+        self._watch, self._watch_kind = watch, watch.kind
+        release = self._watch_release = weakref.finalize(self, watch.release)
+        release.atexit = False
+
+    def _release_watch(self) -> None:
+        release, self._watch, self._watch_release = self._watch_release, None, None
+        if release is not None:
+            try:
+                release()
+            except Exception:
+                _warn_once("release", "streamscope: could not release the host watch")
 
     @property
     def span(self) -> trace.Span:
@@ -195,12 +242,38 @@ class StreamRecorder:
             return
         if tool_call and self._first_tool_call is None:
             self._first_tool_call = len(self._times)
-        self._times.append(time.perf_counter_ns())
+        now = time.perf_counter_ns()
+        if now >= self._host_due_ns:
+            self._host_delay(now)
+        self._times.append(now)
         self._tokens.append(tokens)
         self._content.append(content_bytes)
         self._wire.append(wire_bytes)
         if text:
             self._tail.append(text)
+
+    def _host_delay(self, now: int) -> None:
+        """The slow path of ``chunk``, run at most once per ``HOST_GAP_NS`` of the stream: keep how much of the
+        wait for the chunk arriving ``now`` the host did not run the reader, if it came that long after the
+        one before (or is the first), and when the next chunk is worth looking at (never, without a watch)."""
+        watch = self._watch
+        if watch is None:
+            self._host_due_ns = _NEVER
+            return
+        self._host_due_ns = now + HOST_GAP_NS  # from a chunk at or before the one before: never too late
+        times = self._times
+        if times and now - times[-1] < HOST_GAP_NS:
+            return
+        try:
+            late_us = watch.late_us(times[-1] if times else self._start_ns, now)
+        except Exception:
+            _warn_once("host_delay", "streamscope: could not read the host watch; host delays are not recorded")
+            self._release_watch()
+            self._watch_kind = None
+            self._host_delays.clear()
+            return
+        if late_us:
+            self._host_delays[len(self._times)] = late_us
 
     # --- stream facts ------------------------------------------------------------------------------------
 
@@ -222,6 +295,7 @@ class StreamRecorder:
             return
         self._finished = True
         end_ns = time.perf_counter_ns()
+        self._release_watch()
         if self._span is None:
             return
         try:
@@ -280,19 +354,27 @@ class StreamRecorder:
             attributes[sc.STREAMSCOPE_CHUNKS_TOKENS] = int64_bytes(self._tokens)
             attributes[sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES] = int64_bytes(self._content)
             attributes[sc.STREAMSCOPE_CHUNKS_WIRE_BYTES] = int64_bytes(self._wire)
+        host_delays = self._host_delays
+        if self._watch_kind is not None:
+            attributes[sc.STREAMSCOPE_HOST_WATCH] = self._watch_kind
+            if self._encoding == "packed":  # int64_bytes' layout, written where not 0: most chunks are 0
+                packed = bytearray(8 * len(offsets))
+                for index, late_us in host_delays.items():
+                    _INT64_LE.pack_into(packed, 8 * index, late_us)
+                attributes[sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US] = bytes(packed)
         span.set_attributes(attributes)
         if self._encoding == "events":
             wall = self._wall_start_ns
-            for offset, tokens, content, wire in zip(offsets, self._tokens, self._content, self._wire):
-                span.add_event(
-                    sc.CHUNK_EVENT,
-                    {
-                        sc.STREAMSCOPE_CHUNK_TOKENS: tokens,
-                        sc.STREAMSCOPE_CHUNK_CONTENT_BYTES: content,
-                        sc.STREAMSCOPE_CHUNK_WIRE_BYTES: wire,
-                    },
-                    timestamp=wall + offset * 1000,
-                )
+            chunks = zip(offsets, self._tokens, self._content, self._wire)
+            for index, (offset, tokens, content, wire) in enumerate(chunks):
+                event: dict[str, AttributeValue] = {
+                    sc.STREAMSCOPE_CHUNK_TOKENS: tokens,
+                    sc.STREAMSCOPE_CHUNK_CONTENT_BYTES: content,
+                    sc.STREAMSCOPE_CHUNK_WIRE_BYTES: wire,
+                }
+                if index in host_delays:  # only where not 0: an event without it reads 0
+                    event[sc.STREAMSCOPE_CHUNK_HOST_DELAY_US] = host_delays[index]
+                span.add_event(sc.CHUNK_EVENT, event, timestamp=wall + offset * 1000)
         if outcome == "error":
             span.set_status(trace.Status(trace.StatusCode.ERROR, error_type))
         span.end(end_time=self._wall_start_ns + (end_ns - start))

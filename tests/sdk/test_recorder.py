@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import gc
+
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -8,7 +10,7 @@ from opentelemetry.sdk.trace import TracerProvider
 import streamscope._internal.recorder as recorder_module
 from streamscope import StreamRecorder
 from streamscope import semconv as sc
-from streamscope._internal import instruments
+from streamscope._internal import host_watch, instruments
 from tests.clock import FakeClock
 from tests.support import int64s, memory_provider
 
@@ -132,3 +134,83 @@ def test_repetition_score_flags_loops():
     assert recorder_module.repetition_score(prose) < 0.1
     assert recorder_module.repetition_score("I will check that. " * 20) > 0.8
     assert recorder_module.repetition_score("too short") is None
+
+
+class FixedWatch(host_watch.ThreadWatch):
+    """The process's kind of watch, never started: its late intervals are the ones a test gives it."""
+
+    def acquire(self) -> None:
+        self.acquired = getattr(self, "acquired", 0) + 1
+
+    def release(self) -> None:
+        self.released = getattr(self, "released", 0) + 1
+
+
+@pytest.fixture
+def watch(monkeypatch, clock):
+    fixed = FixedWatch()
+    monkeypatch.setattr(host_watch, "acquire", lambda: fixed.acquire() or fixed)
+    return fixed
+
+
+@pytest.mark.parametrize("encoding", ["packed", "events"])
+def test_host_delays_are_measured_on_the_first_chunk_and_after_gaps_of_100_ms(clock, spans, watch, encoding):
+    provider, exporter = spans
+    ms = 1_000_000
+    start = clock.perf
+    for due, ran in ((20, 70), (400, 650), (700, 720)):  # ms after the start: when the host did not run the reader
+        watch._beat(start + due * ms, start + ran * ms)
+    with StreamRecorder(side="client", provider="p", encoding=encoding, tracer_provider=provider) as rec:
+        for wait_ms in (100, 30, 560, 99, 100):
+            clock.advance_us(wait_ms * 1000)
+            rec.chunk(1, 4, 4)
+    (span,) = exporter.get_finished_spans()
+    # the first from the start; 30 ms after: not looked at; 560: the 250 ms in it; 99: not looked at (20 ms in it)
+    expected = [50_000, 0, 250_000, 0, 0]
+    assert span.attributes[sc.STREAMSCOPE_HOST_WATCH] == "thread"
+    if encoding == "packed":
+        assert int64s(span.attributes[sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US]) == expected
+    else:
+        assert [e.attributes.get(sc.STREAMSCOPE_CHUNK_HOST_DELAY_US, 0) for e in span.events] == expected
+        assert sum(sc.STREAMSCOPE_CHUNK_HOST_DELAY_US in e.attributes for e in span.events) == 2
+    assert (watch.acquired, watch.released) == (1, 1)
+
+
+def test_a_failing_watch_costs_the_host_delays_only(clock, spans, watch, monkeypatch, caplog):
+    def broken(since_ns: int, until_ns: int) -> int:
+        raise RuntimeError("broken")
+
+    monkeypatch.setattr(watch, "late_us", broken)
+    provider, exporter = spans
+    with StreamRecorder(side="client", provider="p", tracer_provider=provider) as rec:
+        rec.chunk(1, 4, 4)
+        clock.advance_us(200_000)
+        rec.chunk(1, 4, 4)
+    (span,) = exporter.get_finished_spans()
+    assert int64s(span.attributes[sc.STREAMSCOPE_CHUNKS_OFFSET_US]) == [0, 200_000]
+    assert sc.STREAMSCOPE_HOST_WATCH not in span.attributes
+    assert sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US not in span.attributes
+    assert watch.released == 1
+    assert "could not read the host watch" in caplog.text
+
+
+@pytest.mark.parametrize("outcome", ["completed", "error", "cancelled"])
+def test_the_watch_is_released_once_however_the_stream_ends(clock, spans, watch, outcome):
+    provider, _ = spans
+    recorder = StreamRecorder(side="client", provider="p", tracer_provider=provider).start()
+    recorder.finish(outcome)
+    recorder.finish(outcome)
+    assert (watch.acquired, watch.released) == (1, 1)
+
+
+def test_a_stream_never_started_never_watches(clock, spans, watch):
+    provider, _ = spans
+    StreamRecorder(side="client", provider="p", tracer_provider=provider).finish()
+    assert not hasattr(watch, "acquired") and not hasattr(watch, "released")
+
+
+def test_a_recorder_dropped_without_finishing_releases_its_watch(clock, spans, watch):
+    provider, _ = spans
+    StreamRecorder(side="client", provider="p", tracer_provider=provider).start()
+    gc.collect()
+    assert (watch.acquired, watch.released) == (1, 1)
