@@ -5,7 +5,8 @@ reader's own host did not run the reader: its asyncio event loop was blocked by 
 code, or its process was starved of CPU, or another thread held the interpreter. Both look the same from the
 chunk's arrival time. A watch tells them apart with a heartbeat: it asks to run every ``PERIOD_NS`` and, each
 time it runs more than ``SLACK_NS`` late, keeps the interval [when it was due, when it ran] in which the host
-ran nothing of what was due. ``late_us(since_ns, until_ns)`` is how much of a wait those intervals cover.
+ran nothing of what was due. ``late_us(since_ns, until_ns)`` is how much of a wait the hold that ended just as
+the reader read covers: what arrived during that hold waited in the socket until it ended.
 
 - ``LoopWatch``: one per asyncio event loop (weakly keyed by it), a ``loop.call_later`` heartbeat. A loop
   blocked by one of its tasks, or a thread the OS does not schedule, shows as late ticks.
@@ -36,6 +37,9 @@ PERIOD_NS: Final = 20_000_000
 """How often the heartbeat asks to run."""
 SLACK_NS: Final = 2_000_000
 """Lateness below this is the scheduler's ordinary jitter, not kept."""
+READ_NS: Final = 5_000_000
+"""A late beat that ran this close before a read was the hold the read waited out (the beat and the read's
+callback run one after the other once the host runs the reader again)."""
 CAPACITY: Final = 1024
 """Late intervals kept per watch, the newest; at one a beat, about 20 s of a host late all the time."""
 
@@ -68,20 +72,21 @@ class Watch:
         return self._due_ns is not None
 
     def late_us(self, since_ns: int, until_ns: int) -> int:
-        """Microseconds of [``since_ns``, ``until_ns``] during which the host ran nothing that was due: the
-        kept late intervals that overlap it, and the pending beat when it is overdue by more than the slack
-        at ``until_ns`` (the host is late right now; its beat has not run to say so)."""
-        total = 0
+        """Microseconds of [``since_ns``, ``until_ns``] during which the host had not run the reader just before
+        it read at ``until_ns``: the pending beat when it is overdue by more than the slack (the host is late right
+        now; its beat has not run to say so), else the kept late interval that ended at most ``READ_NS`` before
+        the read. Only that hold delays the read: what arrived during an earlier one was read when it ended, so
+        late beats spread over a long wait (an interpreter shared by busy threads) do not add up."""
         with self._lock:
             due = self._due_ns
             if due is not None and until_ns - due > SLACK_NS:
-                total += until_ns - max(due, since_ns)
-            for start, end in reversed(self._late):  # in time order, and apart: the newest first
-                if end <= since_ns:
-                    break
-                if start < until_ns:
-                    total += min(end, until_ns) - max(start, since_ns)
-        return max(0, total) // 1000
+                start, end = due, until_ns
+            else:
+                # the newest hold that had ended by the read (with the slack: a beat and a read race)
+                start, end = next(((s, e) for s, e in reversed(self._late) if e <= until_ns + SLACK_NS), (0, 0))
+                if end < until_ns - READ_NS:
+                    return 0
+        return max(0, min(end, until_ns) - max(start, since_ns)) // 1000
 
     def _beat(self, due_ns: int, ran_ns: int) -> None:
         """Keep [due, ran] when the beat ran late; the lock is held."""
