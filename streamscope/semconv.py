@@ -120,7 +120,7 @@ STREAMSCOPE_CHUNKS_RENDER_US: Final = "streamscope.chunks.render_us"
 """Microseconds of main-thread work the app spent rendering each chunk; 0 when not measured. type int64s; unit us; recommended (in the packed encoding, on the browser side); sides: browser; streamscope extension."""
 
 STREAMSCOPE_CHUNKS_HOST_DELAY_US: Final = "streamscope.chunks.host_delay_us"
-"""Microseconds of the wait before each chunk during which the reader's own host did not run it (its event loop ran late, its process was starved of CPU, the page's main thread ran a long task): measured for the first chunk and for every chunk that came at least 100 ms after the one before it; 0 otherwise. type int64s; unit us; recommended (in the packed encoding, when the emitter watched its own host (streamscope.host.watch)); sides: client, browser; streamscope extension."""
+"""Microseconds of the wait before each chunk during which the reader's own host did not run it, in the hold the read waited out (its event loop ran late, its process was starved of CPU, the page's main thread ran a long task, ending just before the read): measured for the first chunk and for every chunk that came at least 100 ms after the one before it; 0 otherwise. type int64s; unit us; recommended (in the packed encoding, when the emitter watched its own host (streamscope.host.watch)); sides: client, browser; streamscope extension."""
 
 STREAMSCOPE_CHUNK_TOKENS: Final = "streamscope.chunk.tokens"
 """Tokens in this chunk. type int; unit {token}; required (on streamscope.chunk events); sides: client, server, browser, gateway; streamscope extension."""

@@ -27,6 +27,7 @@ const VERSION = "1";
 const FRAME_MS = 1000 / 60;
 const PAINT_WAIT_MS = 1000; // a stream whose last paints never come (a hidden tab) is sent without them
 const HOST_GAP_MS = 100; // host delay is measured for the first chunk and for chunks this long after the last
+const READ_MS = 50; // a long task that ended this close before a chunk was read is the one the read waited out
 const LONG_TASKS_KEPT = 500; // the page's most recent long tasks (each at least 50 ms of main-thread work)
 const encoder = new TextEncoder();
 
@@ -56,27 +57,24 @@ function watchLongTasks() {
   return longTasks;
 }
 
-/** Per chunk, the time (us) its wait overlapped the page's long tasks: from the stream's start for the first
- * chunk, from the chunk before for one that came HOST_GAP_MS or more after it, 0 for the rest. */
+/** Per chunk, the time (us) of its wait that the page's main thread was in the long task it waited out: the last
+ * one that ended at most READ_MS before the chunk was read (what arrived during an earlier one was read when that
+ * one ended). Measured from the stream's start for the first chunk, from the chunk before for one that came
+ * HOST_GAP_MS or more after it; 0 for the rest. */
 function hostDelays(start, arrivals, tasks) {
   tasks.collect();
   const end = arrivals.length ? arrivals[arrivals.length - 1] : start;
-  const busy = tasks.intervals.filter(([from, to]) => to > start && from < end).sort((a, b) => a[0] - b[0]);
+  const busy = tasks.intervals.filter(([from, to]) => to > start && from < end).sort((a, b) => a[1] - b[1]);
   return arrivals.map((now, i) => {
     const since = i ? arrivals[i - 1] : start;
     if (i && now - since < HOST_GAP_MS) return 0;
-    let overlap = 0;
-    let covered = since; // long tasks do not overlap on one thread; this also keeps any that did from counting twice
-    for (const [from, to] of busy) {
-      if (from >= now) break;
-      const a = Math.max(from, covered);
-      const b = Math.min(to, now);
-      if (b > a) {
-        overlap += b - a;
-        covered = b;
-      }
+    let last = null;
+    for (const task of busy) {
+      if (task[1] > now) break;
+      last = task;
     }
-    return Math.round(overlap * 1000);
+    if (!last || last[1] < now - READ_MS) return 0;
+    return Math.round(Math.max(0, last[1] - Math.max(last[0], since)) * 1000);
   });
 }
 
