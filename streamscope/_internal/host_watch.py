@@ -37,9 +37,9 @@ PERIOD_NS: Final = 20_000_000
 """How often the heartbeat asks to run."""
 SLACK_NS: Final = 2_000_000
 """Lateness below this is the scheduler's ordinary jitter, not kept."""
-READ_NS: Final = 5_000_000
-"""A late beat that ran this close before a read was the hold the read waited out (the beat and the read's
-callback run one after the other once the host runs the reader again)."""
+READ_NS: Final = 50_000_000
+"""A hold that ended this close before a read was the one the read waited out: once the host runs the reader
+again, it works through everything that arrived meanwhile, stream after stream, before it is idle."""
 CAPACITY: Final = 1024
 """Late intervals kept per watch, the newest; at one a beat, about 20 s of a host late all the time."""
 
@@ -73,20 +73,21 @@ class Watch:
 
     def late_us(self, since_ns: int, until_ns: int) -> int:
         """Microseconds of [``since_ns``, ``until_ns``] during which the host had not run the reader just before
-        it read at ``until_ns``: the pending beat when it is overdue by more than the slack (the host is late right
-        now; its beat has not run to say so), else the kept late interval that ended at most ``READ_NS`` before
-        the read. Only that hold delays the read: what arrived during an earlier one was read when it ended, so
-        late beats spread over a long wait (an interpreter shared by busy threads) do not add up."""
+        it read at ``until_ns``: the kept late interval that ended at most ``READ_NS`` before the read, or the
+        pending beat when it is overdue by more than the slack (the host is late right now; its beat has not run to
+        say so), whichever is longer; both, when the overdue beat is the one due after that hold. Only that hold
+        delays the read: what arrived during an earlier one was read
+        when it ended, so late beats spread over a long wait (an interpreter shared by busy threads) do not add
+        up."""
         with self._lock:
             due = self._due_ns
-            if due is not None and until_ns - due > SLACK_NS:
-                start, end = due, until_ns
-            else:
-                # the newest hold that had ended by the read (with the slack: a beat and a read race)
-                start, end = next(((s, e) for s, e in reversed(self._late) if e <= until_ns + SLACK_NS), (0, 0))
-                if end < until_ns - READ_NS:
-                    return 0
-        return max(0, min(end, until_ns) - max(start, since_ns)) // 1000
+            pending = until_ns - max(due, since_ns) if due is not None and until_ns - due > SLACK_NS else 0
+            # the newest hold that had ended by the read (with the slack: a beat and a read race)
+            start, end = next(((s, e) for s, e in reversed(self._late) if e <= until_ns + SLACK_NS), (0, 0))
+        held = min(end, until_ns) - max(start, since_ns) if end >= until_ns - READ_NS else 0
+        if pending and end and due is not None and due - end <= PERIOD_NS + SLACK_NS:
+            held = until_ns - max(start, since_ns)  # the beat due after that hold is overdue: it never let go
+        return max(0, pending, held) // 1000
 
     def _beat(self, due_ns: int, ran_ns: int) -> None:
         """Keep [due, ran] when the beat ran late; the lock is held."""

@@ -211,11 +211,12 @@ def test_only_the_hold_the_read_waited_out_counts():
     for due, ran in ((100, 150), (200, 210), (400, 500)):
         watch._beat(due * ms, ran * ms)
     assert watch.late_us(0, 502 * ms) == 100 * MS  # read as the last hold ended
+    assert watch.late_us(0, 530 * ms) == 100 * MS  # or while working through what arrived meanwhile
     assert watch.late_us(450 * ms, 503 * ms) == 50 * MS  # the part of it inside the wait
-    assert watch.late_us(0, 520 * ms) == 0  # read well after it: the host ran the reader before
+    assert watch.late_us(0, 580 * ms) == 0  # read well after it: the host ran the reader before
     assert watch.late_us(120 * ms, 212 * ms) == 10 * MS  # the hold before that read, not the ones before it
     watch._beat(600 * ms, 600 * ms + host_watch.SLACK_NS)  # late, but only by the slack: not kept
-    assert watch.late_us(550 * ms, 601 * ms) == 0
+    assert watch.late_us(660 * ms, 700 * ms) == 0
 
 
 def test_many_small_lags_over_a_long_wait_do_not_add_up():
@@ -321,3 +322,14 @@ def test_a_stream_outside_an_event_loop_imports_no_asyncio():
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_a_hold_the_host_has_not_let_go_of_since_counts_whole():
+    """After a long hold the loop works through what arrived meanwhile; its next beat is overdue again."""
+    ms = 1_000_000
+    watch = host_watch.ThreadWatch()
+    watch._beat(100 * ms, 550 * ms)
+    watch._due_ns = 550 * ms + host_watch.PERIOD_NS  # the beat due after it has not run
+    assert watch.late_us(50 * ms, 610 * ms) == 510 * MS
+    watch._due_ns = 700 * ms  # a later beat is due: the host ran the reader in between
+    assert watch.late_us(50 * ms, 720 * ms) == 20 * MS
