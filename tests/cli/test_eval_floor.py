@@ -2,31 +2,36 @@
 proxy into the embedded ClickHouse, attributed and scored against their ground truth.
 
 The scenarios here keep enough injected stalls when shortened for a 0.9 floor to mean something, and their
-verdicts hold on a loaded machine, where the one process running clients, proxy and engines pauses now and
-then (attribution leaves such pauses ``unknown`` when other streams were held with them). Left to
-`streamscope eval` at full size: kv-pressure builds up too few preemptions in a short run; spec-collapse
-blames natural slow drafting that nothing injected when the engines are starved of CPU; and flaky-network and
-mixed score ``connection`` over a dozen stalls or fewer, where one pause that held a single stream (which no
-signal tells from a dropped packet) moves precision across the floor.
+verdicts hold on a loaded machine: the clients watch their own host (a load generator beside its engines pauses
+now and then), and the workload records when its client loop really ran late as ``client_host`` ground truth,
+so a busy host is scored like any other cause. Two come from the attribution benchmark's tuning set (repeated
+short connection stalls; a client whose event loop is blocked on a schedule). Left to `streamscope eval` and
+`python -m benchmarks.attribution_accuracy` at full size: kv-pressure builds up too few preemptions in a short
+run, and flaky-network and mixed score ``connection`` over a dozen stalls or fewer.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from streamscope_cli.workload.evaluate import evaluate_named, render
 from streamscope_ingest.analysis.evaluation import STALL_CAUSES
 
+TUNING = Path(__file__).resolve().parents[2] / "benchmarks" / "attribution" / "tuning"
 FLOOR = 0.9
 CASES = {
     # scenario: (streams, {cause: the least support that makes the floor meaningful})
     "steady": (40, {}),
     "prefill-storm": (40, {"prefill_interference": 10}),
     "gateway-buffering": (40, {"network_buffering": 10}),
+    str(TUNING / "short-stalls.yaml"): (40, {"connection": 10}),
+    str(TUNING / "client-host.yaml"): (40, {"client_host": 10}),
 }
 
 
-@pytest.mark.parametrize("scenario", CASES)
+@pytest.mark.parametrize("scenario", CASES, ids=lambda scenario: Path(scenario).stem)
 def test_attribution_meets_the_accuracy_floor(scenario: str, storage_dsn: str) -> None:
     streams, least_support = CASES[scenario]
     result = evaluate_named(scenario, storage_dsn, streams=streams)
@@ -37,5 +42,5 @@ def test_attribution_meets_the_accuracy_floor(scenario: str, storage_dsn: str) -
         if result.support(cause):
             assert (result.precision(cause) or 0.0) >= FLOOR, report
             assert (result.recall(cause) or 0.0) >= FLOOR, report
-    if not least_support:  # nothing injected: no stall may be blamed on an injected cause
+    if not least_support:  # nothing injected: no stall may be blamed on the network or an engine
         assert result.blamed_on_injected() == 0, report
