@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import subprocess
 import sys
@@ -25,6 +24,8 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from streamscope_cli.workload.host_load import spawn_burner, stop_burners
 
 HERE = Path(__file__).resolve().parent / "attribution"
 NETWORK_OR_ENGINE = ("prefill_interference", "kv_pressure", "spec_decode", "network_buffering", "connection")
@@ -70,11 +71,6 @@ def run_one(scenario: str, streams: int | None) -> dict[str, Any]:
     result["seconds"] = time.monotonic() - started
     result["load"] = (before, os.getloadavg()[0])
     return result
-
-
-def _spin() -> None:
-    while True:
-        pass
 
 
 class Tally:
@@ -152,14 +148,11 @@ def main() -> None:
     else:
         scenarios = list(args.scenarios) or [s for name in args.sets or ["holdout"] for s in scenario_set(name)]
         streams = args.streams
-    burners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(args.burners)]
-    for burner in burners:
-        burner.start()
+    burners = [spawn_burner(1.0, 1.0) for _ in range(args.burners)]  # always on
     try:
         results = {scenario: run_one(scenario, streams) for scenario in scenarios}
     finally:
-        for burner in burners:
-            burner.terminate()
+        stop_burners(burners)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     print(render(results, args.burners))

@@ -64,6 +64,24 @@ def busy_wait(seconds: float) -> None:
         hashlib.sha256(_WORK).digest()
 
 
+def spawn_burner(period_s: float, busy_s: float, phase_s: float = 0.0) -> subprocess.Popen[bytes]:
+    """One process spinning on the CPU for ``busy_s`` of every ``period_s`` (always, when they are equal), until
+    ``stop_burners`` or this process is gone."""
+    args = [str(p) for p in (os.getpid(), period_s, busy_s, phase_s)]
+    return subprocess.Popen([sys.executable, "-c", _BURNER, *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+
+
+def stop_burners(burners: Sequence[subprocess.Popen[bytes]]) -> None:
+    for burner in burners:
+        burner.terminate()
+    for burner in burners:
+        try:
+            burner.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            burner.kill()
+            burner.wait()
+
+
 def block_times(load: HostLoad, seed: int, index: int) -> Iterator[float]:
     """When each of a client load's blocks begins (seconds from the start of the run), without end: the first at
     ``start_s`` or a phase within the first period, each moved by up to ``jitter`` of the period's idle time."""
@@ -130,29 +148,14 @@ class HostActivity:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
-        for burner in self._burners:
-            burner.terminate()
-        for burner in self._burners:
-            try:
-                burner.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                burner.kill()
-                burner.wait()
+        stop_burners(self._burners)
         self._burners.clear()
 
     def _start_burners(self, load: HostLoad, index: int) -> None:
         rng = random.Random(f"host_load:{self.seed}:{index}")
         period, busy = load.period_s, load.busy_ms / 1000
         for _ in range(load.processes):
-            phase = rng.uniform(0, period) if busy < period else 0.0
-            args = [str(p) for p in (os.getpid(), period, busy, phase)]
-            self._burners.append(
-                subprocess.Popen(
-                    [sys.executable, "-c", _BURNER, *args],
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                )
-            )
+            self._burners.append(spawn_burner(period, busy, rng.uniform(0, period) if busy < period else 0.0))
 
     async def _block_loop(self, load: HostLoad, index: int, started: float) -> None:
         busy_s = load.busy_ms / 1000

@@ -135,11 +135,12 @@ def score(client: Client, since: datetime, absolute_us: int = 400_000) -> Score:
     for trace, cause, start, end, magnitude, delayed_content in truths:
         by_trace.setdefault(trace, []).append((cause, start, end, magnitude, bool(delayed_content)))
     host_records = [(cause, start, end, (end - start) / 1e6, False) for cause, start, end in host]
+    host_candidates = [("", record) for record in host_records]  # candidates for every stall
     result = Score()
     hit: set[tuple[str, int, int]] = set()
     for trace, _, start, end, predicted, secondary in stalls:
         best, best_match, labelled_by = "none", -1.0, -1
-        candidates = [(trace, r) for r in by_trace.get(trace, [])] + [("", r) for r in host_records]
+        candidates = [(trace, r) for r in by_trace.get(trace, [])] + host_candidates
         for index, (key, (cause, t_start, t_end, _, _)) in enumerate(candidates):
             overlap = min(end, t_end) - max(start, t_start)
             if overlap < -MATCH_SLACK_US:
