@@ -15,6 +15,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -33,6 +34,7 @@ from streamscope_cli.proxy import (
     create_app,
     trace_id_of,
 )
+from streamscope_cli.proxy.app import HEARTBEAT_S
 from streamscope_cli.proxy.framing import EventFramer
 from streamscope_cli.proxy.impairments import (
     Finish,
@@ -146,12 +148,23 @@ def upstream():
     server.stop()
 
 
+class RuleRecords(MemorySink):
+    """What the impairment rules did: ``snapshot`` leaves out the proxy's own pauses (``watchdog`` records), which a
+    busy test host may cause at any time; ``all_records`` has them too."""
+
+    def snapshot(self) -> list[GroundTruth]:
+        return [r for r in self.all_records() if r.detail.get("source") != "watchdog"]
+
+    def all_records(self) -> list[GroundTruth]:
+        return super().snapshot()
+
+
 @pytest.fixture
 def start_proxy():
     servers: list[BackgroundServer] = []
 
-    def start(upstream_url: str, *rules, seed: int | None = None) -> tuple[str, MemorySink]:
-        sink = MemorySink()
+    def start(upstream_url: str, *rules, seed: int | None = None) -> tuple[str, RuleRecords]:
+        sink = RuleRecords()
         config = ProxyConfig(upstream=upstream_url, node="gateway-7", impairments=rules, seed=seed)
         server = BackgroundServer(create_app(config, sink), name="proxy").start()
         servers.append(server)
@@ -211,7 +224,7 @@ def read_stream(base: str, path: str = "/v1/chat/completions", *, params: dict |
     return Reading(response.status_code, response.headers, reads, error, trace_id)
 
 
-def records_for(sink: MemorySink, trace_id: str, cause: str | None = None) -> list[GroundTruth]:
+def records_for(sink: RuleRecords, trace_id: str, cause: str | None = None) -> list[GroundTruth]:
     return [r for r in sink.snapshot() if r.trace_id == trace_id and (cause is None or r.cause == cause)]
 
 
@@ -241,6 +254,32 @@ def test_pass_through_keeps_bytes_headers_query_and_trace_context(upstream, star
     assert trace_id_of(seen["headers"]["traceparent"]) == proxied.trace_id
     assert seen["headers"]["host"] == upstream.url.removeprefix("http://")
     assert sink.snapshot() == []
+
+
+def test_a_pause_of_the_proxy_itself_is_recorded_for_every_stream_it_relays(upstream):
+    """The proxy's loop held up (as on a starved machine) for longer than a retransmission timeout: each stream it
+    was relaying then gets a ``connection`` record of the pause, from the watchdog, with its trace id."""
+    sink = RuleRecords()
+    app = create_app(ProxyConfig(upstream=upstream.url, node="gateway-7"), sink)
+    server = BackgroundServer(app, name="proxy").start()
+    readings: list[Reading] = []
+    try:
+        base = f"http://127.0.0.1:{server.port}"
+        reader = threading.Thread(target=lambda: readings.append(read_stream(base, params={"n": 60, "gap_ms": 10})))
+        reader.start()
+        wait_until(lambda: app.state.proxy._relaying, "the proxy relaying the body")
+        app.state.proxy._watchdog.get_loop().call_soon_threadsafe(time.sleep, 0.4)  # the loop stops for 400 ms
+        reader.join(30)
+    finally:
+        server.stop()
+    (reading,) = readings
+    assert reading.error is None and reading.body == b"".join(upstream_events(60))
+    paused = [r for r in sink.all_records() if r.trace_id == reading.trace_id]
+    assert paused and all(
+        r.cause == "connection" and r.detail == {"kind": "paused", "source": "watchdog"} for r in paused
+    )
+    assert max(r.magnitude for r in paused) >= 0.4 - HEARTBEAT_S and paused[0].node == "gateway-7"
+    assert records_for(sink, reading.trace_id) == []  # no rule did anything
 
 
 def test_non_sse_routes_are_forwarded_as_is(upstream, start_proxy):

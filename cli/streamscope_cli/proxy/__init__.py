@@ -24,7 +24,9 @@ and only to request paths starting with ``path_prefix``. Events are never split 
 Ground truth: everything that really happened goes to the ``GroundTruthSink`` given to ``create_app``:
 ``network_buffering`` for holds (coalescing, merging) longer than 1 ms, ``connection`` for stalls and drops,
 with the stream's trace id (from ``traceparent``) and the proxy's request id (also sent back to the client
-in the ``x-streamscope-proxy-request-id`` response header).
+in the ``x-streamscope-proxy-request-id`` response header). The proxy itself not running for a retransmission
+timeout or more (a busy machine) is ``connection`` too, for every stream it was relaying (detail source
+``watchdog``): it held them as a stalled connection would.
 """
 
 from streamscope_cli.proxy.app import REQUEST_ID_HEADER, create_app, trace_id_of

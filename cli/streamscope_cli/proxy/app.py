@@ -41,6 +41,12 @@ _HOP_BY_HOP = frozenset(
 )
 _NOT_FORWARDED_UP = _HOP_BY_HOP | {b"host", b"expect"}
 _NOT_FORWARDED_DOWN = _HOP_BY_HOP | {b"server", b"date"}  # the proxy's own server writes these
+HEARTBEAT_S = 0.010
+PAUSE_RECORDED_S = 0.200
+"""The proxy not running this long (its process starved on a busy machine) held every stream it relayed as a
+stalled connection holds one: recorded as ``connection`` ground truth of each (detail source ``watchdog``). It is
+TCP's minimum retransmission timeout, the shortest hold attribution names a connection's; shorter pauses are the
+jitter of a busy host, which no cause names."""
 _TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$")
 
 
@@ -71,8 +77,12 @@ class _Proxy:
             config.read_timeout_s, connect=config.connect_timeout_s, pool=config.connect_timeout_s
         )
         self._ssl: ssl.SSLContext | None = None
+        self._relaying: set[_StreamContext] = set()
+        self._watchdog: asyncio.Task[None] | None = None
 
     async def handle(self, request: Request) -> Response:
+        if self._watchdog is None and self._sink is not None:
+            self._watchdog = asyncio.get_running_loop().create_task(self._watch())
         request_id = uuid.uuid4().hex
         raw_path: bytes = request.scope.get("raw_path") or request.url.path.encode()
         query: bytes = request.scope.get("query_string", b"")
@@ -119,17 +129,49 @@ class _Proxy:
 
     def record(self, facts: list[Fact], stream: _StreamContext, wall_offset_ns: int) -> None:
         """Turn the shaper's facts into ground-truth records (monotonic → wall clock)."""
+        for fact in facts:
+            self._record(_ground_truth(fact, self.config.node, stream, wall_offset_ns))
+
+    def _record(self, truth: GroundTruth) -> None:
         if self._sink is None:
             return
-        for fact in facts:
-            truth = _ground_truth(fact, self.config.node, stream, wall_offset_ns)
-            try:
-                self._sink.record(truth)
-            except Exception:
-                log.exception("ground-truth sink failed; record lost: %s", truth)
+        try:
+            self._sink.record(truth)
+        except Exception:
+            log.exception("ground-truth sink failed; record lost: %s", truth)
+
+    def relaying(self, stream: _StreamContext, relaying: bool) -> None:
+        """Note that the proxy is (or no longer is) relaying ``stream``'s body: a pause of the proxy holds it."""
+        if relaying:
+            self._relaying.add(stream)
+        else:
+            self._relaying.discard(stream)
+
+    async def _watch(self) -> None:
+        """A heartbeat on the proxy's loop: a wake-up ``PAUSE_RECORDED_S`` late held every stream being relayed."""
+        while True:
+            due = time.monotonic() + HEARTBEAT_S
+            await asyncio.sleep(HEARTBEAT_S)
+            late = time.monotonic() - due
+            if late < PAUSE_RECORDED_S:
+                continue
+            end_ns = time.time_ns()
+            for stream in list(self._relaying):
+                self._record(
+                    GroundTruth(
+                        cause="connection",
+                        start_ns=end_ns - round(late * 1e9),
+                        end_ns=end_ns,
+                        magnitude=late,
+                        detail={"kind": "paused", "source": "watchdog"},
+                        node=self.config.node,
+                        trace_id=stream.trace_id,
+                        request_id=stream.request_id,
+                    )
+                )
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class _StreamContext:
     proxy: _Proxy
     plan: StreamPlan | None
@@ -199,6 +241,7 @@ class _Relay(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         complete = False
+        self._stream.proxy.relaying(self._stream, True)
         try:
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
             async with anyio.create_task_group() as group:
@@ -218,6 +261,7 @@ class _Relay(Response):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             # else: returning without ending the body makes the server close the connection: a truncated body
         finally:
+            self._stream.proxy.relaying(self._stream, False)
             with anyio.CancelScope(shield=True):
                 await self._upstream.aclose()
                 await self._client.aclose()

@@ -24,8 +24,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from streamscope import astream_sse, setup
 from streamscope.errors import StreamscopeError
 from streamscope_cli.engine.app import EngineNode
-from streamscope_cli.proxy.app import create_app as create_proxy
-from streamscope_cli.proxy.config import ProxyConfig
+from streamscope_cli.proxy.process import ProxyProcess
 from streamscope_cli.workload.ground_truth import GroundTruthSink
 from streamscope_cli.workload.host_load import HostActivity
 from streamscope_cli.workload.scenario import PlannedStream, Scenario, plan
@@ -45,20 +44,29 @@ class RunningWorkload:
     urls: dict[str, str]
     proxy_url: str | None
     servers: list[BackgroundServer] = field(default_factory=list)
+    proxy: ProxyProcess | None = None
 
     def url_for(self, stream: PlannedStream) -> str:
         base = self.proxy_url if stream.via_proxy and self.proxy_url else self.urls[stream.node]
         return f"{base}/v1/chat/completions"
 
     def stop(self) -> None:
+        if self.proxy is not None:
+            self.proxy.stop()
         for server in reversed(self.servers):
             server.stop()
 
 
 def start_workload(
-    scenario: Scenario, *, sink: GroundTruthSink | None, engine_traces: TracerProvider | None, host: str = "127.0.0.1"
+    scenario: Scenario,
+    *,
+    sink: GroundTruthSink | None,
+    engine_traces: TracerProvider | None,
+    collector_url: str,
+    host: str = "127.0.0.1",
 ) -> RunningWorkload:
-    """Start the scenario's engine nodes (and its proxy) on free loopback ports."""
+    """Start the scenario's engine nodes (and its proxy, in a process of its own: ``ProxyProcess``) on free
+    loopback ports; the proxy's ground truth goes to ``collector_url``."""
     workload = RunningWorkload(nodes={}, urls={}, proxy_url=None)
     try:
         for config in scenario.nodes:
@@ -68,17 +76,18 @@ def start_workload(
             workload.nodes[config.node] = node
             workload.urls[config.node] = f"http://{host}:{server.port}"
         if scenario.proxy:
-            proxy_config = ProxyConfig.from_dict(
+            workload.proxy = ProxyProcess(
                 {
                     "upstream": workload.urls[scenario.proxy["fronts"]],
                     "node": scenario.proxy.get("node", "proxy"),
                     "seed": scenario.seed,
                     "impairments": scenario.proxy.get("impairments", []),
-                }
-            )
-            server = BackgroundServer(create_proxy(proxy_config, sink), host, 0, name="proxy").start()
-            workload.servers.append(server)
-            workload.proxy_url = f"http://{host}:{server.port}"
+                },
+                collector_url=collector_url,
+                scenario=scenario.name,
+                host=host,
+            ).start()
+            workload.proxy_url = workload.proxy.url
     except BaseException:
         workload.stop()
         raise
@@ -179,7 +188,7 @@ def run_load(
     engine_traces = setup(ENGINE_SERVICE, endpoint=collector_url, set_global=False)
     truth_logs = ground_truth_logger(WORKLOAD_SERVICE, collector_url)
     sink = OtlpGroundTruthSink(truth_logs, scenario=scenario.name)
-    workload = start_workload(scenario, sink=sink, engine_traces=engine_traces)
+    workload = start_workload(scenario, sink=sink, engine_traces=engine_traces, collector_url=collector_url)
     node_agents = (
         [
             GpuAgent(AgentConfig(node=name, engine_url=f"{url}/metrics", collector_url=collector_url, gpu=False))
