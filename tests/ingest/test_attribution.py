@@ -214,6 +214,24 @@ def test_a_hiccup_that_splits_a_gateways_release_is_a_connection_and_the_flush_a
     assert len(stalls) >= 3  # the flushes before the hiccup, and the one after it
 
 
+def test_streams_a_gateway_held_together_are_the_paths_when_held_as_long_as_a_stalled_connection():
+    """A gateway in front of the engines (the endpoint the streams were read from) that paused holds every stream
+    it relays at once: the path held them, ``connection``, however many; a shorter hold is jitter, ``unknown``."""
+    server = timeline([20.0] * 40)
+
+    def attributed(hold_ms: float) -> Stall:
+        late = held(server, (21, hold_ms))
+        peers = [Arrivals.of(late, server)] * 3
+        hosts = [SharedHost("endpoint", "gw:443", peers), SharedHost("node", "n1", peers)]
+        return only(attribute(late, server, [], spec_active=False, rules=RULES, shared_hosts=lambda: hosts))
+
+    paused = attributed(300)
+    assert paused.cause == "connection"
+    assert paused.evidence["held_together_with"] == "3 of 3 streams in flight on endpoint gw:443"
+    jitter = attributed(180)
+    assert jitter.cause == "unknown" and jitter.evidence["held_together_with"].endswith("endpoint gw:443")
+
+
 def test_a_late_arrival_other_streams_of_the_host_shared_is_a_pause_not_the_network():
     server = timeline([20.0] * 40)
     late = held(server, (21, 300))

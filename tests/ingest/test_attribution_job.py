@@ -47,8 +47,10 @@ def span(
     gaps_ms: list[float],
     node: str = "",
     host_delays_ms: dict[int, float] | None = None,
+    endpoint: tuple[str, int] | None = None,
 ) -> Span:
-    """A stream span; ``host_delays_ms`` (chunk -> ms) marks its host as watched, with those delays."""
+    """A stream span; ``host_delays_ms`` (chunk -> ms) marks its host as watched, with those delays; ``endpoint``
+    is the server.address and server.port a client streamed from."""
     offsets = np.cumsum([100, *gaps_ms]).astype(np.int64) * 1000  # µs, first content after 100 ms
     attributes = [
         kv(sc.STREAMSCOPE_SIDE, side),
@@ -58,6 +60,11 @@ def span(
     ]
     if node:
         attributes.append(kv(sc.STREAMSCOPE_NODE_NAME, node))
+    if endpoint is not None:
+        attributes += [
+            kv(sc.SERVER_ADDRESS, endpoint[0]),
+            KeyValue(key=sc.SERVER_PORT, value=AnyValue(int_value=endpoint[1])),
+        ]
     if host_delays_ms is not None:
         delays = [int(host_delays_ms.get(i, 0) * 1000) for i in range(offsets.size)]
         attributes += [kv(sc.STREAMSCOPE_HOST_WATCH, "asyncio"), kv(sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US, delays)]
@@ -221,3 +228,20 @@ def test_a_watched_clients_own_host_delays_reach_the_verdict(store_client):
         (trace_hex(9), "connection"),
     ]
     assert dict(rows[0][2])["host_delay_ms"] == "440.0" and "host_delay_ms" not in dict(rows[2][2])
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_streams_held_together_by_the_endpoint_they_streamed_from_are_the_paths(store_client, shared):
+    """Three watched clients, each served by its own node, read a chunk 450 ms late at the same instant: through
+    one gateway (the same server.address and port), the gateway held them all, which their shared endpoint
+    shows; through three, nothing ties them and each is a connection of its own."""
+    spans = []
+    for trace in (11, 12, 13):
+        gateway = ("gw.example", 8443) if shared else (f"gw-{trace}.example", 8443)
+        spans.append(span(trace, 2, "server", T0 + 5 * MS, steady(), node=f"node-{trace}"))
+        spans.append(span(trace, 1, "client", T0, with_gap(12, 450), host_delays_ms={}, endpoint=gateway))
+    write(store_client, spans, [])
+    AttributionJob(store_client, settle_s=0).run_once(until=datetime.now(UTC) + timedelta(seconds=1))
+    rows = store_client.query("SELECT cause, evidence['held_together_with'] FROM stalls ORDER BY trace_id").result_rows
+    together = "2 of 2 streams in flight on endpoint gw.example:8443" if shared else ""
+    assert rows == [("connection", together)] * 3

@@ -45,15 +45,17 @@ from the frame that painted them. For each client stall:
    usual server gap by about that factor, never into a freeze many times longer, and it slows a stretch, not
    one chunk (``spec_decode_ruled_out`` in the evidence says why not).
 6. Across streams: a late arrival on one stream is that connection's, but when a host the stream shares with
-   others (its client process, its serving node) held at least ``pause_witnesses`` of its other streams that
-   had content due over the same time, and half of those that tell, and released them at about the same
-   instant, the host paused (a CPU-starved load generator, a serving process busy after stamping its chunks):
-   ``unknown``, with the count in the evidence, and left out of the stream's network stalls. A client that
-   watched its own host is judged by that evidence, not by its peers. Streams the path held all along are no
-   witnesses (a release may come at any time) and are not checked (the path explains their gaps). Likewise on
-   the server side: a preemption or a draft collapse delays the requests it hits, so a server gap that most of
-   the node's other streams shared, at least ``pause_witnesses`` of them, was the node being slow for all (a
-   long step, a busy host): ``unknown``.
+   others (its client process, the endpoint it streamed from, its serving node) held at least
+   ``pause_witnesses`` of its other streams that had content due over the same time, and half of those that
+   tell, and released them at about the same instant, the host paused (a CPU-starved load generator, a serving
+   process busy after stamping its chunks): ``unknown``, with the count in the evidence, and left out of the
+   stream's network stalls. When that host is the endpoint (a gateway or load balancer in front of the
+   engines), the path held them: ``connection``, if it held them as long as a stalled connection holds one. A
+   client that watched its own host is judged by that evidence, not by its peers. Streams the path held all
+   along are no witnesses (a release may come at any time) and are not checked (the path explains their gaps).
+   Likewise on the server side: a preemption or a draft collapse delays the requests it hits, so a server gap
+   that most of the node's other streams shared, at least ``pause_witnesses`` of them, was the node being slow
+   for all (a long step, a busy host): ``unknown``.
 """
 
 from __future__ import annotations
@@ -284,10 +286,11 @@ class Arrivals:
 
 @dataclass(frozen=True)
 class SharedHost:
-    """A host a stream shares with other streams over the same time (its client process, its serving node)."""
+    """A host a stream shares with other streams over the same time (its client process, the endpoint it streamed
+    from, its serving node)."""
 
     kind: str
-    """``client process`` or ``node``."""
+    """``client process``, ``endpoint`` (the ``server.address:port`` it streamed from) or ``node``."""
     name: str
     peers: Sequence[Arrivals]
 
@@ -375,8 +378,8 @@ def attribute(
     if network and shared_hosts is not None and not behind:
         # (behind a gateway, or a connection left behind, the path explains the gaps)
         hosts = list(shared_hosts()) if hosts is None else hosts
-        for k, (stall, _) in list(network.items()):
-            if _shared_pause(stall, hosts, rules, host_watched=host is not None):
+        for k, (stall, network_us) in list(network.items()):
+            if _shared_pause(stall, network_us, hosts, rules, host_watched=host is not None):
                 del network[k]
     _network_causes(list(network.values()), behind, first_held, rules)
     return stalls
@@ -460,11 +463,17 @@ def _server_part(gap_us: int, path_delay_us: int) -> int:
     return gap_us - min(gap_us, path_delay_us)
 
 
-def _shared_pause(stall: Stall, hosts: list[SharedHost], rules: StallRules, *, host_watched: bool) -> bool:
+def _shared_pause(
+    stall: Stall, network_us: int, hosts: list[SharedHost], rules: StallRules, *, host_watched: bool
+) -> bool:
     """Whether a host this stream shares held enough of its other streams that tell (``held_through``), at least
     ``pause_witnesses`` and half of those that tell, while this chunk was late on the path, until the same
-    instant; if so the stall is ``unknown``, with that in the evidence. The client's own process is judged by
-    its own evidence when it watched itself (``client_host``), never by its peers."""
+    instant; if so the stall is ``unknown``, with that in the evidence, or, when the host is the endpoint the
+    streams were read from (a gateway in front of the engines), ``connection``: the path held everything it
+    relayed, for as long as a stalled connection holds one (``network_us``, what the path added to the wait: at
+    least a retransmission timeout).
+    The client's own process is judged by its own evidence when it watched itself (``client_host``), never by its
+    peers."""
     assert stall.path_delay_us is not None
     due_from = stall.arrived_us - stall.path_delay_us
     silent_from = max(due_from, stall.start_us)  # the client waited on the path from here
@@ -474,7 +483,8 @@ def _shared_pause(stall: Stall, hosts: list[SharedHost], rules: StallRules, *, h
         verdicts = [peer.held_through(due_from, silent_from, stall.arrived_us, rules) for peer in host.peers]
         held, telling = verdicts.count(True), len(verdicts) - verdicts.count(None)
         if held >= rules.pause_witnesses and 2 * held >= telling:
-            stall.cause, stall.confidence = "unknown", 0.5
+            path = host.kind == "endpoint" and network_us >= rules.connection_floor_us
+            stall.cause, stall.confidence = ("connection", 0.6) if path else ("unknown", 0.5)
             stall.evidence["held_together_with"] = f"{held} of {telling} streams in flight on {host.kind} {host.name}"
             return True
     return False

@@ -9,8 +9,9 @@ stored since its watermark in passes of a few queries, and advances the watermar
 ``pass_streams`` streams (and their chunks) in memory, however far behind the job is after an outage.
 
 A stream's stalls are attributed from its own two sides and its node's events, and checked against the other
-client streams of the same pass that share its client process (service instance) or its serving node: a host
-that paused, or a node that was slow for everyone, held them all at once (``attribution.SharedHost``). Streams
+client streams of the same pass that share its client process (service instance), the endpoint it streamed from
+or its serving node: a host or a gateway that paused, or a node that was slow for everyone, held them all at once
+(``attribution.SharedHost``). Streams
 stored in another pass are not consulted, so near a pass boundary such a pause has fewer witnesses.
 """
 
@@ -56,7 +57,8 @@ LIMIT {limit:UInt32} WITH TIES
 """
 """At most ``limit`` streams, and every stream stored in the same instant as the last: the pass can end there."""
 TRACES_SQL = """
-SELECT trace_id, span_id, side, node_name, toUnixTimestamp64Micro(start_time), host_watch != ''
+SELECT trace_id, span_id, side, node_name, toUnixTimestamp64Micro(start_time), host_watch != '',
+       if(server_address != '', concat(server_address, ':', toString(server_port)), '')
 FROM streams WHERE trace_id IN {traces:Array(String)}
 """
 CHUNKS_SQL = """
@@ -161,9 +163,11 @@ class AttributionJob:
         traces = sorted({row[1] for row in streams})
         sides: dict[str, list[tuple[str, str, str, int]]] = defaultdict(list)
         watched: set[tuple[str, str]] = set()
+        endpoints: dict[tuple[str, str], str] = {}
         spans = self._client.query(TRACES_SQL, parameters={"traces": traces}).result_rows
-        for trace, span, side, node, start, host_watched in spans:
+        for trace, span, side, node, start, host_watched, endpoint in spans:
             sides[trace].append((span, side, node, start))
+            endpoints[(trace, span)] = endpoint
             if host_watched:
                 watched.add((trace, span))
         chunks: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]] = {}
@@ -200,7 +204,7 @@ class AttributionJob:
                 server_timeline = Timeline(server[2], *chunks[(trace, server[0])])
                 node = server[1]
             sides_of[(trace, span)] = (Timeline(start, *chunks[(trace, span)]), server_timeline, node)
-        peers = _Peers(streams, sides_of)
+        peers = _Peers(streams, sides_of, endpoints)
 
         rows: list[dict[str, Any]] = []
         quality: list[dict[str, Any]] = []
@@ -257,13 +261,15 @@ def _rows(column: pa.ChunkedArray) -> list[np.ndarray]:
 
 
 class _Peers:
-    """Client streams of one tenant grouped by the client process (service instance) and by the serving node
-    they share: a pause of either host holds all of its streams at once."""
+    """Client streams of one tenant grouped by the client process (service instance), the endpoint they streamed
+    from (``server.address:port``: a gateway or load balancer in front of the engines) and the serving node they
+    share: a pause of any of these holds all of its streams at once."""
 
     def __init__(
         self,
         streams: list[tuple[Any, ...]],
         sides_of: dict[tuple[str, str], tuple[Timeline, Timeline | None, str]],
+        endpoints: dict[tuple[str, str], str],
     ) -> None:
         self._sides_of = sides_of
         self._groups: dict[tuple[str, str, str], list[tuple[str, str]]] = defaultdict(list)
@@ -272,7 +278,11 @@ class _Peers:
         for tenant, trace, span, _service, side, _model, instance, _start, _duration in streams:
             if side not in ("client", "browser") or (trace, span) not in sides_of:
                 continue
-            for group in ((tenant, "client process", instance), (tenant, "node", sides_of[(trace, span)][2])):
+            for group in (
+                (tenant, "client process", instance),
+                (tenant, "endpoint", endpoints.get((trace, span), "")),
+                (tenant, "node", sides_of[(trace, span)][2]),
+            ):
                 if group[2]:
                     self._groups[group].append((trace, span))
                     self._member_of[(trace, span)].append(group)
