@@ -74,6 +74,7 @@ def stream_span(
     browser = {sc.STREAMSCOPE_CHUNKS_PAINT_DELAY_US: paint_delay_us, sc.STREAMSCOPE_CHUNKS_RENDER_US: render_us}
     values: dict[str, str | int | float | bool | Sequence[int]] = {
         sc.STREAMSCOPE_SIDE: side,
+        sc.STREAMSCOPE_ENCODING: "packed",
         sc.STREAMSCOPE_CHUNKS_OFFSET_US: [round(o * 1000) for o in offsets_ms],
         sc.STREAMSCOPE_CHUNKS_TOKENS: list(tokens),
         sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES: content,
@@ -101,7 +102,10 @@ def event_span(span_byte: int, events: list[tuple[int, str, dict[str, AnyValue]]
         name="chat m",
         start_time_unix_nano=start_ns,
         end_time_unix_nano=start_ns + 1_000_000_000,
-        attributes=[KeyValue(key=sc.STREAMSCOPE_SIDE, value=AnyValue(string_value="client"))],
+        attributes=[
+            KeyValue(key=sc.STREAMSCOPE_SIDE, value=AnyValue(string_value="client")),
+            KeyValue(key=sc.STREAMSCOPE_ENCODING, value=AnyValue(string_value="events")),
+        ],
     )
     for offset_us, name, attributes in events:
         event = span.events.add(name=name, time_unix_nano=start_ns + offset_us * 1000)
@@ -125,6 +129,7 @@ def plain_stream_span(span_byte: int, offsets: list[int], tokens: list[int] | No
         end_time_unix_nano=T0 + 1_000_000_000,
         attributes=[
             KeyValue(key=sc.STREAMSCOPE_SIDE, value=AnyValue(string_value="client")),
+            KeyValue(key=sc.STREAMSCOPE_ENCODING, value=AnyValue(string_value="packed")),
             KeyValue(key=sc.STREAMSCOPE_CHUNKS_OFFSET_US, value=ints(offsets)),
             KeyValue(key=sc.STREAMSCOPE_CHUNKS_TOKENS, value=ints(tokens)),
             KeyValue(key=sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES, value=ints([4] * len(offsets))),

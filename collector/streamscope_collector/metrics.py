@@ -51,6 +51,12 @@ class SelfMetrics:
             ["signal"],
             registry=r,
         )
+        self._incomplete = Counter(
+            f"{_PREFIX}_incomplete_streams",
+            "Stream spans stored with less than a full timeline (chunks lost, unreadable), by coverage.",
+            ["coverage"],
+            registry=r,
+        )
         self._refused = Counter(
             f"{_PREFIX}_refused_requests", "Requests answered with an error, by reason.", ["reason"], registry=r
         )
@@ -89,6 +95,8 @@ class SelfMetrics:
             self._accepted.labels(table).inc(rows)
         self._rejected_items.labels(signal).inc(len(batch.rejected))
         self._ignored.labels(signal).inc(batch.ignored)
+        for coverage, streams in batch.incomplete.items():
+            self._incomplete.labels(coverage).inc(streams)
 
     def refused(self, status: int) -> None:
         self._refused.labels(REFUSAL_REASONS.get(status, str(status))).inc()

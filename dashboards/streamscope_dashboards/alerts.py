@@ -23,7 +23,7 @@ import yaml
 
 from streamscope_dashboards.files import grafana_dir
 from streamscope_dashboards.grafana import DATASOURCE
-from streamscope_dashboards.panels import CHANGE_FACTOR, CHANGE_MIN_CHUNKS, GOODPUT_TARGET, SLO_US, median_of
+from streamscope_dashboards.panels import CHANGE_FACTOR, CHANGE_MIN_CHUNKS, FULL, GOODPUT_TARGET, SLO_US, median_of
 
 RULES_FILE = grafana_dir() / "provisioning" / "alerting" / "rules.yaml"
 FOLDER = "streamscope"
@@ -127,7 +127,7 @@ FROM (
     FROM (
         SELECT {ITL_BAD} AS broke, {_since(short_s)} AS recent
         FROM stream_metrics
-        WHERE side = 'client' AND {_window(long_s)}
+        WHERE side = 'client' AND {FULL} AND {_window(long_s)}
     )
 )"""
 

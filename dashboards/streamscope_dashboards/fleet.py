@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from streamscope_dashboards.macros import QueryContext, resolve
-from streamscope_dashboards.panels import SELECTED, SELECTED_CHUNKS, STORED_BYTES_SQL, chosen
+from streamscope_dashboards.panels import FULL, SELECTED, SELECTED_CHUNKS, STORED_BYTES_SQL, chosen
 from streamscope_ingest.store.sql import QueryResult
 
 Query = Callable[[str], QueryResult]
@@ -20,12 +20,13 @@ SELECT
     count() AS streams,
     quantileExact(0.5)(ttft_us) AS ttft_p50_us,
     quantileExact(0.95)(ttft_us) AS ttft_p95_us,
-    quantileExact(0.99)(gap_p99_us) AS p99_of_p99_us,
-    countIf(ifNull(gap_max_us, 0) <= {{slo_us}}) / count() AS itl_goodput,
+    quantileExactIf(0.99)(gap_p99_us, {FULL}) AS p99_of_p99_us,
+    countIf(ifNull(gap_max_us, 0) <= {{slo_us}} AND {FULL}) / countIf({FULL}) AS itl_goodput,
     quantileExact(0.5)(ttft_us - ttfb_us) AS first_byte_lead_us,
     sum(tokens) / greatest(sum(content_chunks), 1) AS tokens_per_chunk,
     sum(wire_bytes) / greatest(sum(content_bytes), 1) AS wire_per_content_byte,
-    countIf(outcome IN ('cancelled', 'disconnected')) / count() AS cancel_rate
+    countIf(outcome IN ('cancelled', 'disconnected')) / count() AS cancel_rate,
+    countIf(NOT {FULL}) AS incomplete
 FROM stream_metrics
 WHERE {SELECTED}
 """
@@ -59,6 +60,8 @@ class Summary:
     """Bytes on the wire per byte of content: the envelope overhead."""
     cancel_rate: float
     stored_bytes_per_chunk: float
+    incomplete_streams: int = 0
+    """Streams whose timeline is known only in part (chunks lost, unreadable): out of the per-stream gap figures."""
 
     def rows(self, slo_us: int) -> list[tuple[str, str]]:
         """(metric, value) lines, as the demo and the report print them."""
@@ -74,6 +77,10 @@ class Summary:
                 f"{self.tokens_per_chunk:.2f} / {self.wire_per_content_byte:.1f}",
             ),
             ("cancelled or disconnected", f"{self.cancel_rate:.1%}"),
+            (
+                "partial or unreadable timelines (left out of goodput and per-stream p99)",
+                f"{self.incomplete_streams}",
+            ),
             ("stored bytes per chunk", f"{self.stored_bytes_per_chunk:.2f}"),
         ]
 
@@ -82,7 +89,7 @@ def summarize(
     run: Query, ctx: QueryContext, slo_us: int, variables: Mapping[str, Sequence[str]] | None = None
 ) -> Summary:
     values = chosen(variables)
-    streams, ttft50, ttft95, p99p99, goodput, lead, per_chunk, envelope, cancels = run(
+    streams, ttft50, ttft95, p99p99, goodput, lead, per_chunk, envelope, cancels, incomplete = run(
         resolve(STREAMS_SQL.replace("{slo_us}", str(int(slo_us))), ctx, values)
     ).rows[0]
     gap50, gap95, gap99 = run(resolve(GAPS_SQL, ctx, values)).rows[0]
@@ -105,4 +112,5 @@ def summarize(
         wire_per_content_byte=float(envelope or 0),
         cancel_rate=float(cancels or 0),
         stored_bytes_per_chunk=float(stored or 0),
+        incomplete_streams=int(incomplete or 0),
     )

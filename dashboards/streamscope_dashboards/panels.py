@@ -116,6 +116,10 @@ def _selected(over_chunks: bool = False) -> str:
 
 
 SELECTED = _selected()
+FULL = "coverage = 'full'"
+"""Streams whose every chunk is known: per-stream gap figures (a stream's p99, its longest gap, ITL goodput) read
+only these. A partial timeline's gaps are those between the chunks kept, so its longest gap is a floor, not a
+fact; such streams are counted apart (``incomplete``)."""
 SELECTED_CHUNKS = _selected(over_chunks=True)
 STALL_FILTERS = f"{ON_SIDE} AND {filters('tenant', 'service', 'model', 'route')}"
 """Stalls and quality rows carry no provider (stalls are found on the client and browser sides)."""
@@ -149,7 +153,7 @@ STREAM_P99_HISTOGRAM = Panel(
     "histogram",
     f"""SELECT gap_p99_us / 1000 AS p99_ms
 FROM stream_metrics
-WHERE {SELECTED} AND gap_p99_us IS NOT NULL""",
+WHERE {SELECTED} AND gap_p99_us IS NOT NULL AND {FULL}""",
     unit="ms",
 )
 
@@ -431,13 +435,15 @@ FLEET_STATS = Panel(
     "fleet_stats",
     "Client streams",
     "Streams in the range, TTFT p50 and p95, the p99 of per-stream p99 gaps, ITL goodput (share of streams whose "
-    f"every gap stayed within {SLO_US // 1000} ms) and the share of streams with a stall.",
+    f"every gap stayed within {SLO_US // 1000} ms), the share of streams with a stall, and the streams whose "
+    "timeline is known only in part (chunks lost by the sender, unreadable), which the gap figures leave out.",
     "stat",
     f"""SELECT count() AS streams,
     quantileExact(0.5)(ttft_us) / 1000 AS ttft_p50_ms, quantileExact(0.95)(ttft_us) / 1000 AS ttft_p95_ms,
-    quantileExact(0.99)(gap_p99_us) / 1000 AS p99_of_p99_ms,
-    countIf(ifNull(gap_max_us, 0) <= {SLO_US}) / count() AS itl_goodput,
-    countIf(stall_count > 0) / count() AS stall_rate
+    quantileExactIf(0.99)(gap_p99_us, {FULL}) / 1000 AS p99_of_p99_ms,
+    countIf(ifNull(gap_max_us, 0) <= {SLO_US} AND {FULL}) / countIf({FULL}) AS itl_goodput,
+    countIf(stall_count > 0 AND {FULL}) / countIf({FULL}) AS stall_rate,
+    countIf(NOT {FULL}) AS incomplete
 FROM stream_metrics
 WHERE {SELECTED}""",
 )
@@ -451,7 +457,7 @@ ITL_GOODPUT = Panel(
     f"""SELECT $__timeInterval(start_time) AS time, 'goodput' AS series,
     countIf(ifNull(gap_max_us, 0) <= {SLO_US}) / count() AS itl_goodput
 FROM stream_metrics
-WHERE {SELECTED}
+WHERE {SELECTED} AND {FULL}
 GROUP BY time
 ORDER BY time""",
     unit="percentunit",

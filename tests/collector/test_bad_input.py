@@ -145,6 +145,51 @@ def test_chunk_events_are_read_in_time_order_and_malformed_ones_rejected(collect
     assert rows == [("01" * 8, 0, 10, 1), ("01" * 8, 1, 10, 2), ("01" * 8, 2, 10, 3)]
 
 
+def test_stream_spans_whose_timeline_cannot_be_read_are_stored_as_unreadable_and_named(collector):
+    """A span that says it is a stream but whose chunks are not as the convention says (events under another name,
+    the packed arrays' plural names on the events, no encoding) is not stored as an empty or all-zero timeline in
+    silence: partial_success names the problem, the stream is marked, and the collector counts it."""
+    sizes = {
+        sc.STREAMSCOPE_CHUNK_TOKENS: AnyValue(int_value=1),
+        sc.STREAMSCOPE_CHUNK_CONTENT_BYTES: AnyValue(int_value=4),
+    }
+    plural = {
+        sc.STREAMSCOPE_CHUNKS_TOKENS: AnyValue(int_value=1),
+        sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES: AnyValue(int_value=4),
+    }
+    no_encoding = event_span(3, [(10, sc.CHUNK_EVENT, sizes), (20, sc.CHUNK_EVENT, sizes)])
+    del no_encoding.attributes[1]  # streamscope.encoding
+    body = request_of(
+        event_span(1, [(10, "streamscope.chunk_arrived", sizes), (20, "streamscope.chunk_arrived", sizes)]),
+        event_span(2, [(10, sc.CHUNK_EVENT, plural), (20, sc.CHUNK_EVENT, plural)]),
+        no_encoding,
+        event_span(4, [(10, sc.CHUNK_EVENT, sizes), (30, sc.CHUNK_EVENT, sizes)]),
+    ).SerializeToString()
+    response = post(collector, body, PROTOBUF)
+    assert response.status_code == 200
+    partial = ExportTraceServiceResponse.FromString(response.content).partial_success
+    assert partial.rejected_spans == 0
+    message = partial.error_message
+    assert "span 0101010101010101 of trace" in message
+    assert f"none of its 2 events is a {sc.CHUNK_EVENT} event (they are named streamscope.chunk_arrived)" in message
+    assert f"carry none of {sc.STREAMSCOPE_CHUNK_TOKENS}, {sc.STREAMSCOPE_CHUNK_CONTENT_BYTES}" in message
+    assert f"(they carry {sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES}, {sc.STREAMSCOPE_CHUNKS_TOKENS})" in message
+    assert f"span 0303030303030303 of trace {'03' * 16}: {sc.STREAMSCOPE_ENCODING} is missing" in message
+    assert "0404040404040404" not in message
+    rows = collector.query_client.query(
+        "SELECT span_id, coverage, chunk_count, tokens, ttft_us FROM streams ORDER BY span_id"
+    ).result_rows
+    assert rows == [
+        ("01" * 8, "unreadable", 0, 0, None),
+        ("02" * 8, "unreadable", 0, 0, None),
+        ("03" * 8, "full", 2, 2, 10),
+        ("04" * 8, "full", 2, 2, 10),
+    ]
+    assert (
+        support.metric(collector.http_url, "streamscope_collector_incomplete_streams_total", coverage="unreadable") == 2
+    )
+
+
 def test_an_event_that_is_not_protobuf_rejects_its_span_only_over_http_and_grpc(collector):
     """Events are read lazily (decode.chunk_events), so a broken one costs its span, not the request."""
     view = TraceRequestView.FromString(

@@ -5,11 +5,13 @@ from __future__ import annotations
 import random
 import time
 
+import httpx
 import pytest
 from opentelemetry.exporter.otlp.json.http.trace_exporter import OTLPSpanExporter as JsonExporter
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as ProtobufExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -240,15 +242,31 @@ def test_a_stream_longer_than_128_chunks_keeps_its_first_chunk(collector, encodi
 
 
 def test_events_dropped_by_the_sender_are_flagged_not_silently_wrong(collector):
-    """With the SDK's default limit the first chunks are lost; the stored stream says its timeline is truncated."""
-    provider, _ = provider_for(collector, "http-protobuf", "default-limits", max_events=128)
+    """With the SDK's default limit the first chunks are lost: the stored stream is a partial timeline whose time
+    to first token is unknown (the 73rd chunk's offset is not it), the collector counts it, and the sender hears
+    why in partial_success."""
+    provider, copies = provider_for(collector, "http-protobuf", "default-limits", max_events=128)
     clock = FakeClock()
     recorder_module.time = clock
-    record_stream(provider, "events", [(1_000, 1, 4, 60)] * 200, clock=clock, tool_call_at=100)
+    record_stream(provider, "events", [(250_000, 1, 4, 60)] + [(1_000, 1, 4, 60)] * 199, clock=clock, tool_call_at=100)
     provider.shutdown()
     # the stored seqs no longer count from the stream's first chunk: where the tool call began is unknown
-    query = "SELECT chunk_count, timeline_truncated, first_tool_call_seq FROM streams"
-    assert collector.query_client.query(query).result_rows == [(128, True, None)]
+    query = "SELECT chunk_count, timeline_truncated, first_tool_call_seq, ttft_us, ttfb_us, coverage FROM streams"
+    assert collector.query_client.query(query).result_rows == [(128, True, None, None, None, "partial")]
+    assert metric(collector.http_url, "streamscope_collector_incomplete_streams_total", coverage="partial") == 1
+
+    (span,) = copies.get_finished_spans()
+    assert span.dropped_events == 72
+    response = httpx.post(
+        f"{collector.http_url}/v1/traces",
+        content=encode_spans([span]).SerializeToString(),
+        headers={"content-type": "application/x-protobuf"},
+        timeout=10,
+    )
+    partial = ExportTraceServiceResponse.FromString(response.content).partial_success
+    assert partial.rejected_spans == 0
+    assert "the sender dropped 72 of its span events" in partial.error_message
+    assert "time to first token unknown" in partial.error_message
 
 
 @pytest.mark.parametrize("encoding", ["packed", "events"])

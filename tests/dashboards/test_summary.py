@@ -47,3 +47,31 @@ def test_fleet_summary_by_hand(store_client):
     assert summary.wire_per_content_byte == pytest.approx(510 / 52)  # 220 + 150 + 140 wire bytes, 4 per token
     assert summary.cancel_rate == pytest.approx(1 / 3)
     assert (summary.gap_p50_ms, summary.gap_p99_ms) == (20.0, 500.0)  # sorted gaps 20, 20, 20, 30, 500
+
+
+def test_partial_timelines_are_counted_apart_and_left_out_of_per_stream_gap_figures(store_client):
+    """A stream whose chunks were cut short by the SDK's cap has gaps only between the chunks kept: its longest
+    gap says nothing about the SLO, so goodput and the per-stream p99 read full timelines, and the summary says
+    how many were left out."""
+    spans = [
+        stream(1, [100, 120, 140], [1, 1, 1], [60, 60, 60], "completed"),
+        stream(2, [100, 700, 720], [1, 1, 1], [60, 60, 60], "completed"),  # a 600 ms gap: breaks the SLO
+        stream_span(  # 20 ms gaps as far as it was kept; 3,000 chunks past the cap never recorded
+            3,
+            3,
+            side="client",
+            offsets_ms=[100, 120],
+            tokens=[1, 1],
+            start_ns=T0 + 3,
+            attributes={sc.STREAMSCOPE_CHUNKS_DROPPED: 3000},
+        ),
+    ]
+    store_spans(store_client, spans)
+    since = datetime.fromtimestamp(T0 / 1e9 - 1, UTC)
+    ctx = QueryContext(since, since + timedelta(minutes=1), timedelta(seconds=10))
+    summary = summarize(lambda q: sql.parse_result(sql.query_json(store_client, q)), ctx, slo_us=400_000)
+    assert (summary.streams, summary.incomplete_streams) == (3, 1)
+    assert summary.itl_goodput == pytest.approx(1 / 2)  # streams 1 and 2 only
+    assert summary.p99_of_p99_ms == 600.0
+    assert summary.ttft_p50_ms == 100.0  # the cap drops the tail: the first chunk is still the first
+    assert ("partial or unreadable timelines (left out of goodput and per-stream p99)", "1") in summary.rows(400_000)

@@ -42,6 +42,14 @@ class GatedSink:
         return repeated
 
 
+def write_through_the_spool(tmp_path, store_client, batches: list[DecodedBatch]) -> None:
+    """``batches`` left in the spool (by a collector of an earlier version, say), then written by this version."""
+    spool = Spool(tmp_path, max_bytes=10**8)
+    spool.append(batches)
+    spool.close()
+    GroupCommitWriter(Spool(tmp_path, max_bytes=10**8), ClickHouseWriter(store_client), FAST_RETRY).shutdown()
+
+
 def test_a_batch_is_durable_before_the_store_has_it_and_stored_once_it_does(tmp_path, store_client):
     sink = GatedSink(ClickHouseWriter(store_client))
     writer = GroupCommitWriter(Spool(tmp_path, max_bytes=10**8), sink, FAST_RETRY)
@@ -123,12 +131,7 @@ def test_chunk_rows_spooled_before_chunks_became_arrays_are_written_after_the_up
     and span_id), left in the spool by a collector of an earlier version, is written by this one, the same."""
     old = batch(0xAB, "a", chunks=4)
     old.blocks["chunks"] = as_chunk_rows(old.blocks.pop("chunk_arrays"), hex_ids)
-    spool = Spool(tmp_path, max_bytes=10**8)
-    spool.append([old, batch(0xCD, "b")])
-    spool.close()
-
-    writer = GroupCommitWriter(Spool(tmp_path, max_bytes=10**8), ClickHouseWriter(store_client), FAST_RETRY)
-    writer.shutdown()
+    write_through_the_spool(tmp_path, store_client, [old, batch(0xCD, "b")])
     rows = store_client.query("SELECT trace_id, span_id, seq, kind FROM chunks ORDER BY trace_id, seq").result_rows
     assert rows == [
         *[("ab" * 16, "ab" * 8, seq, "first" if seq == 0 else "content") for seq in range(4)],
@@ -147,12 +150,7 @@ def test_streams_spooled_before_their_chunks_were_counted_by_tokens_get_the_coun
     old = decode_traces(request, tenant="before", stall_threshold_us=1)
     streams = old.blocks["streams"]
     old.blocks["streams"] = streams.drop_columns(["content_chunks_by_tokens"])
-    spool = Spool(tmp_path, max_bytes=10**8)
-    spool.append([old, batch(0xC3, "after")])
-    spool.close()
-
-    writer = GroupCommitWriter(Spool(tmp_path, max_bytes=10**8), ClickHouseWriter(store_client), FAST_RETRY)
-    writer.shutdown()
+    write_through_the_spool(tmp_path, store_client, [old, batch(0xC3, "after")])
     rows = store_client.query(
         "SELECT tenant, span_id, content_chunks_by_tokens FROM streams ORDER BY tenant, span_id"
     ).result_rows
@@ -162,6 +160,20 @@ def test_streams_spooled_before_their_chunks_were_counted_by_tokens_get_the_coun
         ("before", "b2" * 8, {1: 1, 3: 1}),
     ]
     assert [dict(m) for m in streams["content_chunks_by_tokens"].to_pylist()] == [r[2] for r in rows[1:]]
+
+
+def test_streams_spooled_before_coverage_was_decoded_are_written_as_what_they_were(tmp_path, store_client):
+    """A streams block without source and coverage (an earlier version decoded it), left in the spool beside one
+    in the current layout, is written as streamscope's own, full unless its timeline was truncated."""
+    old = decode_traces(request_of(plain_stream_span(0xA1, [10, 20])), tenant="before", stall_threshold_us=1)
+    streams = old.blocks["streams"].drop_columns(["source", "coverage"])
+    truncated = pa.array([True], pa.bool_())
+    old.blocks["streams"] = streams.set_column(
+        streams.schema.get_field_index("timeline_truncated"), "timeline_truncated", truncated
+    )
+    write_through_the_spool(tmp_path, store_client, [old, batch(0xC3, "after")])
+    rows = store_client.query("SELECT tenant, source, coverage FROM streams ORDER BY tenant").result_rows
+    assert rows == [("after", "streamscope", "full"), ("before", "streamscope", "partial")]
 
 
 def test_a_drained_spool_opened_again_never_repeats_a_token_so_new_data_is_not_taken_for_a_replay(

@@ -410,3 +410,29 @@ def test_chunks_stored_before_host_delays_read_zeros_even_after_a_crash(before_h
     assert [name for (name,) in views] == ["cancellations", "chunk_timeline", "chunks", "stream_metrics"]
     for (name,) in views:  # each view still reads what is stored
         before_host_delay.query(f"SELECT count() FROM (SELECT * FROM {name})")
+
+
+COVERAGE = 23
+"""0023 adds streams.source and streams.coverage (defaults from what such rows were) and stream_metrics again."""
+
+
+@pytest.mark.parametrize("done", range(len(statements_of(COVERAGE))))
+def test_streams_stored_before_coverage_read_as_the_sdk_full_or_partial_even_after_a_crash(storage_dsn, tmp_path, done):
+    """Rows stored before 0023 came from streamscope's own convention: a truncated timeline reads as partial, the
+    rest as full, through the table and stream_metrics; rows written after carry what decode says."""
+    client = store_before(COVERAGE, storage_dsn, tmp_path)
+    client.command(
+        "INSERT INTO streams (tenant, start_time, trace_id, span_id, service, side, timeline_truncated) VALUES "
+        f"('default', '2026-11-01 10:00:00', '{0xA1:032x}', '{0xB1:016x}', 'app', 'client', false), "
+        f"('default', '2026-11-01 10:00:00', '{0xA1:032x}', '{0xB2:016x}', 'app', 'client', true)"
+    )
+    for statement in statements_of(COVERAGE)[:done]:
+        client.command(statement)
+    assert [m.version for m in migrations.migrate(client)] == [
+        m.version for m in migrations.available() if m.version >= COVERAGE
+    ]
+    expected = [(f"{0xB1:016x}", "streamscope", "full"), (f"{0xB2:016x}", "streamscope", "partial")]
+    for table in ("streams", "stream_metrics"):
+        assert client.query(f"SELECT span_id, source, coverage FROM {table} ORDER BY span_id").result_rows == expected
+    assert table_columns(client, "streams") == columns.STREAMS.names  # source and coverage have defaults
+    client.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -35,7 +36,10 @@ class DecodedBatch:
     """Items that were valid but not for us (spans that are not streams, logs of other events)."""
     rejected: list[Rejection] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    """What was accepted only in part (strings truncated at the limits): said to the sender, nothing refused."""
+    """What was accepted only in part (strings truncated at the limits, timelines known in part): said to the
+    sender, nothing refused."""
+    incomplete: dict[str, int] = field(default_factory=dict)
+    """Streams stored with less than a full timeline, by ``streams.coverage``."""
 
     def rows(self, table: str) -> int:
         """Rows of ``table`` in the batch; for ``chunks``, the chunks in ``chunk_arrays``' arrays."""
@@ -91,4 +95,5 @@ def concat(batches: Sequence[DecodedBatch]) -> DecodedBatch:
         ignored=sum(b.ignored for b in batches),
         rejected=[r for b in batches for r in b.rejected],
         warnings=[w for b in batches for w in b.warnings],
+        incomplete=dict(sum((Counter(b.incomplete) for b in batches), Counter())),
     )

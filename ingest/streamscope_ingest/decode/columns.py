@@ -2,9 +2,10 @@
 
 They mirror schema/migrations (a test compares them with the DDL the migrations create); columns with a
 DEFAULT in the DDL (``ingested_at``) are filled by the store, so they are absent here. Chunks are written to
-``chunk_arrays``, one row a stream; ``chunks`` is the view of them with one row a chunk. One column with a
-DEFAULT is written all the same: ``chunk_arrays.host_delay_us`` (``CHUNKS_DECODED``), whose default gives rows
-written without it (stored, or spooled, by an earlier version) zeros as long as their other arrays.
+``chunk_arrays``, one row a stream; ``chunks`` is the view of them with one row a chunk. Some columns with a
+DEFAULT are written all the same: ``chunk_arrays.host_delay_us`` (``CHUNKS_DECODED``), whose default gives rows
+written without it (stored, or spooled, by an earlier version) zeros as long as their other arrays, and
+``streams.source`` and ``coverage`` (``STREAMS_DECODED``), whose defaults say what such rows were.
 """
 
 from __future__ import annotations
@@ -74,6 +75,16 @@ STREAMS = pa.schema(
     ]
 )
 
+STREAMS_DEFAULTED = pa.schema([("source", _LC), ("coverage", _LC)])
+"""Columns of streams that decode writes although their DDL has a DEFAULT (migration 0023), for rows written
+without them (by an earlier version)."""
+STREAMS_DECODED = pa.unify_schemas([STREAMS, STREAMS_DEFAULTED])
+"""What decode writes to streams: ``STREAMS`` then ``STREAMS_DEFAULTED``."""
+SOURCE_STREAMSCOPE = "streamscope"
+"""``streams.source`` of spans in streamscope's own convention (the SDK, the browser snippet, ServerStream)."""
+COVERAGE_FULL, COVERAGE_PARTIAL, COVERAGE_UNREADABLE = "full", "partial", "unreadable"
+"""``streams.coverage``: how much of a stream's timeline is known (migration 0023 lists every value)."""
+
 CHUNK_KINDS = ("lead", "first", "content", "aside")
 """Values of chunks.kind, in the order of their Enum8 codes."""
 KIND_LEAD, KIND_FIRST, KIND_CONTENT, KIND_ASIDE = range(4)
@@ -113,10 +124,20 @@ def completed(table: str, block: pa.Table) -> pa.Table:
                 gap_us = block["gap_us"].combine_chunks()
                 zeros = pa.array(np.zeros(len(gap_us.values), field.type.value_type.to_pandas_dtype()))
                 block = block.append_column(field, pa.ListArray.from_arrays(gap_us.offsets, zeros))
-    elif table == "streams" and "host_watch" not in block.column_names:
-        field = STREAMS.field("host_watch")
-        block = block.add_column(STREAMS.get_field_index(field.name), field, pa.array([""] * block.num_rows, _LC))
+    elif table == "streams":
+        if "host_watch" not in block.column_names:
+            block = _with_column(block, "host_watch", pa.array([""] * block.num_rows, _LC))
+        if "source" not in block.column_names:
+            block = _with_column(block, "source", pa.array([SOURCE_STREAMSCOPE] * block.num_rows, _LC))
+        if "coverage" not in block.column_names:
+            truncated = block["timeline_truncated"].to_numpy(zero_copy_only=False)
+            coverage = np.where(truncated, COVERAGE_PARTIAL, COVERAGE_FULL).tolist()
+            block = _with_column(block, "coverage", pa.array(coverage, _LC))
     return block
+
+
+def _with_column(block: pa.Table, name: str, values: pa.Array) -> pa.Table:
+    return block.add_column(STREAMS_DECODED.get_field_index(name), STREAMS_DECODED.field(name), values)
 
 
 def ids_as_bytes(hex_ids: pa.Array | pa.ChunkedArray, column: str) -> pa.Array:

@@ -11,14 +11,16 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 from google.protobuf.message import Message
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from streamscope import semconv as sc
 from streamscope_ingest.decode import columns
@@ -98,6 +100,10 @@ class _Stream:
     """One row per packed array after the offsets (tokens, content bytes, wire bytes, paint delay, render, host
     delay); None for an optional array the span did not send, which is all zeros."""
     subject: str = ""
+    notes: list[str] = field(default_factory=list)
+    """What the sender should hear about this span's timeline (``partial_success`` warnings)."""
+    first_chunk_lost: bool = False
+    """The sender dropped span events, the oldest first: the stored chunks do not begin with the stream's first."""
 
 
 def decode_traces(
@@ -134,6 +140,7 @@ def decode_traces(
                     if warning := limits.truncate(_subject(span), stream.row, stream.row["attributes"]):
                         warnings.append(warning)
                     accepted.append(stream)
+                    warnings += [f"{stream.subject}: {note}" for note in stream.notes]
                 except (_SpanRejected, SpanOverLimit) as exc:
                     rejected.append(Rejection(_subject(span), str(exc)))
                 except Exception as exc:  # a decoder bug must cost one span, never the request
@@ -144,8 +151,13 @@ def decode_traces(
     accepted = _within_days(accepted, limits, rejected)
     accepted, timelines = _with_timelines(accepted, rejected)
     streams, chunks = _blocks(accepted, timelines, stall_threshold_us)
+    coverage = Counter(str(s.row["coverage"]) for s in accepted)
     return DecodedBatch(
-        blocks={"chunk_arrays": chunks, "streams": streams}, ignored=ignored, rejected=rejected, warnings=warnings
+        blocks={"chunk_arrays": chunks, "streams": streams},
+        ignored=ignored,
+        rejected=rejected,
+        warnings=warnings,
+        incomplete={kind: n for kind, n in coverage.items() if kind != columns.COVERAGE_FULL},
     )
 
 
@@ -173,11 +185,13 @@ def _decode_span(
         raise _SpanRejected(f"streamscope.side must be one of {', '.join(sc.STREAMSCOPE_SIDE_VALUES)}, not {side!r}")
     packed: list[AnyValue | None] | None = None
     offsets = values = None
+    notes = [] if sc.STREAMSCOPE_ENCODING in scalars else [f"{sc.STREAMSCOPE_ENCODING} is missing (it is required)"]
     if sc.STREAMSCOPE_CHUNKS_OFFSET_US in attrs:
         encoding = "packed"
         packed = _packed_values(attrs)
         chunk_count = element_count(attrs[sc.STREAMSCOPE_CHUNKS_OFFSET_US])
         events_dropped = False
+        unreadable = None
     else:
         if scalars.get(sc.STREAMSCOPE_ENCODING) == "packed":
             raise _SpanRejected(
@@ -188,7 +202,24 @@ def _decode_span(
         offsets, values = _event_arrays(span)
         chunk_count = offsets.size
         events_dropped = span.dropped_events_count > 0
-    truncated = events_dropped or bool(_bounded_int(scalars, sc.STREAMSCOPE_CHUNKS_DROPPED, 2**63 - 1))
+        unreadable = _unreadable_events(span, values)
+    tail_dropped = _bounded_int(scalars, sc.STREAMSCOPE_CHUNKS_DROPPED, 2**63 - 1) or 0
+    truncated = events_dropped or tail_dropped > 0
+    if unreadable:
+        coverage = columns.COVERAGE_UNREADABLE
+        notes.append(f"{unreadable}; stored without a timeline")
+    elif truncated:
+        coverage = columns.COVERAGE_PARTIAL
+        if events_dropped:
+            notes.append(
+                f"the sender dropped {span.dropped_events_count} of its span events (its span event limit), the"
+                f" oldest first: stored as a partial timeline of the {chunk_count} chunks kept, time to first token"
+                " unknown (raise the limit, or send the packed encoding)"
+            )
+        if tail_dropped:
+            notes.append(f"{tail_dropped} chunks past the SDK's cap were not recorded: stored as a partial timeline")
+    else:
+        coverage = columns.COVERAGE_FULL
     first_byte = scalars.get(sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US)
     request_model = str(scalars.get(sc.GEN_AI_REQUEST_MODEL, ""))
     response_model = str(scalars.get(sc.GEN_AI_RESPONSE_MODEL, ""))
@@ -227,19 +258,23 @@ def _decode_span(
         "repetition_score": _float(scalars.get(sc.STREAMSCOPE_REPETITION_SCORE)),
         "first_tool_call_seq": _chunk_seq(scalars, sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK, chunk_count, events_dropped),
         "host_watch": _enum(scalars, sc.STREAMSCOPE_HOST_WATCH, sc.STREAMSCOPE_HOST_WATCH_VALUES, ""),
+        "source": columns.SOURCE_STREAMSCOPE,
+        "coverage": coverage,
         "attributes": {k: stringify(v) for k, v in scalars.items() if k not in _PROMOTED},
         "resource_attributes": resource,
     }
     return _Stream(
         row=row,
-        chunk_count=chunk_count,
+        chunk_count=0 if unreadable else chunk_count,
         first_byte_us=_bounded_int(scalars, sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US, 2**63 - 1)
         if first_byte is not None
         else None,
         packed=packed,
-        offsets=offsets,
-        values=values,
+        offsets=offsets if not unreadable else np.empty(0, np.int64),
+        values=values if not unreadable else np.empty((len(sc.CHUNK_EVENT_ATTRIBUTES), 0), np.int64),
         subject=_subject(span),
+        notes=notes,
+        first_chunk_lost=events_dropped,
     )
 
 
@@ -310,6 +345,34 @@ def _event_arrays(span: Message) -> tuple[np.ndarray, np.ndarray]:
     return offsets, values[:, order]
 
 
+def _unreadable_events(span: Message, values: np.ndarray) -> str | None:
+    """Why a span of the events encoding has no timeline that can be read as the convention says, if it has not:
+    none of its events is a chunk event, or its chunk events carry none of the chunk attributes (their sizes
+    would read as zero). Looked into only when the values already suggest so: a stream whose chunks all carried
+    nothing (sent as zeros) is read as it is."""
+    if values.shape[1] and (values[_TOKENS_ROW].any() or values[_CONTENT_ROW].any()):
+        return None
+    if not span.events:
+        return None  # a stream that ended before its first chunk
+    events = [Span.Event.FromString(event) for event in span.events]
+    names = sorted({event.name for event in events})
+    chunks = [event for event in events if event.name == sc.CHUNK_EVENT]
+    if not chunks:
+        return f"none of its {len(events)} events is a {sc.CHUNK_EVENT} event (they are named {', '.join(names[:5])})"
+    keys = sorted({kv.key for event in chunks for kv in event.attributes})
+    if set(keys) & set(sc.CHUNK_EVENT_ATTRIBUTES):
+        return None
+    carried = f"they carry {', '.join(keys[:5])}" if keys else "they carry no attributes"
+    return (
+        f"its {sc.CHUNK_EVENT} events carry none of {sc.STREAMSCOPE_CHUNK_TOKENS}, {sc.STREAMSCOPE_CHUNK_CONTENT_BYTES}"
+        f" ({carried})"
+    )
+
+
+_TOKENS_ROW = sc.CHUNK_EVENT_ATTRIBUTES.index(sc.STREAMSCOPE_CHUNK_TOKENS)
+_CONTENT_ROW = sc.CHUNK_EVENT_ATTRIBUTES.index(sc.STREAMSCOPE_CHUNK_CONTENT_BYTES)
+
+
 class _Timelines(NamedTuple):
     """Chunk counts per stream, and every stream's offsets and value rows one after another."""
 
@@ -373,6 +436,10 @@ def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: i
     rows = [s.row for s in streams]
 
     first_byte = PerStream(stats.first_chunk_us.values.copy(), stats.first_chunk_us.present.copy())
+    # the first chunks lost, the first stored is not the first: times to it are unknown, and so is the head
+    lost = np.fromiter((s.first_chunk_lost for s in streams), dtype=bool, count=len(streams))
+    first_byte.present[lost] = stats.ttft_us.present[lost] = False
+    stats.head_tokens[lost] = 0
     sent = np.fromiter((s.first_byte_us is not None for s in streams), dtype=bool, count=len(streams))
     first_byte.values[sent] = [s.first_byte_us for s in streams if s.first_byte_us is not None]
     first_byte.present[sent] = True  # the span says when its first byte came: not its first chunk
@@ -395,9 +462,10 @@ def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: i
         "head_tokens": pa.array(stats.head_tokens),
         "content_chunks_by_tokens": stats.chunks_by_tokens.map_array(),
     }
-    from_rows = pa.Table.from_pylist(rows, schema=pa.schema(f for f in columns.STREAMS if f.name not in derived))
-    stream_columns = [derived[name] if name in derived else from_rows[name] for name in columns.STREAMS.names]
-    streams_block = pa.Table.from_arrays(stream_columns, schema=columns.STREAMS)
+    decoded = columns.STREAMS_DECODED
+    from_rows = pa.Table.from_pylist(rows, schema=pa.schema(f for f in decoded if f.name not in derived))
+    stream_columns = [derived[name] if name in derived else from_rows[name] for name in decoded.names]
+    streams_block = pa.Table.from_arrays(stream_columns, schema=decoded)
 
     offsets = pa.array(np.concatenate(([0], np.cumsum(lengths))).astype(np.int32))
 
