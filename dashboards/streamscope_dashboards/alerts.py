@@ -23,7 +23,15 @@ import yaml
 
 from streamscope_dashboards.files import grafana_dir
 from streamscope_dashboards.grafana import DATASOURCE
-from streamscope_dashboards.panels import CHANGE_FACTOR, CHANGE_MIN_CHUNKS, FULL, GOODPUT_TARGET, SLO_US, median_of
+from streamscope_dashboards.panels import (
+    CHANGE_FACTOR,
+    CHANGE_MIN_CHUNKS,
+    GOODPUT_TARGET,
+    SIZED,
+    SLO_US,
+    TIMED,
+    median_of,
+)
 
 RULES_FILE = grafana_dir() / "provisioning" / "alerting" / "rules.yaml"
 FOLDER = "streamscope"
@@ -127,7 +135,7 @@ FROM (
     FROM (
         SELECT {ITL_BAD} AS broke, {_since(short_s)} AS recent
         FROM stream_metrics
-        WHERE side = 'client' AND {FULL} AND {_window(long_s)}
+        WHERE side = 'client' AND {TIMED} AND {_window(long_s)}
     )
 )"""
 
@@ -251,7 +259,7 @@ FROM (
     FROM (
         SELECT provider, model, content_chunks, content_chunks_by_tokens, {_since(CHUNKING_WINDOW_S)} AS recent
         FROM stream_metrics
-        WHERE side = 'client' AND content_chunks > 0 AND {_window(2 * CHUNKING_WINDOW_S)}
+        WHERE side = 'client' AND content_chunks > 0 AND {SIZED} AND {_window(2 * CHUNKING_WINDOW_S)}
     )
     GROUP BY provider, model
 )

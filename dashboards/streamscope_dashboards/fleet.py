@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from streamscope_dashboards.macros import QueryContext, resolve
-from streamscope_dashboards.panels import FULL, SELECTED, SELECTED_CHUNKS, STORED_BYTES_SQL, chosen
+from streamscope_dashboards.panels import SELECTED, SELECTED_CHUNKS, SIZED, STORED_BYTES_SQL, TIMED, chosen
 from streamscope_ingest.store.sql import QueryResult
 
 Query = Callable[[str], QueryResult]
@@ -20,13 +20,13 @@ SELECT
     count() AS streams,
     quantileExact(0.5)(ttft_us) AS ttft_p50_us,
     quantileExact(0.95)(ttft_us) AS ttft_p95_us,
-    quantileExactIf(0.99)(gap_p99_us, {FULL}) AS p99_of_p99_us,
-    countIf(ifNull(gap_max_us, 0) <= {{slo_us}} AND {FULL}) / countIf({FULL}) AS itl_goodput,
+    quantileExactIf(0.99)(gap_p99_us, {TIMED}) AS p99_of_p99_us,
+    countIf(ifNull(gap_max_us, 0) <= {{slo_us}} AND {TIMED}) / countIf({TIMED}) AS itl_goodput,
     quantileExact(0.5)(ttft_us - ttfb_us) AS first_byte_lead_us,
-    sum(tokens) / greatest(sum(content_chunks), 1) AS tokens_per_chunk,
-    sum(wire_bytes) / greatest(sum(content_bytes), 1) AS wire_per_content_byte,
+    sumIf(tokens, {SIZED}) / nullIf(sumIf(content_chunks, {SIZED}), 0) AS tokens_per_chunk,
+    sumIf(wire_bytes, {SIZED}) / nullIf(sumIf(content_bytes, {SIZED}), 0) AS wire_per_content_byte,
     countIf(outcome IN ('cancelled', 'disconnected')) / count() AS cancel_rate,
-    countIf(NOT {FULL}) AS incomplete
+    countIf(NOT {TIMED}) AS incomplete
 FROM stream_metrics
 WHERE {SELECTED}
 """
@@ -55,13 +55,15 @@ class Summary:
     """Share of streams whose every gap stayed within the ITL SLO."""
     first_byte_lead_ms: float
     """Median time from the first byte to the first content chunk (a buffering gateway widens it)."""
-    tokens_per_chunk: float
-    wire_per_content_byte: float
+    tokens_per_chunk: float | None
+    """None: no stream in the range says what its chunks carried."""
+    wire_per_content_byte: float | None
     """Bytes on the wire per byte of content: the envelope overhead."""
     cancel_rate: float
     stored_bytes_per_chunk: float
     incomplete_streams: int = 0
-    """Streams whose timeline is known only in part (chunks lost, unreadable): out of the per-stream gap figures."""
+    """Streams without every chunk's time (chunks lost, unreadable, a source that knew none): out of the per-stream
+    gap figures."""
 
     def rows(self, slo_us: int) -> list[tuple[str, str]]:
         """(metric, value) lines, as the demo and the report print them."""
@@ -74,11 +76,11 @@ class Summary:
             ("first byte to first content, median", f"{self.first_byte_lead_ms:.1f} ms"),
             (
                 "tokens per chunk / wire bytes per content byte",
-                f"{self.tokens_per_chunk:.2f} / {self.wire_per_content_byte:.1f}",
+                f"{_number(self.tokens_per_chunk, '.2f')} / {_number(self.wire_per_content_byte, '.1f')}",
             ),
             ("cancelled or disconnected", f"{self.cancel_rate:.1%}"),
             (
-                "partial or unreadable timelines (left out of goodput and per-stream p99)",
+                "streams without every chunk's time (left out of goodput and per-stream p99)",
                 f"{self.incomplete_streams}",
             ),
             ("stored bytes per chunk", f"{self.stored_bytes_per_chunk:.2f}"),
@@ -108,9 +110,13 @@ def summarize(
         p99_of_p99_ms=ms(p99p99),
         itl_goodput=float(goodput or 0),
         first_byte_lead_ms=ms(lead),
-        tokens_per_chunk=float(per_chunk or 0),
-        wire_per_content_byte=float(envelope or 0),
+        tokens_per_chunk=None if per_chunk is None else float(per_chunk),
+        wire_per_content_byte=None if envelope is None else float(envelope),
         cancel_rate=float(cancels or 0),
         stored_bytes_per_chunk=float(stored or 0),
         incomplete_streams=int(incomplete or 0),
     )
+
+
+def _number(value: float | None, spec: str) -> str:
+    return "unknown" if value is None else format(value, spec)

@@ -116,10 +116,14 @@ def _selected(over_chunks: bool = False) -> str:
 
 
 SELECTED = _selected()
-FULL = "coverage = 'full'"
-"""Streams whose every chunk is known: per-stream gap figures (a stream's p99, its longest gap, ITL goodput) read
-only these. A partial timeline's gaps are those between the chunks kept, so its longest gap is a floor, not a
-fact; such streams are counted apart (``incomplete``)."""
+TIMED = "coverage IN ('full', 'arrivals')"
+"""Streams whose every chunk's arrival is known (``streams.coverage``): per-stream gap figures (a stream's p99, its
+longest gap, ITL goodput) read only these. A partial timeline's gaps are those between the chunks kept, so its
+longest gap is a floor, not a fact; such streams, and those whose source knew no chunks, are counted apart
+(``incomplete``)."""
+SIZED = "coverage IN ('full', 'partial')"
+"""Streams whose chunks' sizes are known: figures of tokens and bytes per chunk read only these (a source that
+stamped arrivals alone says nothing of what a chunk carried)."""
 SELECTED_CHUNKS = _selected(over_chunks=True)
 STALL_FILTERS = f"{ON_SIDE} AND {filters('tenant', 'service', 'model', 'route')}"
 """Stalls and quality rows carry no provider (stalls are found on the client and browser sides)."""
@@ -153,7 +157,7 @@ STREAM_P99_HISTOGRAM = Panel(
     "histogram",
     f"""SELECT gap_p99_us / 1000 AS p99_ms
 FROM stream_metrics
-WHERE {SELECTED} AND gap_p99_us IS NOT NULL AND {FULL}""",
+WHERE {SELECTED} AND gap_p99_us IS NOT NULL AND {TIMED}""",
     unit="ms",
 )
 
@@ -179,7 +183,7 @@ TOKENS_PER_CHUNK = Panel(
     f"""SELECT $__timeInterval(start_time) AS time, concat(provider, ' ', model) AS series,
     {median_of("sumMap(content_chunks_by_tokens)", "sum(content_chunks)")} AS tokens_per_chunk
 FROM stream_metrics
-WHERE {SELECTED} AND content_chunks > 0
+WHERE {SELECTED} AND content_chunks > 0 AND {SIZED}
 GROUP BY time, series
 ORDER BY time, series""",
     unit="short",
@@ -250,7 +254,7 @@ FROM (
         SELECT $__timeInterval(start_time) AS time, provider, model, sum(content_chunks) AS chunks,
             {median_of("sumMap(content_chunks_by_tokens)", "chunks")} AS median
         FROM stream_metrics
-        WHERE {SELECTED} AND content_chunks > 0
+        WHERE {SELECTED} AND content_chunks > 0 AND {SIZED}
         GROUP BY time, provider, model
     )
     WINDOW w AS (PARTITION BY provider, model ORDER BY time ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
@@ -365,7 +369,7 @@ CHUNK_ECONOMICS = Panel(
         FROM ingest_requests WHERE $__timeFilter(time) AND signal = 'traces') AS otlp_bytes_per_chunk,
     (SELECT round(({STORED_BYTES_SQL.strip()}), 2)) AS stored_bytes_per_chunk
 FROM stream_metrics
-WHERE {SELECTED}
+WHERE {SELECTED} AND {SIZED}
 GROUP BY provider, model
 ORDER BY chunks DESC""",
 )
@@ -436,14 +440,15 @@ FLEET_STATS = Panel(
     "Client streams",
     "Streams in the range, TTFT p50 and p95, the p99 of per-stream p99 gaps, ITL goodput (share of streams whose "
     f"every gap stayed within {SLO_US // 1000} ms), the share of streams with a stall, and the streams whose "
-    "timeline is known only in part (chunks lost by the sender, unreadable), which the gap figures leave out.",
+    "timeline is known only in part (chunks lost by the sender, unreadable, a source that knew no chunks), which "
+    "the gap figures leave out.",
     "stat",
     f"""SELECT count() AS streams,
     quantileExact(0.5)(ttft_us) / 1000 AS ttft_p50_ms, quantileExact(0.95)(ttft_us) / 1000 AS ttft_p95_ms,
-    quantileExactIf(0.99)(gap_p99_us, {FULL}) / 1000 AS p99_of_p99_ms,
-    countIf(ifNull(gap_max_us, 0) <= {SLO_US} AND {FULL}) / countIf({FULL}) AS itl_goodput,
-    countIf(stall_count > 0 AND {FULL}) / countIf({FULL}) AS stall_rate,
-    countIf(NOT {FULL}) AS incomplete
+    quantileExactIf(0.99)(gap_p99_us, {TIMED}) / 1000 AS p99_of_p99_ms,
+    countIf(ifNull(gap_max_us, 0) <= {SLO_US} AND {TIMED}) / countIf({TIMED}) AS itl_goodput,
+    countIf(stall_count > 0 AND {TIMED}) / countIf({TIMED}) AS stall_rate,
+    countIf(NOT {TIMED}) AS incomplete
 FROM stream_metrics
 WHERE {SELECTED}""",
 )
@@ -457,7 +462,7 @@ ITL_GOODPUT = Panel(
     f"""SELECT $__timeInterval(start_time) AS time, 'goodput' AS series,
     countIf(ifNull(gap_max_us, 0) <= {SLO_US}) / count() AS itl_goodput
 FROM stream_metrics
-WHERE {SELECTED} AND {FULL}
+WHERE {SELECTED} AND {TIMED}
 GROUP BY time
 ORDER BY time""",
     unit="percentunit",

@@ -74,4 +74,4 @@ def test_partial_timelines_are_counted_apart_and_left_out_of_per_stream_gap_figu
     assert summary.itl_goodput == pytest.approx(1 / 2)  # streams 1 and 2 only
     assert summary.p99_of_p99_ms == 600.0
     assert summary.ttft_p50_ms == 100.0  # the cap drops the tail: the first chunk is still the first
-    assert ("partial or unreadable timelines (left out of goodput and per-stream p99)", "1") in summary.rows(400_000)
+    assert ("streams without every chunk's time (left out of goodput and per-stream p99)", "1") in summary.rows(400_000)

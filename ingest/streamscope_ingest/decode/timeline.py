@@ -135,7 +135,7 @@ def stream_stats(
         edge = np.diff(owners, append=n) != 0 if last else np.diff(owners, prepend=-1) != 0
         return PerStream.at(n, owners[edge], offsets[chunks[edge]], np.int64)
 
-    has_content = content_bytes > 0
+    has_content = (timeline.kind == KIND_FIRST) | (timeline.kind == KIND_CONTENT)  # as build_timeline found it
     content = np.flatnonzero(has_content)
     ttft = offset_of(np.flatnonzero(timeline.kind == KIND_FIRST))
     in_head = has_content & (offsets <= ttft.values[stream] + HEAD_WINDOW_US)

@@ -23,7 +23,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from streamscope import semconv as sc
-from streamscope_ingest.decode import columns
+from streamscope_ingest.decode import columns, sources
 from streamscope_ingest.decode.batch import DecodedBatch, Rejection
 from streamscope_ingest.decode.chunk_events import ChunkEventRejected, as_trace_view, chunk_events
 from streamscope_ingest.decode.int_arrays import NotAnIntArray, decode_int_arrays, element_count
@@ -104,6 +104,10 @@ class _Stream:
     """What the sender should hear about this span's timeline (``partial_success`` warnings)."""
     first_chunk_lost: bool = False
     """The sender dropped span events, the oldest first: the stored chunks do not begin with the stream's first."""
+    sizes_unknown: bool = False
+    """Each chunk's arrival is known, not what it carried (``arrivals``): every chunk counts as content."""
+    ttft_us: int | None = None
+    """The time to the first token as the span's source measured it, for a stream without chunks."""
 
 
 def decode_traces(
@@ -125,17 +129,26 @@ def decode_traces(
             warnings.append(warning)
         service = resource_strings.get("service.name", "")
         for scope_spans in resource_spans.scope_spans:
+            scope = scope_spans.scope.name
             for span in scope_spans.spans:
                 attrs = {kv.key: kv.value for kv in span.attributes}
+                foreign = None
                 if sc.STREAMSCOPE_SIDE not in attrs:
-                    ignored += 1
-                    continue
+                    if scope.startswith(sources.SCOPES):
+                        plain = {key: _scalar(value) for key, value in attrs.items()}
+                        foreign = sources.read_foreign(scope, span, plain)
+                    if foreign is None:
+                        ignored += 1
+                        continue
                 try:
                     limits.check_span(len(span.attributes), len(span.events))
                     if (span.trace_id, span.span_id) in seen:
                         raise _SpanRejected("the same span twice in one request")
                     seen.add((span.trace_id, span.span_id))
-                    stream = _decode_span(span, attrs, tenant, service, resource_strings)
+                    if foreign is None:
+                        stream = _decode_span(span, attrs, tenant, service, resource_strings)
+                    else:
+                        stream = _decode_foreign(span, foreign, tenant, service, resource_strings)
                     limits.check_chunks(stream.chunk_count)
                     if warning := limits.truncate(_subject(span), stream.row, stream.row["attributes"]):
                         warnings.append(warning)
@@ -175,10 +188,7 @@ def _subject(span: Message) -> str:
 def _decode_span(
     span: Message, attrs: dict[str, AnyValue], tenant: str, service: str, resource: dict[str, str]
 ) -> _Stream:
-    if len(span.trace_id) != 16 or len(span.span_id) != 8 or not any(span.trace_id) or not any(span.span_id):
-        raise _SpanRejected("invalid trace or span id")
-    if span.end_time_unix_nano < span.start_time_unix_nano:
-        raise _SpanRejected("span ends before it starts")
+    _check_ids_and_times(span)
     scalars = {key: _scalar(value) for key, value in attrs.items() if key not in sc.PACKED_ARRAYS}
     side = str(scalars[sc.STREAMSCOPE_SIDE])
     if side not in sc.STREAMSCOPE_SIDE_VALUES:
@@ -221,9 +231,40 @@ def _decode_span(
     else:
         coverage = columns.COVERAGE_FULL
     first_byte = scalars.get(sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US)
+    row = _row(span, scalars, tenant, service, resource, side=side, encoding=encoding, coverage=coverage)
+    row["timeline_truncated"] = truncated
+    row["first_tool_call_seq"] = _chunk_seq(scalars, sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK, chunk_count, events_dropped)
+    return _Stream(
+        row=row,
+        chunk_count=0 if unreadable else chunk_count,
+        first_byte_us=_bounded_int(scalars, sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US, 2**63 - 1)
+        if first_byte is not None
+        else None,
+        packed=packed,
+        offsets=offsets if not unreadable else np.empty(0, np.int64),
+        values=values if not unreadable else np.empty((len(sc.CHUNK_EVENT_ATTRIBUTES), 0), np.int64),
+        subject=_subject(span),
+        notes=notes,
+        first_chunk_lost=events_dropped,
+    )
+
+
+def _row(
+    span: Message,
+    scalars: dict[str, Any],
+    tenant: str,
+    service: str,
+    resource: dict[str, str],
+    *,
+    side: str,
+    encoding: str,
+    coverage: str,
+    source: str = columns.SOURCE_STREAMSCOPE,
+) -> dict[str, Any]:
+    """A stream's ``streams`` row from its span's attributes (plain values), before its timeline's statistics."""
     request_model = str(scalars.get(sc.GEN_AI_REQUEST_MODEL, ""))
     response_model = str(scalars.get(sc.GEN_AI_RESPONSE_MODEL, ""))
-    row: dict[str, Any] = {
+    return {
         "tenant": tenant,
         "start_time": span.start_time_unix_nano // 1000,
         "duration_us": (span.end_time_unix_nano - span.start_time_unix_nano) // 1000,
@@ -252,29 +293,69 @@ def _decode_span(
         "input_tokens": _bounded_int(scalars, sc.GEN_AI_USAGE_INPUT_TOKENS, _U32_MAX),
         "output_tokens": _bounded_int(scalars, sc.GEN_AI_USAGE_OUTPUT_TOKENS, _U32_MAX),
         "tokens_estimated": _flag(scalars, sc.STREAMSCOPE_TOKENS_ESTIMATED),
-        "timeline_truncated": truncated,
+        "timeline_truncated": coverage == columns.COVERAGE_PARTIAL,
         "cancel_offset_us": _bounded_int(scalars, sc.STREAMSCOPE_CANCEL_OFFSET_US, 2**63 - 1),
         "tokens_after_cancel": _bounded_int(scalars, sc.STREAMSCOPE_TOKENS_AFTER_CANCEL, _U32_MAX),
         "repetition_score": _float(scalars.get(sc.STREAMSCOPE_REPETITION_SCORE)),
-        "first_tool_call_seq": _chunk_seq(scalars, sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK, chunk_count, events_dropped),
+        "first_tool_call_seq": None,
         "host_watch": _enum(scalars, sc.STREAMSCOPE_HOST_WATCH, sc.STREAMSCOPE_HOST_WATCH_VALUES, ""),
-        "source": columns.SOURCE_STREAMSCOPE,
+        "source": source,
         "coverage": coverage,
         "attributes": {k: stringify(v) for k, v in scalars.items() if k not in _PROMOTED},
         "resource_attributes": resource,
     }
+
+
+def _check_ids_and_times(span: Message) -> None:
+    if len(span.trace_id) != 16 or len(span.span_id) != 8 or not any(span.trace_id) or not any(span.span_id):
+        raise _SpanRejected("invalid trace or span id")
+    if span.end_time_unix_nano < span.start_time_unix_nano:
+        raise _SpanRejected("span ends before it starts")
+
+
+def _decode_foreign(
+    span: Message, foreign: sources.Foreign, tenant: str, service: str, resource: dict[str, str]
+) -> _Stream:
+    """A stream from another instrumentation's span: what its source knows of it (``sources``), the rest unknown."""
+    _check_ids_and_times(span)
+    notes = []
+    chunk_count = 0 if foreign.arrivals_ns is None else foreign.arrivals_ns.size
+    coverage = foreign.coverage
+    if foreign.arrivals_ns is not None and span.dropped_events_count > 0:
+        coverage = columns.COVERAGE_PARTIAL
+        notes.append(
+            f"the sender dropped {span.dropped_events_count} of its span events (its span event limit), the oldest"
+            f" first: stored as a partial timeline of the {chunk_count} chunk arrivals kept, time to first chunk"
+            " unknown"
+        )
+    encoding = "events" if foreign.arrivals_ns is not None else ""
+    row = _row(
+        span,
+        foreign.attributes,
+        tenant,
+        service,
+        resource,
+        side=foreign.side,
+        encoding=encoding,
+        coverage=coverage,
+        source=foreign.source,
+    )
+    offsets = np.empty(0, np.int64)
+    if foreign.arrivals_ns is not None:
+        if foreign.arrivals_ns.size and int(foreign.arrivals_ns[0]) < span.start_time_unix_nano:
+            raise _SpanRejected("negative chunk offset: a chunk event precedes the span start")
+        offsets = ((foreign.arrivals_ns - np.uint64(span.start_time_unix_nano)) // np.uint64(1000)).astype(np.int64)
     return _Stream(
         row=row,
-        chunk_count=0 if unreadable else chunk_count,
-        first_byte_us=_bounded_int(scalars, sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US, 2**63 - 1)
-        if first_byte is not None
-        else None,
-        packed=packed,
-        offsets=offsets if not unreadable else np.empty(0, np.int64),
-        values=values if not unreadable else np.empty((len(sc.CHUNK_EVENT_ATTRIBUTES), 0), np.int64),
+        chunk_count=chunk_count,
+        first_byte_us=None,
+        offsets=offsets,
+        values=np.zeros((len(sc.CHUNK_EVENT_ATTRIBUTES), chunk_count), np.int64),
         subject=_subject(span),
         notes=notes,
-        first_chunk_lost=events_dropped,
+        first_chunk_lost=coverage == columns.COVERAGE_PARTIAL,
+        sizes_unknown=foreign.arrivals_ns is not None,
+        ttft_us=foreign.ttft_us,
     )
 
 
@@ -431,7 +512,8 @@ def _timeline_error(offsets: np.ndarray, values: np.ndarray | Sequence[np.ndarra
 def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: int) -> tuple[pa.Table, pa.Table]:
     lengths, offsets, values = timelines
     tokens, content, wire, paint_delay, render, host_delay = values
-    timeline = build_timeline(lengths, offsets, content)
+    unknown_sizes = np.repeat(np.fromiter((s.sizes_unknown for s in streams), bool, len(streams)), lengths)
+    timeline = build_timeline(lengths, offsets, np.where(unknown_sizes, 1, content))  # arrivals: each is content
     stats = stream_stats(lengths, offsets, tokens, content, wire, timeline, stall_threshold_us)
     rows = [s.row for s in streams]
 
@@ -440,6 +522,9 @@ def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: i
     lost = np.fromiter((s.first_chunk_lost for s in streams), dtype=bool, count=len(streams))
     first_byte.present[lost] = stats.ttft_us.present[lost] = False
     stats.head_tokens[lost] = 0
+    for index, stream in enumerate(streams):  # a source that measured the first token but sent no chunks
+        if stream.ttft_us is not None and not stream.chunk_count:
+            stats.ttft_us.values[index], stats.ttft_us.present[index] = stream.ttft_us, True
     sent = np.fromiter((s.first_byte_us is not None for s in streams), dtype=bool, count=len(streams))
     first_byte.values[sent] = [s.first_byte_us for s in streams if s.first_byte_us is not None]
     first_byte.present[sent] = True  # the span says when its first byte came: not its first chunk

@@ -1,0 +1,59 @@
+"""What a span of another instrumentation says about a stream (``Foreign``), and helpers its readers share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from google.protobuf.message import Message
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+COVERAGE_ARRIVALS, COVERAGE_FIRST_TOKEN, COVERAGE_DURATION = "arrivals", "first_token", "duration"
+CONTENT_KEYS = (
+    "gen_ai.input.messages",
+    "gen_ai.output.messages",
+    "gen_ai.system_instructions",
+    "gen_ai.prompt",
+    "gen_ai.completion",
+    "llm.prompts",
+)
+"""Attributes (and prefixes) that carry what was said, never stored: streamscope measures timing, not content."""
+
+
+@dataclass(frozen=True)
+class Foreign:
+    """What a recognised span says about its stream."""
+
+    source: str
+    """Which instrumentation sent it (``streams.source``)."""
+    coverage: str
+    side: str = "client"
+    arrivals_ns: np.ndarray | None = None
+    """With ``arrivals`` coverage: when each chunk arrived (ns, the span's clock), in order."""
+    ttft_us: int | None = None
+    """With ``first_token`` coverage: the time to the first token the source measured."""
+    attributes: dict[str, Any] = field(default_factory=dict)
+    """The span's attributes (plain values) under the current GenAI names, content left out."""
+
+
+Reader = Callable[[str, Message, Mapping[str, Any]], Foreign | None]
+"""(instrumentation scope name, span, its attributes as plain values) -> what it says, or None if not its source."""
+
+
+def kept(attributes: Mapping[str, Any], renames: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``attributes`` without message content, older names renamed."""
+    renames = renames or {}
+    return {
+        renames.get(key, key): value
+        for key, value in attributes.items()
+        if not any(key == name or key.startswith(name + ".") for name in CONTENT_KEYS)
+    }
+
+
+def event_times(span: Message, name: str) -> np.ndarray:
+    """The times (ns) of the span's events called ``name``, in order; ``span`` is one of a ``TraceRequestView``
+    (its events still encoded)."""
+    events = (Span.Event.FromString(encoded) for encoded in span.events)
+    return np.sort(np.fromiter((e.time_unix_nano for e in events if e.name == name), dtype=np.uint64))

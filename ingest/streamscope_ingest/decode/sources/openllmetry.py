@@ -1,0 +1,40 @@
+"""OpenLLMetry (Traceloop's ``opentelemetry-instrumentation-openai``): a streamed call's span carries one
+``gen_ai.content.completion.chunk`` event per chunk the client received, stamped as it arrived, without its size.
+
+So each chunk's arrival is known (``arrivals``), not what it carried: the first event is the first chunk of any
+kind (a role-only chunk may come a decode step before the first token), and the gaps are between arrivals.
+Non-streamed calls have no chunks and are not streams. The span has no server.address; the base URL
+(``gen_ai.openai.api_base``) gives it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from google.protobuf.message import Message
+
+from streamscope import semconv as sc
+from streamscope_ingest.decode.sources.foreign import COVERAGE_ARRIVALS, Foreign, event_times, kept
+
+SOURCE = "openllmetry"
+SCOPES = ("opentelemetry.instrumentation.openai.",)
+CHUNK_EVENT = "gen_ai.content.completion.chunk"
+SPAN_NAMES = frozenset({"openai.chat", "openai.completion"})
+_RENAMES = {"gen_ai.system": sc.GEN_AI_PROVIDER_NAME}  # releases before the provider.name convention
+
+
+def read(scope: str, span: Message, attributes: Mapping[str, Any]) -> Foreign | None:
+    if not scope.startswith(SCOPES) or span.name not in SPAN_NAMES:
+        return None
+    if not (attributes.get("gen_ai.is_streaming") or attributes.get("llm.is_streaming")):
+        return None
+    values = kept(attributes, _RENAMES)
+    base = urlsplit(str(attributes.get("gen_ai.openai.api_base", "")))
+    if base.hostname and sc.SERVER_ADDRESS not in values:
+        values[sc.SERVER_ADDRESS] = base.hostname
+        port = base.port or {"https": 443, "http": 80}.get(base.scheme)
+        if port:
+            values[sc.SERVER_PORT] = port
+    return Foreign(SOURCE, COVERAGE_ARRIVALS, arrivals_ns=event_times(span, CHUNK_EVENT), attributes=values)

@@ -1,0 +1,108 @@
+"""Other projects' GenAI instrumentation, the real packages (pinned in the test extra) instrumenting the real
+``openai`` client against the simulated engine, exported over OTLP/HTTP to a real collector: each source's spans
+become streams with what that source knows of them, checked against the spans it exported."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from streamscope_cli.engine.app import EngineNode, NodeConfig
+from streamscope_collector.serving import BackgroundServer
+from streamscope_dashboards.fleet import summarize
+from streamscope_dashboards.macros import QueryContext
+from streamscope_ingest.store import sql
+from tests.support import metric
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def engine_url():
+    server = BackgroundServer(EngineNode(NodeConfig(node="genai-0")).app, name="engine").start()
+    yield f"http://127.0.0.1:{server.port}"
+    server.stop()
+
+
+def chat_through(source: str, engine_url: str, collector_url: str) -> dict:
+    """Run the instrumented chat app in a process of its own; what it received and the spans it exported."""
+    child = subprocess.run(
+        [sys.executable, "-m", "tests.genai_client", source, engine_url, collector_url],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+def stored(collector, source: str) -> list[tuple]:
+    return collector.query_client.query(
+        "SELECT span_id, side, coverage, chunk_count, ttft_us, duration_us, response_model, provider, server_address, "
+        "server_port, output_tokens, finish_reasons, attributes FROM streams WHERE source = {source:String} "
+        "ORDER BY start_time",
+        parameters={"source": source},
+    ).result_rows
+
+
+def test_openllmetry_streams_keep_each_chunks_arrival(collector, engine_url):
+    """OpenLLMetry stamps an event per chunk as it arrives: the stream's timeline is those arrivals (sizes
+    unknown), its first chunk the first of them, and the engine's address comes from the base URL."""
+    seen = chat_through("openllmetry", engine_url, collector.http_url)
+    spans = [span for span in seen["spans"] if span["name"] == "openai.chat"]
+    assert len(spans) == len(seen["received"]) == 2
+    rows = stored(collector, "openllmetry")
+    assert len(rows) == 2
+    port = int(engine_url.rsplit(":", 1)[1])
+    for span, received, row in zip(spans, seen["received"], rows, strict=True):
+        arrivals = [time for name, time in span["events"] if name == "gen_ai.content.completion.chunk"]
+        assert len(arrivals) == len(received["arrivals_ns"])  # one event per chunk the client read
+        (span_id, side, coverage, chunks, ttft_us, duration_us, model, provider, address, server_port, output_tokens,
+         finish_reasons, attributes) = row  # fmt: skip
+        assert (span_id, side, coverage, chunks) == (span["span_id"], "client", "arrivals", len(arrivals))
+        assert ttft_us == (arrivals[0] - span["start_ns"]) // 1000
+        assert duration_us == (span["end_ns"] - span["start_ns"]) // 1000
+        assert (model, provider, address, server_port) == ("sim-llm", "openai", "127.0.0.1", port)
+        assert output_tokens == span["attributes"]["gen_ai.usage.output_tokens"]
+        assert finish_reasons == span["attributes"]["gen_ai.response.finish_reasons"]
+        assert "gen_ai.output.messages" in span["attributes"]  # captured by default, and never stored
+        assert not [key for key in attributes if "messages" in key]
+        offsets = collector.query_client.query(
+            "SELECT groupArray(offset_us) FROM (SELECT offset_us FROM chunk_timeline WHERE span_id = {s:String} "
+            "ORDER BY seq)",
+            parameters={"s": span_id},
+        ).result_rows[0][0]
+        assert offsets == [(time - span["start_ns"]) // 1000 for time in arrivals]
+    assert metric(collector.http_url, "streamscope_collector_ignored_items_total", signal="traces") == 0
+
+    # the report: arrivals time every chunk, so they count in the gap figures; they say nothing of sizes
+    since = datetime.fromtimestamp(min(span["start_ns"] for span in spans) / 1e9 - 1, UTC)
+    ctx = QueryContext(since, datetime.now(UTC) + timedelta(minutes=1), timedelta(seconds=10))
+    summary = summarize(lambda q: sql.parse_result(sql.query_json(collector.query_client, q)), ctx, slo_us=400_000)
+    assert (summary.streams, summary.incomplete_streams, summary.itl_goodput) == (2, 0, 1.0)
+    assert summary.tokens_per_chunk is None and summary.wire_per_content_byte is None
+    assert summary.ttft_p50_ms > 0
+
+
+def test_opentelemetry_genai_streams_are_known_by_their_duration(collector, engine_url):
+    """The OpenTelemetry project's openai-v2 instrumentation records no chunk and no first token: the stream is
+    stored with its duration and attributes, its timing figures unknown."""
+    seen = chat_through("opentelemetry-genai", engine_url, collector.http_url)
+    spans = [span for span in seen["spans"] if span["attributes"].get("gen_ai.operation.name") == "chat"]
+    assert len(spans) == 2 and not any(span["events"] for span in spans)
+    rows = stored(collector, "opentelemetry-genai")
+    assert [row[:5] for row in rows] == [(span["span_id"], "client", "duration", 0, None) for span in spans]
+    for span, row in zip(spans, rows, strict=True):
+        assert row[5] == (span["end_ns"] - span["start_ns"]) // 1000
+        assert row[6:8] == ("sim-llm", "openai")
+        assert row[10] == span["attributes"].get("gen_ai.usage.output_tokens")
+    gaps = collector.query_client.query(
+        "SELECT count() FROM stream_metrics WHERE source = 'opentelemetry-genai' AND gap_max_us IS NOT NULL"
+    ).result_rows[0][0]
+    assert gaps == 0  # no figure of chunk timing comes from a source that has none

@@ -1,0 +1,76 @@
+"""A chat app instrumented by another project's GenAI instrumentation, as its users run it: the real package
+instruments the real ``openai`` client, whose streamed calls go to an engine, and a plain OpenTelemetry SDK exports
+the spans over OTLP/HTTP to a collector (and keeps a copy, printed as JSON, for the test to compare).
+
+    python -m tests.genai_client openllmetry|opentelemetry-genai ENGINE_URL COLLECTOR_URL [CALLS]
+
+Instrumentations patch the ``openai`` module for the whole process, so each runs in a process of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+
+def instrument(source: str, provider: TracerProvider) -> None:
+    if source == "openllmetry":
+        from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+
+        OpenAIInstrumentor().instrument(tracer_provider=provider)
+    elif source == "opentelemetry-genai":
+        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor as OpenAIv2Instrumentor
+
+        OpenAIv2Instrumentor().instrument(tracer_provider=provider)
+    else:
+        raise SystemExit(f"unknown source {source!r}")
+
+
+def main(source: str, engine_url: str, collector_url: str, calls: int = 2) -> None:
+    copies = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": f"chat-{source}"}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{collector_url}/v1/traces")))
+    provider.add_span_processor(SimpleSpanProcessor(copies))
+    instrument(source, provider)
+    import openai
+
+    client = openai.OpenAI(base_url=f"{engine_url}/v1", api_key="unused", max_retries=0)
+    received = []
+    for call in range(calls):
+        started = time.time_ns()
+        stream = client.chat.completions.create(
+            model="sim-llm",
+            messages=[{"role": "user", "content": f"say something, call {call}"}],
+            max_tokens=40,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        arrivals = [time.time_ns() for _ in stream]
+        received.append({"started_ns": started, "arrivals_ns": arrivals})
+    provider.shutdown()
+    spans = [
+        {
+            "trace_id": format(span.context.trace_id, "032x"),
+            "span_id": format(span.context.span_id, "016x"),
+            "name": span.name,
+            "start_ns": span.start_time,
+            "end_ns": span.end_time,
+            "events": [(event.name, event.timestamp) for event in span.events],
+            "attributes": {
+                key: value if not isinstance(value, tuple) else list(value) for key, value in span.attributes.items()
+            },
+        }
+        for span in copies.get_finished_spans()
+    ]
+    print(json.dumps({"received": received, "spans": spans}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3], *(int(a) for a in sys.argv[4:5]))
