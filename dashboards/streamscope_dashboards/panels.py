@@ -620,6 +620,20 @@ ORDER BY e.start_time""",
     variables=("trace_id",),
 )
 
+STREAM_SOURCES = Panel(
+    "stream_sources",
+    "Where the streams came from",
+    "Streams by the instrumentation that sent them and how much of each it knew: full (every chunk's time and "
+    "size), partial (chunks lost by the sender), arrivals (each chunk's time, not its size), duration (the call "
+    "only), unreadable. Each figure reads only the streams that can give it.",
+    "table",
+    f"""SELECT source, coverage, count() AS streams, round(count() / sum(count()) OVER (), 3) AS share
+FROM stream_metrics
+WHERE {SELECTED}
+GROUP BY source, coverage
+ORDER BY streams DESC, source, coverage""",
+)
+
 PANELS: tuple[Panel, ...] = (
     ITL_HEATMAP,
     STREAM_P99_HISTOGRAM,
@@ -635,4 +649,5 @@ PANELS: tuple[Panel, ...] = (
     BROWSER_RENDER,
     GPU_TO_GLASS,
     STREAM_TIMELINE,
+    STREAM_SOURCES,
 )

@@ -8,7 +8,8 @@ import pytest
 
 from streamscope import semconv as sc
 from streamscope_dashboards.fleet import summarize
-from streamscope_dashboards.macros import QueryContext
+from streamscope_dashboards.macros import QueryContext, resolve
+from streamscope_dashboards.panels import STREAM_SOURCES, chosen
 from streamscope_ingest.store import sql
 from tests.support import T0, store_spans, stream_span
 
@@ -75,3 +76,19 @@ def test_partial_timelines_are_counted_apart_and_left_out_of_per_stream_gap_figu
     assert summary.p99_of_p99_ms == 600.0
     assert summary.ttft_p50_ms == 100.0  # the cap drops the tail: the first chunk is still the first
     assert ("streams without every chunk's time (left out of goodput and per-stream p99)", "1") in summary.rows(400_000)
+
+
+def test_the_sources_panel_says_where_streams_came_from_and_how_much_each_knew(store_client):
+    spans = [
+        stream(1, [100, 120, 140], [1, 1, 1], [60, 60, 60], "completed"),
+        stream(2, [100, 120], [1, 1], [60, 60], "completed"),
+        stream_span(
+            3, 3, side="client", offsets_ms=[100], tokens=[1], start_ns=T0 + 3,
+            attributes={sc.STREAMSCOPE_CHUNKS_DROPPED: 10},
+        ),
+    ]  # fmt: skip
+    store_spans(store_client, spans)
+    since = datetime.fromtimestamp(T0 / 1e9 - 1, UTC)
+    ctx = QueryContext(since, since + timedelta(minutes=1), timedelta(seconds=10))
+    rows = sql.parse_result(sql.query_json(store_client, resolve(STREAM_SOURCES.sql, ctx, chosen()))).rows
+    assert [tuple(row) for row in rows] == [("streamscope", "full", 2, 0.667), ("streamscope", "partial", 1, 0.333)]
