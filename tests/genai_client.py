@@ -9,6 +9,7 @@ Instrumentations patch the ``openai`` module for the whole process, so each runs
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -54,6 +55,8 @@ def main(source: str, engine_url: str, collector_url: str, calls: int = 2) -> No
         )
         arrivals = [time.time_ns() for _ in stream]
         received.append({"started_ns": started, "arrivals_ns": arrivals})
+    with contextlib.suppress(openai.BadRequestError):  # a call the engine refuses (no messages)
+        client.chat.completions.create(model="sim-llm", messages=[], stream=True)
     provider.shutdown()
     spans = [
         {

@@ -55,10 +55,14 @@ def test_openllmetry_streams_keep_each_chunks_arrival(collector, engine_url):
     """OpenLLMetry stamps an event per chunk as it arrives: the stream's timeline is those arrivals (sizes
     unknown), its first chunk the first of them, and the engine's address comes from the base URL."""
     seen = chat_through("openllmetry", engine_url, collector.http_url)
-    spans = [span for span in seen["spans"] if span["name"] == "openai.chat"]
+    spans = [span for span in seen["spans"] if span["name"] == "openai.chat" and "error.type" not in span["attributes"]]
     assert len(spans) == len(seen["received"]) == 2
-    rows = stored(collector, "openllmetry")
+    *rows, refused = stored(collector, "openllmetry")
     assert len(rows) == 2
+    outcome = collector.query_client.query(
+        "SELECT outcome, error_type, chunk_count FROM streams WHERE span_id = {s:String}", parameters={"s": refused[0]}
+    ).result_rows
+    assert outcome == [("error", "BadRequestError", 0)]  # the call the engine refused: no chunk, an error
     port = int(engine_url.rsplit(":", 1)[1])
     for span, received, row in zip(spans, seen["received"], rows, strict=True):
         arrivals = [time for name, time in span["events"] if name == "gen_ai.content.completion.chunk"]
@@ -85,7 +89,7 @@ def test_openllmetry_streams_keep_each_chunks_arrival(collector, engine_url):
     since = datetime.fromtimestamp(min(span["start_ns"] for span in spans) / 1e9 - 1, UTC)
     ctx = QueryContext(since, datetime.now(UTC) + timedelta(minutes=1), timedelta(seconds=10))
     summary = summarize(lambda q: sql.parse_result(sql.query_json(collector.query_client, q)), ctx, slo_us=400_000)
-    assert (summary.streams, summary.incomplete_streams, summary.itl_goodput) == (2, 0, 1.0)
+    assert (summary.streams, summary.incomplete_streams, summary.itl_goodput) == (3, 0, 1.0)  # the refused call too
     assert summary.tokens_per_chunk is None and summary.wire_per_content_byte is None
     assert summary.ttft_p50_ms > 0
 
@@ -95,10 +99,15 @@ def test_opentelemetry_genai_streams_are_known_by_their_duration(collector, engi
     stored with its duration and attributes, its timing figures unknown."""
     seen = chat_through("opentelemetry-genai", engine_url, collector.http_url)
     spans = [span for span in seen["spans"] if span["attributes"].get("gen_ai.operation.name") == "chat"]
-    assert len(spans) == 2 and not any(span["events"] for span in spans)
+    assert len(spans) == 3 and not any(span["events"] for span in spans)
     rows = stored(collector, "opentelemetry-genai")
     assert [row[:5] for row in rows] == [(span["span_id"], "client", "duration", 0, None) for span in spans]
-    for span, row in zip(spans, rows, strict=True):
+    outcomes = collector.query_client.query(
+        "SELECT outcome, error_type FROM streams WHERE source = 'opentelemetry-genai' ORDER BY start_time"
+    ).result_rows
+    assert outcomes[:2] == [("completed", "")] * 2
+    assert outcomes[2] == ("error", spans[2]["attributes"]["error.type"])  # the refused call
+    for span, row in zip(spans[:2], rows[:2], strict=True):
         assert row[5] == (span["end_ns"] - span["start_ns"]) // 1000
         assert row[6:8] == ("sim-llm", "openai")
         assert row[10] == span["attributes"].get("gen_ai.usage.output_tokens")

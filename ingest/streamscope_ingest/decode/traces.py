@@ -1,9 +1,10 @@
 """OTLP trace requests to column blocks for ``streams`` and ``chunk_arrays``; no I/O, nothing of ClickHouse.
 
-A span is a stream span when it carries ``streamscope.side``; other spans are counted and ignored. A stream
-span's chunk timeline comes from the packed arrays when ``streamscope.chunks.offset_us`` is present, else
-from its ``streamscope.chunk`` events. Spans with a malformed timeline are rejected with a reason, which the
-collector returns in ``partial_success``; the rest of the request is kept.
+A span is a stream span when it carries ``streamscope.side``, or when a reader in ``sources`` recognises it as
+another GenAI instrumentation's; other spans are counted and ignored. A stream span's chunk timeline comes from
+the packed arrays when ``streamscope.chunks.offset_us`` is present, else from its ``streamscope.chunk`` events.
+Spans with a malformed timeline are rejected with a reason, which the collector returns in ``partial_success``;
+the rest of the request is kept.
 """
 
 from __future__ import annotations
@@ -340,6 +341,8 @@ def _decode_foreign(
         coverage=coverage,
         source=foreign.source,
     )
+    if row["error_type"]:
+        row["outcome"] = "error"  # other instrumentations say how a call failed, not how its stream ended
     offsets = np.empty(0, np.int64)
     if foreign.arrivals_ns is not None:
         if foreign.arrivals_ns.size and int(foreign.arrivals_ns[0]) < span.start_time_unix_nano:
