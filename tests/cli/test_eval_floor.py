@@ -4,10 +4,12 @@ proxy into the embedded ClickHouse, attributed and scored against their ground t
 The scenarios here keep enough injected stalls when shortened for a 0.9 floor to mean something, and their
 verdicts hold on a loaded machine: the clients watch their own host (a load generator beside its engines pauses
 now and then), and the workload records when its client loop really ran late as ``client_host`` ground truth,
-so a busy host is scored like any other cause. Two come from the attribution benchmark's tuning set (repeated
-short connection stalls; a client whose event loop is blocked on a schedule). Left to `streamscope eval` and
-`python -m benchmarks.attribution_accuracy` at full size: kv-pressure builds up too few preemptions in a short
-run, and flaky-network and mixed score ``connection`` over a dozen stalls or fewer.
+so a busy host is scored like any other cause. The floor holds for the causes a scenario injects; the few stalls
+a busy host adds of its own must never be blamed on the network or an engine. Two come from the attribution
+benchmark's tuning set (repeated short connection stalls; a client whose event loop is blocked on a schedule).
+Left to `streamscope eval` and `python -m benchmarks.attribution_accuracy` at full size: kv-pressure builds up
+too few preemptions in a short run, and flaky-network and mixed score ``connection`` over a dozen stalls or
+fewer.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from streamscope_cli.workload.evaluate import evaluate_named, render
-from streamscope_ingest.analysis.evaluation import STALL_CAUSES
+from streamscope_ingest.analysis.evaluation import DELAY_CAUSES, STALL_CAUSES
 
 TUNING = Path(__file__).resolve().parents[2] / "benchmarks" / "attribution" / "tuning"
 FLOOR = 0.9
@@ -39,8 +41,10 @@ def test_attribution_meets_the_accuracy_floor(scenario: str, storage_dsn: str) -
     for cause, least in least_support.items():
         assert result.support(cause) >= least, report
     for cause in STALL_CAUSES:
-        if result.support(cause):
+        if cause in least_support:
             assert (result.precision(cause) or 0.0) >= FLOOR, report
             assert (result.recall(cause) or 0.0) >= FLOOR, report
+        elif result.support(cause):  # a busy host's own stalls, a handful: never taken for the network or an engine
+            assert not [p for p in DELAY_CAUSES if result.confusion[(cause, p)]], report
     if not least_support:  # nothing injected: no stall may be blamed on the network or an engine
         assert result.blamed_on_injected() == 0, report
