@@ -223,9 +223,8 @@ def _decode_span(
         coverage = columns.COVERAGE_PARTIAL
         if events_dropped:
             notes.append(
-                f"the sender dropped {span.dropped_events_count} of its span events (its span event limit), the"
-                f" oldest first: stored as a partial timeline of the {chunk_count} chunks kept, time to first token"
-                " unknown (raise the limit, or send the packed encoding)"
+                _dropped_events(span, f"{chunk_count} chunks", "token")
+                + " (raise the limit, or send the packed encoding)"
             )
         if tail_dropped:
             notes.append(f"{tail_dropped} chunks past the SDK's cap were not recorded: stored as a partial timeline")
@@ -307,6 +306,14 @@ def _row(
     }
 
 
+def _dropped_events(span: Message, kept: str, first: str) -> str:
+    """What the sender hears when it dropped span events: the OTel SDK drops the oldest, so the head is lost."""
+    return (
+        f"the sender dropped {span.dropped_events_count} of its span events (its span event limit), the oldest"
+        f" first: stored as a partial timeline of the {kept} kept, time to first {first} unknown"
+    )
+
+
 def _check_ids_and_times(span: Message) -> None:
     if len(span.trace_id) != 16 or len(span.span_id) != 8 or not any(span.trace_id) or not any(span.span_id):
         raise _SpanRejected("invalid trace or span id")
@@ -324,11 +331,7 @@ def _decode_foreign(
     coverage = foreign.coverage
     if foreign.arrivals_ns is not None and span.dropped_events_count > 0:
         coverage = columns.COVERAGE_PARTIAL
-        notes.append(
-            f"the sender dropped {span.dropped_events_count} of its span events (its span event limit), the oldest"
-            f" first: stored as a partial timeline of the {chunk_count} chunk arrivals kept, time to first chunk"
-            " unknown"
-        )
+        notes.append(_dropped_events(span, f"{chunk_count} chunk arrivals", "chunk"))
     encoding = "events" if foreign.arrivals_ns is not None else ""
     row = _row(
         span,
