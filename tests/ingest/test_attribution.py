@@ -351,6 +351,17 @@ def test_repeated_short_connection_stalls_of_one_length_are_no_gateway():
         assert {s.cause for s in stalls} == {"connection"}, [s.evidence for s in stalls]
 
 
+def test_short_stalls_on_a_busy_host_are_connections_though_every_chunk_was_late():
+    """A busy host makes most chunks tens of ms late on the path, as a gateway holds them; but between the stalls
+    the chunks arrived one by one, and a gateway hands nothing over on its own."""
+    server = timeline([20.0] * 100)
+    late = np.array([0] + [(40 + 6 * (k % 2)) * MS for k in range(1, 101)])
+    client = held(Timeline(server.start_us, server.offsets_us + late, server.content_bytes), *SHORT_STALLS)
+    stalls = attribute(client, server, [], spec_active=False, rules=RULES)
+    assert [s.seq for s in stalls] == [12, 30, 52, 75]
+    assert {s.cause for s in stalls} == {"connection"}, [s.evidence for s in stalls]
+
+
 def test_a_gateway_that_flushes_on_bytes_holds_the_first_chunk_briefly_and_is_still_a_gateway():
     server = timeline([10.0] * 150)
     client = gateway(server, 200)  # the first chunk is held 200 ms, under the held-first-chunk mark

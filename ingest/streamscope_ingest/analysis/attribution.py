@@ -98,6 +98,10 @@ class StallRules:
     release_us: int = 5_000
     """Client chunks arriving this close one after the other came out of one release (a flush, a connection
     resuming)."""
+    alone_share: float = 0.02
+    """A gateway that buffers hands chunks over in flushes, each with the several it held: a stream that got more
+    than this share of its chunks on their own (nothing arriving within ``release_us`` before or after) streamed
+    freely between its stalls, however late a busy host made its chunks."""
     caught_up_share: float = 0.5
     """A release whose freshest chunk was at most this share as late as the chunk that ended the stall caught the
     client up: a flush releases everything it holds; a connection that resumes after a stall stays behind."""
@@ -266,6 +270,12 @@ class Arrivals:
         """The share of content chunks after the first that were at least ``held_chunk_us`` late on the path."""
         return float(np.mean(self.path_us[1:] >= rules.held_chunk_us)) if self.path_us.size > 1 else 0.0
 
+    def alone_share(self, rules: StallRules) -> float:
+        """The share of content chunks after the first that arrived on their own, out of no release."""
+        apart = np.diff(self.times_us) > rules.release_us
+        alone = np.concatenate(([True], apart)) & np.concatenate((apart, [True]))
+        return float(np.mean(alone[1:])) if alone.size > 1 else 0.0
+
     def caught_up(self, k: int, rules: StallRules) -> float:
         """How late the freshest chunk of the release that content chunk ``k`` began was on the path, as a share of
         how late ``k`` was: near 0 when the release handed over everything held (a flush), near 1 when the
@@ -405,10 +415,15 @@ def _held_all_along(arrivals: Arrivals, first_held_us: int, network: list[int], 
     """Whether the path held this stream all along, as a gateway that buffers does: it held the first chunk, or
     it held most chunks, over several network stalls that each ended in a release that caught the client up (a
     flush hands over everything it holds; a connection that resumes after a stall stays behind, its chunks late
-    but not held back together). A single stall after an on-time start is a connection's, whatever came after."""
+    but not held back together), and it handed over next to nothing on its own. A single stall after an on-time
+    start is a connection's, whatever came after."""
     if first_held_us >= rules.held_first_chunk_us:
         return True
-    if len(network) < 2 or arrivals.held_share(rules) < rules.held_share:
+    if (
+        len(network) < 2
+        or arrivals.held_share(rules) < rules.held_share
+        or arrivals.alone_share(rules) > rules.alone_share
+    ):
         return False
     return float(np.median([arrivals.caught_up(k, rules) for k in network])) <= rules.caught_up_share
 
