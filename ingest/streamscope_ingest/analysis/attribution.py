@@ -92,7 +92,7 @@ class StallRules:
     stream's usual gap (a stall is at least three usual gaps): when nothing on the node explains the server's part,
     the host's is the cause the stall had anyway."""
     held_chunk_us: int = 30_000
-    held_share: float = 0.75
+    held_share: float = 0.5
     """A stream whose content chunks (the first aside) were this late on the path, this share of them or more, was
     held all along (a gateway holding it, or a connection left behind)."""
     release_us: int = 5_000
