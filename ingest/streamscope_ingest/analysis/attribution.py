@@ -246,8 +246,8 @@ class Arrivals:
         client waiting on the path from ``silent_from_us`` to ``end_us``: nothing due in that wait arrived during
         it, and content due since ``due_from_us`` came at ``end_us`` (False: content due in the wait arrived
         meanwhile). None when this stream says nothing about that hold: nothing of it was due, it is behind a
-        gateway or a connection left behind (its first chunk or most of its chunks held; a release may come at any
-        time), or it was held only briefly."""
+        gateway or a connection left behind (its first chunk held, or its chunks held in flushes: a release may
+        come at any time), or it was held only briefly."""
         due = self.times_us - self.path_us
         in_wait = (due >= silent_from_us - rules.due_slack_us) & (due <= end_us - rules.release_slack_us)
         if np.any(in_wait & (self.times_us < end_us - rules.release_slack_us)):
@@ -259,12 +259,17 @@ class Arrivals:
         held = released & (due >= due_from_us - rules.due_slack_us) & (due <= end_us - rules.release_slack_us)
         if (
             self.path_us[0] >= rules.held_first_chunk_us
-            or self.held_share(rules) >= rules.held_share
+            or self.held_in_flushes(rules)
             or not held.any()
             or self.path_us[held].max() < rules.shared_hold_share * (end_us - silent_from_us)
         ):
             return None
         return True
+
+    def held_in_flushes(self, rules: StallRules) -> bool:
+        """Whether the path held this stream's chunks as a gateway does: most of them late, next to none on their
+        own."""
+        return self.held_share(rules) >= rules.held_share and self.alone_share(rules) <= rules.alone_share
 
     def held_share(self, rules: StallRules) -> float:
         """The share of content chunks after the first that were at least ``held_chunk_us`` late on the path."""
@@ -419,11 +424,7 @@ def _held_all_along(arrivals: Arrivals, first_held_us: int, network: list[int], 
     start is a connection's, whatever came after."""
     if first_held_us >= rules.held_first_chunk_us:
         return True
-    if (
-        len(network) < 2
-        or arrivals.held_share(rules) < rules.held_share
-        or arrivals.alone_share(rules) > rules.alone_share
-    ):
+    if len(network) < 2 or not arrivals.held_in_flushes(rules):
         return False
     return float(np.median([arrivals.caught_up(k, rules) for k in network])) <= rules.caught_up_share
 
