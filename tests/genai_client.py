@@ -1,6 +1,7 @@
 """A chat app instrumented by another project's GenAI instrumentation, as its users run it: the real package
 instruments the real ``openai`` client, whose streamed calls go to an engine, and a plain OpenTelemetry SDK exports
-the spans over OTLP/HTTP to a collector (and keeps a copy, printed as JSON, for the test to compare).
+the spans and the metrics over OTLP/HTTP to a collector (and keeps a copy, printed as JSON, for the test to
+compare).
 
     python -m tests.genai_client openllmetry|opentelemetry-genai ENGINE_URL COLLECTOR_URL [CALLS]
 
@@ -14,32 +15,41 @@ import json
 import sys
 import time
 
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 
-def instrument(source: str, provider: TracerProvider) -> None:
+def instrument(source: str, provider: TracerProvider, meters: MeterProvider) -> None:
     if source == "openllmetry":
         from opentelemetry.instrumentation.openai import OpenAIInstrumentor
 
-        OpenAIInstrumentor().instrument(tracer_provider=provider)
+        OpenAIInstrumentor().instrument(tracer_provider=provider, meter_provider=meters)
     elif source == "opentelemetry-genai":
         from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor as OpenAIv2Instrumentor
 
-        OpenAIv2Instrumentor().instrument(tracer_provider=provider)
+        OpenAIv2Instrumentor().instrument(tracer_provider=provider, meter_provider=meters)
     else:
         raise SystemExit(f"unknown source {source!r}")
 
 
 def main(source: str, engine_url: str, collector_url: str, calls: int = 2) -> None:
     copies = InMemorySpanExporter()
-    provider = TracerProvider(resource=Resource.create({"service.name": f"chat-{source}"}))
+    resource = Resource.create({"service.name": f"chat-{source}"})
+    provider = TracerProvider(resource=resource)
     provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{collector_url}/v1/traces")))
     provider.add_span_processor(SimpleSpanProcessor(copies))
-    instrument(source, provider)
+    metric_copies = InMemoryMetricReader()
+    exporting = PeriodicExportingMetricReader(
+        OTLPMetricExporter(endpoint=f"{collector_url}/v1/metrics"), export_interval_millis=3_600_000
+    )  # exports what it has when the provider shuts down
+    meters = MeterProvider(resource=resource, metric_readers=[exporting, metric_copies])
+    instrument(source, provider, meters)
     import openai
 
     client = openai.OpenAI(base_url=f"{engine_url}/v1", api_key="unused", max_retries=0)
@@ -58,6 +68,23 @@ def main(source: str, engine_url: str, collector_url: str, calls: int = 2) -> No
     with contextlib.suppress(openai.BadRequestError):  # a call the engine refuses (no messages)
         client.chat.completions.create(model="sim-llm", messages=[], stream=True)
     provider.shutdown()
+    histograms = [
+        {
+            "name": metric.name,
+            "scope": scope.scope.name,
+            "attributes": dict(point.attributes),
+            "count": point.count,
+            "sum": point.sum,
+            "bounds": list(point.explicit_bounds),
+            "bucket_counts": list(point.bucket_counts),
+        }
+        for resource_metrics in metric_copies.get_metrics_data().resource_metrics
+        for scope in resource_metrics.scope_metrics
+        for metric in scope.metrics
+        for point in metric.data.data_points
+        if isinstance(point, HistogramDataPoint)
+    ]
+    meters.shutdown()
     spans = [
         {
             "trace_id": format(span.context.trace_id, "032x"),
@@ -72,7 +99,7 @@ def main(source: str, engine_url: str, collector_url: str, calls: int = 2) -> No
         }
         for span in copies.get_finished_spans()
     ]
-    print(json.dumps({"received": received, "spans": spans}))
+    print(json.dumps({"received": received, "spans": spans, "histograms": histograms}))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,21 @@ def median_of(histogram: str, count: str) -> str:
     return f"arrayFirst((k, c) -> c > intDiv({count}, 2), mapKeys({histogram}), arrayCumSum(mapValues({histogram})))"
 
 
+def histogram_quantile(q: float, buckets: str, bounds: str, name: str) -> str:
+    """SQL for quantile ``q`` of the values an explicit-bucket histogram counts (OTLP's: bucket i holds the values
+    in (bounds[i-1], bounds[i]], the first from 0, the last every value above the top bound): linear within the
+    bucket that holds the rank, as Prometheus' histogram_quantile; the top bound when the rank is in the last
+    bucket, NULL with no buckets or nothing counted. ``name`` keeps the expression's own aliases apart."""
+    running, rank, lower = f"running_{name}", f"rank_{name}", f"lower_{name}"
+    at = f"arrayFirstIndex(c -> c >= {q} * arraySum({buckets}), arrayCumSum({buckets}) AS {running})"
+    inside = f"({q} * arraySum({buckets}) - ({running}[{rank}] - {buckets}[{rank}])) / {buckets}[{rank}]"
+    return (
+        f"if(empty({bounds}) OR arraySum({buckets}) = 0, NULL, "
+        f"({bounds}[({at} AS {rank}) - 1] AS {lower}) + "
+        f"if({rank} > length({bounds}), 0, ({bounds}[{rank}] - {lower}) * {inside}))"
+    )
+
+
 @dataclass(frozen=True)
 class Panel:
     key: str
@@ -634,6 +649,30 @@ GROUP BY source, coverage
 ORDER BY streams DESC, source, coverage""",
 )
 
+GENAI_METRICS = Panel(
+    "genai_metrics",
+    "What other instrumentations measured",
+    "The GenAI histograms instrumentations export over OTLP (gen_ai.client.operation.duration, "
+    "gen_ai.client.token.usage, gen_ai.server.time_to_first_token, ...), over the range: how many measurements, "
+    "their mean, and p50 and p95 read off the buckets (within a bucket, by linear interpolation); failed calls "
+    "(error_type) apart. Durations are in seconds, as sent. A call these measure has no chunk timing unless the "
+    "streamscope SDK saw it too.",
+    "table",
+    f"""SELECT metric, token_type, error_type, source, model, unit, measurements,
+    round(total / measurements, 4) AS mean,
+    round({histogram_quantile(0.5, "buckets", "bounds", "p50")}, 4) AS p50,
+    round({histogram_quantile(0.95, "buckets", "bounds", "p95")}, 4) AS p95
+FROM (
+    SELECT metric, token_type, error_type, source, model, unit, bounds, sum(count) AS measurements,
+        sum(sum) AS total, sumForEach(bucket_counts) AS buckets
+    FROM genai_metric_intervals
+    WHERE $__timeFilter(time) AND {filters("tenant", "service", "provider", "model")}
+    GROUP BY metric, token_type, error_type, source, model, unit, bounds
+    HAVING measurements > 0
+)
+ORDER BY metric, token_type, error_type, source, model""",
+)
+
 PANELS: tuple[Panel, ...] = (
     ITL_HEATMAP,
     STREAM_P99_HISTOGRAM,
@@ -650,4 +689,5 @@ PANELS: tuple[Panel, ...] = (
     GPU_TO_GLASS,
     STREAM_TIMELINE,
     STREAM_SOURCES,
+    GENAI_METRICS,
 )

@@ -1,6 +1,7 @@
 """Other projects' GenAI instrumentation, the real packages (pinned in the test extra) instrumenting the real
 ``openai`` client against the simulated engine, exported over OTLP/HTTP to a real collector: each source's spans
-become streams with what that source knows of them, checked against the spans it exported."""
+become streams with what that source knows of them, and its GenAI histograms rows of ``genai_metrics``, checked
+against the spans and the metrics it exported."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import pytest
 from streamscope_cli.engine.app import EngineNode, NodeConfig
 from streamscope_collector.serving import BackgroundServer
 from streamscope_dashboards.fleet import summarize
-from streamscope_dashboards.macros import QueryContext
+from streamscope_dashboards.macros import QueryContext, resolve
+from streamscope_dashboards.panels import GENAI_METRICS, chosen
 from streamscope_ingest.store import sql
 from tests.support import metric
 
@@ -49,6 +51,32 @@ def stored(collector, source: str) -> list[tuple]:
         "ORDER BY start_time",
         parameters={"source": source},
     ).result_rows
+
+
+def histograms_match(collector, seen: dict, scope: str) -> None:
+    """The ``gen_ai.*`` histograms the app exported are stored point for point, under the scope that recorded
+    them; the genai_metrics panel counts each measurement once."""
+    sent = sorted(
+        (h["name"], h["attributes"].get("gen_ai.token.type", ""), h["count"], h["bucket_counts"], h["bounds"])
+        for h in seen["histograms"]
+        if h["name"].startswith("gen_ai.")
+    )
+    assert sent and {h["scope"] for h in seen["histograms"]} == {scope}
+    rows = collector.query_client.query(
+        "SELECT metric, token_type, count, bucket_counts, bounds, server_address FROM genai_metrics "
+        "WHERE source = {scope:String}",
+        parameters={"scope": scope},
+    ).result_rows
+    assert sorted(row[:5] for row in rows) == sent
+    assert {row[5] for row in rows} <= {"", "127.0.0.1"}  # a base URL is read for its host
+    now = datetime.now(UTC)
+    ctx = QueryContext(now - timedelta(minutes=5), now + timedelta(minutes=1), timedelta(seconds=10))
+    result = sql.parse_result(sql.query_json(collector.query_client, resolve(GENAI_METRICS.sql, ctx, chosen())))
+    shown = {(r[0], r[1], r[2]): r[6] for r in result.rows if r[3] == scope}
+    for h in seen["histograms"]:
+        if h["name"].startswith("gen_ai."):
+            key = (h["name"], h["attributes"].get("gen_ai.token.type", ""), h["attributes"].get("error.type", ""))
+            assert shown[key] == h["count"], (key, shown)
 
 
 def test_openllmetry_streams_keep_each_chunks_arrival(collector, engine_url):
@@ -93,6 +121,13 @@ def test_openllmetry_streams_keep_each_chunks_arrival(collector, engine_url):
     assert summary.tokens_per_chunk is None and summary.wire_per_content_byte is None
     assert summary.ttft_p50_ms > 0
 
+    # its metrics: durations, token usage and the time to the first token, each call counted once
+    histograms_match(collector, seen, "opentelemetry.instrumentation.openai.v1")
+    names = {h["name"] for h in seen["histograms"]}
+    assert {"gen_ai.client.operation.duration", "gen_ai.client.token.usage", "gen_ai.server.time_to_first_token"} <= (
+        names
+    )
+
 
 def test_opentelemetry_genai_streams_are_known_by_their_duration(collector, engine_url):
     """The OpenTelemetry project's openai-v2 instrumentation records no chunk and no first token: the stream is
@@ -115,3 +150,8 @@ def test_opentelemetry_genai_streams_are_known_by_their_duration(collector, engi
         "SELECT count() FROM stream_metrics WHERE source = 'opentelemetry-genai' AND gap_max_us IS NOT NULL"
     ).result_rows[0][0]
     assert gaps == 0  # no figure of chunk timing comes from a source that has none
+
+    # what it measures of each call comes as GenAI metrics: the durations and the token usage
+    histograms_match(collector, seen, "opentelemetry.util.genai.handler")
+    durations = [h for h in seen["histograms"] if h["name"] == "gen_ai.client.operation.duration"]
+    assert sorted(h["count"] for h in durations) == [1, 2]  # the two streams, and the refused call apart

@@ -190,6 +190,33 @@ ENGINE_SAMPLES = pa.schema(
     ]
 )
 
+GENAI_METRICS = pa.schema(
+    [
+        ("tenant", _LC),
+        ("time", _TIME),
+        ("start_time", _TIME),
+        ("metric", _LC),
+        ("unit", _LC),
+        ("temporality", _LC),
+        ("series", pa.uint64()),
+        ("service", _LC),
+        ("source", _LC),
+        ("operation", _LC),
+        ("provider", _LC),
+        ("model", _LC),
+        ("server_address", _LC),
+        ("token_type", _LC),
+        ("error_type", _LC),
+        ("count", pa.uint64()),
+        ("sum", pa.float64()),
+        ("min", pa.float64()),
+        ("max", pa.float64()),
+        ("bounds", pa.list_(pa.float64())),
+        ("bucket_counts", pa.list_(pa.uint64())),
+        ("attributes", _ATTRS),
+    ]
+)
+
 ENGINE_EVENTS = pa.schema(
     [
         ("tenant", _LC),
@@ -285,6 +312,7 @@ TABLES: dict[str, pa.Schema] = {  # in write order (ingest/streamscope_ingest/st
     "streams": STREAMS,
     "ground_truth": GROUND_TRUTH,
     "engine_samples": ENGINE_SAMPLES,
+    "genai_metrics": GENAI_METRICS,
     "engine_events": ENGINE_EVENTS,
     "stalls": STALLS,
     "stream_quality": STREAM_QUALITY,

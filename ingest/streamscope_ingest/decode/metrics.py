@@ -1,8 +1,9 @@
-"""OTLP metric requests to ``engine_samples`` rows: the GPU agent's gauges, one row per data point.
+"""OTLP metric requests to ``engine_samples`` rows (the GPU agent's gauges) and ``genai_metrics`` rows (other
+instrumentations' GenAI histograms), one row per data point.
 
 Metrics named ``streamscope.<source>.<metric>`` on a resource carrying ``streamscope.node.name`` are
-samples; everything else (an application's own metrics) is counted and ignored. A data point with a
-non-finite value is rejected on its own.
+samples; metrics named ``gen_ai.*`` are read by ``genai_metrics``; everything else (an application's own
+metrics) is counted and ignored. A data point with a non-finite value is rejected on its own.
 """
 
 from __future__ import annotations
@@ -17,15 +18,22 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric
 from streamscope import semconv as sc
 from streamscope_ingest.decode import columns
 from streamscope_ingest.decode.batch import DecodedBatch, Rejection
+from streamscope_ingest.decode.genai_metrics import PREFIX as GENAI_PREFIX
+from streamscope_ingest.decode.genai_metrics import GenAIPoints
+from streamscope_ingest.decode.limits import DEFAULT_LIMITS, SpanLimits
 from streamscope_ingest.decode.traces import attribute_map, stringify
 
 
-def decode_metrics(request: ExportMetricsServiceRequest, *, tenant: str) -> DecodedBatch:
+def decode_metrics(
+    request: ExportMetricsServiceRequest, *, tenant: str, limits: SpanLimits = DEFAULT_LIMITS
+) -> DecodedBatch:
     rows: list[dict[str, Any]] = []
     rejected: list[Rejection] = []
     ignored = 0
+    genai = GenAIPoints()
     for resource_metrics in request.resource_metrics:
         resource = attribute_map(resource_metrics.resource.attributes)
+        resource_text = {key: stringify(value) for key, value in resource.items()}
         node = stringify(resource.get(sc.STREAMSCOPE_NODE_NAME))
         base = {
             "tenant": tenant,
@@ -35,6 +43,9 @@ def decode_metrics(request: ExportMetricsServiceRequest, *, tenant: str) -> Deco
         }
         for scope_metrics in resource_metrics.scope_metrics:
             for metric in scope_metrics.metrics:
+                if metric.name.startswith(GENAI_PREFIX):
+                    genai.add(metric, resource_text, scope_metrics.scope.name, tenant=tenant, limits=limits)
+                    continue
                 named = _sample_name(metric.name)
                 points = _number_points(metric)
                 if named is None or points is None:
@@ -65,9 +76,20 @@ def decode_metrics(request: ExportMetricsServiceRequest, *, tenant: str) -> Deco
                             "value": value,
                         }
                     )
-    schema = columns.ENGINE_SAMPLES
-    block = pa.Table.from_pylist(rows, schema=schema) if rows else schema.empty_table()
-    return DecodedBatch(blocks={"engine_samples": block}, ignored=ignored, rejected=rejected)
+    genai.keep_days(limits)
+    blocks = {"engine_samples": _block(rows, columns.ENGINE_SAMPLES)}
+    if genai.rows:
+        blocks["genai_metrics"] = _block(genai.rows, columns.GENAI_METRICS)
+    return DecodedBatch(
+        blocks=blocks,
+        ignored=ignored + genai.ignored,
+        rejected=rejected + genai.rejected,
+        warnings=genai.warnings,
+    )
+
+
+def _block(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=schema) if rows else schema.empty_table()
 
 
 def _sample_name(name: str) -> tuple[str, str] | None:

@@ -1,0 +1,159 @@
+"""GenAI semantic-convention histograms over real OTLP/HTTP from the OpenTelemetry SDK: stored as sent, read back
+per interval (a cumulative point counts only what it adds), and points that cannot be read are refused by name."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
+from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality, Metric
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+
+from streamscope_dashboards.macros import QueryContext, resolve
+from streamscope_dashboards.panels import GENAI_METRICS, chosen
+from streamscope_ingest.store import sql
+from tests.support import any_value, metric, post
+
+BOUNDS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12)
+"""The OpenTelemetry GenAI util's boundaries for gen_ai.client.operation.duration (seconds)."""
+
+
+def exporting(collector, service: str) -> tuple[MeterProvider, PeriodicExportingMetricReader]:
+    reader = PeriodicExportingMetricReader(
+        OTLPMetricExporter(endpoint=f"{collector.http_url}/v1/metrics"), export_interval_millis=3_600_000
+    )
+    return MeterProvider(resource=Resource.create({"service.name": service}), metric_readers=[reader]), reader
+
+
+def record(provider: MeterProvider, values: list[float]) -> None:
+    histogram = provider.get_meter("chat.instrumentation").create_histogram(
+        "gen_ai.client.operation.duration", unit="s", explicit_bucket_boundaries_advisory=BOUNDS
+    )
+    for value in values:
+        histogram.record(value, {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m-1"})
+
+
+def panel(collector, service: str) -> list[list]:
+    now = datetime.now(UTC)
+    ctx = QueryContext(now - timedelta(minutes=5), now + timedelta(minutes=1), timedelta(seconds=10))
+    result = sql.parse_result(
+        sql.query_json(collector.query_client, resolve(GENAI_METRICS.sql, ctx, chosen({"service": [service]})))
+    )
+    return [list(row) for row in result.rows]
+
+
+def quantile(values: list[float], q: float) -> float:
+    """What the panel's interpolation over ``BOUNDS`` gives for ``values``, computed apart from its SQL."""
+    counts = np.bincount(np.searchsorted(BOUNDS, values, side="left"), minlength=len(BOUNDS) + 1)
+    running = np.cumsum(counts)
+    rank = q * running[-1]
+    i = int(np.argmax(running >= rank))
+    lower = BOUNDS[i - 1] if i > 0 else 0.0
+    if i == len(BOUNDS):
+        return lower
+    return lower + (BOUNDS[i] - lower) * (rank - (running[i] - counts[i])) / counts[i]
+
+
+def test_cumulative_exports_count_each_measurement_once_and_a_restart_starts_over(collector):
+    first = [0.05, 0.3, 0.3, 0.9]
+    provider, reader = exporting(collector, "cumulative-app")
+    record(provider, first)
+    reader.force_flush()
+    second = [0.07, 0.2, 3.0]
+    record(provider, second)
+    reader.force_flush()
+    reader.force_flush()  # the same totals again: nothing new
+    provider.shutdown()
+    restarted, _ = exporting(collector, "cumulative-app")  # a new process: its series start again
+    third = [0.5]
+    record(restarted, third)
+    restarted.shutdown()
+
+    stored = collector.query_client.query(
+        "SELECT temporality, count FROM genai_metrics WHERE service = 'cumulative-app' ORDER BY time"
+    ).result_rows
+    assert [count for _, count in stored] == [4, 7, 7, 7, 1]  # as sent: running totals
+    assert {temporality for temporality, _ in stored} == {"cumulative"}
+    values = first + second + third
+    [row] = panel(collector, "cumulative-app")
+    assert row[:7] == ["gen_ai.client.operation.duration", "", "", "chat.instrumentation", "m-1", "s", len(values)]
+    assert row[7] == round(sum(values) / len(values), 4)
+    assert row[8] == round(quantile(values, 0.5), 4) and row[9] == round(quantile(values, 0.95), 4)
+
+
+def test_delta_points_are_summed_as_they_are(collector):
+    def delta(count: int, buckets: list[int]) -> Metric:
+        m = Metric(name="gen_ai.server.time_to_first_token", unit="s")
+        m.histogram.aggregation_temporality = AggregationTemporality.AGGREGATION_TEMPORALITY_DELTA
+        point = m.histogram.data_points.add(count=count, sum=0.1 * count, explicit_bounds=[0.1, 1.0])
+        point.bucket_counts.extend(buckets)
+        point.attributes.add(key="gen_ai.response.model", value=any_value("m-2"))
+        now = int(datetime.now(UTC).timestamp() * 1e9)
+        point.start_time_unix_nano, point.time_unix_nano = now - 10**9, now
+        return m
+
+    request = ExportMetricsServiceRequest()
+    resource = request.resource_metrics.add()
+    resource.resource.attributes.add(key="service.name", value=any_value("delta-app"))
+    resource.scope_metrics.add().metrics.extend([delta(2, [2, 0, 0]), delta(3, [1, 2, 0])])
+    assert post(collector, request.SerializeToString(), path="/v1/metrics").status_code == 200
+    [row] = panel(collector, "delta-app")
+    assert row[6] == 5 and row[7] == 0.1
+    assert row[8] == round(0.1 * 2.5 / 3, 4)  # rank 2.5 of 5 is in the first bucket, (0, 0.1], which holds 3
+    assert row[9] == round(0.1 + 0.9 * (4.75 - 3) / 2, 4)  # rank 4.75 in (0.1, 1.0], which holds the other 2
+
+
+def test_points_that_cannot_be_read_are_refused_by_name_and_the_rest_kept(collector):
+    def point_metric(name: str, bounds: list[float], buckets: list[int], count: int) -> Metric:
+        m = Metric(name=name, unit="s")
+        m.histogram.aggregation_temporality = AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
+        now = int(datetime.now(UTC).timestamp() * 1e9)
+        m.histogram.data_points.add(
+            count=count, sum=1.0, explicit_bounds=bounds, bucket_counts=buckets, time_unix_nano=now
+        )
+        return m
+
+    unspecified = point_metric("gen_ai.client.operation.duration", [1.0], [1, 0], 1)
+    unspecified.histogram.aggregation_temporality = AggregationTemporality.AGGREGATION_TEMPORALITY_UNSPECIFIED
+    exponential = Metric(name="gen_ai.client.token.usage")
+    exponential.exponential_histogram.data_points.add(count=1)
+    counter = Metric(name="gen_ai.client.generation.choices")
+    counter.sum.data_points.add(as_int=1)
+    request = ExportMetricsServiceRequest()
+    request.resource_metrics.add().scope_metrics.add().metrics.extend(
+        [
+            point_metric("gen_ai.client.operation.duration", [1.0, 2.0], [1, 1], 2),  # a bucket short
+            point_metric("gen_ai.client.operation.duration", [2.0, 1.0], [1, 0, 0], 1),  # bounds out of order
+            point_metric("gen_ai.client.operation.duration", [1.0], [1, 1], 5),  # buckets count 2
+            point_metric("gen_ai.client.operation.duration", [1.0], [1, 1], 2),  # this one is fine
+            unspecified,
+            exponential,
+            counter,
+        ]
+    )
+    before = metric(collector.http_url, "streamscope_collector_ignored_items_total", signal="metrics")
+    response = post(collector, request.SerializeToString(), path="/v1/metrics")
+    assert response.status_code == 200
+    answer = ExportMetricsServiceResponse.FromString(response.content)
+    assert answer.partial_success.rejected_data_points == 5
+    message = answer.partial_success.error_message
+    for reason in (
+        "2 bucket counts for 2 bounds",
+        "bucket bounds are not finite and increasing",
+        "its buckets count 2 measurements, its count says 5",
+        "aggregation temporality is unspecified",
+        "exponential histograms are not read",
+    ):
+        assert reason in message, message
+    assert metric(collector.http_url, "streamscope_collector_ignored_items_total", signal="metrics") == before + 1
+    kept = collector.query_client.query(
+        "SELECT count, bucket_counts FROM genai_metrics WHERE service = '' AND count = 2"
+    ).result_rows
+    assert kept == [(2, [1, 1])]
