@@ -140,7 +140,7 @@ class ExportPipeline:
                 request, tenant=tenant, stall_threshold_us=stall_threshold_us, limits=limits
             ),
             LOGS.name: lambda request, tenant: decode_logs(request, tenant=tenant),
-            METRICS.name: lambda request, tenant: decode_metrics(request, tenant=tenant),
+            METRICS.name: lambda request, tenant: decode_metrics(request, tenant=tenant, limits=limits),
         }
 
     def decode(self, signal: Signal, request: Message, tenant: str, received: Received) -> DecodedBatch:

@@ -36,7 +36,8 @@ def median_of(histogram: str, count: str) -> str:
 
 def histogram_quantile(q: float, buckets: str, bounds: str, name: str) -> str:
     """SQL for quantile ``q`` of the values an explicit-bucket histogram counts (OTLP's: bucket i holds the values
-    in (bounds[i-1], bounds[i]], the first from 0, the last every value above the top bound): linear within the
+    in (bounds[i-1], bounds[i]], the first from 0 (or its bound, when negative), the last every value above the top
+    bound): linear within the
     bucket that holds the rank, as Prometheus' histogram_quantile; the top bound when the rank is in the last
     bucket, NULL with no buckets or nothing counted. ``name`` keeps the expression's own aliases apart."""
     running, rank, lower = f"running_{name}", f"rank_{name}", f"lower_{name}"
@@ -44,7 +45,7 @@ def histogram_quantile(q: float, buckets: str, bounds: str, name: str) -> str:
     inside = f"({q} * arraySum({buckets}) - ({running}[{rank}] - {buckets}[{rank}])) / {buckets}[{rank}]"
     return (
         f"if(empty({bounds}) OR arraySum({buckets}) = 0, NULL, "
-        f"({bounds}[({at} AS {rank}) - 1] AS {lower}) + "
+        f"(if(({at} AS {rank}) = 1, least(0, {bounds}[1]), {bounds}[{rank} - 1]) AS {lower}) + "
         f"if({rank} > length({bounds}), 0, ({bounds}[{rank}] - {lower}) * {inside}))"
     )
 
@@ -655,18 +656,19 @@ GENAI_METRICS = Panel(
     "The GenAI histograms instrumentations export over OTLP (gen_ai.client.operation.duration, "
     "gen_ai.client.token.usage, gen_ai.server.time_to_first_token, ...), over the range: how many measurements, "
     "their mean, and p50 and p95 read off the buckets (within a bucket, by linear interpolation); failed calls "
-    "(error_type) apart. Durations are in seconds, as sent. A call these measure has no chunk timing unless the "
-    "streamscope SDK saw it too.",
+    "(error_type) apart. A measurement counts when the interval of the point that carried it lies within the "
+    "range (a series' first point stored covers its whole life so far). Durations are in seconds, as sent. A "
+    "call these measure has no chunk timing unless the streamscope SDK saw it too.",
     "table",
     f"""SELECT metric, token_type, error_type, source, model, unit, measurements,
-    round(total / measurements, 4) AS mean,
+    if(unsummed > 0, NULL, round(total / measurements, 4)) AS mean,
     round({histogram_quantile(0.5, "buckets", "bounds", "p50")}, 4) AS p50,
     round({histogram_quantile(0.95, "buckets", "bounds", "p95")}, 4) AS p95
 FROM (
     SELECT metric, token_type, error_type, source, model, unit, bounds, sum(count) AS measurements,
-        sum(sum) AS total, sumForEach(bucket_counts) AS buckets
+        sum(sum) AS total, countIf(sum IS NULL) AS unsummed, sumForEach(bucket_counts) AS buckets
     FROM genai_metric_intervals
-    WHERE $__timeFilter(time) AND {filters("tenant", "service", "provider", "model")}
+    WHERE $__timeFilter(time) AND since >= $__fromTime AND {filters("tenant", "service", "provider", "model")}
     GROUP BY metric, token_type, error_type, source, model, unit, bounds
     HAVING measurements > 0
 )

@@ -88,31 +88,94 @@ def test_cumulative_exports_count_each_measurement_once_and_a_restart_starts_ove
     assert row[8] == round(quantile(values, 0.5), 4) and row[9] == round(quantile(values, 0.95), 4)
 
 
-def test_delta_points_are_summed_as_they_are(collector):
-    def delta(count: int, buckets: list[int]) -> Metric:
-        m = Metric(name="gen_ai.server.time_to_first_token", unit="s")
-        m.histogram.aggregation_temporality = AggregationTemporality.AGGREGATION_TEMPORALITY_DELTA
-        point = m.histogram.data_points.add(count=count, sum=0.1 * count, explicit_bounds=[0.1, 1.0])
-        point.bucket_counts.extend(buckets)
-        point.attributes.add(key="gen_ai.response.model", value=any_value("m-2"))
-        now = int(datetime.now(UTC).timestamp() * 1e9)
-        point.start_time_unix_nano, point.time_unix_nano = now - 10**9, now
-        return m
+NOW_NS = int(datetime.now(UTC).timestamp()) * 10**9
 
+
+def histogram(name: str, temporality: int, *points: tuple, **attributes: str) -> Metric:
+    """A histogram metric of ``points``, each (start s, time s, bounds, bucket counts, sum or None), seconds before
+    ``NOW_NS``."""
+    m = Metric(name=name, unit="s")
+    m.histogram.aggregation_temporality = temporality
+    for start_s, time_s, bounds, buckets, total in points:
+        point = m.histogram.data_points.add(
+            start_time_unix_nano=NOW_NS - start_s * 10**9,
+            time_unix_nano=NOW_NS - time_s * 10**9,
+            count=sum(buckets),
+            explicit_bounds=bounds,
+            bucket_counts=buckets,
+        )
+        if total is not None:
+            point.sum = total
+        named = {"gen_ai.response.model": "m-2", **{key.replace("_", "."): v for key, v in attributes.items()}}
+        for key, value in named.items():
+            point.attributes.add(key=key, value=any_value(value))
+    return m
+
+
+def send(collector, service: str, *metrics: Metric) -> ExportMetricsServiceResponse:
     request = ExportMetricsServiceRequest()
     resource = request.resource_metrics.add()
-    resource.resource.attributes.add(key="service.name", value=any_value("delta-app"))
-    resource.scope_metrics.add().metrics.extend([delta(2, [2, 0, 0]), delta(3, [1, 2, 0])])
-    assert post(collector, request.SerializeToString(), path="/v1/metrics").status_code == 200
+    resource.resource.attributes.add(key="service.name", value=any_value(service))
+    resource.scope_metrics.add().metrics.extend(metrics)
+    response = post(collector, request.SerializeToString(), path="/v1/metrics")
+    assert response.status_code == 200
+    return ExportMetricsServiceResponse.FromString(response.content)
+
+
+DELTA = AggregationTemporality.AGGREGATION_TEMPORALITY_DELTA
+CUMULATIVE = AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
+
+
+def test_delta_points_are_summed_as_they_are_and_a_retried_one_counts_once(collector):
+    first = (20, 10, [0.1, 1.0], [2, 0, 0], 0.2)
+    second = (10, 0, [0.1, 1.0], [1, 2, 0], 0.3)
+    ttft = "gen_ai.server.time_to_first_token"
+    send(collector, "delta-app", histogram(ttft, DELTA, first, second))
+    send(collector, "delta-app", histogram(ttft, DELTA, second))  # the export retried
     [row] = panel(collector, "delta-app")
-    assert row[6] == 5 and row[7] == 0.1
+    assert row[4] == "m-2" and row[6] == 5 and row[7] == 0.1
     assert row[8] == round(0.1 * 2.5 / 3, 4)  # rank 2.5 of 5 is in the first bucket, (0, 0.1], which holds 3
     assert row[9] == round(0.1 + 0.9 * (4.75 - 3) / 2, 4)  # rank 4.75 in (0.1, 1.0], which holds the other 2
 
 
+def test_a_reset_the_start_time_does_not_show_starts_the_count_over(collector):
+    bounds, wider = [0.1, 1.0], [0.1, 1.0, 5.0]
+    points = (
+        (60, 40, bounds, [2, 2, 0], 1.0),
+        (60, 30, bounds, [3, 3, 0], 1.5),  # +2
+        (60, 20, bounds, [1, 0, 0], 0.05),  # counts went down: a reset, counted whole
+        (60, 10, wider, [1, 0, 0, 1], 6.05),  # the buckets changed: whole again
+        (60, 0, wider, [1, 0, 0, 4], 21.05),  # +3, all above the top bound
+    )
+    send(collector, "reset-app", histogram("gen_ai.client.operation.duration", CUMULATIVE, *points))
+    rows = sorted(panel(collector, "reset-app"), key=lambda row: -row[6])  # one row per set of bounds
+    assert [(row[6], row[7]) for row in rows] == [(7, round((1.5 + 0.05) / 7, 4)), (5, round(21.05 / 5, 4))]
+    assert rows[1][9] == 5.0  # p95 in the bucket above every bound: the top bound, no more is known
+
+
+def test_a_base_url_in_server_address_is_read_for_its_host_and_a_broken_one_kept_as_sent(collector):
+    point = (10, 0, [1.0], [1, 0], 0.5)
+    for address in ("http://127.0.0.1:8000/v1/", "http://[::1"):
+        send(
+            collector,
+            "address-app",
+            histogram("gen_ai.client.operation.duration", DELTA, point, server_address=address),
+        )
+    stored = collector.query_client.query(
+        "SELECT server_address FROM genai_metrics WHERE service = 'address-app' ORDER BY server_address"
+    ).result_rows
+    assert stored == [("127.0.0.1",), ("http://[::1",)]
+
+
+def test_a_point_without_a_sum_is_kept_and_leaves_no_mean(collector):
+    send(collector, "unsummed-app", histogram("gen_ai.client.token.usage", DELTA, (10, 0, [10.0], [1, 1], None)))
+    [row] = panel(collector, "unsummed-app")
+    assert row[6] == 2 and row[7] is None and row[8] == 10.0
+
+
 def test_points_that_cannot_be_read_are_refused_by_name_and_the_rest_kept(collector):
-    def point_metric(name: str, bounds: list[float], buckets: list[int], count: int) -> Metric:
-        m = Metric(name=name, unit="s")
+    def point_metric(bounds: list[float], buckets: list[int], count: int) -> Metric:
+        m = Metric(name="gen_ai.client.operation.duration", unit="s")
         m.histogram.aggregation_temporality = AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
         now = int(datetime.now(UTC).timestamp() * 1e9)
         m.histogram.data_points.add(
@@ -120,40 +183,44 @@ def test_points_that_cannot_be_read_are_refused_by_name_and_the_rest_kept(collec
         )
         return m
 
-    unspecified = point_metric("gen_ai.client.operation.duration", [1.0], [1, 0], 1)
-    unspecified.histogram.aggregation_temporality = AggregationTemporality.AGGREGATION_TEMPORALITY_UNSPECIFIED
-    exponential = Metric(name="gen_ai.client.token.usage")
-    exponential.exponential_histogram.data_points.add(count=1)
-    counter = Metric(name="gen_ai.client.generation.choices")
-    counter.sum.data_points.add(as_int=1)
-    request = ExportMetricsServiceRequest()
-    request.resource_metrics.add().scope_metrics.add().metrics.extend(
-        [
-            point_metric("gen_ai.client.operation.duration", [1.0, 2.0], [1, 1], 2),  # a bucket short
-            point_metric("gen_ai.client.operation.duration", [2.0, 1.0], [1, 0, 0], 1),  # bounds out of order
-            point_metric("gen_ai.client.operation.duration", [1.0], [1, 1], 5),  # buckets count 2
-            point_metric("gen_ai.client.operation.duration", [1.0], [1, 1], 2),  # this one is fine
-            unspecified,
-            exponential,
-            counter,
-        ]
+    def refused(*metrics: Metric) -> ExportMetricsServiceResponse:
+        request = ExportMetricsServiceRequest()
+        request.resource_metrics.add().scope_metrics.add().metrics.extend(metrics)
+        response = post(collector, request.SerializeToString(), path="/v1/metrics")
+        assert response.status_code == 200
+        return ExportMetricsServiceResponse.FromString(response.content)
+
+    answer = refused(
+        point_metric([1.0, 2.0], [1, 1], 2),  # a bucket short
+        point_metric([2.0, 1.0], [1, 0, 0], 1),  # bounds out of order
+        point_metric([1.0], [1, 1], 5),  # buckets count 2
+        point_metric([1.0], [], 0),  # bounds without buckets
+        point_metric([1.0], [1, 1], 2),  # this one is fine
     )
-    before = metric(collector.http_url, "streamscope_collector_ignored_items_total", signal="metrics")
-    response = post(collector, request.SerializeToString(), path="/v1/metrics")
-    assert response.status_code == 200
-    answer = ExportMetricsServiceResponse.FromString(response.content)
-    assert answer.partial_success.rejected_data_points == 5
-    message = answer.partial_success.error_message
+    assert answer.partial_success.rejected_data_points == 4
     for reason in (
         "2 bucket counts for 2 bounds",
+        "0 bucket counts for 1 bounds",
         "bucket bounds are not finite and increasing",
         "its buckets count 2 measurements, its count says 5",
-        "aggregation temporality is unspecified",
-        "exponential histograms are not read",
     ):
-        assert reason in message, message
-    assert metric(collector.http_url, "streamscope_collector_ignored_items_total", signal="metrics") == before + 1
+        assert reason in answer.partial_success.error_message, answer.partial_success.error_message
     kept = collector.query_client.query(
         "SELECT count, bucket_counts FROM genai_metrics WHERE service = '' AND count = 2"
     ).result_rows
     assert kept == [(2, [1, 1])]
+
+    unspecified = point_metric([1.0], [1, 0], 1)
+    unspecified.histogram.aggregation_temporality = AggregationTemporality.AGGREGATION_TEMPORALITY_UNSPECIFIED
+    exponential = Metric(name="gen_ai.client.token.usage")
+    exponential.exponential_histogram.data_points.add(count=1)
+    exponential.exponential_histogram.data_points.add(count=2)  # each point is refused and counted, one line
+    counter = Metric(name="gen_ai.client.generation.choices")
+    counter.sum.data_points.add(as_int=1)
+    before = metric(collector.http_url, "streamscope_collector_ignored_items_total", signal="metrics")
+    answer = refused(unspecified, exponential, counter)
+    assert answer.partial_success.rejected_data_points == 3
+    message = answer.partial_success.error_message
+    assert "its aggregation temporality is unspecified" in message
+    assert "exponential histograms are not read: export explicit buckets (×2)" in message
+    assert metric(collector.http_url, "streamscope_collector_ignored_items_total", signal="metrics") == before + 1

@@ -407,7 +407,13 @@ def test_chunks_stored_before_host_delays_read_zeros_even_after_a_crash(before_h
     views = before_host_delay.query(
         "SELECT name FROM system.tables WHERE database = currentDatabase() AND engine = 'View' ORDER BY name"
     ).result_rows
-    assert [name for (name,) in views] == ["cancellations", "chunk_timeline", "chunks", "genai_metric_intervals", "stream_metrics"]
+    assert [name for (name,) in views] == [
+        "cancellations",
+        "chunk_timeline",
+        "chunks",
+        "genai_metric_intervals",
+        "stream_metrics",
+    ]
     for (name,) in views:  # each view still reads what is stored
         before_host_delay.query(f"SELECT count() FROM (SELECT * FROM {name})")
 

@@ -75,9 +75,12 @@ class DecodedBatch:
 
 
 def _some(items: Sequence[object]) -> str:
-    shown = "; ".join(str(item) for item in items[:_MAX_REASONS_REPORTED])
-    more = len(items) - _MAX_REASONS_REPORTED
-    return shown + (f"; and {more} more" if more > 0 else "")
+    """The first few distinct items, each with how many times it came (a thousand points refused for one reason
+    is one line, and leaves room for the other reasons)."""
+    counts = Counter(str(item) for item in items)
+    shown = "; ".join(text if n == 1 else f"{text} (×{n})" for text, n in list(counts.items())[:_MAX_REASONS_REPORTED])
+    more = len(counts) - _MAX_REASONS_REPORTED
+    return shown + (f"; and {more} other reason{'s' if more > 1 else ''}" if more > 0 else "")
 
 
 def concat(batches: Sequence[DecodedBatch]) -> DecodedBatch:

@@ -47,16 +47,14 @@ class GenAIPoints:
     def add(self, metric: Metric, resource: dict[str, str], scope: str, *, tenant: str, limits: SpanLimits) -> None:
         kind = metric.WhichOneof("data")
         if kind == "exponential_histogram":
-            self.rejected.append(
-                Rejection(f"metric {metric.name}", "exponential histograms are not read: export explicit buckets")
-            )
+            self._reject_all(metric, "exponential histograms are not read: export explicit buckets")
             return
         if kind != "histogram":
             self.ignored += 1
             return
         temporality = _TEMPORALITY.get(metric.histogram.aggregation_temporality)
         if temporality is None:
-            self.rejected.append(Rejection(f"metric {metric.name}", "its aggregation temporality is unspecified"))
+            self._reject_all(metric, "its aggregation temporality is unspecified")
             return
         base = {
             "tenant": tenant,
@@ -81,7 +79,7 @@ class GenAIPoints:
                     **base,
                     "time": point.time_unix_nano // 1000,
                     "start_time": point.start_time_unix_nano // 1000,
-                    "series": _series(resource, scope, metric.name, attributes),
+                    "series": _series(resource, scope, metric.name, temporality, attributes),
                     "operation": attributes.get("gen_ai.operation.name", ""),
                     "provider": attributes.get("gen_ai.provider.name") or attributes.get("gen_ai.system", ""),
                     "model": attributes.get("gen_ai.response.model") or attributes.get("gen_ai.request.model", ""),
@@ -89,7 +87,7 @@ class GenAIPoints:
                     "token_type": attributes.get("gen_ai.token.type", ""),
                     "error_type": attributes.get("error.type", ""),
                     "count": point.count,
-                    "sum": point.sum,
+                    "sum": point.sum if point.HasField("sum") else None,
                     "min": point.min if point.HasField("min") else None,
                     "max": point.max if point.HasField("max") else None,
                     "bounds": list(point.explicit_bounds),
@@ -97,6 +95,11 @@ class GenAIPoints:
                     "attributes": attributes,
                 }
             )
+
+    def _reject_all(self, metric: Metric, reason: str) -> None:
+        """Reject each data point of ``metric`` (partial_success counts data points, not metrics)."""
+        points = getattr(metric, metric.WhichOneof("data") or "histogram").data_points
+        self.rejected += [Rejection(f"a {metric.name} data point", reason) for _ in range(max(len(points), 1))]
 
     def keep_days(self, limits: SpanLimits) -> None:
         """Reject the points outside the request's busiest days, as stream spans are (each day is a partition)."""
@@ -110,14 +113,12 @@ class GenAIPoints:
 def _unreadable(point: HistogramDataPoint) -> str | None:
     """Why a histogram point cannot be stored as it says, or None."""
     bounds, counts = list(point.explicit_bounds), list(point.bucket_counts)
-    if counts and len(counts) != len(bounds) + 1:
+    if (counts or bounds) and len(counts) != len(bounds) + 1:
         return f"{len(counts)} bucket counts for {len(bounds)} bounds (one more count than bounds is needed)"
     if not all(math.isfinite(b) for b in bounds) or any(b >= c for b, c in itertools.pairwise(bounds)):
         return "its bucket bounds are not finite and increasing"
     if counts and sum(counts) != point.count:
         return f"its buckets count {sum(counts)} measurements, its count says {point.count}"
-    if not point.HasField("sum") and point.count:
-        return "it has no sum"  # a sum is optional only where negative measurements occur, never for durations
     if not math.isfinite(point.sum) or point.start_time_unix_nano > point.time_unix_nano:
         return "its sum is not finite or it starts after it ends"
     return None
@@ -125,13 +126,18 @@ def _unreadable(point: HistogramDataPoint) -> str | None:
 
 def _host(address: str) -> str:
     """The host of ``server.address``: some instrumentations put the client's base URL there."""
-    return (urlsplit(address).hostname or "") if "://" in address else address
+    if "://" not in address:
+        return address
+    try:
+        return urlsplit(address).hostname or ""
+    except ValueError:  # not a URL after all: kept as sent
+        return address
 
 
-def _series(resource: dict[str, str], scope: str, metric: str, attributes: dict[str, str]) -> int:
+def _series(resource: dict[str, str], scope: str, metric: str, temporality: str, attributes: dict[str, str]) -> int:
     """A stable 64-bit identity of one series: a cumulative point continues the points of its series."""
     digest = hashlib.blake2b(digest_size=8)
-    for part in (sorted(resource.items()), scope, metric, sorted(attributes.items())):
+    for part in (sorted(resource.items()), scope, metric, temporality, sorted(attributes.items())):
         digest.update(repr(part).encode())
         digest.update(b"\0")
     return int.from_bytes(digest.digest(), "little")
