@@ -22,6 +22,7 @@ from streamscope_ingest.store import sql
 from tests.support import metric
 
 ROOT = Path(__file__).resolve().parents[2]
+VERCEL_AI = ROOT / "tests" / "vercel_ai"
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +43,16 @@ def chat_through(source: str, engine_url: str, collector_url: str) -> dict:
     )
     assert child.returncode == 0, child.stderr[-3000:]
     return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def vercel_ai_app() -> Path:
+    """The Vercel AI SDK test app, its npm packages installed as its package-lock.json pins them."""
+    install = subprocess.run(
+        ["npm", "ci", "--no-audit", "--no-fund"], cwd=VERCEL_AI, capture_output=True, text=True, timeout=600
+    )
+    assert install.returncode == 0, install.stderr[-3000:]
+    return VERCEL_AI / "chat.mjs"
 
 
 def stored(collector, source: str) -> list[tuple]:
@@ -155,3 +166,40 @@ def test_opentelemetry_genai_streams_are_known_by_their_duration(collector, engi
     histograms_match(collector, seen, "opentelemetry.util.genai.handler")
     durations = [h for h in seen["histograms"] if h["name"] == "gen_ai.client.operation.duration"]
     assert sorted(h["count"] for h in durations) == [1, 2]  # the two streams, and the refused call apart
+
+
+def test_vercel_ai_sdk_streams_are_known_by_their_first_chunk(collector, engine_url, vercel_ai_app):
+    """The Vercel AI SDK times each request to its first chunk: the stream is stored with that time to the first
+    token and its duration, no chunk; the call's own span is not a second stream, and the prompt, the answer and
+    the request headers the SDK records are not kept."""
+    child = subprocess.run(
+        ["node", str(vercel_ai_app), engine_url, collector.http_url], capture_output=True, text=True, timeout=120
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    seen = json.loads(child.stdout.strip().splitlines()[-1])
+    steps = [span for span in seen["spans"] if span["name"] == "ai.streamText.doStream"]
+    assert len(steps) == len(seen["received"]) == 2 and {span["scope"] for span in steps} == {"ai"}
+    rows = stored(collector, "vercel-ai")
+    assert [row[:4] for row in rows] == [(span["span_id"], "client", "first_token", 0) for span in steps]
+    for span, received, row in zip(steps, seen["received"], rows, strict=True):
+        ttft_us, duration_us, model, provider = row[4:8]
+        assert ttft_us == round(span["attributes"]["ai.response.msToFirstChunk"] * 1000)
+        # timed from before the request, and the app read its first text after the SDK had the first chunk
+        assert 0 < int(span["start_ns"]) + ttft_us * 1000 <= int(received["arrivals_ns"][0]) + 1_000_000
+        assert duration_us == (int(span["end_ns"]) - int(span["start_ns"])) // 1000
+        assert (model, provider) == ("sim-llm", "openai")
+        assert row[10] == span["attributes"]["gen_ai.usage.output_tokens"] == 40
+        assert row[11] == span["attributes"]["gen_ai.response.finish_reasons"]
+        assert not [key for key in row[12] if key.startswith(("ai.prompt", "ai.response.text", "ai.request.headers"))]
+    calls = [span for span in seen["spans"] if span["name"] == "ai.streamText"]
+    assert len(calls) == 3 and calls[-1]["status"] == 2  # the refused call: its own span only, not a stream
+
+    since = datetime.fromtimestamp(min(int(span["start_ns"]) for span in steps) / 1e9 - 1, UTC)
+    ctx = QueryContext(since, datetime.now(UTC) + timedelta(minutes=1), timedelta(seconds=10))
+    summary = summarize(lambda q: sql.parse_result(sql.query_json(collector.query_client, q)), ctx, slo_us=400_000)
+    ttfts = sorted(row[4] for row in rows)
+    assert summary.ttft_p50_ms == ttfts[len(ttfts) // 2] / 1000  # quantileExact's median of two: the upper
+    gaps = collector.query_client.query(
+        "SELECT count() FROM stream_metrics WHERE source = 'vercel-ai' AND gap_max_us IS NOT NULL"
+    ).result_rows[0][0]
+    assert gaps == 0  # the first token is known, no gap is

@@ -18,8 +18,15 @@ CONTENT_KEYS = (
     "gen_ai.prompt",
     "gen_ai.completion",
     "llm.prompts",
+    "ai.prompt",
+    "ai.response.text",
+    "ai.response.reasoning",
+    "ai.response.toolCalls",
+    "ai.response.object",
+    "ai.request.headers",
 )
-"""Attributes (and prefixes) that carry what was said, never stored: streamscope measures timing, not content."""
+"""Attributes (and prefixes) that carry what was said, never stored: streamscope measures timing, not content (nor
+the request headers one SDK records, which may hold credentials)."""
 
 
 @dataclass(frozen=True)
