@@ -5,7 +5,9 @@ compare).
 
     python -m tests.genai_client openllmetry|opentelemetry-genai ENGINE_URL COLLECTOR_URL [CALLS]
 
-Instrumentations patch the ``openai`` module for the whole process, so each runs in a process of its own.
+Instrumentations patch the ``openai`` module for the whole process, so each runs in a process of its own. The
+pieces here import only the OpenTelemetry SDK and ``openai``, so an app in another environment (tests/openlit)
+uses them too.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import contextlib
 import json
 import sys
 import time
+from dataclasses import dataclass
+from typing import Any
 
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -25,31 +29,69 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 
-def instrument(source: str, provider: TracerProvider, meters: MeterProvider) -> None:
-    if source == "openllmetry":
-        from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+@dataclass
+class Exporting:
+    """Providers that export to a collector and keep a copy of what they exported."""
 
-        OpenAIInstrumentor().instrument(tracer_provider=provider, meter_provider=meters)
-    elif source == "opentelemetry-genai":
-        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor as OpenAIv2Instrumentor
+    tracer_provider: TracerProvider
+    meter_provider: MeterProvider
+    spans: InMemorySpanExporter
+    metrics: InMemoryMetricReader
 
-        OpenAIv2Instrumentor().instrument(tracer_provider=provider, meter_provider=meters)
-    else:
-        raise SystemExit(f"unknown source {source!r}")
+    @classmethod
+    def to(cls, collector_url: str, service: str) -> Exporting:
+        resource = Resource.create({"service.name": service})
+        spans = InMemorySpanExporter()
+        tracer_provider = TracerProvider(resource=resource)
+        tracer_provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{collector_url}/v1/traces")))
+        tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+        metrics = InMemoryMetricReader()
+        exporting = PeriodicExportingMetricReader(
+            OTLPMetricExporter(endpoint=f"{collector_url}/v1/metrics"), export_interval_millis=3_600_000
+        )  # exports what it has when the provider shuts down
+        return cls(
+            tracer_provider, MeterProvider(resource=resource, metric_readers=[exporting, metrics]), spans, metrics
+        )
+
+    def finish(self) -> dict[str, list[dict[str, Any]]]:
+        """Export everything, shut down, and return the copies: the spans and the histogram points."""
+        self.tracer_provider.shutdown()
+        histograms = [
+            {
+                "name": metric.name,
+                "scope": scope.scope.name,
+                "attributes": dict(point.attributes),
+                "count": point.count,
+                "sum": point.sum,
+                "bounds": list(point.explicit_bounds),
+                "bucket_counts": list(point.bucket_counts),
+            }
+            for resource_metrics in self.metrics.get_metrics_data().resource_metrics
+            for scope in resource_metrics.scope_metrics
+            for metric in scope.metrics
+            for point in metric.data.data_points
+            if isinstance(point, HistogramDataPoint)
+        ]
+        self.meter_provider.shutdown()
+        spans = [
+            {
+                "trace_id": format(span.context.trace_id, "032x"),
+                "span_id": format(span.context.span_id, "016x"),
+                "name": span.name,
+                "scope": span.instrumentation_scope.name if span.instrumentation_scope else "",
+                "start_ns": span.start_time,
+                "end_ns": span.end_time,
+                "events": [(event.name, event.timestamp) for event in span.events],
+                "attributes": {k: v if not isinstance(v, tuple) else list(v) for k, v in span.attributes.items()},
+            }
+            for span in self.spans.get_finished_spans()
+        ]
+        return {"spans": spans, "histograms": histograms}
 
 
-def main(source: str, engine_url: str, collector_url: str, calls: int = 2) -> None:
-    copies = InMemorySpanExporter()
-    resource = Resource.create({"service.name": f"chat-{source}"})
-    provider = TracerProvider(resource=resource)
-    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{collector_url}/v1/traces")))
-    provider.add_span_processor(SimpleSpanProcessor(copies))
-    metric_copies = InMemoryMetricReader()
-    exporting = PeriodicExportingMetricReader(
-        OTLPMetricExporter(endpoint=f"{collector_url}/v1/metrics"), export_interval_millis=3_600_000
-    )  # exports what it has when the provider shuts down
-    meters = MeterProvider(resource=resource, metric_readers=[exporting, metric_copies])
-    instrument(source, provider, meters)
+def chat(engine_url: str, calls: int, *, refused: bool = True) -> list[dict[str, Any]]:
+    """Stream ``calls`` chat completions from the engine with the ``openai`` client (and, if ``refused``, one
+    call the engine refuses); when each started and each chunk arrived."""
     import openai
 
     client = openai.OpenAI(base_url=f"{engine_url}/v1", api_key="unused", max_retries=0)
@@ -65,41 +107,31 @@ def main(source: str, engine_url: str, collector_url: str, calls: int = 2) -> No
         )
         arrivals = [time.time_ns() for _ in stream]
         received.append({"started_ns": started, "arrivals_ns": arrivals})
-    with contextlib.suppress(openai.BadRequestError):  # a call the engine refuses (no messages)
-        client.chat.completions.create(model="sim-llm", messages=[], stream=True)
-    provider.shutdown()
-    histograms = [
-        {
-            "name": metric.name,
-            "scope": scope.scope.name,
-            "attributes": dict(point.attributes),
-            "count": point.count,
-            "sum": point.sum,
-            "bounds": list(point.explicit_bounds),
-            "bucket_counts": list(point.bucket_counts),
-        }
-        for resource_metrics in metric_copies.get_metrics_data().resource_metrics
-        for scope in resource_metrics.scope_metrics
-        for metric in scope.metrics
-        for point in metric.data.data_points
-        if isinstance(point, HistogramDataPoint)
-    ]
-    meters.shutdown()
-    spans = [
-        {
-            "trace_id": format(span.context.trace_id, "032x"),
-            "span_id": format(span.context.span_id, "016x"),
-            "name": span.name,
-            "start_ns": span.start_time,
-            "end_ns": span.end_time,
-            "events": [(event.name, event.timestamp) for event in span.events],
-            "attributes": {
-                key: value if not isinstance(value, tuple) else list(value) for key, value in span.attributes.items()
-            },
-        }
-        for span in copies.get_finished_spans()
-    ]
-    print(json.dumps({"received": received, "spans": spans, "histograms": histograms}))
+    if refused:
+        with contextlib.suppress(openai.BadRequestError):  # no messages
+            client.chat.completions.create(model="sim-llm", messages=[], stream=True)
+    return received
+
+
+def instrument(source: str, exporting: Exporting) -> None:
+    providers = {"tracer_provider": exporting.tracer_provider, "meter_provider": exporting.meter_provider}
+    if source == "openllmetry":
+        from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+
+        OpenAIInstrumentor().instrument(**providers)
+    elif source == "opentelemetry-genai":
+        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor as OpenAIv2Instrumentor
+
+        OpenAIv2Instrumentor().instrument(**providers)
+    else:
+        raise SystemExit(f"unknown source {source!r}")
+
+
+def main(source: str, engine_url: str, collector_url: str, calls: int = 2) -> None:
+    exporting = Exporting.to(collector_url, f"chat-{source}")
+    instrument(source, exporting)
+    received = chat(engine_url, calls)
+    print(json.dumps({"received": received, **exporting.finish()}))
 
 
 if __name__ == "__main__":

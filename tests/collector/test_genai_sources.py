@@ -5,9 +5,11 @@ against the spans and the metrics it exported."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
+import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from tests.support import metric
 
 ROOT = Path(__file__).resolve().parents[2]
 VERCEL_AI = ROOT / "tests" / "vercel_ai"
+OPENLIT = ROOT / "tests" / "openlit"
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +58,26 @@ def vercel_ai_app() -> Path:
     return VERCEL_AI / "chat.mjs"
 
 
+@pytest.fixture(scope="module")
+def openlit_python() -> Path:
+    """The interpreter of OpenLIT's own virtual environment (its pins clash with the test extra's), built once per
+    set of pins and kept in the temporary directory."""
+    pins = (OPENLIT / "requirements.txt").read_bytes()
+    home = Path(tempfile.gettempdir()) / f"streamscope-openlit-{hashlib.sha256(pins).hexdigest()[:12]}"
+    python = home / "bin" / "python"
+    if not (home / "ready").exists():
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(home)], check=True, timeout=120)
+        install = subprocess.run(
+            [str(python), "-m", "pip", "install", "--quiet", "-r", str(OPENLIT / "requirements.txt")],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert install.returncode == 0, install.stderr[-3000:]
+        (home / "ready").touch()
+    return python
+
+
 def stored(collector, source: str) -> list[tuple]:
     return collector.query_client.query(
         "SELECT span_id, side, coverage, chunk_count, ttft_us, duration_us, response_model, provider, server_address, "
@@ -72,7 +95,7 @@ def histograms_match(collector, seen: dict, scope: str) -> None:
         for h in seen["histograms"]
         if h["name"].startswith("gen_ai.")
     )
-    assert sent and {h["scope"] for h in seen["histograms"]} == {scope}
+    assert sent and {h["scope"] for h in seen["histograms"] if h["name"].startswith("gen_ai.")} == {scope}
     rows = collector.query_client.query(
         "SELECT metric, token_type, count, bucket_counts, bounds, server_address FROM genai_metrics "
         "WHERE source = {scope:String}",
@@ -203,3 +226,43 @@ def test_vercel_ai_sdk_streams_are_known_by_their_first_chunk(collector, engine_
         "SELECT count() FROM stream_metrics WHERE source = 'vercel-ai' AND gap_max_us IS NOT NULL"
     ).result_rows[0][0]
     assert gaps == 0  # the first token is known, no gap is
+
+
+@pytest.mark.timeout(900)  # the first run builds OpenLIT's environment
+def test_openlit_streams_are_known_by_their_duration_and_its_ttft_is_not_taken(
+    collector, engine_url, openlit_python, tmp_path
+):
+    """OpenLIT's streamed calls are streams known by their duration; its time to first token, timed from the
+    response headers, is not taken for one. Its GenAI histograms are stored point for point."""
+    pricing = tmp_path / "pricing.json"
+    pricing.write_text(json.dumps({"chat": {"sim-llm": {"promptPrice": 0.001, "completionPrice": 0.002}}}))
+    child = subprocess.run(
+        [str(openlit_python), str(OPENLIT / "chat.py"), engine_url, collector.http_url, str(pricing)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    seen = json.loads(child.stdout.strip().splitlines()[-1])
+    calls = [span for span in seen["spans"] if span["scope"] == "openlit.instrumentation.openai"]
+    assert len(calls) == len(seen["received"]) + 1 == 3
+    rows = stored(collector, "openlit")
+    assert [row[:5] for row in rows] == [(span["span_id"], "client", "duration", 0, None) for span in calls]
+    *rows, refused = rows
+    outcome = collector.query_client.query(
+        "SELECT outcome, error_type FROM streams WHERE span_id = {s:String}", parameters={"s": refused[0]}
+    ).result_rows
+    assert outcome == [("error", calls[-1]["attributes"]["error.type"])]  # the call the engine refused
+    for span, received, row in zip(calls[:2], seen["received"], rows, strict=True):
+        assert row[5] == (span["end_ns"] - span["start_ns"]) // 1000
+        assert row[6:10] == ("sim-llm", "openai", "127.0.0.1", int(engine_url.rsplit(":", 1)[1]))
+        assert row[10] == span["attributes"]["gen_ai.usage.output_tokens"]
+        # its own figure, kept under its name: from the response headers to the first chunk, less than the wait
+        # from the request the app saw
+        openlit_ttft_us = span["attributes"]["gen_ai.server.time_to_first_token"] * 1e6
+        assert row[12]["gen_ai.server.time_to_first_token"] == str(
+            span["attributes"]["gen_ai.server.time_to_first_token"]
+        )
+        assert openlit_ttft_us < (received["arrivals_ns"][0] - received["started_ns"]) / 1000
+        assert not [key for key in row[12] if "messages" in key or "instructions" in key]
+    histograms_match(collector, seen, "openlit.otel.metrics")

@@ -27,6 +27,8 @@ CONTENT_KEYS = (
 )
 """Attributes (and prefixes) that carry what was said, never stored: streamscope measures timing, not content (nor
 the request headers one SDK records, which may hold credentials)."""
+GENERATING_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
+"""GenAI operations that generate text, and so may stream (not embeddings, tool calls or agent invocations)."""
 
 
 @dataclass(frozen=True)

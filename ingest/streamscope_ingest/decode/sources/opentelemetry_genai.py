@@ -14,16 +14,14 @@ from typing import Any
 from google.protobuf.message import Message
 
 from streamscope import semconv as sc
-from streamscope_ingest.decode.sources.foreign import COVERAGE_DURATION, Foreign, kept
+from streamscope_ingest.decode.sources.foreign import COVERAGE_DURATION, GENERATING_OPERATIONS, Foreign, kept
 
 SOURCE = "opentelemetry-genai"
 SCOPES = ("opentelemetry.util.genai", "opentelemetry.instrumentation.openai_v2")
-OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
-"""Operations that generate text, and so may stream (not embeddings, tool calls or agent invocations)."""
 _RENAMES = {"gen_ai.system": sc.GEN_AI_PROVIDER_NAME}
 
 
 def read(scope: str, span: Message, attributes: Mapping[str, Any]) -> Foreign | None:
-    if not scope.startswith(SCOPES) or attributes.get(sc.GEN_AI_OPERATION_NAME) not in OPERATIONS:
+    if not scope.startswith(SCOPES) or attributes.get(sc.GEN_AI_OPERATION_NAME) not in GENERATING_OPERATIONS:
         return None
     return Foreign(SOURCE, COVERAGE_DURATION, attributes=kept(attributes, _RENAMES))
