@@ -88,18 +88,16 @@ def test_cumulative_exports_count_each_measurement_once_and_a_restart_starts_ove
     assert row[8] == round(quantile(values, 0.5), 4) and row[9] == round(quantile(values, 0.95), 4)
 
 
-NOW_NS = int(datetime.now(UTC).timestamp()) * 10**9
-
-
-def histogram(name: str, temporality: int, *points: tuple, **attributes: str) -> Metric:
+def histogram(name: str, temporality: int, *points: tuple, at_ns: int | None = None, **attributes: str) -> Metric:
     """A histogram metric of ``points``, each (start s, time s, bounds, bucket counts, sum or None), seconds before
-    ``NOW_NS``."""
+    ``at_ns`` (now)."""
+    now_ns = at_ns or int(datetime.now(UTC).timestamp()) * 10**9
     m = Metric(name=name, unit="s")
     m.histogram.aggregation_temporality = temporality
     for start_s, time_s, bounds, buckets, total in points:
         point = m.histogram.data_points.add(
-            start_time_unix_nano=NOW_NS - start_s * 10**9,
-            time_unix_nano=NOW_NS - time_s * 10**9,
+            start_time_unix_nano=now_ns - start_s * 10**9,
+            time_unix_nano=now_ns - time_s * 10**9,
             count=sum(buckets),
             explicit_bounds=bounds,
             bucket_counts=buckets,
@@ -129,9 +127,9 @@ CUMULATIVE = AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
 def test_delta_points_are_summed_as_they_are_and_a_retried_one_counts_once(collector):
     first = (20, 10, [0.1, 1.0], [2, 0, 0], 0.2)
     second = (10, 0, [0.1, 1.0], [1, 2, 0], 0.3)
-    ttft = "gen_ai.server.time_to_first_token"
-    send(collector, "delta-app", histogram(ttft, DELTA, first, second))
-    send(collector, "delta-app", histogram(ttft, DELTA, second))  # the export retried
+    ttft, now_ns = "gen_ai.server.time_to_first_token", int(datetime.now(UTC).timestamp()) * 10**9
+    send(collector, "delta-app", histogram(ttft, DELTA, first, second, at_ns=now_ns))
+    send(collector, "delta-app", histogram(ttft, DELTA, second, at_ns=now_ns))  # the export retried
     [row] = panel(collector, "delta-app")
     assert row[4] == "m-2" and row[6] == 5 and row[7] == 0.1
     assert row[8] == round(0.1 * 2.5 / 3, 4)  # rank 2.5 of 5 is in the first bucket, (0, 0.1], which holds 3
