@@ -640,8 +640,9 @@ STREAM_SOURCES = Panel(
     "stream_sources",
     "Where the streams came from",
     "Streams by the instrumentation that sent them and how much of each it knew: full (every chunk's time and "
-    "size), partial (chunks lost by the sender), arrivals (each chunk's time, not its size), duration (the call "
-    "only), unreadable. Each figure reads only the streams that can give it.",
+    "size), partial (chunks lost by the sender), arrivals (each chunk's time, not its size), first_token (the time "
+    "to the first token and the duration), duration (the call only), unreadable. Each figure reads only the "
+    "streams that can give it.",
     "table",
     f"""SELECT source, coverage, count() AS streams, round(count() / sum(count()) OVER (), 3) AS share
 FROM stream_metrics
