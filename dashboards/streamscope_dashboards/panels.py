@@ -37,9 +37,9 @@ def median_of(histogram: str, count: str) -> str:
 def histogram_quantile(q: float, buckets: str, bounds: str, name: str) -> str:
     """SQL for quantile ``q`` of the values an explicit-bucket histogram counts (OTLP's: bucket i holds the values
     in (bounds[i-1], bounds[i]], the first from 0 (or its bound, when negative), the last every value above the top
-    bound): linear within the
-    bucket that holds the rank, as Prometheus' histogram_quantile; the top bound when the rank is in the last
-    bucket, NULL with no buckets or nothing counted. ``name`` keeps the expression's own aliases apart."""
+    bound): linear within the bucket that holds the rank, as Prometheus' histogram_quantile; the top bound when the
+    rank is in the last bucket, NULL with no buckets or nothing counted. ``name`` keeps the expression's own aliases
+    apart."""
     running, rank, lower = f"running_{name}", f"rank_{name}", f"lower_{name}"
     at = f"arrayFirstIndex(c -> c >= {q} * arraySum({buckets}), arrayCumSum({buckets}) AS {running})"
     inside = f"({q} * arraySum({buckets}) - ({running}[{rank}] - {buckets}[{rank}])) / {buckets}[{rank}]"

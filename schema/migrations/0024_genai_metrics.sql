@@ -2,7 +2,8 @@
 -- gen_ai.client.token.usage, gen_ai.server.time_to_first_token, ...): one row per data point, as it was sent.
 --   source          the instrumentation scope that recorded it (opentelemetry.instrumentation.openai_v2, ...)
 --   temporality     'cumulative' (the SDKs' default: each point counts everything since start_time) or 'delta'
---   series          one series of points: a hash of the resource, the scope, the metric and the point's attributes
+--   series          one series of points: a hash of the resource, the scope, the metric, its temporality and the
+--                   point's attributes
 --   bounds          the explicit bucket boundaries, and bucket_counts has one more count than bounds (the last is +Inf)
 --   sum             NULL when the sender left it out (OTLP allows that where measurements may be negative)
 -- A cumulative point repeats what the series' earlier points counted: read genai_metric_intervals, which gives each

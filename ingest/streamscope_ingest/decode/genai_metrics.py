@@ -28,7 +28,6 @@ from streamscope_ingest.decode.limits import SpanLimits
 from streamscope_ingest.decode.traces import attribute_map, stringify
 
 PREFIX = "gen_ai."
-_DAY_US = 86_400 * 1_000_000
 _TEMPORALITY = {
     AggregationTemporality.AGGREGATION_TEMPORALITY_DELTA: "delta",
     AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE: "cumulative",
@@ -56,6 +55,7 @@ class GenAIPoints:
         if temporality is None:
             self._reject_all(metric, "its aggregation temporality is unspecified")
             return
+        series = _series_of(resource, scope, metric.name, temporality)
         base = {
             "tenant": tenant,
             "metric": metric.name,
@@ -79,7 +79,7 @@ class GenAIPoints:
                     **base,
                     "time": point.time_unix_nano // 1000,
                     "start_time": point.start_time_unix_nano // 1000,
-                    "series": _series(resource, scope, metric.name, temporality, attributes),
+                    "series": _point_series(series, attributes),
                     "operation": attributes.get("gen_ai.operation.name", ""),
                     "provider": attributes.get("gen_ai.provider.name") or attributes.get("gen_ai.system", ""),
                     "model": attributes.get("gen_ai.response.model") or attributes.get("gen_ai.request.model", ""),
@@ -103,7 +103,7 @@ class GenAIPoints:
 
     def keep_days(self, limits: SpanLimits) -> None:
         """Reject the points outside the request's busiest days, as stream spans are (each day is a partition)."""
-        kept = limits.days_kept([row["time"] // _DAY_US for row in self.rows])
+        kept = limits.days_kept([row["time"] for row in self.rows])
         for row, keep in zip(self.rows, kept, strict=True):
             if not keep:
                 self.rejected.append(Rejection(f"a {row['metric']} data point", limits.days_message()))
@@ -134,10 +134,18 @@ def _host(address: str) -> str:
         return address
 
 
-def _series(resource: dict[str, str], scope: str, metric: str, temporality: str, attributes: dict[str, str]) -> int:
-    """A stable 64-bit identity of one series: a cumulative point continues the points of its series."""
+def _series_of(resource: dict[str, str], scope: str, metric: str, temporality: str) -> hashlib.blake2b:
+    """The part of a series' identity its metric's points share, hashed once per metric (``_point_series``)."""
     digest = hashlib.blake2b(digest_size=8)
-    for part in (sorted(resource.items()), scope, metric, temporality, sorted(attributes.items())):
+    for part in (sorted(resource.items()), scope, metric, temporality):
         digest.update(repr(part).encode())
         digest.update(b"\0")
+    return digest
+
+
+def _point_series(metric_series: hashlib.blake2b, attributes: dict[str, str]) -> int:
+    """A stable 64-bit identity of one series: a cumulative point continues the points of its series."""
+    digest = metric_series.copy()
+    digest.update(repr(sorted(attributes.items())).encode())
+    digest.update(b"\0")
     return int.from_bytes(digest.digest(), "little")

@@ -17,6 +17,8 @@ from typing import Any
 
 from streamscope.errors import LimitExceeded
 
+_DAY_US = 86_400_000_000
+
 
 class SpanOverLimit(Exception):
     """One span is past a limit: it is rejected, the request's other spans are kept."""
@@ -50,9 +52,11 @@ class SpanLimits:
         if chunks > self.max_chunks_per_span:
             raise SpanOverLimit(f"{chunks} chunks, more than the limit of {self.max_chunks_per_span}")
 
-    def days_kept(self, days: Sequence[int]) -> list[bool]:
-        """Which spans to keep, by the day each starts on: those of the ``max_days_per_request`` consecutive days
-        holding the most of them (the latest such days, on a tie), so a few stray spans cannot reject the rest."""
+    def days_kept(self, times_us: Sequence[int]) -> list[bool]:
+        """Which items to keep, by the day each falls on (``times_us``: its start, µs since the epoch): those of the
+        ``max_days_per_request`` consecutive days holding the most of them (the latest such days, on a tie), so a
+        few stray items cannot reject the rest."""
+        days = [time_us // _DAY_US for time_us in times_us]
         if not days or max(days) - min(days) < self.max_days_per_request:
             return [True] * len(days)
         counts = Counter(days)

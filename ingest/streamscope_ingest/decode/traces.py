@@ -78,7 +78,6 @@ _OPTIONAL_ARRAYS = (
 )
 """Recommended, not required: a missing array is all zeros, which means not measured."""
 _U32_MAX = 2**32 - 1
-_DAY_US = 86_400_000_000
 log = logging.getLogger(__name__)
 
 
@@ -177,7 +176,7 @@ def decode_traces(
 
 def _within_days(streams: list[_Stream], limits: SpanLimits, rejected: list[Rejection]) -> list[_Stream]:
     """``streams`` that start within the days ``limits`` allow one request; the others go to ``rejected``."""
-    kept = limits.days_kept([s.row["start_time"] // _DAY_US for s in streams])
+    kept = limits.days_kept([s.row["start_time"] for s in streams])
     rejected += [Rejection(s.subject, limits.days_message()) for s, keep in zip(streams, kept) if not keep]
     return [s for s, keep in zip(streams, kept) if keep]
 
