@@ -414,6 +414,24 @@ def test_a_late_read_while_the_clients_own_host_did_not_run_it_is_client_host():
     assert only(attribute(watched(late, {12: 440}), None, [], spec_active=False, rules=RULES)).cause == "client_host"
 
 
+def test_a_host_pause_through_a_gateways_flush_leaves_the_stall_to_the_gateway():
+    server = timeline([20.0] * 200)
+    client = gateway(server, 600)
+    flushes = np.flatnonzero(np.diff(client.offsets_us)) + 1
+    first, after = int(flushes[2]), int(flushes[3])
+    offsets = client.offsets_us.copy()
+    offsets[first:after] += 250 * MS  # the client's host stopped for 500 ms and read the flush 250 ms late
+    paused = watched(Timeline(client.start_us, offsets, client.content_bytes), {first: 500})
+    stalls = {s.seq: s for s in attribute(paused, server, [], spec_active=False, rules=RULES)}
+    stall = stalls[first]
+    # the gateway held the content until its flush, the host only from then: what came after it was not released
+    assert (stall.cause, stall.evidence["secondary_cause"]) == ("network_buffering", "client_host")
+    assert (stall.evidence["host_part_ms"], stall.evidence["gateway_part_ms"]) == ("250.0", "600.0")
+    # on a stream nothing held on the path, the same late read is the host's
+    direct = watched(held(server, (first, 450)), {first: 420})
+    assert only(attribute(direct, server, [], spec_active=False, rules=RULES)).cause == "client_host"
+
+
 def test_a_watched_client_is_judged_by_its_own_evidence_not_by_its_peers():
     server = timeline([20.0] * 40)
     late = held(server, (21, 300))

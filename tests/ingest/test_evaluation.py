@@ -88,6 +88,22 @@ def test_the_tighter_window_wins_between_a_trace_record_and_a_host_record(store_
     assert result.confusion == {("network_buffering", "network_buffering"): 1, ("client_host", "unknown"): 1}
 
 
+def test_a_host_pause_holds_content_only_from_when_the_path_let_it_through(store_client):
+    buffered, direct = "d1" * 16, "d2" * 16
+    result = scored(
+        store_client,
+        [stall(buffered, 1000, 1650, "network_buffering"), stall(direct, 1000, 1650, "client_host")],
+        [
+            # a gateway held the content until 1400; the client's host did not run the reader from 1150 to 1640
+            truth("network_buffering", 980, 1400, trace=buffered),
+            truth("client_host", 1150, 1640),
+        ],
+    )
+    # the pause held the buffered stream's content for 240 ms of the stall, the gateway for 400 (though the
+    # pause is the longer window); on the stream with nothing on its path, the pause held the content for 490
+    assert result.confusion == {("network_buffering", "network_buffering"): 1, ("client_host", "client_host"): 1}
+
+
 def test_an_undetected_host_record_is_one_that_held_a_stream_mid_answer_and_met_no_stall(store_client):
     result = scored(
         store_client,

@@ -25,6 +25,8 @@ from the frame that painted them. For each client stall:
    server's part is the larger but nothing on the node explains it, a host that did not run the reader for a
    third of the wait (half of a stall's excess) is the cause the stall had anyway: ``client_host``, lower
    confidence. (The reader's host and the server's may be one, as with a load generator beside the engine.)
+   Behind a gateway the host held the content only from the gateway's flush on, which the release's freshest
+   chunk dates: when the gateway held it longer, the stall is the gateway's, the host second.
 4. The path's part: the network delayed it, and how it delivered tells which way. A buffering gateway
    (``network_buffering``) holds everything and hands it over together: it holds the first chunk (its lateness
    on the path not counting the client's own host, nor the request's way to the server, which a slow proxy or
@@ -285,10 +287,17 @@ class Arrivals:
         """How late the freshest chunk of the release that content chunk ``k`` began was on the path, as a share of
         how late ``k`` was: near 0 when the release handed over everything held (a flush), near 1 when the
         client stayed behind."""
+        return self.freshest(k, rules.release_us) / max(float(self.path_us[k]), 1.0)
+
+    def freshest(self, k: int, apart_us: int) -> int:
+        """How late the freshest chunk of the release that content chunk ``k`` began (chunks at most ``apart_us``
+        apart) was on the path. A gateway hands over only what it holds when it flushes: content sent after its
+        flush waits for the next one, so the release's freshest chunk dates the flush, however long the client's
+        host took to read it."""
         end = k + 1
-        while end < self.times_us.size and self.times_us[end] - self.times_us[end - 1] <= rules.release_us:
+        while end < self.times_us.size and self.times_us[end] - self.times_us[end - 1] <= apart_us:
             end += 1
-        return float(self.path_us[k:end].min()) / max(float(self.path_us[k]), 1.0)
+        return int(self.path_us[k:end].min())
 
     def silent_through(self, start_us: int, end_us: int, rules: StallRules) -> bool | None:
         """Whether the server emitted none of this stream's content well inside ``start_us``..``end_us`` (server
@@ -339,6 +348,7 @@ def attribute(
     arrivals = Arrivals.of(client, server)
     s_gaps = np.diff(s_offsets)
     network: dict[int, tuple[Stall, int]] = {}  # content position -> the stall and what the path alone added
+    host_held: dict[int, tuple[Stall, int]] = {}  # the same, for stalls the host held longest, and the host's part
     hosts: list[SharedHost] | None = None
     for stall in waiting:
         k = int(np.searchsorted(c_index, stall.seq))
@@ -386,10 +396,13 @@ def attribute(
                 _node_slow(stall, window, hosts, rules)
         elif primary == "client_host":
             stall.cause, stall.confidence = "client_host", 0.85
+            host_held[k] = (stall, parts["client_host"])
         else:
             network[k] = (stall, parts["network"])
     first_held = int(arrivals.path_us[0]) - (min(int(host[0]), int(arrivals.path_us[0])) if host is not None else 0)
     behind = _held_all_along(arrivals, first_held, list(network), rules)
+    if behind:
+        network.update(_gateway_held_longer(host_held, arrivals, rules))
     if network and shared_hosts is not None and not behind:
         # (behind a gateway, or a connection left behind, the path explains the gaps)
         hosts = list(shared_hosts()) if hosts is None else hosts
@@ -427,6 +440,29 @@ def _held_all_along(arrivals: Arrivals, first_held_us: int, network: list[int], 
     if len(network) < 2 or not arrivals.held_in_flushes(rules):
         return False
     return float(np.median([arrivals.caught_up(k, rules) for k in network])) <= rules.caught_up_share
+
+
+def _gateway_held_longer(
+    host_held: dict[int, tuple[Stall, int]], arrivals: Arrivals, rules: StallRules
+) -> dict[int, tuple[Stall, int]]:
+    """Of the stalls put on the client's host, those a gateway the stream is behind held longer, each with the
+    gateway's part of the wait. The host's part was its hold that ended at the read, but a gateway may have held
+    the content through most of that hold: it held it until its flush, which the release's freshest chunk dates
+    (``Arrivals.freshest``), and the host held it only from the flush on. Both parts are in the evidence."""
+    gateway: dict[int, tuple[Stall, int]] = {}
+    for k, (stall, held_us) in host_held.items():
+        assert stall.path_delay_us is not None
+        since_flush = arrivals.freshest(k, rules.release_slack_us)  # a busy host reads a flush in several goes
+        flushed_us = min(stall.path_delay_us, stall.wait_us) - since_flush
+        host_us = min(held_us, since_flush)
+        stall.evidence["gateway_part_ms"] = f"{flushed_us / 1000:.1f}"
+        stall.evidence["host_part_ms"] = f"{host_us / 1000:.1f}"
+        if flushed_us > host_us:
+            gateway[k] = (stall, flushed_us)
+            stall.evidence.pop("secondary_cause", None)
+            if host_us >= rules.secondary_share * stall.gap_us:
+                stall.evidence["secondary_cause"] = "client_host"
+    return gateway
 
 
 def _on_screen(stall: Stall, rules: StallRules) -> bool:

@@ -25,9 +25,11 @@ stall inside a collapsed stretch that a prefill burst or a slow node step made i
 A ``client_host`` record of the whole client process (the time its event loop did not run: no trace id) is a
 candidate for every client and browser stall of the run by time alone, under the same rules as a record of the
 stall's own trace: the workload runs its clients in one process, so a record of that host delayed every
-stream it was reading. Such a record that overlapped no stall counts as undetected if it lasted at least the
-absolute threshold while some client stream was mid-answer (content received before it began and after it
-ended). Host records of other causes are not scored.
+stream it was reading. It holds a stream's content only from when the content reached the client: while a
+record of the path (a gateway's hold, a stalled connection) on the stall's trace still held it, the host's pause
+held back nothing, so its window starts where that hold ended. Such a record that overlapped no stall counts
+as undetected if it lasted at least the absolute threshold while some client stream was mid-answer (content
+received before it began and after it ended). Host records of other causes are not scored.
 
 Attribution may name a second cause in ``evidence['secondary_cause']`` (a cause, or ``network`` for either
 path cause). It is counted apart, without changing the primary score: right when another record than the one
@@ -125,6 +127,15 @@ def _secondary_matches(named: str, cause: str) -> bool:
     return cause == named or (named == "network" and cause in PATH_HOLDS)
 
 
+def _reached_client(host_from_us: int, holds: list[tuple[int, int]]) -> int:
+    """When content the path was holding as the client's host stopped running the reader reached the client: the
+    host holds it from then on, not before (the host's pause held back nothing the path still had)."""
+    for hold_start, hold_end in holds:
+        if hold_start <= host_from_us < hold_end:
+            return hold_end
+    return host_from_us
+
+
 def score(client: Client, since: datetime, absolute_us: int = 400_000) -> Score:
     with store.translated_errors():
         stalls = client.query(STALLS_SQL, parameters={"since": since}).result_rows
@@ -140,12 +151,16 @@ def score(client: Client, since: datetime, absolute_us: int = 400_000) -> Score:
     hit: set[tuple[str, int, int]] = set()
     for trace, _, start, end, predicted, secondary in stalls:
         best, best_match, labelled_by = "none", -1.0, -1
-        candidates = [(trace, r) for r in by_trace.get(trace, [])] + host_candidates
+        records = by_trace.get(trace, [])
+        candidates = [(trace, r) for r in records] + host_candidates
+        holds = [(t_start, t_end) for cause, t_start, t_end, _, _ in records if cause in PATH_HOLDS]
         for index, (key, (cause, t_start, t_end, _, _)) in enumerate(candidates):
             overlap = min(end, t_end) - max(start, t_start)
             if overlap < -MATCH_SLACK_US:
                 continue
             hit.add((key, t_start, t_end))
+            if not key:
+                overlap = min(end, t_end) - max(start, _reached_client(t_start, holds))
             match = overlap / (max(end, t_end) - min(start, t_start) + 1)
             if overlap >= EXPLAINING_SHARE * (end - start) and match > best_match:
                 best, best_match, labelled_by = cause, match, index
