@@ -79,16 +79,29 @@ class GpuAgent:
     # --- one-shot, for people debugging a deployment ------------------------------------------------------
 
     def collect_once(self) -> tuple[list[Sample], list[EngineEvent]]:
-        """Scrape the engine and read the GPUs once; nothing is sent anywhere."""
+        """What the running agent would report first: the engine scraped twice one interval apart (counters report
+        increases, so the first scrape is only their baseline) and the GPUs read once, with the events those
+        readings make, levels still open included. Nothing is sent anywhere."""
+        deriver = EventDeriver(self.config.thresholds)
         samples: list[Sample] = []
+        events: list[EngineEvent] = []
         if self.scraper is not None:
-            samples += self.scraper.scrape().samples
+            baseline = self.scraper.scrape()
+            deriver.observe(baseline.samples, time.time_ns())
+            time.sleep(self.config.engine_interval_s)
+            result = self.scraper.scrape()
+            events += deriver.observe(result.samples, result.since_ns or time.time_ns())
+            restarted = set(result.restarted) | (set(result.engines) if result.ok and not baseline.ok else set())
+            events += [deriver.restarted(engine, time.time_ns()) for engine in sorted(restarted)]
+            samples += result.samples
         if self.nvml is not None and self.nvml.start():
             try:
-                samples += self.nvml.sample()
+                readings = self.nvml.sample()
             finally:
                 self.nvml.stop()
-        return samples, []
+            events += deriver.observe(readings, time.time_ns())
+            samples += readings
+        return samples, events + deriver.close_all()
 
     # --- running ------------------------------------------------------------------------------------------
 

@@ -14,6 +14,10 @@ from dataclasses import dataclass, field
 from streamscope_gpu_agent import samples as m
 from streamscope_gpu_agent.samples import Sample
 
+BURST_METRICS = (m.ENGINE_PROMPT_TOKENS, m.ENGINE_PROMPT_TOKENS_COMPUTED, m.ENGINE_STEP_TOKENS_MAX)
+"""Prompt tokens admitted in an interval (computed ones, where the engine tells them from cached ones), or one
+step's size: a prefill burst when they reach the threshold."""
+
 
 @dataclass(frozen=True)
 class EngineEvent:
@@ -58,13 +62,18 @@ class EventDeriver:
         """Events that ``batch`` (one scrape or one GPU reading) completes."""
         t = self.thresholds
         events: list[EngineEvent] = []
+        batch = list(batch)
+        # cached prompt tokens cost no compute: where the engine says which were computed, only those make a burst
+        computed = {sample.engine for sample in batch if sample.metric == m.ENGINE_PROMPT_TOKENS_COMPUTED}
         for sample in batch:
             self._last_ns = max(self._last_ns, sample.time_ns)
             metric, value, now = sample.metric, sample.value, sample.time_ns
             window = min(interval_start_ns, now)
             if metric == m.ENGINE_PREEMPTIONS and value > 0:
                 events.append(EngineEvent("preemption", window, now, value, engine=sample.engine))
-            elif metric in (m.ENGINE_PROMPT_TOKENS, m.ENGINE_STEP_TOKENS_MAX) and value >= t.prefill_burst_tokens:
+            elif metric == m.ENGINE_PROMPT_TOKENS and sample.engine in computed:
+                continue
+            elif metric in BURST_METRICS and value >= t.prefill_burst_tokens:
                 events.append(EngineEvent("prefill_burst", window, now, value, engine=sample.engine))
             elif metric == m.ENGINE_KV_USAGE:
                 events += self._level("kv_high_water", sample, value >= t.kv_high, value <= t.kv_low, higher=True)

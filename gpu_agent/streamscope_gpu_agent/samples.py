@@ -27,6 +27,14 @@ SGLang spec_accept_length). A draft collapse leaves one token per step, so it sl
 # Engine counters (increase over the interval)
 ENGINE_PREEMPTIONS: Final = "preemptions"
 ENGINE_PROMPT_TOKENS: Final = "prompt_tokens"
+"""Prompt tokens of the requests admitted, those the prefix cache held included."""
+ENGINE_PROMPT_TOKENS_COMPUTED: Final = "prompt_tokens_computed"
+"""Of those, the tokens the engine computed (vLLM ``prompt_tokens_by_source{source="local_compute"}``; SGLang and
+vLLM without it: prompt tokens less cached ones): what a prefill costs the batch it joins. Absent where the engine
+does not say (TGI)."""
+ENGINE_PROMPT_TOKENS_CACHED: Final = "prompt_tokens_cached"
+"""Prompt tokens served from a cache, counted once per request (vLLM ``prompt_tokens_cached``, SGLang
+``cached_tokens``); unlike vLLM's prefix-cache hits, which count every scheduling attempt."""
 ENGINE_GENERATION_TOKENS: Final = "generation_tokens"
 ENGINE_PREFIX_QUERIES: Final = "prefix_cache_queries"
 ENGINE_PREFIX_HITS: Final = "prefix_cache_hits"
@@ -34,6 +42,15 @@ ENGINE_SPEC_DRAFT_TOKENS: Final = "spec_draft_tokens"
 ENGINE_SPEC_ACCEPTED_TOKENS: Final = "spec_accepted_tokens"
 ENGINE_REQUESTS_FINISHED: Final = "requests_finished"
 ENGINE_REQUESTS_ABORTED: Final = "requests_aborted"
+"""Requests given up by their client (vLLM finished_reason abort, SGLang aborted, TGI err dropped)."""
+ENGINE_REQUESTS_FAILED: Final = "requests_failed"
+"""Requests the engine failed while generating (TGI err generation or incomplete)."""
+ENGINE_REQUESTS_REJECTED: Final = "requests_rejected"
+"""Requests turned away because the engine was full (TGI err overloaded). Invalid requests are the client's
+error, not the engine's state, and are not counted."""
+ENGINE_REQUESTS_WAITING_FOR_KV: Final = "requests_waiting_for_kv"
+"""Waiting requests that the KV cache has no room for (vLLM ``num_requests_waiting_by_reason{reason="capacity"}``),
+as opposed to those deferred for other reasons: the queue that KV pressure makes."""
 
 # Engine histograms (per-interval count and sum)
 ENGINE_STEPS: Final = "steps"
@@ -41,7 +58,11 @@ ENGINE_STEPS: Final = "steps"
 ENGINE_STEP_TOKENS: Final = "step_tokens"
 """Tokens scheduled across those steps (its sum); step_tokens / steps is the mean batch size in tokens."""
 ENGINE_STEP_TOKENS_MAX: Final = "step_tokens_max"
-"""Upper bound of the largest step in the interval: the highest histogram bucket that gained an observation."""
+"""Upper bound of the largest step in the interval: the highest histogram bucket that gained an observation. A step
+beyond the last finite bucket reports that bucket's bound, a lower bound (see ``ENGINE_STEPS_BEYOND_BUCKETS``)."""
+ENGINE_STEPS_BEYOND_BUCKETS: Final = "steps_beyond_buckets"
+"""Steps in the interval larger than the histogram's last finite bucket (vLLM: 16,384 tokens); their size is known
+only to be at least that."""
 ENGINE_ITL_COUNT: Final = "itl_count"
 ENGINE_ITL_SUM: Final = "itl_sum_s"
 ENGINE_TTFT_COUNT: Final = "ttft_count"

@@ -30,10 +30,15 @@ from streamscope_gpu_agent.samples import (
     ENGINE_PREFIX_HITS,
     ENGINE_PREFIX_QUERIES,
     ENGINE_PROMPT_TOKENS,
+    ENGINE_PROMPT_TOKENS_CACHED,
+    ENGINE_PROMPT_TOKENS_COMPUTED,
     ENGINE_REQUESTS_ABORTED,
+    ENGINE_REQUESTS_FAILED,
     ENGINE_REQUESTS_FINISHED,
+    ENGINE_REQUESTS_REJECTED,
     ENGINE_REQUESTS_RUNNING,
     ENGINE_REQUESTS_WAITING,
+    ENGINE_REQUESTS_WAITING_FOR_KV,
     ENGINE_SPEC_ACCEPT_LENGTH,
     ENGINE_SPEC_ACCEPTANCE,
     ENGINE_SPEC_ACCEPTED_TOKENS,
@@ -41,6 +46,7 @@ from streamscope_gpu_agent.samples import (
     ENGINE_STEP_TOKENS,
     ENGINE_STEP_TOKENS_MAX,
     ENGINE_STEPS,
+    ENGINE_STEPS_BEYOND_BUCKETS,
     ENGINE_TTFT_COUNT,
     ENGINE_TTFT_SUM,
     Sample,
@@ -60,9 +66,15 @@ ID_LABELS: Final = {
     "tgi": (),
 }
 """Labels that tell engine instances apart behind one endpoint (``model_name`` does not)."""
+ALL_INSTANCES: Final = "all"
+"""The engine index of series counted over all of an endpoint's instances of one engine."""
 
 _VLLM_SPEC_DRAFTS = "_vllm_spec_drafts"
 """Read, never emitted: vLLM's draft count, from which the acceptance length follows."""
+_TGI_BATCH_TOKENS = "_tgi_batch_tokens"
+_TGI_BATCH_TOKEN_BUDGET = "_tgi_batch_token_budget"
+"""Read, never emitted: TGI's tokens the running batch may grow to and the budget its KV cache was sized for at
+warm-up, whose ratio is TGI's only KV-cache usage."""
 
 Labels = tuple[tuple[str, str], ...]
 Identity = tuple[str, Labels]
@@ -90,12 +102,12 @@ class _Rule:
         return self.only is None or dict(labels).get(self.only[0]) in self.only[1]
 
 
-def _gauge(metric: str, replaced_by: str = "") -> tuple[_Rule]:
-    return (_Rule("gauge", metric, replaced_by=replaced_by),)
+def _gauge(metric: str, replaced_by: str = "", only: tuple[str, frozenset[str]] | None = None) -> tuple[_Rule]:
+    return (_Rule("gauge", metric, replaced_by=replaced_by, only=only),)
 
 
-def _counter(metric: str, replaced_by: str = "") -> tuple[_Rule]:
-    return (_Rule("counter", metric, replaced_by=replaced_by),)
+def _counter(metric: str, replaced_by: str = "", only: tuple[str, frozenset[str]] | None = None) -> tuple[_Rule]:
+    return (_Rule("counter", metric, replaced_by=replaced_by, only=only),)
 
 
 def _histogram(count_metric: str = "", sum_metric: str = "", replaced_by: str = "") -> tuple[_Rule]:
@@ -108,8 +120,16 @@ RULES: Final[dict[str, tuple[_Rule, ...]]] = {
     "vllm:gpu_cache_usage_perc": _gauge(ENGINE_KV_USAGE, replaced_by="vllm:kv_cache_usage_perc"),
     "vllm:num_requests_running": _gauge(ENGINE_REQUESTS_RUNNING),
     "vllm:num_requests_waiting": _gauge(ENGINE_REQUESTS_WAITING),
+    "vllm:num_requests_waiting_by_reason": _gauge(
+        ENGINE_REQUESTS_WAITING_FOR_KV, only=("reason", frozenset({"capacity"}))
+    ),
     "vllm:num_preemptions": _counter(ENGINE_PREEMPTIONS),
     "vllm:prompt_tokens": _counter(ENGINE_PROMPT_TOKENS),
+    # vllm/v1/metrics/stats.py: prompt_tokens counts cached tokens too; these say which were computed
+    "vllm:prompt_tokens_by_source": _counter(
+        ENGINE_PROMPT_TOKENS_COMPUTED, only=("source", frozenset({"local_compute"}))
+    ),
+    "vllm:prompt_tokens_cached": _counter(ENGINE_PROMPT_TOKENS_CACHED),
     "vllm:generation_tokens": _counter(ENGINE_GENERATION_TOKENS),
     "vllm:prefix_cache_queries": _counter(ENGINE_PREFIX_QUERIES),
     "vllm:prefix_cache_hits": _counter(ENGINE_PREFIX_HITS),
@@ -137,7 +157,7 @@ RULES: Final[dict[str, tuple[_Rule, ...]]] = {
     "sglang:num_retracted_requests": _counter(ENGINE_PREEMPTIONS),
     "sglang:prompt_tokens": _counter(ENGINE_PROMPT_TOKENS),
     "sglang:generation_tokens": _counter(ENGINE_GENERATION_TOKENS),
-    "sglang:cached_tokens": _counter(ENGINE_PREFIX_HITS),
+    "sglang:cached_tokens": (_Rule("counter", ENGINE_PREFIX_HITS), _Rule("counter", ENGINE_PROMPT_TOKENS_CACHED)),
     "sglang:num_requests": _counter(ENGINE_REQUESTS_FINISHED),
     "sglang:num_aborted_requests": _counter(ENGINE_REQUESTS_ABORTED),
     "sglang:inter_token_latency_seconds": _histogram(ENGINE_ITL_COUNT, ENGINE_ITL_SUM),
@@ -145,9 +165,14 @@ RULES: Final[dict[str, tuple[_Rule, ...]]] = {
     # TGI: docs/source/reference/metrics.md. Token histograms are observed when a request ends.
     "tgi_queue_size": _gauge(ENGINE_REQUESTS_WAITING),
     "tgi_batch_current_size": _gauge(ENGINE_REQUESTS_RUNNING),
+    "tgi_batch_current_max_tokens": _gauge(_TGI_BATCH_TOKENS),
+    "tgi_batch_max_total_tokens": _gauge(_TGI_BATCH_TOKEN_BUDGET),
     "tgi_request_success": _counter(ENGINE_REQUESTS_FINISHED),
+    # err values in router/src/infer and backends/v3/src/queue.rs; validation and template are the client's errors
     "tgi_request_failure": (
-        _Rule("counter", ENGINE_REQUESTS_ABORTED, only=("err", frozenset({"dropped", "cancelled"}))),
+        _Rule("counter", ENGINE_REQUESTS_ABORTED, only=("err", frozenset({"dropped"}))),
+        _Rule("counter", ENGINE_REQUESTS_FAILED, only=("err", frozenset({"generation", "incomplete"}))),
+        _Rule("counter", ENGINE_REQUESTS_REJECTED, only=("err", frozenset({"overloaded"}))),
     ),
     "tgi_request_generated_tokens": _histogram(sum_metric=ENGINE_GENERATION_TOKENS),
     "tgi_request_input_length": _histogram(sum_metric=ENGINE_PROMPT_TOKENS),
@@ -343,24 +368,37 @@ class _Interval:
         drafts = values.pop(_VLLM_SPEC_DRAFTS, 0.0)
         if drafts > 0:
             values[ENGINE_SPEC_ACCEPT_LENGTH] = 1 + accepted / drafts
+        budget = values.pop(_TGI_BATCH_TOKEN_BUDGET, 0.0)
+        batch_tokens = values.pop(_TGI_BATCH_TOKENS, None)
+        if batch_tokens is not None and budget > 0 and ENGINE_KV_USAGE not in values:
+            values[ENGINE_KV_USAGE] = batch_tokens / budget
+        prompt, cached = values.get(ENGINE_PROMPT_TOKENS), values.get(ENGINE_PROMPT_TOKENS_CACHED)
+        if ENGINE_PROMPT_TOKENS_COMPUTED not in values and prompt is not None and cached is not None:
+            values[ENGINE_PROMPT_TOKENS_COMPUTED] = max(0.0, prompt - cached)
         for (metric, _), buckets in self._buckets.items():
-            bound = _highest_gaining_bucket(buckets)
+            bound, beyond = _largest_step(buckets)
             if bound is not None:
                 values[metric] = max(values.get(metric, bound), bound)
+            if beyond:
+                values[ENGINE_STEPS_BEYOND_BUCKETS] = values.get(ENGINE_STEPS_BEYOND_BUCKETS, 0.0) + beyond
         return sorted(values.items())
 
 
-def _highest_gaining_bucket(deltas: dict[float, float]) -> float | None:
-    """The largest finite ``le`` whose cumulative count grew more than the bucket below it did: the upper bound of
-    the largest observation in the interval. None when nothing was observed, or only above the last finite bound."""
-    highest, below = None, 0.0
+def _largest_step(deltas: dict[float, float]) -> tuple[float | None, float]:
+    """The upper bound of the largest observation in the interval: the largest finite ``le`` whose cumulative count
+    grew more than the bucket below it did (None when nothing was observed); and how many observations fell beyond
+    the last finite bound, whose bound is then all that is known of the largest (at least that)."""
+    highest, below, last = None, 0.0, None
     for le in sorted(deltas):
         if math.isinf(le):
+            beyond = deltas[le] - below
+            if beyond > 0 and last is not None:
+                return last, beyond
             break
         if deltas[le] > below:
             highest = le
-        below = deltas[le]
-    return highest
+        below, last = deltas[le], le
+    return highest, 0.0
 
 
 def _parse(text: str) -> dict[Identity, list[_Point]]:
@@ -387,8 +425,9 @@ def _engine_names(identities: list[Identity]) -> dict[Identity, str]:
     """``vllm`` for a lone engine and for index 0, ``vllm/1`` for the others.
 
     Only id labels whose values differ between instances of one kind make up the index, so an SGLang
-    ``engine_type="unified",tp_rank="0"`` alone is plain ``sglang``. A series without an id label (SGLang's
-    tokenizer-side counters) lands on the plain name.
+    ``engine_type="unified",tp_rank="0"`` alone is plain ``sglang``. Series that lack one of those labels were
+    counted over all the instances (SGLang's tokenizer-side counters carry no ``dp_rank``): they land on
+    ``sglang/all``, not on rank 0.
     """
     seen: dict[tuple[str, str], set[str]] = {}
     for kind, ids in identities:
@@ -396,8 +435,12 @@ def _engine_names(identities: list[Identity]) -> dict[Identity, str]:
             seen.setdefault((kind, label), set()).add(value)
     names: dict[Identity, str] = {}
     for kind, ids in identities:
-        index = [value for label, value in ids if len(seen[kind, label]) > 1]
-        names[kind, ids] = "/".join([kind, *index]) if any(part != "0" for part in index) else kind
+        telling = {label for (k, label), values in seen.items() if k == kind and len(values) > 1}
+        index = [value for label, value in ids if label in telling]
+        if len(index) < len(telling):
+            names[kind, ids] = f"{kind}/{ALL_INSTANCES}"
+        else:
+            names[kind, ids] = "/".join([kind, *index]) if any(part != "0" for part in index) else kind
     return names
 
 

@@ -52,6 +52,18 @@ def test_prefill_burst_from_prompt_tokens_or_step_size_once_per_interval():
     ]
 
 
+def test_only_computed_prompt_tokens_make_a_burst_where_the_engine_tells_them_from_cached_ones():
+    batches = series(m.ENGINE_PROMPT_TOKENS, [6000, 6000, 300])
+    batches[0].append(Sample(1 * SECOND, "engine", m.ENGINE_PROMPT_TOKENS_COMPUTED, 200))  # 5,800 cache hits
+    batches[2].append(Sample(3 * SECOND, "engine", m.ENGINE_PROMPT_TOKENS_COMPUTED, 5000))  # recomputed after all
+    events, _ = run(batches)
+    # the second interval's engine does not say (TGI): its prompt tokens are all there is to go by
+    assert [(e.kind, e.start_ns, e.magnitude) for e in events] == [
+        ("prefill_burst", 1 * SECOND, 6000),
+        ("prefill_burst", 2 * SECOND, 5000),
+    ]
+
+
 def test_spec_acceptance_drop_opens_low_and_closes_on_recovery():
     events, _ = run(series(m.ENGINE_SPEC_ACCEPTANCE, [0.8, 0.35, 0.2, 0.5, 0.6, 0.3]))
     assert [(e.kind, e.start_ns, e.end_ns, e.magnitude) for e in events] == [

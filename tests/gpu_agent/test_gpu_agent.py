@@ -111,8 +111,9 @@ def test_gpu_agent_once_json_prints_normalized_samples():
     finally:
         server.stop()
     assert result.returncode == 0, result.stderr
-    samples = json.loads(result.stdout)
+    samples = json.loads(result.stdout)["samples"]
     by_metric = {(s["source"], s["metric"]): s for s in samples}
+    assert by_metric[("engine", "prompt_tokens")]["value"] == 0  # an increase: the second scrape's
     assert by_metric[("engine", "kv_usage")]["engine"] == "vllm"
     assert by_metric[("agent", "engine_up")]["value"] == 1
     assert "no NVIDIA GPU or driver" in result.stderr  # said once, and the engine was still scraped

@@ -17,6 +17,7 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "metrics"
 URL = "http://gpu-7:8000/metrics"
 NOW_NS = 1_800_000_000_123_456_789
 GAUGES = {m.ENGINE_KV_USAGE, m.ENGINE_REQUESTS_RUNNING, m.ENGINE_REQUESTS_WAITING, m.ENGINE_SPEC_ACCEPTANCE}
+GAUGES |= {m.ENGINE_REQUESTS_WAITING_FOR_KV}
 
 
 def fixture(name: str) -> str:
@@ -111,15 +112,25 @@ def zero(text: str, **labels: str) -> str:
         (
             "vllm_v1",
             {
-                "vllm": {"kv_usage": 0.4375, "requests_running": 12, "requests_waiting": 3},
-                "vllm/1": {"kv_usage": 0.3125, "requests_running": 9, "requests_waiting": 0},
+                "vllm": {
+                    "kv_usage": 0.4375,
+                    "requests_running": 12,
+                    "requests_waiting": 3,
+                    "requests_waiting_for_kv": 3,
+                },
+                "vllm/1": {
+                    "kv_usage": 0.3125,
+                    "requests_running": 9,
+                    "requests_waiting": 0,
+                    "requests_waiting_for_kv": 0,
+                },
             },
         ),
         ("vllm_deprecated", {"vllm": {"kv_usage": 0.21875, "requests_running": 5, "requests_waiting": 1}}),
         # speculative decoding is off: SGLang's zero acceptance is not reported as a real 0
         ("sglang", {"sglang": {"kv_usage": 0.37, "requests_running": 17, "requests_waiting": 2}}),
-        # TGI has no KV gauge: absent, not zero
-        ("tgi", {"tgi": {"requests_running": 12, "requests_waiting": 4}}),
+        # TGI's KV usage: the tokens its batch may grow to over the budget warm-up sized the cache for
+        ("tgi", {"tgi": {"kv_usage": 0.25, "requests_running": 12, "requests_waiting": 4}}),
     ],
 )
 def test_first_scrape_detects_the_engines_and_reports_gauges_only(name: str, expected: dict) -> None:
@@ -143,7 +154,7 @@ def test_one_endpoint_can_carry_several_engine_kinds() -> None:
     result = scraper(Endpoint(fixture("vllm_v1") + fixture("tgi"))).scrape()
 
     assert result.engines == ["tgi", "vllm", "vllm/1"]
-    assert engine_values(result)["tgi"] == {"requests_running": 12, "requests_waiting": 4}
+    assert engine_values(result)["tgi"] == {"kv_usage": 0.25, "requests_running": 12, "requests_waiting": 4}
     assert engine_values(result)["vllm/1"]["kv_usage"] == 0.3125
 
 
@@ -158,9 +169,12 @@ def test_engine_index_labels_name_the_engines() -> None:
         'tp_rank="0"', 'tp_rank="1"'
     )
     result = scraper(Endpoint(sglang + rank1 + "\n")).scrape()
-    assert result.engines == ["sglang", "sglang/1"]
-    # tokenizer-side SGLang series carry no rank: they belong to the plain name
+    # tokenizer-side SGLang series carry no rank: counted over both, they are neither rank's
+    assert result.engines == ["sglang", "sglang/1", "sglang/all"]
     assert engine_values(result)["sglang/1"] == {"kv_usage": 0.37, "requests_running": 17, "requests_waiting": 2}
+    assert engine_values(result)["sglang"] == engine_values(result)["sglang/1"]
+    # alone, the one rank's name takes them: they were counted over it alone
+    assert scraper(Endpoint(sglang)).scrape().engines == ["sglang"]
 
 
 # --- per-interval increases ----------------------------------------------------------------------------------
@@ -173,6 +187,9 @@ def vllm_busy_interval(text: str) -> str:
     text = add(text, "vllm:num_requests_running", 2, **V0)
     text = add(text, "vllm:num_preemptions_total", 2, **V0)
     text = add(text, "vllm:prompt_tokens_total", 800, **V0)
+    text = add(text, "vllm:prompt_tokens_by_source_total", 288, source="local_compute", **V0)
+    text = add(text, "vllm:prompt_tokens_by_source_total", 512, source="local_cache_hit", **V0)
+    text = add(text, "vllm:prompt_tokens_cached_total", 512, **V0)
     text = add(text, "vllm:generation_tokens_total", 1200, **V0)
     text = add(text, "vllm:prefix_cache_queries_total", 800, **V0)
     text = add(text, "vllm:prefix_cache_hits_total", 512, **V0)
@@ -200,8 +217,11 @@ def test_second_scrape_reports_increases_per_engine() -> None:
             "kv_usage": 0.4375,
             "requests_running": 14,
             "requests_waiting": 3,
+            "requests_waiting_for_kv": 3,
             "preemptions": 2,
             "prompt_tokens": 800,
+            "prompt_tokens_computed": 288,
+            "prompt_tokens_cached": 512,
             "generation_tokens": 1200,
             "prefix_cache_queries": 800,
             "prefix_cache_hits": 512,
@@ -221,10 +241,14 @@ def test_second_scrape_reports_increases_per_engine() -> None:
     )
     # an idle engine reports zero increases; nothing to divide, so no acceptance and no largest step
     idle = values["vllm/1"]
-    assert {metric: value for metric, value in idle.items() if metric not in GAUGES} == dict.fromkeys(
+    assert {
+        metric: value for metric, value in idle.items() if metric not in GAUGES | {"requests_waiting_for_kv"}
+    } == dict.fromkeys(
         [
             "preemptions",
             "prompt_tokens",
+            "prompt_tokens_computed",
+            "prompt_tokens_cached",
             "generation_tokens",
             "prefix_cache_queries",
             "prefix_cache_hits",
@@ -251,11 +275,19 @@ def test_second_scrape_reports_increases_per_engine() -> None:
         ([16], 16),  # le is inclusive
         ([48, 48, 700, 3], 1024),
         ([5000, 10], 8192),
-        ([20000], None),  # only +Inf gained: no finite upper bound
         ([], None),
     ],
 )
 def test_step_tokens_max_is_the_highest_bucket_that_gained(observations: list[int], expected_max: float | None) -> None:
+    values = engine_values(steps_of(observations).scrape())["vllm"]
+    assert values["steps"] == len(observations)
+    assert values["step_tokens"] == sum(observations)
+    assert values.get("step_tokens_max") == expected_max
+    assert "steps_beyond_buckets" not in values
+
+
+def steps_of(observations: list[int]) -> EngineScraper:
+    """A scraper whose next scrape sees engine 0 run steps of these sizes since its first."""
     endpoint = Endpoint(fixture("vllm_v1"))
     scrape = scraper(endpoint)
     scrape.scrape()
@@ -263,11 +295,18 @@ def test_step_tokens_max_is_the_highest_bucket_that_gained(observations: list[in
     for tokens in observations:
         text = observe(text, "vllm:iteration_tokens_total", tokens, **V0)
     endpoint.answer = text
+    return scrape
 
+
+@pytest.mark.parametrize("observations", [[20000], [20000, 30000, 48], [48, 17000]])
+def test_steps_beyond_the_last_bucket_are_counted_and_reach_at_least_its_bound(observations: list[int]) -> None:
+    """vLLM's step-size buckets end at 16,384 tokens: a larger step is the largest of its interval, size unknown."""
+    scrape = steps_of(observations)
     values = engine_values(scrape.scrape())["vllm"]
-    assert values["steps"] == len(observations)
-    assert values["step_tokens"] == sum(observations)
-    assert values.get("step_tokens_max") == expected_max
+    assert values["step_tokens_max"] == 16384
+    assert values["steps_beyond_buckets"] == sum(tokens > 16384 for tokens in observations)
+    assert "steps_beyond_buckets" not in engine_values(scrape.scrape())["vllm"]  # an interval without one
+    assert "steps_beyond_buckets" not in engine_values(scrape.scrape())["vllm"]  # an interval without one
 
 
 @pytest.mark.parametrize(
@@ -318,6 +357,8 @@ def test_sglang_increases() -> None:
             "requests_waiting": 2,
             "preemptions": 1,
             "prompt_tokens": 4000,
+            "prompt_tokens_cached": 1024,
+            "prompt_tokens_computed": 2976,
             "generation_tokens": 2500,
             "prefix_cache_hits": 1024,
             "requests_finished": 9,
@@ -332,9 +373,12 @@ def test_sglang_increases() -> None:
 
 def tgi_interval(text: str) -> str:
     text = add(text, "tgi_request_success", 7)
-    text = add(text, "tgi_request_failure", 1, err="dropped")
-    text = add(text, "tgi_request_failure", 1, err="cancelled")
-    text = add(text, "tgi_request_failure", 3, err="validation")  # rejected, not aborted
+    text = add(text, "tgi_request_failure", 1, err="dropped")  # the client gave up while it was queued
+    text = add(text, "tgi_request_failure", 2, err="generation")
+    text = add(text, "tgi_request_failure", 1, err="incomplete")
+    text = add(text, "tgi_request_failure", 4, err="overloaded")
+    text = add(text, "tgi_request_failure", 3, err="validation")  # the client's error: not counted
+    text = add(text, "tgi_request_failure", 1, err="template")
     text = observe(text, "tgi_request_generated_tokens", 250, times=7)
     text = observe(text, "tgi_request_input_length", 120, times=7)
     text = observe(text, "tgi_batch_forward_duration", 0.02, times=7, method="prefill")
@@ -355,12 +399,15 @@ def test_tgi_increases_with_or_without_total_suffix(total_suffix: bool) -> None:
     scrape.scrape()
     endpoint.answer = variant(tgi_interval(fixture("tgi")))
 
-    # exactly these: TGI has no KV gauge, preemptions, per-token ITL or TTFT histogram
+    # exactly these: TGI has no preemptions, cached-token split, per-token ITL or TTFT histogram
     assert engine_values(scrape.scrape())["tgi"] == {
+        "kv_usage": 0.25,
         "requests_running": 12,
         "requests_waiting": 4,
         "requests_finished": 7,
-        "requests_aborted": 2,
+        "requests_aborted": 1,
+        "requests_failed": 3,
+        "requests_rejected": 4,
         "generation_tokens": 1750,
         "prompt_tokens": 840,
         "steps": 257,
@@ -573,7 +620,8 @@ def _drive(metrics, scheduler: Scheduler, steps: int) -> dict[str, int]:
 def test_scrapes_the_simulators_exposition(flavor: str, engine: str) -> None:
     scheduler = Scheduler(SchedulerConfig(num_blocks=256, max_running=4, max_step_tokens=512), random.Random(7))
     for i in range(10):
-        scheduler.add(Sequence(f"r{i}", prompt_tokens=100 + 37 * i, max_tokens=6 + 5 * i))
+        # a shared system prompt: from the second admission on, the prefix cache holds most of it
+        scheduler.add(Sequence(f"r{i}", 100 + 37 * i, 6 + 5 * i, prefix_key="system", prefix_tokens=96))
     metrics = make_metrics(flavor, "m")
     scrape = EngineScraper(URL, fetch=lambda url, timeout: exposition(metrics).decode())
 
@@ -590,6 +638,29 @@ def test_scrapes_the_simulators_exposition(flavor: str, engine: str) -> None:
     assert values["requests_waiting"] == len(scheduler.waiting)
     assert values["generation_tokens"] == done["generation_tokens"]
     assert values["requests_finished"] == done["finished"]
+    assert values["prompt_tokens_cached"] > 0
+    assert values["prompt_tokens_computed"] + values["prompt_tokens_cached"] == values["prompt_tokens"]
     if flavor == "vllm":
         assert (values["steps"], values["step_tokens"]) == (done["steps"], done["step_tokens"])
         assert values["step_tokens_max"] == min(b for b in VLLM_ITERATION_BUCKETS if b >= done["largest_step"])
+
+
+def test_once_shows_what_two_scrapes_an_interval_apart_make_of_counters_and_levels() -> None:
+    from streamscope_gpu_agent.agent import AgentConfig, GpuAgent
+
+    busy = add(fixture("vllm_v1"), "vllm:num_preemptions_total", 2, **V0)
+    busy = busy.replace(
+        'vllm:kv_cache_usage_perc{engine="1",model_name="meta-llama/Llama-3.1-8B-Instruct"} 0.3125',
+        'vllm:kv_cache_usage_perc{engine="1",model_name="meta-llama/Llama-3.1-8B-Instruct"} 0.96',
+    )
+    answers = [fixture("vllm_v1"), busy]
+    engine = EngineScraper(URL, fetch=lambda url, timeout_s: answers.pop(0))
+    agent = GpuAgent(AgentConfig(node="n", engine_interval_s=0.01, gpu=False), scraper=engine)
+
+    samples, events = agent.collect_once()
+    assert answers == []
+    assert {(s.engine, s.metric): s.value for s in samples}[("vllm", "preemptions")] == 2
+    assert sorted((e.kind, e.engine, e.magnitude) for e in events) == [
+        ("kv_high_water", "vllm/1", 0.96),  # still open: shown up to the last reading
+        ("preemption", "vllm", 2),
+    ]

@@ -18,6 +18,7 @@ from streamscope_cli.options import collector_option, fail_plainly
 
 if TYPE_CHECKING:
     from streamscope_gpu_agent.agent import GpuAgent
+    from streamscope_gpu_agent.events import EngineEvent
     from streamscope_gpu_agent.samples import Sample
 
 
@@ -28,7 +29,12 @@ if TYPE_CHECKING:
 @click.option("--engine-interval-ms", default=250, show_default=True, type=click.IntRange(10, 600_000))
 @click.option("--gpu-interval-ms", default=1000, show_default=True, type=click.IntRange(10, 600_000))
 @click.option("--no-gpu", is_flag=True, help="Do not read NVML (engine telemetry only).")
-@click.option("--once", is_flag=True, help="Scrape once, print the normalized samples, and exit.")
+@click.option(
+    "--once",
+    is_flag=True,
+    help="Print what the agent would report first (two engine scrapes an interval apart, the GPUs read once: "
+    "samples and events) and exit.",
+)
 @click.option("--json", "as_json", is_flag=True, help="With --once: print JSON.")
 @fail_plainly
 def gpu_agent(
@@ -60,24 +66,32 @@ def gpu_agent(
     )
     agent = GpuAgent(config)
     if once:
-        samples, _ = agent.collect_once()
-        print_samples(samples, as_json)
+        print_report(*agent.collect_once(), as_json)
     else:
         run_agent(agent, announce=click.echo)
 
 
-def print_samples(samples: list[Sample], as_json: bool) -> None:
-    """Show one scrape as the agent would send it, to check an engine's metrics before running the agent."""
+def print_report(samples: list[Sample], events: list[EngineEvent], as_json: bool) -> None:
+    """Show a report as the agent would send it, to check an engine's metrics before running the agent."""
     if as_json:
-        print(json.dumps([dataclasses.asdict(s) for s in samples], indent=1))
+        report = {
+            "samples": [dataclasses.asdict(s) for s in samples],
+            "events": [dataclasses.asdict(e) for e in events],
+        }
+        print(json.dumps(report, indent=1))
         return
     from rich.console import Console
     from rich.table import Table
 
-    table = Table("source", "metric", "engine", "gpu", "value")
+    table = Table("source", "metric", "engine", "gpu", "value", title="samples")
     for s in samples:
         table.add_row(s.source, s.metric, s.engine, s.gpu_uuid, f"{s.value:g}")
     Console().print(table)
+    found = Table("kind", "engine", "gpu", "magnitude", "lasted", title="events")
+    for e in events:
+        lasted = "" if e.end_ns is None else f"{(e.end_ns - e.start_ns) / 1e9:.2f} s"
+        found.add_row(e.kind, e.engine, e.gpu_uuid, f"{e.magnitude:g}", lasted)
+    Console().print(found if events else "no events")
 
 
 def run_agent(agent: GpuAgent, announce: Callable[[str], None], stop: threading.Event | None = None) -> None:

@@ -183,6 +183,15 @@ class VllmMetrics:
         self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
         self.prefix_queries = counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of tokens.")
         self.prefix_hits = counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of tokens.")
+        by_source = Counter(
+            "vllm:prompt_tokens_by_source",
+            "Number of prompt tokens by source.",
+            [*names, "source"],
+            registry=self.registry,
+        )
+        self.prompt_computed = by_source.labels(**labels, source="local_compute")
+        self.prompt_cache_hit = by_source.labels(**labels, source="local_cache_hit")
+        self.prompt_cached = counter("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).")
         self._success = Counter(
             "vllm:request_success",
             "Count of successfully processed requests.",
@@ -220,6 +229,9 @@ class VllmMetrics:
         self.kv_usage.set(scheduler.kv_usage)
         self.preemptions.inc(len(step.preempted))
         self.prompt_tokens.inc(step.new_prompt_tokens)
+        self.prompt_computed.inc(step.new_prompt_tokens - step.new_cached_tokens)
+        self.prompt_cache_hit.inc(step.new_cached_tokens)
+        self.prompt_cached.inc(step.new_cached_tokens)
         self.generation_tokens.inc(sum(step.emitted.values()))
         self.prefix_queries.inc(step.prefix_queries)
         self.prefix_hits.inc(step.prefix_hits)
@@ -284,7 +296,7 @@ class SglangMetrics:
         self.retracted.inc(len(step.preempted))
         self.prompt_tokens.inc(step.new_prompt_tokens)
         self.generation_tokens.inc(sum(step.emitted.values()))
-        self.cached_tokens.inc(step.prefix_hits)
+        self.cached_tokens.inc(step.new_cached_tokens)
         self._queries += step.prefix_queries
         self._hits += step.prefix_hits
         if self._queries:

@@ -116,6 +116,8 @@ class StepResult:
     spec_accepted_per_position: list[int] = field(default_factory=list)
     new_prompt_tokens: int = 0
     """Prompt tokens of requests admitted for the first time (counted once, not again after preemption)."""
+    new_cached_tokens: int = 0
+    """Of those, the tokens the prefix cache held: not computed."""
 
     @property
     def scheduled_tokens(self) -> int:
@@ -212,6 +214,7 @@ class Scheduler:
             self.running.append(sequence)
             if first_admission:
                 result.new_prompt_tokens += sequence.prompt_tokens
+                result.new_cached_tokens += hit
             budget -= tokens
             work.append((sequence, tokens))
 
