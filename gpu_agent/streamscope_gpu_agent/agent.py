@@ -1,8 +1,9 @@
 """The GPU agent: scrape the engine every 250 ms and the GPU every second, derive events, ship over OTLP.
 
 Each source runs in its own thread at its own interval; a scrape that fails or times out is recorded (as
-``engine_up`` 0 and ``scrape_errors``) and the loop goes on. Without a GPU or driver the agent says so once
-and keeps scraping the engine.
+``engine_up`` 0 and ``scrape_errors``) and the loop goes on. The GPUs are read through NVML, or, where a cluster
+runs NVIDIA's dcgm-exporter and gives the agent no NVML access, from that exporter's endpoint. Without a GPU or
+driver the agent says so once and keeps scraping the engine.
 """
 
 from __future__ import annotations
@@ -11,14 +12,16 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import httpx
 
+from streamscope_gpu_agent.dcgm import DcgmScraper
 from streamscope_gpu_agent.events import EngineEvent, EventDeriver, Thresholds
 from streamscope_gpu_agent.export import OtlpShipper, Outbox, agent_resource
-from streamscope_gpu_agent.samples import Sample
+from streamscope_gpu_agent.samples import Sample, XidEvent
 from streamscope_gpu_agent.scrape import EngineScraper, http_fetch
 
 if TYPE_CHECKING:  # NVML is imported only where GPUs are read
@@ -34,6 +37,8 @@ class AgentConfig:
     """The engine's Prometheus endpoint, e.g. http://127.0.0.1:8000/metrics; None scrapes no engine."""
     collector_url: str | None = None
     """OTLP/HTTP base URL of the collector; None keeps everything local (for --once)."""
+    dcgm_url: str | None = None
+    """dcgm-exporter's endpoint, e.g. http://127.0.0.1:9400/metrics: the GPUs are read from it, not through NVML."""
     engine_interval_s: float = 0.25
     gpu_interval_s: float = 1.0
     scrape_timeout_s: float = 1.0
@@ -63,8 +68,17 @@ class GpuAgent:
             if config.engine_url
             else None
         )
+        self.dcgm = (
+            DcgmScraper(
+                config.dcgm_url,
+                timeout_s=config.scrape_timeout_s,
+                fetch=lambda url, timeout: http_fetch(url, timeout, self._http),
+            )
+            if config.dcgm_url and config.gpu
+            else None
+        )
         self.nvml: NvmlSampler | None = nvml
-        if self.nvml is None and config.gpu:
+        if self.nvml is None and config.gpu and self.dcgm is None:
             from streamscope_gpu_agent.nvml import NvmlSampler
 
             self.nvml = NvmlSampler()
@@ -94,14 +108,18 @@ class GpuAgent:
             restarted = set(result.restarted) | (set(result.engines) if result.ok and not baseline.ok else set())
             events += [deriver.restarted(engine, time.time_ns()) for engine in sorted(restarted)]
             samples += result.samples
-        if self.nvml is not None and self.nvml.start():
+        readings: list[Sample] = []
+        xids: list[XidEvent] = []
+        if self.dcgm is not None:
+            readings, xids = self._read_dcgm()
+        elif self.nvml is not None and self.nvml.start():
             try:
                 readings = self.nvml.sample()
             finally:
                 self.nvml.stop()
-            events += deriver.observe(readings, time.time_ns())
-            samples += readings
-        return samples, events + deriver.close_all()
+        events += deriver.observe(readings, time.time_ns())
+        events += [deriver.xid(x.time_ns, x.gpu_uuid, x.xid) for x in xids]
+        return samples + readings, events + deriver.close_all()
 
     # --- running ------------------------------------------------------------------------------------------
 
@@ -112,10 +130,13 @@ class GpuAgent:
             self._shipper = OtlpShipper(config.collector_url, resource, self.outbox).start()
         if self.scraper is not None:
             self._spawn("engine-scrape", self._engine_loop)
+        if self.dcgm is not None:
+            self._spawn("gpu-dcgm", lambda: self._gpu_loop(self._read_dcgm))
         if self.nvml is not None:
             self._gpu_on = bool(self.nvml.start())
             if self._gpu_on:
-                self._spawn("gpu-sample", self._gpu_loop)
+                nvml = self.nvml
+                self._spawn("gpu-sample", lambda: self._gpu_loop(lambda: (nvml.sample(), [])))
                 if getattr(self.nvml, "xid_available", True):
                     self._spawn("gpu-xid", self._xid_loop)
         return self
@@ -155,15 +176,20 @@ class GpuAgent:
             self.outbox.add(result.samples, events)
             self._stop.wait(max(0.0, self.config.engine_interval_s - (time.monotonic() - started)))
 
-    def _gpu_loop(self) -> None:
-        sampler = self.nvml
-        assert sampler is not None, "started only with a sampler"
+    def _read_dcgm(self) -> tuple[list[Sample], list[XidEvent]]:
+        assert self.dcgm is not None
+        reading = self.dcgm.scrape()
+        return reading.samples, reading.xids
+
+    def _gpu_loop(self, read: Callable[[], tuple[list[Sample], list[XidEvent]]]) -> None:
+        """Read the GPUs every interval (``read``: their samples and the XID errors learnt of with them)."""
         previous = time.time_ns()
         while not self._stop.is_set():
             started = time.monotonic()
-            samples = sampler.sample()
+            samples, xids = read()
             with self._deriver_lock:
                 events = self._deriver.observe(samples, previous)
+                events += [self._deriver.xid(x.time_ns, x.gpu_uuid, x.xid) for x in xids]
             self.outbox.add(samples, events)
             previous = time.time_ns()
             self._stop.wait(max(0.0, self.config.gpu_interval_s - (time.monotonic() - started)))

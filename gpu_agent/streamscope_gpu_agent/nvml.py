@@ -36,7 +36,9 @@ from streamscope_gpu_agent.samples import (
     GPU_SM_CLOCK,
     GPU_TEMPERATURE,
     GPU_UTILIZATION,
+    SLOWDOWN_REASONS,
     Sample,
+    XidEvent,
 )
 
 try:
@@ -61,18 +63,6 @@ class GpuDevice:
     index: int
     uuid: str
     name: str
-
-
-@dataclass(frozen=True, slots=True)
-class XidEvent:
-    """An XID critical error reported by the driver (e.g. 79: the GPU fell off the bus)."""
-
-    time_ns: int
-    """When the sampler received the event (NVML's event data carries no timestamp)."""
-    gpu_uuid: str
-    """Empty, with gpu_index -1, when the GPU that raised it no longer answers."""
-    gpu_index: int
-    xid: int
 
 
 @dataclass(slots=True)
@@ -335,8 +325,7 @@ class NvmlSampler:
             if legacy is None:  # removed from bindings after CUDA 13: neither call exists for this GPU
                 raise nvml.NVMLError_FunctionNotFound()
             reasons = legacy(gpu.handle)
-        idle = getattr(nvml, "nvmlClocksEventReasonGpuIdle", None) or nvml.nvmlClocksThrottleReasonGpuIdle
-        return [(GPU_CLOCK_EVENT_REASONS, int(reasons) & ~idle)]
+        return [(GPU_CLOCK_EVENT_REASONS, int(reasons) & SLOWDOWN_REASONS)]
 
     def _read_pcie_tx(self, gpu: _Gpu) -> list[tuple[str, float]]:
         kib_s = self._nvml.nvmlDeviceGetPcieThroughput(gpu.handle, self._nvml.NVML_PCIE_UTIL_TX_BYTES)

@@ -68,7 +68,7 @@ ENGINE_ITL_SUM: Final = "itl_sum_s"
 ENGINE_TTFT_COUNT: Final = "ttft_count"
 ENGINE_TTFT_SUM: Final = "ttft_sum_s"
 
-# GPU (NVML)
+# GPU (NVML, or dcgm-exporter)
 GPU_MEMORY_USED: Final = "memory_used_bytes"
 GPU_MEMORY_TOTAL: Final = "memory_total_bytes"
 GPU_UTILIZATION: Final = "utilization"
@@ -79,9 +79,25 @@ GPU_MEMORY_CLOCK: Final = "memory_clock_mhz"
 GPU_POWER: Final = "power_watts"
 GPU_TEMPERATURE: Final = "temperature_c"
 GPU_CLOCK_EVENT_REASONS: Final = "clock_event_reasons"
-"""NVML clock-event (throttle) reasons bitmask, GpuIdle excluded."""
+"""NVML clock-event (throttle) reasons bitmask, the slowdowns only (``SLOWDOWN_REASONS``)."""
 GPU_PCIE_TX: Final = "pcie_tx_bytes_per_s"
 GPU_PCIE_RX: Final = "pcie_rx_bytes_per_s"
+GPU_PCIE_REPLAYS: Final = "pcie_replays"
+"""PCIe packets sent again in the interval (a link that corrupts transfers)."""
+GPU_ROW_REMAP_FAILURE: Final = "row_remap_failure"
+"""1 when the GPU failed to remap a row of faulty memory: it needs to be reset or replaced."""
+GPU_GRAPHICS_ENGINE_ACTIVE: Final = "graphics_engine_active"
+GPU_SM_ACTIVE: Final = "sm_active"
+GPU_SM_OCCUPANCY: Final = "sm_occupancy"
+GPU_TENSOR_ACTIVE: Final = "tensor_active"
+GPU_DRAM_ACTIVE: Final = "dram_active"
+"""DCGM's profiling ratios, 0..1: share of time the engine, SMs, tensor pipes or memory interface were busy. Decode
+is memory-bound, so DRAM activity says more about it than utilisation, which only says a kernel was running."""
+
+SLOWDOWN_REASONS: Final = 0x4 | 0x8 | 0x20 | 0x40 | 0x80 | 0x200 | 0x400
+"""Clock-event reasons that slow the GPU down: software power cap, hardware slowdown, software and hardware thermal
+slowdown, power brake, board limit, reliability (NVML's bits, which DCGM reports as they are). Idle, application or
+display clock settings and sync boost lower clocks on purpose, not because the GPU is held back."""
 
 # The agent about itself
 AGENT_SCRAPE_DURATION: Final = "scrape_duration_s"
@@ -105,3 +121,15 @@ class Sample:
     gpu_uuid: str = ""
     gpu_index: int = -1
     gpu_name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class XidEvent:
+    """An XID critical error reported by the driver (e.g. 79: the GPU fell off the bus)."""
+
+    time_ns: int
+    """When the agent learnt of it (NVML's event data carries no timestamp; DCGM's field holds the last XID)."""
+    gpu_uuid: str
+    """Empty, with gpu_index -1, when the GPU that raised it no longer answers."""
+    gpu_index: int
+    xid: int

@@ -260,14 +260,14 @@ class EngineScraper:
         try:
             text = self._fetch(self.url, self.timeout_s)
         except Exception as exc:  # whatever the transport raises, the agent reports it and keeps sampling
-            return self._failed(self._clock(), started, f"fetching {self.url} failed: {_describe(exc)}")
+            return self._failed(self._clock(), started, f"fetching {self.url} failed: {describe(exc)}")
         # stamped when the answer is in: everything its counters count had happened by then, so an event derived
         # from them is over by its end time (attribution relies on that)
         time_ns = self._clock()
         try:
             found = _parse(text)
         except Exception as exc:  # the parser's errors are not a documented set; the text is untrusted
-            return self._failed(time_ns, started, f"unparsable exposition from {self.url}: {_describe(exc)}")
+            return self._failed(time_ns, started, f"unparsable exposition from {self.url}: {describe(exc)}")
         if not found:
             return self._failed(time_ns, started, f"no vLLM, SGLang or TGI metrics at {self.url}")
 
@@ -452,5 +452,5 @@ def _agent_samples(time_ns: int, duration_s: float, *, ok: bool) -> list[Sample]
     ]
 
 
-def _describe(exc: Exception) -> str:
+def describe(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

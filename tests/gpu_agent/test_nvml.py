@@ -20,7 +20,9 @@ from tests.gpu_agent_nvml_double import FakeGpu, FakeNvml
 
 T0 = 1_800_000_000_000_000_000
 NO_GPU = "no NVIDIA GPU or driver: GPU metrics are off; engine scraping continues"
-ALL_GPU_METRICS = {value for name, value in vars(samples).items() if name.startswith("GPU_")}
+DCGM_ONLY = {samples.GPU_PCIE_REPLAYS, samples.GPU_ROW_REMAP_FAILURE, samples.GPU_GRAPHICS_ENGINE_ACTIVE}
+DCGM_ONLY |= {samples.GPU_SM_ACTIVE, samples.GPU_SM_OCCUPANCY, samples.GPU_TENSOR_ACTIVE, samples.GPU_DRAM_ACTIVE}
+ALL_GPU_METRICS = {value for name, value in vars(samples).items() if name.startswith("GPU_")} - DCGM_ONLY
 
 
 def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -97,10 +99,25 @@ def test_values_are_converted_to_the_sample_units() -> None:
         assert isinstance(sample.value, float)
 
 
-def test_an_idle_gpu_reports_no_clock_event_reason() -> None:
-    sampled = started(FakeNvml([FakeGpu(clock_reasons=pynvml.nvmlClocksEventReasonGpuIdle)])).sample()
+@pytest.mark.parametrize(
+    ("reasons", "slowdowns"),
+    [
+        (pynvml.nvmlClocksEventReasonGpuIdle, 0),
+        # clocks lowered on purpose (application clocks, sync boost, display clock) hold nothing back
+        (
+            pynvml.nvmlClocksEventReasonApplicationsClocksSetting
+            | pynvml.nvmlClocksEventReasonSyncBoost
+            | pynvml.nvmlClocksEventReasonDisplayClockSetting,
+            0,
+        ),
+        (pynvml.nvmlClocksEventReasonSwPowerCap | pynvml.nvmlClocksEventReasonSyncBoost, 0x4),
+        (pynvml.nvmlClocksEventReasonHwThermalSlowdown | pynvml.nvmlClocksEventReasonGpuIdle, 0x40),
+    ],
+)
+def test_only_clock_events_that_slow_the_gpu_are_reported(reasons: int, slowdowns: int) -> None:
+    sampled = started(FakeNvml([FakeGpu(clock_reasons=reasons)])).sample()
 
-    assert by_metric(sampled)[samples.GPU_CLOCK_EVENT_REASONS] == 0
+    assert by_metric(sampled)[samples.GPU_CLOCK_EVENT_REASONS] == slowdowns
 
 
 def test_two_gpus_are_sampled_each_under_its_own_identity() -> None:

@@ -28,7 +28,13 @@ if TYPE_CHECKING:
 @collector_option("OTLP/HTTP base URL of the collector the agent sends to.")
 @click.option("--engine-interval-ms", default=250, show_default=True, type=click.IntRange(10, 600_000))
 @click.option("--gpu-interval-ms", default=1000, show_default=True, type=click.IntRange(10, 600_000))
-@click.option("--no-gpu", is_flag=True, help="Do not read NVML (engine telemetry only).")
+@click.option(
+    "--dcgm-url",
+    default=None,
+    metavar="URL",
+    help="Read the GPUs from NVIDIA's dcgm-exporter (…:9400/metrics) instead of through NVML.",
+)
+@click.option("--no-gpu", is_flag=True, help="Do not read the GPUs (engine telemetry only).")
 @click.option(
     "--once",
     is_flag=True,
@@ -43,6 +49,7 @@ def gpu_agent(
     collector_url: str,
     engine_interval_ms: int,
     gpu_interval_ms: int,
+    dcgm_url: str | None,
     no_gpu: bool,
     once: bool,
     as_json: bool,
@@ -53,6 +60,8 @@ def gpu_agent(
     Examples:
       streamscope gpu-agent --node gpu-7 --engine-url http://127.0.0.1:8000/metrics
       streamscope gpu-agent --node gpu-7 --engine-url http://127.0.0.1:8000/metrics --once --json
+      streamscope gpu-agent --node gpu-7 --engine-url http://127.0.0.1:8000/metrics \
+          --dcgm-url http://127.0.0.1:9400/metrics
     """
     from streamscope_gpu_agent.agent import AgentConfig, GpuAgent
 
@@ -62,6 +71,7 @@ def gpu_agent(
         collector_url=None if once else collector_url,
         engine_interval_s=engine_interval_ms / 1000,
         gpu_interval_s=gpu_interval_ms / 1000,
+        dcgm_url=dcgm_url,
         gpu=not no_gpu,
     )
     agent = GpuAgent(config)
