@@ -179,6 +179,9 @@ STREAMSCOPE_EVENT_KIND_VALUES: Final = (
     "engine_restart",
     "xid",
     "throttle",
+    "gpu_lost",
+    "gpu_unavailable",
+    "gpu_recovery_action",
 )
 
 STREAMSCOPE_EVENT_END_UNIX_NANO: Final = "streamscope.event.end_unix_nano"

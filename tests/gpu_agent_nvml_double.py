@@ -7,7 +7,8 @@ redefined), so the sampler's error handling is exercised against the very types 
 
 What it can simulate: any number of GPUs with their own values; any call raising any NVMLError (for every GPU or
 one GPU); an older library missing a function (the attribute is absent, as ``getattr`` sees it); queued XID events;
-nvmlInit failing (LibraryNotFound, DriverNotLoaded). Like the real library, device calls before nvmlInit or after
+nvmlInit failing (LibraryNotFound, DriverNotLoaded); a lost GPU (any call raising NVMLError_GpuIsLost); the event
+types a GPU supports. Like the real library, device calls before nvmlInit or after
 nvmlShutdown raise NVMLError_Uninitialized, and nvmlEventSetWait raises NVMLError_Timeout when nothing is queued.
 """
 
@@ -40,6 +41,12 @@ class FakeGpu:
     pcie_rx_kbs: int = 250
     errors: dict[str, type[Exception]] = field(default_factory=dict)
     """NVML function name -> the error class it raises for this GPU (an NVMLError subclass, as a rule)."""
+    supported_events: int = (
+        pynvml.nvmlEventTypeXidCriticalError
+        | pynvml.nvmlEventTypeGpuUnavailableError
+        | pynvml.nvmlEventTypeGpuRecoveryAction
+        | pynvml.nvmlEventTypePState
+    )
 
 
 @dataclass
@@ -56,12 +63,15 @@ class FakeNvml:
     NVMLError_FunctionNotFound = pynvml.NVMLError_FunctionNotFound
     NVMLError_Timeout = pynvml.NVMLError_Timeout
     NVMLError_Uninitialized = pynvml.NVMLError_Uninitialized
+    NVMLError_GpuIsLost = pynvml.NVMLError_GpuIsLost
     NVML_CLOCK_SM = pynvml.NVML_CLOCK_SM
     NVML_CLOCK_MEM = pynvml.NVML_CLOCK_MEM
     NVML_TEMPERATURE_GPU = pynvml.NVML_TEMPERATURE_GPU
     NVML_PCIE_UTIL_TX_BYTES = pynvml.NVML_PCIE_UTIL_TX_BYTES
     NVML_PCIE_UTIL_RX_BYTES = pynvml.NVML_PCIE_UTIL_RX_BYTES
     nvmlEventTypeXidCriticalError = pynvml.nvmlEventTypeXidCriticalError
+    nvmlEventTypeGpuUnavailableError = pynvml.nvmlEventTypeGpuUnavailableError
+    nvmlEventTypeGpuRecoveryAction = pynvml.nvmlEventTypeGpuRecoveryAction
     nvmlClocksEventReasonGpuIdle = pynvml.nvmlClocksEventReasonGpuIdle
     nvmlClocksThrottleReasonGpuIdle = pynvml.nvmlClocksThrottleReasonGpuIdle
 
@@ -90,12 +100,13 @@ class FakeNvml:
             raise AttributeError(f"module 'pynvml' has no attribute {name!r}")
         return object.__getattribute__(self, name)
 
-    def queue_xid(self, gpu_index: int, xid: int) -> None:
-        """Queue an XID critical error on one GPU, as the driver would post it."""
+    def queue_xid(self, gpu_index: int, xid: int, event_type: int = pynvml.nvmlEventTypeXidCriticalError) -> None:
+        """Queue an XID critical error (or another event type, with ``xid`` as its data) on one GPU, as the driver
+        would post it."""
         self._events.append(
             SimpleNamespace(
                 device=self.gpus[gpu_index],
-                eventType=pynvml.nvmlEventTypeXidCriticalError,
+                eventType=event_type,
                 eventData=xid,
                 gpuInstanceId=0xFFFFFFFF,
                 computeInstanceId=0xFFFFFFFF,
@@ -195,6 +206,10 @@ class FakeNvml:
         self.event_sets.append(FakeEventSet())
         return self.event_sets[-1]
 
+    def nvmlDeviceGetSupportedEventTypes(self, handle: FakeGpu) -> int:
+        self._enter("nvmlDeviceGetSupportedEventTypes", handle)
+        return handle.supported_events
+
     def nvmlDeviceRegisterEvents(self, handle: FakeGpu, event_types: int, event_set: FakeEventSet) -> None:
         self._enter("nvmlDeviceRegisterEvents", handle)
         event_set.registered.append((handle, event_types))
@@ -215,9 +230,9 @@ class FakeNvml:
         """Never sleeps: an empty queue times out at once, whatever ``timeout_ms`` says."""
         assert not event_set.freed, "waited on a freed event set"
         self.wait_timeouts.append(timeout_ms)
-        registered = {id(gpu) for gpu, types in event_set.registered if types & pynvml.nvmlEventTypeXidCriticalError}
+        registered = {id(gpu): types for gpu, types in event_set.registered}
         while self._events:
             event = self._events.popleft()
-            if id(event.device) in registered:
+            if registered.get(id(event.device), 0) & event.eventType:
                 return event
         raise pynvml.NVMLError_Timeout()

@@ -118,7 +118,7 @@ class GpuAgent:
             finally:
                 self.nvml.stop()
         events += deriver.observe(readings, time.time_ns())
-        events += [deriver.xid(x.time_ns, x.gpu_uuid, x.xid) for x in xids]
+        events += [deriver.xid(x.time_ns, x.gpu_uuid, x.xid, x.kind) for x in xids]
         return samples + readings, events + deriver.close_all()
 
     # --- running ------------------------------------------------------------------------------------------
@@ -189,7 +189,7 @@ class GpuAgent:
             samples, xids = read()
             with self._deriver_lock:
                 events = self._deriver.observe(samples, previous)
-                events += [self._deriver.xid(x.time_ns, x.gpu_uuid, x.xid) for x in xids]
+                events += [self._deriver.xid(x.time_ns, x.gpu_uuid, x.xid, x.kind) for x in xids]
             self.outbox.add(samples, events)
             previous = time.time_ns()
             self._stop.wait(max(0.0, self.config.gpu_interval_s - (time.monotonic() - started)))
@@ -201,5 +201,5 @@ class GpuAgent:
             found = sampler.xid_events(500)
             if found:
                 with self._deriver_lock:
-                    events = [self._deriver.xid(x.time_ns, x.gpu_uuid, x.xid) for x in found]
+                    events = [self._deriver.xid(x.time_ns, x.gpu_uuid, x.xid, x.kind) for x in found]
                 self.outbox.add([], events)

@@ -85,13 +85,15 @@ class EventDeriver:
                 events += self._level("queue_spike", sample, value >= t.queue_high, value <= t.queue_low, higher=True)
             elif metric == m.GPU_CLOCK_EVENT_REASONS:
                 events += self._level("throttle", sample, value != 0, value == 0, higher=True)
+            elif metric == m.GPU_LOST:
+                events += self._level("gpu_lost", sample, value != 0, value == 0, higher=True)
         return _dedupe_bursts(events)
 
     def restarted(self, engine: str, at_ns: int) -> EngineEvent:
         return EngineEvent("engine_restart", at_ns, at_ns, 1.0, engine=engine)
 
-    def xid(self, at_ns: int, gpu_uuid: str, code: int) -> EngineEvent:
-        return EngineEvent("xid", at_ns, at_ns, float(code), gpu_uuid=gpu_uuid, xid=code)
+    def xid(self, at_ns: int, gpu_uuid: str, code: int, kind: str = "xid") -> EngineEvent:
+        return EngineEvent(kind, at_ns, at_ns, float(code), gpu_uuid=gpu_uuid, xid=code)
 
     def close_all(self) -> list[EngineEvent]:
         """Level events still open (the agent is stopping), closed at the last sample time."""

@@ -26,6 +26,7 @@ from typing import Any, Final
 
 from streamscope_gpu_agent.samples import (
     GPU_CLOCK_EVENT_REASONS,
+    GPU_LOST,
     GPU_MEMORY_CLOCK,
     GPU_MEMORY_TOTAL,
     GPU_MEMORY_USED,
@@ -52,6 +53,16 @@ _NO_GPU_WARNING: Final = "no NVIDIA GPU or driver: GPU metrics are off; engine s
 
 _KIB: Final = 1024
 """nvmlDeviceGetPcieThroughput reports KB/s, NVML's KB being 1024 bytes (as nvidia-smi and nvitop read it)."""
+PCIE_EVERY: Final = 10
+"""PCIe throughput is read every this many samples: nvmlDeviceGetPcieThroughput takes 20 ms or more a call (it
+measures over that long), twice per GPU, which every second would keep the agent busy a third of the time on an
+eight-GPU node."""
+_EVENT_KINDS: Final = (
+    ("nvmlEventTypeXidCriticalError", "xid"),
+    ("nvmlEventTypeGpuUnavailableError", "gpu_unavailable"),
+    ("nvmlEventTypeGpuRecoveryAction", "gpu_recovery_action"),
+)
+"""The driver events the agent registers for, where the GPU supports them, and their event kinds."""
 _MAX_XID_EVENTS_PER_CALL: Final = 1024
 """Bounds one xid_events() call during an event storm; the rest stay queued in NVML for the next call."""
 
@@ -70,6 +81,8 @@ class _Gpu:
     device: GpuDevice
     handle: Any
     unsupported: set[str] = field(default_factory=set)
+    lost: bool = False
+    """NVML said the GPU is lost; it is reported as such until a reading succeeds again."""
     """Readings this GPU does not support; never attempted again."""
     legacy_clock_reasons: bool = False
     """The library or driver lacks nvmlDeviceGetCurrentClocksEventReasons: use the older throttle-reasons call."""
@@ -96,14 +109,17 @@ class NvmlSampler:
         *,
         clock: Callable[[], int] = time.time_ns,
         log: logging.Logger = logging.getLogger(__name__),  # noqa: B008 - a module logger, shared on purpose
+        pcie_every: int = PCIE_EVERY,
     ) -> None:
         self._nvml = nvml
+        self._pcie_every = pcie_every
         self._clock = clock
         self._log = log
         self._initialized = False
         self._warned_off = False
         self._gpus: list[_Gpu] = []
         self._logged: set[tuple[int, str, type[BaseException]]] = set()
+        self._samples_taken = 0
         self._readings: tuple[tuple[str, _Reading], ...] = (
             ("nvmlDeviceGetMemoryInfo", self._read_memory),
             ("nvmlDeviceGetUtilizationRates", self._read_utilization),
@@ -118,8 +134,8 @@ class NvmlSampler:
         """Each NVML call once per GPU and sample, named for the logs and for remembering what is unsupported."""
         self._event_lock = threading.Lock()
         self._event_set: Any = None
-        self._event_waits: list[Callable[[Any, int], Any]] = []
-        """nvmlEventSetWait_v2, then nvmlEventSetWait as its fallback; the first is the one in use."""
+        self._event_wait: Callable[[Any, int], Any] | None = None
+        """nvmlEventSetWait_v2, or nvmlEventSetWait in a binding that predates it."""
 
     @property
     def available(self) -> bool:
@@ -166,23 +182,33 @@ class NvmlSampler:
         if not self.available:
             return []
         now = self._clock()
+        pcie = self._samples_taken % self._pcie_every == 0
+        self._samples_taken += 1
         samples: list[Sample] = []
         for gpu in self._gpus:
+            was_lost, gpu.lost = gpu.lost, False
+            values: list[tuple[str, float]] = []
             for key, read in self._readings:
-                if key in gpu.unsupported:
+                if key in gpu.unsupported or (key.startswith("nvmlDeviceGetPcieThroughput") and not pcie):
                     continue
-                samples.extend(
-                    Sample(
-                        time_ns=now,
-                        source="gpu",
-                        metric=metric,
-                        value=value,
-                        gpu_uuid=gpu.device.uuid,
-                        gpu_index=gpu.device.index,
-                        gpu_name=gpu.device.name,
-                    )
-                    for metric, value in self._read(gpu, key, read)
+                values += self._read(gpu, key, read)
+                if gpu.lost:  # nothing else can be read from it
+                    values = [(GPU_LOST, 1.0)]
+                    break
+            if was_lost and not gpu.lost:
+                values.append((GPU_LOST, 0.0))
+            samples += [
+                Sample(
+                    now,
+                    "gpu",
+                    metric,
+                    value,
+                    gpu_uuid=gpu.device.uuid,
+                    gpu_index=gpu.device.index,
+                    gpu_name=gpu.device.name,
                 )
+                for metric, value in values
+            ]
         return samples
 
     def xid_events(self, timeout_ms: int) -> list[XidEvent]:
@@ -242,7 +268,7 @@ class NvmlSampler:
         failures = []
         for gpu in self._gpus:
             try:
-                nvml.nvmlDeviceRegisterEvents(gpu.handle, nvml.nvmlEventTypeXidCriticalError, event_set)
+                nvml.nvmlDeviceRegisterEvents(gpu.handle, self._event_types(gpu), event_set)
             except nvml.NVMLError as exc:
                 failures.append(f"{gpu.label}: {type(exc).__name__}: {exc}")
         if failures:
@@ -251,8 +277,20 @@ class NvmlSampler:
         if len(failures) == len(self._gpus):
             self._free_event_set()
             return
+        # a binding older than nvmlEventSetWait_v2 calls the driver's first wait by the plain name; newer bindings
+        # route the plain name to _v2 too, so it is no fallback for a driver that lacks _v2
         newest = getattr(nvml, "nvmlEventSetWait_v2", None)
-        self._event_waits = [newest, nvml.nvmlEventSetWait] if newest is not None else [nvml.nvmlEventSetWait]
+        self._event_wait = newest if newest is not None else nvml.nvmlEventSetWait
+
+    def _event_types(self, gpu: _Gpu) -> int:
+        """XID errors, plus the GPU-unavailable and recovery-action events where the GPU and library have them."""
+        nvml = self._nvml
+        known = [getattr(nvml, name, 0) for name, _ in _EVENT_KINDS]
+        try:
+            supported = int(nvml.nvmlDeviceGetSupportedEventTypes(gpu.handle))
+        except (nvml.NVMLError, AttributeError):
+            return int(nvml.nvmlEventTypeXidCriticalError)
+        return int(nvml.nvmlEventTypeXidCriticalError) | (supported & sum(known[1:]))
 
     def _shutdown(self) -> None:
         if not self._initialized:
@@ -270,6 +308,10 @@ class NvmlSampler:
         nvml = self._nvml
         try:
             return [(metric, float(value)) for metric, value in read(gpu)]
+        except nvml.NVMLError_GpuIsLost as exc:
+            if not gpu.lost:
+                self._once(gpu, "lost", exc, "%s: %s: %s: %s; reported as lost until it answers again (logged once)")
+            gpu.lost = True
         except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound) as exc:
             gpu.unsupported.add(key)
             self._log.warning("%s: %s is not supported (%s): its metrics are off for this GPU", gpu.label, key, exc)
@@ -342,36 +384,33 @@ class NvmlSampler:
         nvml = self._nvml
         events: list[XidEvent] = []
         wait_ms = timeout_ms
-        while self._event_set is not None and len(events) < _MAX_XID_EVENTS_PER_CALL:
+        wait = self._event_wait
+        while wait is not None and self._event_set is not None and len(events) < _MAX_XID_EVENTS_PER_CALL:
             try:
-                data = self._event_waits[0](self._event_set, wait_ms)
+                data = wait(self._event_set, wait_ms)
             except nvml.NVMLError_Timeout:
                 return events, True
             except nvml.NVMLError as exc:
-                if self._wait_failed(exc):
-                    continue
+                self._wait_failed(exc)
                 break
             wait_ms = 0
-            if int(data.eventType) & nvml.nvmlEventTypeXidCriticalError:
-                events.append(self._xid_event(data))
+            kind = next((kind for name, kind in _EVENT_KINDS if int(data.eventType) & getattr(nvml, name, 0)), None)
+            if kind is not None:
+                events.append(self._xid_event(data, kind))
         return events, False
 
-    def _wait_failed(self, exc: Exception) -> bool:
-        """Handle a failed wait; True to retry at once with nvmlEventSetWait, the fallback for a driver that lacks
-        nvmlEventSetWait_v2. Unsupported waiting (WSL2) turns events off, said once; anything else is logged once."""
+    def _wait_failed(self, exc: Exception) -> None:
+        """Handle a failed wait: waiting that is unsupported (WSL2, a driver older than nvmlEventSetWait_v2) turns
+        events off, said once; anything else is logged once."""
         nvml = self._nvml
-        if isinstance(exc, nvml.NVMLError_FunctionNotFound) and len(self._event_waits) > 1:
-            self._event_waits.pop(0)
-            return True
         if isinstance(exc, (nvml.NVMLError_FunctionNotFound, nvml.NVMLError_NotSupported)):
             self._log.warning("XID events are off: waiting for them is not supported: %s", exc)
             self._free_event_set()
-            return False
+            return
         seen = (-1, "nvmlEventSetWait", type(exc))
         if seen not in self._logged:
             self._logged.add(seen)
             self._log.warning("waiting for XID events failed: %s: %s (logged once)", type(exc).__name__, exc)
-        return False
 
     def _free_event_set(self) -> None:
         if self._event_set is None:
@@ -382,7 +421,7 @@ class NvmlSampler:
         except self._nvml.NVMLError as exc:
             self._log.debug("nvmlEventSetFree failed: %s", exc)
 
-    def _xid_event(self, data: Any) -> XidEvent:
+    def _xid_event(self, data: Any, kind: str) -> XidEvent:
         """Identify the GPU by UUID: NVML hands back a new handle object, so handles cannot be compared. A GPU
         that fell off the bus may not answer; the XID is still worth reporting without its identity."""
         try:
@@ -390,7 +429,7 @@ class NvmlSampler:
         except self._nvml.NVMLError:
             uuid = ""
         index = next((gpu.device.index for gpu in self._gpus if uuid and gpu.device.uuid == uuid), -1)
-        return XidEvent(time_ns=self._clock(), gpu_uuid=uuid, gpu_index=index, xid=int(data.eventData))
+        return XidEvent(time_ns=self._clock(), gpu_uuid=uuid, gpu_index=index, xid=int(data.eventData), kind=kind)
 
 
 def _text(value: str | bytes) -> str:

@@ -82,6 +82,8 @@ GPU_CLOCK_EVENT_REASONS: Final = "clock_event_reasons"
 """NVML clock-event (throttle) reasons bitmask, the slowdowns only (``SLOWDOWN_REASONS``)."""
 GPU_PCIE_TX: Final = "pcie_tx_bytes_per_s"
 GPU_PCIE_RX: Final = "pcie_rx_bytes_per_s"
+GPU_LOST: Final = "lost"
+"""1 while NVML says the GPU is lost (fallen off the bus: nothing else can be read from it), 0 once it answers again."""
 GPU_PCIE_REPLAYS: Final = "pcie_replays"
 """PCIe packets sent again in the interval (a link that corrupts transfers)."""
 GPU_ROW_REMAP_FAILURE: Final = "row_remap_failure"
@@ -125,7 +127,8 @@ class Sample:
 
 @dataclass(frozen=True, slots=True)
 class XidEvent:
-    """An XID critical error reported by the driver (e.g. 79: the GPU fell off the bus)."""
+    """A GPU error the driver reported: an XID critical error (e.g. 79: the GPU fell off the bus), or, where the
+    driver posts them, the GPU becoming unavailable or needing a recovery action (``kind``)."""
 
     time_ns: int
     """When the agent learnt of it (NVML's event data carries no timestamp; DCGM's field holds the last XID)."""
@@ -133,3 +136,6 @@ class XidEvent:
     """Empty, with gpu_index -1, when the GPU that raised it no longer answers."""
     gpu_index: int
     xid: int
+    """The XID, or the event's data for the other kinds (the recovery action NVML asks for)."""
+    kind: str = "xid"
+    """``xid``, ``gpu_unavailable`` or ``gpu_recovery_action``."""

@@ -54,6 +54,7 @@ def test_shipper_delivers_samples_and_events(collector):
         EngineEvent("preemption", now - 250_000_000, now, 2.0, engine="vllm"),
         EngineEvent("xid", now, now, 79.0, gpu_uuid="GPU-abc", xid=79),
         EngineEvent("kv_high_water", now, None, 0.97, engine="vllm"),
+        EngineEvent("gpu_recovery_action", now, now, 2.0, gpu_uuid="GPU-abc", xid=2),
     ]
     outbox.add(samples, events)
     assert shipper.flush()
@@ -69,6 +70,7 @@ def test_shipper_delivers_samples_and_events(collector):
         "SELECT kind, node_name, engine, magnitude, xid, end_time IS NULL, "
         "dateDiff('millisecond', start_time, end_time) FROM engine_events ORDER BY kind"
     ).result_rows == [
+        ("gpu_recovery_action", "node-a", "", 2.0, 2, False, 0),
         ("kv_high_water", "node-a", "vllm", 0.97, None, True, None),
         ("preemption", "node-a", "vllm", 2.0, None, False, 250),
         ("xid", "node-a", "", 79.0, 79, False, 0),

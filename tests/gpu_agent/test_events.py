@@ -80,6 +80,11 @@ def test_queue_spike_and_throttle():
     ]
 
 
+def test_a_lost_gpu_is_an_event_from_when_it_was_lost_until_it_answered():
+    events, _ = run(series(m.GPU_LOST, [1, 1, 0], source="gpu", gpu_uuid="GPU-a"))
+    assert [(e.kind, e.gpu_uuid, e.start_ns, e.end_ns) for e in events] == [("gpu_lost", "GPU-a", SECOND, 3 * SECOND)]
+
+
 def test_levels_are_tracked_per_engine_and_per_gpu():
     batches = [
         [

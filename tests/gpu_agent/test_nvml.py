@@ -15,7 +15,7 @@ import pynvml
 import pytest
 
 from streamscope_gpu_agent import samples
-from streamscope_gpu_agent.nvml import NvmlSampler, XidEvent
+from streamscope_gpu_agent.nvml import PCIE_EVERY, NvmlSampler, XidEvent
 from tests.gpu_agent_nvml_double import FakeGpu, FakeNvml
 
 T0 = 1_800_000_000_000_000_000
@@ -23,6 +23,7 @@ NO_GPU = "no NVIDIA GPU or driver: GPU metrics are off; engine scraping continue
 DCGM_ONLY = {samples.GPU_PCIE_REPLAYS, samples.GPU_ROW_REMAP_FAILURE, samples.GPU_GRAPHICS_ENGINE_ACTIVE}
 DCGM_ONLY |= {samples.GPU_SM_ACTIVE, samples.GPU_SM_OCCUPANCY, samples.GPU_TENSOR_ACTIVE, samples.GPU_DRAM_ACTIVE}
 ALL_GPU_METRICS = {value for name, value in vars(samples).items() if name.startswith("GPU_")} - DCGM_ONLY
+ALL_GPU_METRICS -= {samples.GPU_LOST}  # reported only for a GPU that is lost, or back
 
 
 def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -44,7 +45,8 @@ def by_metric(sampled: list[samples.Sample], gpu_index: int = 0) -> dict[str, fl
 
 
 def started(nvml: FakeNvml, **kwargs) -> NvmlSampler:
-    sampler = NvmlSampler(nvml, clock=lambda: T0, **kwargs)
+    """Started, reading PCIe throughput every sample unless ``pcie_every`` says otherwise."""
+    sampler = NvmlSampler(nvml, clock=lambda: T0, **{"pcie_every": 1, **kwargs})
     assert sampler.start() is True
     return sampler
 
@@ -228,7 +230,7 @@ def test_an_unsupported_call_drops_only_its_metric_is_warned_once_and_not_called
 def test_a_transient_error_drops_the_metric_from_that_sample_and_is_logged_once_per_error_class(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    gpu = FakeGpu(errors={"nvmlDeviceGetTemperature": pynvml.NVMLError_GpuIsLost})
+    gpu = FakeGpu(errors={"nvmlDeviceGetTemperature": pynvml.NVMLError_Timeout})
     nvml = FakeNvml([gpu])
     sampler = started(nvml)
 
@@ -244,7 +246,7 @@ def test_a_transient_error_drops_the_metric_from_that_sample_and_is_logged_once_
     assert nvml.count("nvmlDeviceGetTemperature", 0) == 6  # retried every sample
     logged = warnings(caplog)
     assert len(logged) == 2
-    assert "NVMLError_GpuIsLost" in logged[0]
+    assert "NVMLError_Timeout" in logged[0]
     assert "NVMLError_Unknown" in logged[1]
 
 
@@ -356,12 +358,60 @@ def test_xid_events_are_drained_in_one_call_with_their_gpu() -> None:
     assert nvml.wait_timeouts[-1] == 100
 
 
-def test_xid_registration_covers_every_gpu() -> None:
-    nvml = FakeNvml([FakeGpu(uuid="GPU-aaaa"), FakeGpu(uuid="GPU-bbbb")])
+def test_xid_registration_covers_every_gpu_and_the_error_events_each_supports() -> None:
+    older = FakeGpu(uuid="GPU-bbbb", supported_events=pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypePState)
+    nvml = FakeNvml([FakeGpu(uuid="GPU-aaaa"), older])
     started(nvml)
 
     (event_set,) = nvml.event_sets
-    assert event_set.registered == [(gpu, pynvml.nvmlEventTypeXidCriticalError) for gpu in nvml.gpus]
+    errors = pynvml.nvmlEventTypeGpuUnavailableError | pynvml.nvmlEventTypeGpuRecoveryAction
+    assert event_set.registered == [
+        (nvml.gpus[0], pynvml.nvmlEventTypeXidCriticalError | errors),
+        (older, pynvml.nvmlEventTypeXidCriticalError),  # P-state changes are not errors: never registered
+    ]
+
+
+def test_a_gpu_unavailable_or_needing_recovery_is_an_event_of_its_kind() -> None:
+    nvml = FakeNvml([FakeGpu(uuid="GPU-aaaa")])
+    sampler = started(nvml)
+    nvml.queue_xid(0, 0, pynvml.nvmlEventTypeGpuUnavailableError)
+    nvml.queue_xid(0, pynvml.NVML_GPU_RECOVERY_ACTION_GPU_RESET, pynvml.nvmlEventTypeGpuRecoveryAction)
+    nvml.queue_xid(0, 79)
+
+    found = [(e.kind, e.xid, e.gpu_uuid) for e in sampler.xid_events(timeout_ms=10)]
+    assert found == [
+        ("gpu_unavailable", 0, "GPU-aaaa"),
+        ("gpu_recovery_action", pynvml.NVML_GPU_RECOVERY_ACTION_GPU_RESET, "GPU-aaaa"),
+        ("xid", 79, "GPU-aaaa"),
+    ]
+
+
+def test_a_lost_gpu_is_reported_lost_until_it_answers_and_the_others_still_flow(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    nvml = FakeNvml([FakeGpu(uuid="GPU-aaaa"), FakeGpu(uuid="GPU-bbbb")])
+    sampler = started(nvml)
+    nvml.gpus[0].errors["nvmlDeviceGetMemoryInfo"] = pynvml.NVMLError_GpuIsLost
+
+    lost = [sampler.sample(), sampler.sample()]
+    assert [by_metric(sampled, 0) for sampled in lost] == [{samples.GPU_LOST: 1.0}] * 2
+    assert all(
+        set(by_metric(sampled, 1)) >= ALL_GPU_METRICS - {samples.GPU_PCIE_TX, samples.GPU_PCIE_RX} for sampled in lost
+    )
+    del nvml.gpus[0].errors["nvmlDeviceGetMemoryInfo"]
+    back = by_metric(sampler.sample(), 0)
+    assert back[samples.GPU_LOST] == 0.0 and samples.GPU_MEMORY_USED in back
+    assert samples.GPU_LOST not in by_metric(sampler.sample(), 0)
+    assert len([w for w in warnings(caplog) if "lost" in w]) == 1
+
+
+def test_pcie_throughput_is_read_every_tenth_sample_only() -> None:
+    nvml = FakeNvml()
+    sampler = started(nvml, pcie_every=PCIE_EVERY)
+    with_pcie = [samples.GPU_PCIE_TX in by_metric(sampler.sample()) for _ in range(2 * PCIE_EVERY)]
+
+    assert with_pcie == ([True] + [False] * (PCIE_EVERY - 1)) * 2
+    assert nvml.count("nvmlDeviceGetPcieThroughput", 0) == 4
 
 
 def test_no_xid_event_times_out_to_an_empty_list(caplog: pytest.LogCaptureFixture) -> None:
@@ -418,7 +468,7 @@ def test_xid_events_takes_its_timeout_when_nvml_cannot_wait(errors: dict[str, ty
     assert time.monotonic() - began >= 0.045
 
 
-def test_waiting_falls_back_to_nvml_event_set_wait_when_v2_is_missing() -> None:
+def test_a_binding_older_than_the_v2_wait_waits_with_the_plain_name() -> None:
     nvml = FakeNvml(missing=frozenset({"nvmlEventSetWait_v2"}))
     sampler = started(nvml)
     nvml.queue_xid(0, 31)
@@ -427,16 +477,16 @@ def test_waiting_falls_back_to_nvml_event_set_wait_when_v2_is_missing() -> None:
     assert nvml.count("nvmlEventSetWait") == 2
 
 
-def test_waiting_falls_back_to_nvml_event_set_wait_when_the_driver_lacks_v2(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_driver_without_the_v2_wait_turns_events_off_once(caplog: pytest.LogCaptureFixture) -> None:
+    """nvidia-ml-py routes the plain nvmlEventSetWait to _v2 as well: it is no fallback, so none is tried."""
     nvml = FakeNvml(errors={"nvmlEventSetWait_v2": pynvml.NVMLError_FunctionNotFound})
     sampler = started(nvml)
     nvml.queue_xid(0, 31)
 
-    assert [e.xid for e in sampler.xid_events(timeout_ms=10)] == [31]
     assert sampler.xid_events(timeout_ms=10) == []
-    assert nvml.count("nvmlEventSetWait_v2") == 1
-    assert nvml.count("nvmlEventSetWait") == 3
-    assert warnings(caplog) == []
+    assert not sampler.xid_available
+    assert (nvml.count("nvmlEventSetWait_v2"), nvml.count("nvmlEventSetWait")) == (1, 0)
+    assert [w for w in warnings(caplog) if "XID events are off" in w] != []
 
 
 def test_unsupported_waiting_turns_xid_events_off_once(caplog: pytest.LogCaptureFixture) -> None:
