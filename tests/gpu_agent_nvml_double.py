@@ -6,10 +6,11 @@ error, and records that it was called. Constants and exception classes are pynvm
 redefined), so the sampler's error handling is exercised against the very types the real library raises.
 
 What it can simulate: any number of GPUs with their own values; any call raising any NVMLError (for every GPU or
-one GPU); an older library missing a function (the attribute is absent, as ``getattr`` sees it); queued XID events;
-nvmlInit failing (LibraryNotFound, DriverNotLoaded); a lost GPU (any call raising NVMLError_GpuIsLost); the event
-types a GPU supports. Like the real library, device calls before nvmlInit or after
-nvmlShutdown raise NVMLError_Uninitialized, and nvmlEventSetWait raises NVMLError_Timeout when nothing is queued.
+one GPU); GPUs split by MIG, with their MIG devices; an older library missing a function (the attribute is absent,
+as ``getattr`` sees it); queued XID events; nvmlInit failing (LibraryNotFound, DriverNotLoaded); a lost GPU (any
+call raising NVMLError_GpuIsLost); the event types a GPU supports. Like the real library, device calls before
+nvmlInit or after nvmlShutdown raise NVMLError_Uninitialized, and nvmlEventSetWait raises NVMLError_Timeout when
+nothing is queued.
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ class FakeGpu:
         | pynvml.nvmlEventTypeGpuRecoveryAction
         | pynvml.nvmlEventTypePState
     )
+    mig_slots: list[FakeGpu | None] = field(default_factory=list)
+    """With MIG on, its MIG device slots (None: an empty slot); MIG is off when there are none."""
+    instance: tuple[int, int] = (0xFFFFFFFF, 0xFFFFFFFF)
+    """A MIG device's GPU and compute instance ids."""
+    parent: FakeGpu | None = None
 
 
 @dataclass
@@ -64,6 +70,9 @@ class FakeNvml:
     NVMLError_Timeout = pynvml.NVMLError_Timeout
     NVMLError_Uninitialized = pynvml.NVMLError_Uninitialized
     NVMLError_GpuIsLost = pynvml.NVMLError_GpuIsLost
+    NVMLError_NotFound = pynvml.NVMLError_NotFound
+    NVML_DEVICE_MIG_ENABLE = pynvml.NVML_DEVICE_MIG_ENABLE
+    NVML_DEVICE_MIG_DISABLE = pynvml.NVML_DEVICE_MIG_DISABLE
     NVML_CLOCK_SM = pynvml.NVML_CLOCK_SM
     NVML_CLOCK_MEM = pynvml.NVML_CLOCK_MEM
     NVML_TEMPERATURE_GPU = pynvml.NVML_TEMPERATURE_GPU
@@ -100,16 +109,22 @@ class FakeNvml:
             raise AttributeError(f"module 'pynvml' has no attribute {name!r}")
         return object.__getattribute__(self, name)
 
-    def queue_xid(self, gpu_index: int, xid: int, event_type: int = pynvml.nvmlEventTypeXidCriticalError) -> None:
-        """Queue an XID critical error (or another event type, with ``xid`` as its data) on one GPU, as the driver
-        would post it."""
+    def queue_xid(
+        self,
+        gpu_index: int,
+        xid: int,
+        event_type: int = pynvml.nvmlEventTypeXidCriticalError,
+        instance: tuple[int, int] = (0xFFFFFFFF, 0xFFFFFFFF),
+    ) -> None:
+        """Queue an XID critical error (or another event type, with ``xid`` as its data) on one GPU, raised in the
+        MIG ``instance`` (GPU, compute instance ids) when given, as the driver would post it."""
         self._events.append(
             SimpleNamespace(
                 device=self.gpus[gpu_index],
                 eventType=event_type,
                 eventData=xid,
-                gpuInstanceId=0xFFFFFFFF,
-                computeInstanceId=0xFFFFFFFF,
+                gpuInstanceId=instance[0],
+                computeInstanceId=instance[1],
             )
         )
 
@@ -118,7 +133,8 @@ class FakeNvml:
 
     def _enter(self, name: str, gpu: FakeGpu | None = None) -> None:
         """Record the call, then raise as the real library would: uninitialised, or the configured error."""
-        self.calls.append((name, -1 if gpu is None else self.gpus.index(gpu)))  # FakeGpu compares by identity
+        board = gpu.parent or gpu if gpu is not None else None  # a MIG device's calls count under its GPU
+        self.calls.append((name, -1 if board is None else self.gpus.index(board)))  # FakeGpu compares by identity
         if not self.initialized and name != "nvmlInit":
             raise pynvml.NVMLError_Uninitialized()
         error = (gpu.errors.get(name) if gpu is not None else None) or self.errors.get(name)
@@ -205,6 +221,31 @@ class FakeNvml:
         self._enter("nvmlEventSetCreate")
         self.event_sets.append(FakeEventSet())
         return self.event_sets[-1]
+
+    def nvmlDeviceGetMigMode(self, handle: FakeGpu) -> list[int]:
+        self._enter("nvmlDeviceGetMigMode", handle)
+        mode = pynvml.NVML_DEVICE_MIG_ENABLE if handle.mig_slots else pynvml.NVML_DEVICE_MIG_DISABLE
+        return [mode, mode]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: FakeGpu) -> int:
+        self._enter("nvmlDeviceGetMaxMigDeviceCount", handle)
+        return len(handle.mig_slots)
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: FakeGpu, index: int) -> FakeGpu:
+        self._enter("nvmlDeviceGetMigDeviceHandleByIndex", handle)
+        device = handle.mig_slots[index]
+        if device is None:
+            raise pynvml.NVMLError_NotFound()
+        device.parent = handle
+        return device
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: FakeGpu) -> int:
+        self._enter("nvmlDeviceGetGpuInstanceId", handle)
+        return handle.instance[0]
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: FakeGpu) -> int:
+        self._enter("nvmlDeviceGetComputeInstanceId", handle)
+        return handle.instance[1]
 
     def nvmlDeviceGetSupportedEventTypes(self, handle: FakeGpu) -> int:
         self._enter("nvmlDeviceGetSupportedEventTypes", handle)

@@ -1,5 +1,7 @@
 """NVML sampler: reads each NVIDIA GPU's memory, utilisation, clocks, power, temperature, clock-event reasons and
-PCIe throughput as ``GPU_*`` Samples, and drains XID critical-error events.
+PCIe throughput as ``GPU_*`` Samples, and drains XID critical-error events. On a GPU split by MIG, each MIG device
+is sampled too, as a device of its own (its memory is the slice an engine runs in), and an XID raised in one is
+reported under its UUID.
 
 Why it is shaped this way:
 
@@ -63,6 +65,8 @@ _EVENT_KINDS: Final = (
     ("nvmlEventTypeGpuRecoveryAction", "gpu_recovery_action"),
 )
 """The driver events the agent registers for, where the GPU supports them, and their event kinds."""
+_NO_INSTANCE: Final = 0xFFFFFFFF
+"""An event's GPU or compute instance id when it was not raised in a MIG instance."""
 _MAX_XID_EVENTS_PER_CALL: Final = 1024
 """Bounds one xid_events() call during an event storm; the rest stay queued in NVML for the next call."""
 
@@ -81,6 +85,8 @@ class _Gpu:
     device: GpuDevice
     handle: Any
     unsupported: set[str] = field(default_factory=set)
+    instance: tuple[int, int] | None = None
+    """(GPU instance id, compute instance id) of a MIG device; None for a whole GPU."""
     lost: bool = False
     """NVML said the GPU is lost; it is reported as such until a reading succeeds again."""
     """Readings this GPU does not support; never attempted again."""
@@ -168,7 +174,8 @@ class NvmlSampler:
         except nvml.NVMLError as exc:
             self._shutdown()
             return self._off(f"nvmlDeviceGetCount failed: {type(exc).__name__}: {exc}")
-        self._gpus = [gpu for index in range(count) if (gpu := self._open(index)) is not None]
+        boards = [gpu for index in range(count) if (gpu := self._open(index)) is not None]
+        self._gpus = [*boards, *(instance for board in boards for instance in self._mig_devices(board))]
         if not self._gpus:
             self._shutdown()
             return self._off("NVML found no usable device" if count else "NVML found no device")
@@ -188,7 +195,7 @@ class NvmlSampler:
         for gpu in self._gpus:
             was_lost, gpu.lost = gpu.lost, False
             values: list[tuple[str, float]] = []
-            for key, read in self._readings:
+            for key, read in self._readings if gpu.instance is None else self._readings[:1]:
                 if key in gpu.unsupported or (key.startswith("nvmlDeviceGetPcieThroughput") and not pcie):
                     continue
                 values += self._read(gpu, key, read)
@@ -256,6 +263,32 @@ class NvmlSampler:
             return None
         return _Gpu(GpuDevice(index, uuid, name), handle)
 
+    def _mig_devices(self, board: _Gpu) -> list[_Gpu]:
+        """The MIG devices of a GPU with MIG on, each sampled as a device of its own: its memory is its slice, the
+        one an engine on it runs in (the board's utilisation is switched off under MIG; its clocks, power and
+        temperature stay the board's). None where MIG is off or the library predates it."""
+        nvml = self._nvml
+        try:
+            if nvml.nvmlDeviceGetMigMode(board.handle)[0] != nvml.NVML_DEVICE_MIG_ENABLE:
+                return []
+            slots = nvml.nvmlDeviceGetMaxMigDeviceCount(board.handle)
+        except (nvml.NVMLError, AttributeError):
+            return []
+        devices = []
+        for slot in range(slots):
+            try:
+                handle = nvml.nvmlDeviceGetMigDeviceHandleByIndex(board.handle, slot)
+                uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+                instance = (nvml.nvmlDeviceGetGpuInstanceId(handle), nvml.nvmlDeviceGetComputeInstanceId(handle))
+            except nvml.NVMLError_NotFound:
+                continue  # an empty slot
+            except nvml.NVMLError as exc:
+                self._log.warning("%s: MIG device %d skipped: %s: %s", board.label, slot, type(exc).__name__, exc)
+                continue
+            name = f"{board.device.name} MIG {instance[0]}.{instance[1]}"
+            devices.append(_Gpu(GpuDevice(board.device.index, uuid, name), handle, instance=instance))
+        return devices
+
     def _register_xid_events(self) -> None:
         """Register every GPU for XID critical errors in one event set. Where that is unsupported (WSL2, some
         vGPU) say so in one warning here; with no GPU registered, xid_events() then returns [] at once."""
@@ -266,7 +299,8 @@ class NvmlSampler:
             self._log.warning("XID events are off: nvmlEventSetCreate failed: %s: %s", type(exc).__name__, exc)
             return
         failures = []
-        for gpu in self._gpus:
+        boards = [gpu for gpu in self._gpus if gpu.instance is None]  # a board's events carry the instance ids
+        for gpu in boards:
             try:
                 nvml.nvmlDeviceRegisterEvents(gpu.handle, self._event_types(gpu), event_set)
             except nvml.NVMLError as exc:
@@ -274,7 +308,7 @@ class NvmlSampler:
         if failures:
             self._log.warning("XID events are off for %s", "; ".join(failures))
         self._event_set = event_set
-        if len(failures) == len(self._gpus):
+        if len(failures) == len(boards):
             self._free_event_set()
             return
         # a binding older than nvmlEventSetWait_v2 calls the driver's first wait by the plain name; newer bindings
@@ -429,6 +463,12 @@ class NvmlSampler:
         except self._nvml.NVMLError:
             uuid = ""
         index = next((gpu.device.index for gpu in self._gpus if uuid and gpu.device.uuid == uuid), -1)
+        instance = (getattr(data, "gpuInstanceId", _NO_INSTANCE), getattr(data, "computeInstanceId", _NO_INSTANCE))
+        if index >= 0 and instance[0] != _NO_INSTANCE:  # raised in a MIG instance: name its device
+            mig = [gpu for gpu in self._gpus if gpu.device.index == index and gpu.instance is not None]
+            exact = [gpu for gpu in mig if gpu.instance == instance]
+            same_gpu_instance = [gpu for gpu in mig if gpu.instance and gpu.instance[0] == instance[0]]
+            uuid = next((gpu.device.uuid for gpu in exact + same_gpu_instance), uuid)
         return XidEvent(time_ns=self._clock(), gpu_uuid=uuid, gpu_index=index, xid=int(data.eventData), kind=kind)
 
 

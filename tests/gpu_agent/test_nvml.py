@@ -582,3 +582,37 @@ def test_a_stopped_sampler_can_start_again() -> None:
     assert sampler.start() is True
     assert len(sampler.sample()) == len(ALL_GPU_METRICS)
     assert nvml.count("nvmlInit") == 2
+
+
+def test_each_mig_device_is_sampled_as_its_own_device_and_named_by_the_xids_raised_in_it() -> None:
+    small = FakeGpu(uuid="MIG-1111", memory_used=3 * 2**30, memory_total=10 * 2**30, instance=(7, 0))
+    other = FakeGpu(uuid="MIG-2222", memory_used=9 * 2**30, memory_total=10 * 2**30, instance=(8, 0))
+    board = FakeGpu(
+        uuid="GPU-board",
+        mig_slots=[small, None, other],
+        errors={"nvmlDeviceGetUtilizationRates": pynvml.NVMLError_NotSupported},
+    )
+    nvml = FakeNvml([board, FakeGpu(uuid="GPU-whole")])
+    sampler = started(nvml)
+
+    assert [(d.index, d.uuid, d.name) for d in sampler.devices] == [
+        (0, "GPU-board", "NVIDIA H100 80GB HBM3"),
+        (1, "GPU-whole", "NVIDIA H100 80GB HBM3"),
+        (0, "MIG-1111", "NVIDIA H100 80GB HBM3 MIG 7.0"),
+        (0, "MIG-2222", "NVIDIA H100 80GB HBM3 MIG 8.0"),
+    ]
+    by_uuid: dict[str, dict[str, float]] = {}
+    for sample in sampler.sample():
+        by_uuid.setdefault(sample.gpu_uuid, {})[sample.metric] = sample.value
+    # a slice reports its own memory; the board keeps its clocks, power and temperature, its utilisation is off
+    assert by_uuid["MIG-1111"] == {samples.GPU_MEMORY_USED: 3 * 2**30, samples.GPU_MEMORY_TOTAL: 10 * 2**30}
+    assert by_uuid["MIG-2222"][samples.GPU_MEMORY_USED] == 9 * 2**30
+    assert samples.GPU_UTILIZATION not in by_uuid["GPU-board"] and samples.GPU_POWER in by_uuid["GPU-board"]
+    # events are registered on the boards, which post them with the instance that raised them
+    assert [gpu.uuid for gpu, _ in nvml.event_sets[0].registered] == ["GPU-board", "GPU-whole"]
+    nvml.queue_xid(0, 43, instance=(8, 0))
+    nvml.queue_xid(0, 79)
+    assert [(e.gpu_uuid, e.gpu_index, e.xid) for e in sampler.xid_events(timeout_ms=10)] == [
+        ("MIG-2222", 0, 43),
+        ("GPU-board", 0, 79),
+    ]
