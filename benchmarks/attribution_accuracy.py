@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from streamscope_cli.workload.host_load import spawn_burner, stop_burners
+from streamscope_ingest.analysis.evaluation import DELAY_CAUSES
 
 HERE = Path(__file__).resolve().parent / "attribution"
-NETWORK_OR_ENGINE = ("prefill_interference", "kv_pressure", "spec_decode", "network_buffering", "connection")
 QUICK = ("steady", str(HERE / "tuning" / "short-stalls.yaml"))
 
 
@@ -96,7 +96,7 @@ class Tally:
         return (self.confusion[(cause, cause)] / actual if actual else None), actual
 
     def blamed_without_cause(self) -> int:
-        return sum(n for (t, p), n in self.confusion.items() if t == "none" and p in NETWORK_OR_ENGINE)
+        return sum(n for (t, p), n in self.confusion.items() if t == "none" and p in DELAY_CAUSES)
 
     def unexplained(self) -> Counter[str]:
         return Counter({p: n for (t, p), n in self.confusion.items() if t == "none"})

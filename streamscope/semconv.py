@@ -146,6 +146,7 @@ STREAMSCOPE_TRUTH_CAUSE_VALUES: Final = (
     "prefill_interference",
     "kv_pressure",
     "spec_decode",
+    "gpu_throttle",
     "network_buffering",
     "connection",
     "client_render",

@@ -18,6 +18,7 @@ REQUIRED = {
     "flaky-network",
     "chunking-regression",
     "mixed",
+    "gpu-throttle",
 }
 
 
@@ -79,6 +80,11 @@ BASE = {"name": "x", "seed": 1, "nodes": [{"name": "a"}]}
             r"host_load[0]: busy_ms must not exceed the period",
         ),
         ({"inject": {"host_load": [7]}}, "host_load[0] must be a mapping"),
+        (
+            {"inject": {"gpu_throttle": {"node": "a", "every_s": 2, "for_s": 3}}},
+            "gpu_throttle needs 0 < for_s < every_s and a factor above 1",
+        ),
+        ({"inject": {"gpu_throttle": {"node": "zz", "every_s": 2, "for_s": 1}}}, "does not have"),
     ],
 )
 def test_bad_scenarios_say_what_is_wrong(change, message):

@@ -22,6 +22,7 @@ EXPECTED = {
     "gateway-buffering": {"network_buffering"},
     "flaky-network": {"connection"},
     "chunking-regression": {"chunking_regression"},
+    "gpu-throttle": {"gpu_throttle"},
     "mixed": {
         "prefill_interference",
         "kv_pressure",

@@ -1,88 +1,12 @@
-"""dcgm-exporter expositions built with prometheus_client, as NVIDIA/dcgm-exporter 4.x renders them.
-
-Field names, types and units follow its ``etc/default-counters.csv`` and ``etc/dcp-metrics-included.csv``; labels
-follow its metrics template (``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``, then ``GPU_I_PROFILE``
-and ``GPU_I_ID`` on a MIG instance, ``Hostname``, ``DCGM_FI_DRIVER_VERSION``). Counters keep their names as DCGM
-has them, without a ``_total`` suffix.
-"""
+"""dcgm-exporter expositions of H100s and their MIG instances, rendered as dcgm-exporter 4.x does
+(``streamscope_cli.engine.gpu.dcgm_exposition``: its field definitions, its labels)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from streamscope_cli.engine.gpu import Device
+from streamscope_cli.engine.gpu import dcgm_exposition as exposition
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import Metric
-
-FIELDS: dict[str, tuple[str, str]] = {
-    "DCGM_FI_DEV_SM_CLOCK": ("gauge", "SM clock frequency (in MHz)."),
-    "DCGM_FI_DEV_MEM_CLOCK": ("gauge", "Memory clock frequency (in MHz)."),
-    "DCGM_FI_DEV_GPU_TEMP": ("gauge", "GPU temperature (in C)."),
-    "DCGM_FI_DEV_POWER_USAGE": ("gauge", "Power draw (in W)."),
-    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": ("counter", "Total number of PCIe retries."),
-    "DCGM_FI_DEV_GPU_UTIL": ("gauge", "GPU utilization (in %)."),
-    "DCGM_FI_DEV_MEM_COPY_UTIL": ("gauge", "Memory utilization (in %)."),
-    "DCGM_FI_DEV_XID_ERRORS": ("gauge", "Value of the last XID error encountered."),
-    "DCGM_FI_DEV_FB_FREE": ("gauge", "Frame buffer memory free (in MB)."),
-    "DCGM_FI_DEV_FB_USED": ("gauge", "Frame buffer memory used (in MB)."),
-    "DCGM_FI_DEV_FB_RESERVED": ("gauge", "Frame buffer memory reserved (in MB)."),
-    "DCGM_FI_DEV_ROW_REMAP_FAILURE": ("gauge", "Whether remapping of rows has failed"),
-    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": ("gauge", "Current clock event reasons (bitmask)."),
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("gauge", "Ratio of time the graphics engine is active."),
-    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("gauge", "Ratio of cycles the tensor (HMMA) pipe is active."),
-    "DCGM_FI_PROF_DRAM_ACTIVE": ("gauge", "Ratio of cycles the device memory interface is active."),
-    "DCGM_FI_PROF_PCIE_TX_BYTES": ("gauge", "The rate of data transmitted over the PCIe bus (in B/s)."),
-    "DCGM_FI_PROF_PCIE_RX_BYTES": ("gauge", "The rate of data received over the PCIe bus (in B/s)."),
-}
-
-
-@dataclass
-class Device:
-    """One GPU, or one MIG instance of it (``instance`` set), and its field values."""
-
-    index: int
-    uuid: str
-    values: dict[str, float]
-    model: str = "NVIDIA H100 80GB HBM3"
-    instance: str = ""
-    profile: str = ""
-    host: str = "gpu-node-7"
-
-    def labels(self) -> dict[str, str]:
-        labels = {
-            "gpu": str(self.index),
-            "UUID": self.uuid,
-            "pci_bus_id": f"00000000:{0x18 + self.index:02X}:00.0",
-            "device": f"nvidia{self.index}",
-            "modelName": self.model,
-        }
-        if self.instance:
-            labels |= {"GPU_I_PROFILE": self.profile, "GPU_I_ID": self.instance}
-        return labels | {"Hostname": self.host, "DCGM_FI_DRIVER_VERSION": "570.124.06"}
-
-
-@dataclass(eq=False)
-class _Exporter:
-    devices: list[Device] = field(default_factory=list)
-
-    def collect(self) -> Iterator[Metric]:
-        for name, (kind, doc) in FIELDS.items():
-            metric = Metric(name, doc, kind)
-            for device in self.devices:
-                if name in device.values:
-                    metric.add_sample(name, device.labels(), device.values[name])
-            if metric.samples:
-                yield metric
-
-
-def exposition(*devices: Device) -> str:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Exporter(list(devices)))  # type: ignore[arg-type]
-    text = generate_latest(registry).decode()
-    # dcgm-exporter renders its own text (a Go template): a counter's HELP and TYPE carry its name unsuffixed too
-    for name in (name for name, (kind, _) in FIELDS.items() if kind == "counter"):
-        text = text.replace(f"{name}_total ", f"{name} ")
-    return text
+__all__ = ["Device", "exposition", "h100", "mig_slice"]
 
 
 def h100(index: int, **values: float) -> Device:

@@ -134,3 +134,18 @@ def test_the_agent_reads_the_gpus_from_dcgm_exporter_and_derives_throttle_and_xi
         ("throttle", h100(0).uuid, 0x20),  # still open: shown up to the reading
         ("xid", h100(0).uuid, 31),
     ]
+
+
+def test_the_simulated_nodes_gpu_reports_its_throttle_as_dcgm_exporter_would() -> None:
+    from streamscope_cli.engine.gpu import SimulatedGpu
+
+    gpu = SimulatedGpu("node-1")
+    scrape = scraper(Exporter(gpu.exposition()))
+    cool = by_gpu(scrape.scrape().samples)["GPU-sim-node-1"]
+    gpu.throttle(60, 4)
+    scrape.fetch = Exporter(gpu.exposition())
+    hot = by_gpu(scrape.scrape().samples)["GPU-sim-node-1"]
+
+    assert (cool[m.GPU_CLOCK_EVENT_REASONS], hot[m.GPU_CLOCK_EVENT_REASONS]) == (0, 0x40)  # hardware thermal
+    assert hot[m.GPU_SM_CLOCK] == cool[m.GPU_SM_CLOCK] / 4
+    assert gpu.slowdown() == 4

@@ -99,6 +99,18 @@ def test_a_prefill_burst_outranks_other_engine_events():
     assert stall.cause == "prefill_interference"
 
 
+def test_a_gpu_throttling_its_clocks_slows_every_step_and_is_the_cause_when_nothing_hit_the_request():
+    server = timeline(with_gap(5, 480))
+    throttled = [event("throttle", server, 6), event("kv_high_water", server, 6)]
+    assert only(attribute(timeline(with_gap(5, 480)), server, throttled, spec_active=False, rules=RULES)).cause == (
+        "gpu_throttle"
+    )
+    # a preemption of this request is evidence about it; the node's heat is not
+    preempted = [*throttled, event("preemption", server, 6)]
+    stall = only(attribute(timeline(with_gap(5, 480)), server, preempted, spec_active=False, rules=RULES))
+    assert stall.cause == "kv_pressure"
+
+
 SPEC_STEADY = [45.0] * 30
 """A large model with speculative decoding: a chunk every 45 ms."""
 COLLAPSED = [*SPEC_STEADY[:8], *[170.0] * 5, *SPEC_STEADY[13:]]

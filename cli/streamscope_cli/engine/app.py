@@ -1,11 +1,12 @@
 """The simulated engine's HTTP face: the OpenAI API a real vLLM or SGLang server offers.
 
 ``POST /v1/chat/completions`` and ``POST /v1/completions`` (streamed as SSE with ``[DONE]`` and the usage
-chunk of ``stream_options.include_usage``, or not streamed), ``GET /v1/models``, ``GET /health`` and
-``GET /metrics``. Output knobs shape the stream as providers do: tokens per SSE chunk, and burst-at-head
-(hold the first tokens, release them at once, then trickle). Requests may carry a ``sim`` object with
-exact prompt sizes, a shared-prefix key and a speculative-decoding collapse window, so scenarios control
-the workload precisely; without it, sizes are estimated from the text.
+chunk of ``stream_options.include_usage``, or not streamed), ``GET /v1/models``, ``GET /health``,
+``GET /metrics`` and, for its simulated GPU, what dcgm-exporter would serve (``GET /dcgm/metrics``). Output knobs
+shape the stream as providers do: tokens per SSE chunk, and burst-at-head (hold the first tokens, release them
+at once, then trickle). Requests may carry a ``sim`` object with exact prompt sizes, a shared-prefix key and a
+speculative-decoding collapse window, so scenarios control the workload precisely; without it, sizes are
+estimated from the text.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from streamscope.formats import estimate_tokens
 from streamscope.server import ServerChunk, ServerStream
+from streamscope_cli.engine.gpu import SimulatedGpu
 from streamscope_cli.engine.metrics import exposition, make_metrics
 from streamscope_cli.engine.runtime import Delay, Engine
 from streamscope_cli.engine.scheduler import Scheduler, SchedulerConfig, Sequence
@@ -75,11 +77,13 @@ class EngineNode:
         self.sink = sink
         spec = config.scheduler.spec_decode
         self.metrics = make_metrics(config.flavor, config.model, spec_draft_tokens=spec.draft_tokens if spec else 0)
+        self.gpu = SimulatedGpu(config.node)
         self.engine = Engine(
             Scheduler(config.scheduler, random.Random(config.seed)),
             self.metrics,
             interference_threshold_s=config.interference_threshold_s,
             ignore_disconnect=config.ignore_disconnect,
+            gpu=self.gpu,
         )
         self._tracer_provider = tracer_provider
         self.app = self._create_app()
@@ -117,6 +121,10 @@ class EngineNode:
         @app.get("/metrics")
         async def metrics() -> Response:
             return Response(exposition(self.metrics), media_type=CONTENT_TYPE_LATEST)
+
+        @app.get("/dcgm/metrics")
+        async def dcgm() -> Response:
+            return Response(self.gpu.exposition(), media_type=CONTENT_TYPE_LATEST)
 
         @app.post("/v1/chat/completions")
         async def chat(request: Request) -> Response:

@@ -2,7 +2,8 @@
 
 Every token batch carries the delays that really hit it, as the scheduler saw them: a preemption (from
 the moment the request lost its KV to this batch), a prefill sharing its step (when the prefill part of the
-step exceeds a threshold), or collapsed speculative decoding. The app turns them into ground truth.
+step exceeds a threshold), collapsed speculative decoding, or a throttled GPU (the part of the step its
+slowdown added). The app turns them into ground truth.
 
 A collapsed step's delay is only the time the collapse added: the last part of the step, as long as the
 share of the step's decoding time (not its prefill part, nor the loop running late) that normal acceptance
@@ -18,6 +19,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from streamscope_cli.engine.gpu import SimulatedGpu
 from streamscope_cli.engine.metrics import EngineMetrics
 from streamscope_cli.engine.scheduler import Scheduler, Sequence, StepResult
 
@@ -62,8 +64,10 @@ class Engine:
         *,
         interference_threshold_s: float = 0.05,
         ignore_disconnect: bool = False,
+        gpu: SimulatedGpu | None = None,
     ) -> None:
         self.scheduler = scheduler
+        self.gpu = gpu
         self.metrics = metrics
         self.interference_threshold_s = interference_threshold_s
         self.ignore_disconnect = ignore_disconnect
@@ -127,11 +131,12 @@ class Engine:
                 continue
             start_ns = time.time_ns()
             step = self.scheduler.step()
-            await asyncio.sleep(step.duration_s)
-            self._deliver(step, start_ns, time.time_ns())
+            slowdown = self.gpu.slowdown(start_ns) if self.gpu is not None else 1.0
+            await asyncio.sleep(step.duration_s * slowdown)
+            self._deliver(step, start_ns, time.time_ns(), throttled_s=step.duration_s * (slowdown - 1))
             self.steps += 1
 
-    def _deliver(self, step: StepResult, start_ns: int, end_ns: int) -> None:
+    def _deliver(self, step: StepResult, start_ns: int, end_ns: int, throttled_s: float = 0.0) -> None:
         for request_id in step.preempted:
             if request_id in self._requests:
                 self._requests[request_id].preempted_ns = self._requests[request_id].preempted_ns or start_ns
@@ -152,6 +157,9 @@ class Engine:
             added_ns = round(step.collapse_added.get(request_id, 0.0) * decode_ns)
             if added_ns > 0:
                 delays.append(Delay("spec_decode", end_ns - added_ns, end_ns, added_ns / 1e9, adds_up=True))
+            if throttled_s > 0:
+                throttled_ns = round(throttled_s * 1e9)
+                delays.append(Delay("gpu_throttle", end_ns - throttled_ns, end_ns, throttled_s, adds_up=True))
             if request.last_tokens_ns:
                 gaps[request_id] = (end_ns - request.last_tokens_ns) / 1e9
             else:

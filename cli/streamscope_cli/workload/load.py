@@ -27,13 +27,15 @@ from streamscope_cli.engine.app import EngineNode
 from streamscope_cli.proxy.process import ProxyProcess
 from streamscope_cli.workload.ground_truth import GroundTruthSink
 from streamscope_cli.workload.host_load import HostActivity
-from streamscope_cli.workload.scenario import PlannedStream, Scenario, plan
+from streamscope_cli.workload.scenario import GpuThrottle, PlannedStream, Scenario, plan
 from streamscope_cli.workload.truth_export import OtlpGroundTruthSink, ground_truth_logger
 from streamscope_collector.serving import BackgroundServer
 from streamscope_gpu_agent.agent import AgentConfig, GpuAgent
 from streamscope_ingest.analysis.attribution_job import AttributionJob
 
 CLIENT_SERVICE = "sim-client"
+GPU_INTERVAL_S = 0.25
+"""The agents read the simulated GPUs as often as the engines: a throttle opens and closes within a second."""
 ENGINE_SERVICE = "sim-engine"
 WORKLOAD_SERVICE = "sim-workload"
 
@@ -136,6 +138,8 @@ async def drive(
             on_stream_done(outcome)
 
         tasks = [asyncio.create_task(one(stream)) for stream in streams]
+        if scenario.gpu_throttle:
+            tasks.append(asyncio.create_task(_throttle_gpu(workload, scenario.gpu_throttle, report)))
         regression = scenario.chunking_regression
         if regression:
             tasks.append(
@@ -146,6 +150,17 @@ async def drive(
         await asyncio.gather(*tasks)
     report.duration_s = time.monotonic() - started
     return report
+
+
+async def _throttle_gpu(workload: RunningWorkload, throttle: GpuThrottle, report: LoadReport) -> None:
+    """Throttle the node's GPU on the scenario's schedule while streams are still to finish."""
+    gpu = workload.nodes[throttle.node].gpu
+    started = time.monotonic()
+    at = throttle.start_s
+    while report.finished < report.planned:
+        await asyncio.sleep(max(0.0, at - (time.monotonic() - started)))
+        gpu.throttle(throttle.for_s, throttle.factor)
+        at += throttle.every_s
 
 
 async def _change_chunking(workload: RunningWorkload, node: str, at_s: float, tokens_per_chunk: int) -> None:
@@ -181,8 +196,8 @@ def run_load(
 ) -> LoadReport:
     """Run ``scenario`` end to end, exporting spans and ground truth to the collector at ``collector_url``.
 
-    With ``agents``, a GPU agent per engine node scrapes its /metrics into the collector meanwhile (the
-    simulated nodes have no GPU, so the agents read no NVML).
+    With ``agents``, a GPU agent per engine node scrapes its /metrics into the collector meanwhile, and the
+    node's simulated GPU from the dcgm-exporter endpoint the node serves (there is no NVML to read).
     """
     client_traces = setup(CLIENT_SERVICE, endpoint=collector_url, set_global=False)
     engine_traces = setup(ENGINE_SERVICE, endpoint=collector_url, set_global=False)
@@ -191,7 +206,15 @@ def run_load(
     workload = start_workload(scenario, sink=sink, engine_traces=engine_traces, collector_url=collector_url)
     node_agents = (
         [
-            GpuAgent(AgentConfig(node=name, engine_url=f"{url}/metrics", collector_url=collector_url, gpu=False))
+            GpuAgent(
+                AgentConfig(
+                    node=name,
+                    engine_url=f"{url}/metrics",
+                    collector_url=collector_url,
+                    dcgm_url=f"{url}/dcgm/metrics",
+                    gpu_interval_s=GPU_INTERVAL_S,
+                )
+            )
             for name, url in workload.urls.items()
         ]
         if agents

@@ -115,6 +115,17 @@ class ChunkingRegression:
 
 
 @dataclass(frozen=True)
+class GpuThrottle:
+    """The node's GPU slows every step ``factor`` times for ``for_s`` seconds, every ``every_s`` from ``start_s``."""
+
+    node: str
+    every_s: float
+    for_s: float
+    factor: float = 8.0
+    start_s: float = 1.0
+
+
+@dataclass(frozen=True)
 class HostLoad:
     """Load on the clients' host (``inject.host_load``; the module docstring says what each target does)."""
 
@@ -147,6 +158,7 @@ class Scenario:
     spec_collapse: SpecCollapse | None = None
     chunking_regression: ChunkingRegression | None = None
     host_load: tuple[HostLoad, ...] = ()
+    gpu_throttle: GpuThrottle | None = None
 
     @property
     def proxied_node(self) -> str | None:
@@ -289,13 +301,20 @@ def parse(document: Any, where: str) -> Scenario:
     inject = document.get("inject") or {}
     if not isinstance(inject, dict):
         raise ScenarioError(f"{where}: inject must be a mapping")
-    _known(inject, {"prefill_storm", "spec_collapse", "chunking_regression", "host_load"}, f"{where}: inject")
+    _known(
+        inject,
+        {"prefill_storm", "spec_collapse", "chunking_regression", "host_load", "gpu_throttle"},
+        f"{where}: inject",
+    )
     storm = _dataclass(PrefillStorm, inject.get("prefill_storm"), f"{where}: inject.prefill_storm")
     collapse = _dataclass(SpecCollapse, inject.get("spec_collapse"), f"{where}: inject.spec_collapse")
     regression = _dataclass(
         ChunkingRegression, inject.get("chunking_regression"), f"{where}: inject.chunking_regression"
     )
-    for injected in (storm, regression):
+    throttle = _dataclass(GpuThrottle, inject.get("gpu_throttle"), f"{where}: inject.gpu_throttle")
+    if throttle is not None and not (0 < throttle.for_s < throttle.every_s and throttle.factor > 1):
+        raise ScenarioError(f"{where}: inject.gpu_throttle needs 0 < for_s < every_s and a factor above 1")
+    for injected in (storm, regression, throttle):
         if injected is not None and injected.node not in names:
             raise ScenarioError(f"{where}: inject names node {injected.node!r}, which the scenario does not have")
     if collapse is not None:
@@ -303,9 +322,8 @@ def parse(document: Any, where: str) -> Scenario:
             raise ScenarioError(f"{where}: inject.spec_collapse needs spec_decode on every node")
         collapse = SpecCollapse(collapse.fraction, tuple(collapse.window))
     host_load = _host_loads(inject.get("host_load"), f"{where}: inject.host_load")
-    return Scenario(
-        name, seed, str(document.get("description", "")), load, nodes, proxy, storm, collapse, regression, host_load
-    )
+    description = str(document.get("description", ""))
+    return Scenario(name, seed, description, load, nodes, proxy, storm, collapse, regression, host_load, throttle)
 
 
 def _host_loads(raw: Any, where: str) -> tuple[HostLoad, ...]:

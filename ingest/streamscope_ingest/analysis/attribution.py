@@ -40,7 +40,8 @@ from the frame that painted them. For each client stall:
 5. The server's part: the engine on the stream's node, what hit this request before what the node went
    through. A prefill burst in the window (``prefill_interference``: it slows every sequence in the batch);
    then this request's own rhythm slowed as a draft collapse slows it (``spec_decode``, surer with an acceptance
-   drop seen on the node); then a preemption (``kv_pressure``). A KV cache over its high-water mark stalls no
+   drop seen on the node); then a preemption (``kv_pressure``); then the node's GPU slowing its clocks for
+   heat or power (``gpu_throttle``: every step takes longer). A KV cache over its high-water mark stalls no
    request by itself (a request waits when it is preempted): alone, it is the remaining explanation, with low
    confidence; otherwise ``unknown``. A draft collapse is believed only if the rhythm could be that slow: it
    leaves one token per step where the node's steps gave its acceptance length, so it stretches the stream's
@@ -589,8 +590,9 @@ def _engine_cause(
     """What the node's engine did in the server gap's window: a cause, its confidence and the evidence.
 
     What hit this request outranks what the node went through: a prefill sharing its steps; then its own rhythm
-    slowed as a draft collapse slows it (``collapse_ruled_out``: why it cannot be one); then a preemption. A KV
-    cache over its high-water mark is a node condition that stalls no request by itself (a request waits when it
+    slowed as a draft collapse slows it (``collapse_ruled_out``: why it cannot be one); then a preemption; then a
+    GPU throttling its clocks (it slows every step on the node). A KV cache over its high-water mark is a node
+    condition that stalls no request by itself (a request waits when it
     is preempted): alone, it is the remaining explanation, with low confidence."""
     seen = {e.kind for e in events if e.start_us - rules.event_slack_us <= window[1] and e.end_us >= window[0]}
     evidence = {"node_events": ",".join(sorted(seen))} if seen else {}
@@ -605,6 +607,8 @@ def _engine_cause(
         evidence["spec_decode_ruled_out"] = ruled_out
     if "preemption" in seen:
         return "kv_pressure", 0.85, evidence
+    if "throttle" in seen:
+        return "gpu_throttle", 0.85, evidence
     if "kv_high_water" in seen:
         return "kv_pressure", 0.5, {**evidence, "kv": "KV cache over its high-water mark, no preemption seen"}
     return "unknown", 0.3, {**evidence, "node": "server late, no engine event that explains it"}
