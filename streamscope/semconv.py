@@ -147,6 +147,7 @@ STREAMSCOPE_TRUTH_CAUSE_VALUES: Final = (
     "kv_pressure",
     "spec_decode",
     "gpu_throttle",
+    "gpu_fault",
     "network_buffering",
     "connection",
     "client_render",

@@ -186,8 +186,8 @@ def _burn_rule(uid: str, windows: tuple[int, int], burn: float, pending: str, se
             "Find where the stalls come from: the Jitter attribution dashboard (stalls by cause, per-node KV "
             "usage and preemptions against stalls, client against server gaps), or `streamscope report "
             f"--since {_duration(long_s)}`. network_buffering and connection point at the path "
-            "(gateway, proxy); kv_pressure, prefill_interference, spec_decode and gpu_throttle at the serving "
-            "nodes; "
+            "(gateway, proxy); kv_pressure, prefill_interference, spec_decode, gpu_fault and gpu_throttle at "
+            "the serving nodes; "
             "client_render and client_host at the clients (a page slow to paint, a host too busy to read)."
         ),
     )

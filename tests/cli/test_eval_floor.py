@@ -28,7 +28,7 @@ CASES = {
     "steady": (40, {}),
     "prefill-storm": (40, {"prefill_interference": 10}),
     "gateway-buffering": (40, {"network_buffering": 10}),
-    "gpu-throttle": (40, {"gpu_throttle": 10}),
+    "gpu-trouble": (40, {"gpu_throttle": 10, "gpu_fault": 10}),
     str(TUNING / "short-stalls.yaml"): (40, {"connection": 10}),
     str(TUNING / "client-host.yaml"): (40, {"client_host": 10}),
 }

@@ -18,7 +18,7 @@ REQUIRED = {
     "flaky-network",
     "chunking-regression",
     "mixed",
-    "gpu-throttle",
+    "gpu-trouble",
 }
 
 
@@ -85,6 +85,10 @@ BASE = {"name": "x", "seed": 1, "nodes": [{"name": "a"}]}
             "gpu_throttle needs 0 < for_s < every_s and a factor above 1",
         ),
         ({"inject": {"gpu_throttle": {"node": "zz", "every_s": 2, "for_s": 1}}}, "does not have"),
+        (
+            {"inject": {"gpu_fault": {"node": "a", "every_s": 2, "for_s": 1, "xid": 0}}},
+            "gpu_fault needs 0 < for_s < every_s and an XID above 0",
+        ),
     ],
 )
 def test_bad_scenarios_say_what_is_wrong(change, message):

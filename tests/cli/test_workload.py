@@ -22,7 +22,7 @@ EXPECTED = {
     "gateway-buffering": {"network_buffering"},
     "flaky-network": {"connection"},
     "chunking-regression": {"chunking_regression"},
-    "gpu-throttle": {"gpu_throttle"},
+    "gpu-trouble": {"gpu_throttle", "gpu_fault"},
     "mixed": {
         "prefill_interference",
         "kv_pressure",

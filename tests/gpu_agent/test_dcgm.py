@@ -149,3 +149,8 @@ def test_the_simulated_nodes_gpu_reports_its_throttle_as_dcgm_exporter_would() -
     assert (cool[m.GPU_CLOCK_EVENT_REASONS], hot[m.GPU_CLOCK_EVENT_REASONS]) == (0, 0x40)  # hardware thermal
     assert hot[m.GPU_SM_CLOCK] == cool[m.GPU_SM_CLOCK] / 4
     assert gpu.slowdown() == 4
+
+    gpu.fault(60, 43)  # it stopped processing: nothing runs until it recovers
+    scrape.fetch = Exporter(gpu.exposition())
+    assert [(x.xid, x.gpu_uuid) for x in scrape.scrape().xids] == [(43, "GPU-sim-node-1")]
+    assert gpu.hang_s() > 59

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from streamscope_ingest.analysis.attribution import (
     Arrivals,
@@ -109,6 +110,14 @@ def test_a_gpu_throttling_its_clocks_slows_every_step_and_is_the_cause_when_noth
     preempted = [*throttled, event("preemption", server, 6)]
     stall = only(attribute(timeline(with_gap(5, 480)), server, preempted, spec_active=False, rules=RULES))
     assert stall.cause == "kv_pressure"
+
+
+@pytest.mark.parametrize("fault", ["xid", "gpu_lost", "gpu_unavailable"])
+def test_a_gpu_that_stopped_running_work_is_a_gpu_fault_before_its_throttle(fault: str):
+    server = timeline(with_gap(5, 900))
+    events = [event("throttle", server, 6), event(fault, server, 6)]
+    stall = only(attribute(timeline(with_gap(5, 900)), server, events, spec_active=False, rules=RULES))
+    assert (stall.cause, stall.evidence["node_events"]) == ("gpu_fault", ",".join(sorted([fault, "throttle"])))
 
 
 SPEC_STEADY = [45.0] * 30

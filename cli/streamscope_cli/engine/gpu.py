@@ -1,9 +1,12 @@
-"""The simulated node's GPU: thermal throttling on demand, and the dcgm-exporter endpoint that reports it.
+"""The simulated node's GPU: thermal throttling and faults on demand, and the dcgm-exporter endpoint that
+reports them.
 
 A throttled GPU runs its clocks down, so every engine step takes ``factor`` times as long until the throttle
-ends; the engine asks ``SimulatedGpu.slowdown()`` before each step. The node serves what NVIDIA's dcgm-exporter
-would say about this GPU (``GET /dcgm/metrics``): while throttled, the hardware-thermal-slowdown clock-event
-reason, a lower SM clock and a hot die, so the GPU agent reads the throttle as it would on a real cluster.
+ends; a faulted GPU (an XID error, and the recovery after it) runs nothing until it is back. The engine asks
+``SimulatedGpu.slowdown()`` and ``hang_s()`` before each step. The node serves what NVIDIA's dcgm-exporter would
+say about this GPU (``GET /dcgm/metrics``): while throttled, the hardware-thermal-slowdown clock-event reason, a
+lower SM clock and a hot die; while faulted, the XID it raised. The GPU agent reads them as it would on a real
+cluster.
 
 ``dcgm_exposition`` renders any set of devices as dcgm-exporter 4.x does: field names, types and units from its
 ``etc/default-counters.csv`` and ``etc/dcp-metrics-included.csv``, labels from its metrics template (``gpu``,
@@ -105,11 +108,23 @@ class SimulatedGpu:
         self._lock = threading.Lock()
         self._until_ns = 0
         self._factor = 1.0
+        self._fault_until_ns = 0
+        self._xid = 0
 
     def throttle(self, for_s: float, factor: float) -> None:
         """Slow every step ``factor`` times from now, for ``for_s`` seconds."""
         with self._lock:
             self._until_ns, self._factor = time.time_ns() + int(for_s * 1e9), factor
+
+    def fault(self, for_s: float, xid: int) -> None:
+        """Raise XID ``xid`` now: the GPU runs nothing for ``for_s`` seconds (the error and its recovery)."""
+        with self._lock:
+            self._fault_until_ns, self._xid = time.time_ns() + int(for_s * 1e9), xid
+
+    def hang_s(self, now_ns: int | None = None) -> float:
+        """How long from now the GPU runs nothing: 0 unless it is faulted."""
+        with self._lock:
+            return max(0, self._fault_until_ns - (time.time_ns() if now_ns is None else now_ns)) / 1e9
 
     def slowdown(self, now_ns: int | None = None) -> float:
         """How many times longer a step starting now takes: 1 unless throttled."""
@@ -119,6 +134,8 @@ class SimulatedGpu:
     def exposition(self) -> str:
         factor = self.slowdown()
         throttled = factor > 1
+        with self._lock:
+            xid = self._xid if time.time_ns() < self._fault_until_ns else 0
         values = {
             "DCGM_FI_DEV_SM_CLOCK": round(BASE_SM_CLOCK_MHZ / factor),
             "DCGM_FI_DEV_MEM_CLOCK": 2619,
@@ -127,7 +144,7 @@ class SimulatedGpu:
             "DCGM_FI_DEV_GPU_UTIL": 100,
             "DCGM_FI_DEV_FB_FREE": 2048,
             "DCGM_FI_DEV_FB_USED": 78976,
-            "DCGM_FI_DEV_XID_ERRORS": 0,
+            "DCGM_FI_DEV_XID_ERRORS": xid,
             "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": HW_THERMAL_SLOWDOWN if throttled else 0,
         }
         device = Device(0, f"GPU-sim-{self.node}", values, model="streamscope simulated GPU", host=self.node)

@@ -2,8 +2,9 @@
 
 Every token batch carries the delays that really hit it, as the scheduler saw them: a preemption (from
 the moment the request lost its KV to this batch), a prefill sharing its step (when the prefill part of the
-step exceeds a threshold), collapsed speculative decoding, or a throttled GPU (the part of the step its
-slowdown added). The app turns them into ground truth.
+step exceeds a threshold), collapsed speculative decoding, a throttled GPU (the part of the step its
+slowdown added) or a faulted one (the time it ran nothing, before this step). The app turns them into ground
+truth.
 
 A collapsed step's delay is only the time the collapse added: the last part of the step, as long as the
 share of the step's decoding time (not its prefill part, nor the loop running late) that normal acceptance
@@ -129,14 +130,26 @@ class Engine:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
+            hung_from_ns = time.time_ns()
+            hang_s = self.gpu.hang_s(hung_from_ns) if self.gpu is not None else 0.0
+            if hang_s > 0:
+                await asyncio.sleep(hang_s)
             start_ns = time.time_ns()
             step = self.scheduler.step()
             slowdown = self.gpu.slowdown(start_ns) if self.gpu is not None else 1.0
             await asyncio.sleep(step.duration_s * slowdown)
-            self._deliver(step, start_ns, time.time_ns(), throttled_s=step.duration_s * (slowdown - 1))
+            self._deliver(
+                step,
+                start_ns,
+                time.time_ns(),
+                throttled_s=step.duration_s * (slowdown - 1),
+                hung_from_ns=hung_from_ns if hang_s > 0 else None,
+            )
             self.steps += 1
 
-    def _deliver(self, step: StepResult, start_ns: int, end_ns: int, throttled_s: float = 0.0) -> None:
+    def _deliver(
+        self, step: StepResult, start_ns: int, end_ns: int, throttled_s: float = 0.0, hung_from_ns: int | None = None
+    ) -> None:
         for request_id in step.preempted:
             if request_id in self._requests:
                 self._requests[request_id].preempted_ns = self._requests[request_id].preempted_ns or start_ns
@@ -160,6 +173,8 @@ class Engine:
             if throttled_s > 0:
                 throttled_ns = round(throttled_s * 1e9)
                 delays.append(Delay("gpu_throttle", end_ns - throttled_ns, end_ns, throttled_s, adds_up=True))
+            if hung_from_ns is not None:
+                delays.append(Delay("gpu_fault", hung_from_ns, end_ns, (end_ns - hung_from_ns) / 1e9))
             if request.last_tokens_ns:
                 gaps[request_id] = (end_ns - request.last_tokens_ns) / 1e9
             else:

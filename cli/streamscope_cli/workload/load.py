@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import httpx
@@ -27,7 +28,7 @@ from streamscope_cli.engine.app import EngineNode
 from streamscope_cli.proxy.process import ProxyProcess
 from streamscope_cli.workload.ground_truth import GroundTruthSink
 from streamscope_cli.workload.host_load import HostActivity
-from streamscope_cli.workload.scenario import GpuThrottle, PlannedStream, Scenario, plan
+from streamscope_cli.workload.scenario import PlannedStream, Scenario, plan
 from streamscope_cli.workload.truth_export import OtlpGroundTruthSink, ground_truth_logger
 from streamscope_collector.serving import BackgroundServer
 from streamscope_gpu_agent.agent import AgentConfig, GpuAgent
@@ -139,7 +140,13 @@ async def drive(
 
         tasks = [asyncio.create_task(one(stream)) for stream in streams]
         if scenario.gpu_throttle:
-            tasks.append(asyncio.create_task(_throttle_gpu(workload, scenario.gpu_throttle, report)))
+            throttle = scenario.gpu_throttle
+            act = partial(workload.nodes[throttle.node].gpu.throttle, throttle.for_s, throttle.factor)
+            tasks.append(asyncio.create_task(_on_schedule(throttle.start_s, throttle.every_s, report, act)))
+        if scenario.gpu_fault:
+            fault = scenario.gpu_fault
+            act = partial(workload.nodes[fault.node].gpu.fault, fault.for_s, fault.xid)
+            tasks.append(asyncio.create_task(_on_schedule(fault.start_s, fault.every_s, report, act)))
         regression = scenario.chunking_regression
         if regression:
             tasks.append(
@@ -152,15 +159,15 @@ async def drive(
     return report
 
 
-async def _throttle_gpu(workload: RunningWorkload, throttle: GpuThrottle, report: LoadReport) -> None:
-    """Throttle the node's GPU on the scenario's schedule while streams are still to finish."""
-    gpu = workload.nodes[throttle.node].gpu
+async def _on_schedule(start_s: float, every_s: float, report: LoadReport, act: Callable[[], None]) -> None:
+    """``act`` at ``start_s`` and every ``every_s`` after, while streams are still to finish (a GPU's throttle or
+    fault on the scenario's schedule)."""
     started = time.monotonic()
-    at = throttle.start_s
+    at = start_s
     while report.finished < report.planned:
         await asyncio.sleep(max(0.0, at - (time.monotonic() - started)))
-        gpu.throttle(throttle.for_s, throttle.factor)
-        at += throttle.every_s
+        act()
+        at += every_s
 
 
 async def _change_chunking(workload: RunningWorkload, node: str, at_s: float, tokens_per_chunk: int) -> None:

@@ -126,6 +126,17 @@ class GpuThrottle:
 
 
 @dataclass(frozen=True)
+class GpuFault:
+    """The node's GPU raises XID ``xid`` and runs nothing for ``for_s`` seconds, every ``every_s`` from ``start_s``."""
+
+    node: str
+    every_s: float
+    for_s: float
+    xid: int = 79
+    start_s: float = 2.0
+
+
+@dataclass(frozen=True)
 class HostLoad:
     """Load on the clients' host (``inject.host_load``; the module docstring says what each target does)."""
 
@@ -159,6 +170,7 @@ class Scenario:
     chunking_regression: ChunkingRegression | None = None
     host_load: tuple[HostLoad, ...] = ()
     gpu_throttle: GpuThrottle | None = None
+    gpu_fault: GpuFault | None = None
 
     @property
     def proxied_node(self) -> str | None:
@@ -303,7 +315,7 @@ def parse(document: Any, where: str) -> Scenario:
         raise ScenarioError(f"{where}: inject must be a mapping")
     _known(
         inject,
-        {"prefill_storm", "spec_collapse", "chunking_regression", "host_load", "gpu_throttle"},
+        {"prefill_storm", "spec_collapse", "chunking_regression", "host_load", "gpu_throttle", "gpu_fault"},
         f"{where}: inject",
     )
     storm = _dataclass(PrefillStorm, inject.get("prefill_storm"), f"{where}: inject.prefill_storm")
@@ -314,7 +326,10 @@ def parse(document: Any, where: str) -> Scenario:
     throttle = _dataclass(GpuThrottle, inject.get("gpu_throttle"), f"{where}: inject.gpu_throttle")
     if throttle is not None and not (0 < throttle.for_s < throttle.every_s and throttle.factor > 1):
         raise ScenarioError(f"{where}: inject.gpu_throttle needs 0 < for_s < every_s and a factor above 1")
-    for injected in (storm, regression, throttle):
+    fault = _dataclass(GpuFault, inject.get("gpu_fault"), f"{where}: inject.gpu_fault")
+    if fault is not None and not (0 < fault.for_s < fault.every_s and fault.xid > 0):
+        raise ScenarioError(f"{where}: inject.gpu_fault needs 0 < for_s < every_s and an XID above 0")
+    for injected in (storm, regression, throttle, fault):
         if injected is not None and injected.node not in names:
             raise ScenarioError(f"{where}: inject names node {injected.node!r}, which the scenario does not have")
     if collapse is not None:
@@ -323,7 +338,9 @@ def parse(document: Any, where: str) -> Scenario:
         collapse = SpecCollapse(collapse.fraction, tuple(collapse.window))
     host_load = _host_loads(inject.get("host_load"), f"{where}: inject.host_load")
     description = str(document.get("description", ""))
-    return Scenario(name, seed, description, load, nodes, proxy, storm, collapse, regression, host_load, throttle)
+    return Scenario(
+        name, seed, description, load, nodes, proxy, storm, collapse, regression, host_load, throttle, fault
+    )
 
 
 def _host_loads(raw: Any, where: str) -> tuple[HostLoad, ...]:

@@ -40,8 +40,9 @@ from the frame that painted them. For each client stall:
 5. The server's part: the engine on the stream's node, what hit this request before what the node went
    through. A prefill burst in the window (``prefill_interference``: it slows every sequence in the batch);
    then this request's own rhythm slowed as a draft collapse slows it (``spec_decode``, surer with an acceptance
-   drop seen on the node); then a preemption (``kv_pressure``); then the node's GPU slowing its clocks for
-   heat or power (``gpu_throttle``: every step takes longer). A KV cache over its high-water mark stalls no
+   drop seen on the node); then a preemption (``kv_pressure``); then the node's GPU failing (``gpu_fault``: an
+   XID error, the GPU lost or unavailable) or slowing its clocks for heat or power (``gpu_throttle``: every
+   step takes longer). A KV cache over its high-water mark stalls no
    request by itself (a request waits when it is preempted): alone, it is the remaining explanation, with low
    confidence; otherwise ``unknown``. A draft collapse is believed only if the rhythm could be that slow: it
    leaves one token per step where the node's steps gave its acceptance length, so it stretches the stream's
@@ -69,6 +70,8 @@ from functools import partial
 
 import numpy as np
 
+GPU_FAULTS = frozenset({"xid", "gpu_lost", "gpu_unavailable"})
+"""Node events of a GPU that stopped running work: an XID error, the GPU lost or unavailable."""
 PER_REQUEST_CAUSES = ("kv_pressure", "spec_decode")
 """Engine causes that delay the requests they hit (a preempted sequence, rejected drafts), not the whole node
 (a prefill in the batch delays every sequence decoding with it)."""
@@ -591,7 +594,8 @@ def _engine_cause(
 
     What hit this request outranks what the node went through: a prefill sharing its steps; then its own rhythm
     slowed as a draft collapse slows it (``collapse_ruled_out``: why it cannot be one); then a preemption; then a
-    GPU throttling its clocks (it slows every step on the node). A KV cache over its high-water mark is a node
+    GPU fault (an XID error, the GPU lost or unavailable: it runs nothing), then a GPU throttling its clocks (it
+    slows every step on the node). A KV cache over its high-water mark is a node
     condition that stalls no request by itself (a request waits when it
     is preempted): alone, it is the remaining explanation, with low confidence."""
     seen = {e.kind for e in events if e.start_us - rules.event_slack_us <= window[1] and e.end_us >= window[0]}
@@ -607,6 +611,8 @@ def _engine_cause(
         evidence["spec_decode_ruled_out"] = ruled_out
     if "preemption" in seen:
         return "kv_pressure", 0.85, evidence
+    if seen & GPU_FAULTS:
+        return "gpu_fault", 0.85, evidence
     if "throttle" in seen:
         return "gpu_throttle", 0.85, evidence
     if "kv_high_water" in seen:

@@ -48,7 +48,15 @@ from streamscope import semconv as sc
 from streamscope_ingest import store
 
 STALL_CAUSES = tuple(c for c in sc.STREAMSCOPE_TRUTH_CAUSE_VALUES if c != "chunking_regression")
-DELAY_CAUSES = ("kv_pressure", "prefill_interference", "spec_decode", "gpu_throttle", "network_buffering", "connection")
+DELAY_CAUSES = (
+    "kv_pressure",
+    "prefill_interference",
+    "spec_decode",
+    "gpu_throttle",
+    "gpu_fault",
+    "network_buffering",
+    "connection",
+)
 """Causes whose ground-truth magnitude is the delay they added (others measure something else): the network's and
 the engine's."""
 HOST_CAUSE = "client_host"
