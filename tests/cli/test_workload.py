@@ -1,5 +1,7 @@
 """Every shipped scenario, run for real against a collector: ground truth for exactly the causes it injects, and
-for the times the clients' event loop did not run (recorded by its watchdog on any run, most on a busy host)."""
+for the times the clients' event loop, or the proxy's, did not run (recorded by their watchdogs on any run, most
+on a busy host: the client's host as ``client_host``, the proxy's pauses as ``connection`` of the streams it
+held)."""
 
 from __future__ import annotations
 
@@ -49,8 +51,16 @@ def test_scenario_ground_truth(storage_dsn, name):
             collector.query_client, "SELECT count() FROM streams WHERE side = 'client'", planned, timeout_s=30
         )
         assert report.finished == planned
-        causes = {cause for (cause,) in query("SELECT DISTINCT cause FROM ground_truth").result_rows}
-        assert causes - {"client_host"} == EXPECTED[name]
+        injected = query(
+            "SELECT DISTINCT cause FROM ground_truth WHERE attributes['streamscope.truth.detail.source'] != 'watchdog'"
+        ).result_rows
+        assert {cause for (cause,) in injected} - {"client_host"} == EXPECTED[name]
+        watched = query(
+            "SELECT DISTINCT cause, trace_id = '', node_name FROM ground_truth "
+            "WHERE attributes['streamscope.truth.detail.source'] = 'watchdog'"
+        ).result_rows
+        proxy = scenario.proxy.get("node", "proxy") if scenario.proxy else None
+        assert set(watched) <= {("client_host", True, CLIENT_SERVICE), ("connection", False, proxy)}
         host = query(
             "SELECT DISTINCT trace_id, node_name, attributes['streamscope.truth.detail.source'] FROM ground_truth "
             "WHERE cause = 'client_host'"
