@@ -120,6 +120,20 @@ def test_a_gpu_that_stopped_running_work_is_a_gpu_fault_before_its_throttle(faul
     assert (stall.cause, stall.evidence["node_events"]) == ("gpu_fault", ",".join(sorted([fault, "throttle"])))
 
 
+def test_a_gpu_fault_reported_just_before_the_gap_began_explains_it():
+    """The step in flight when the GPU failed still finishes: the gap begins after the agent saw the XID."""
+    server = timeline(with_gap(5, 900))
+    began = server.start_us + int(server.offsets_us[5])
+    reported = [NodeEvent("xid", began - 40 * MS, began - 40 * MS)]
+    assert only(attribute(timeline(with_gap(5, 900)), server, reported, spec_active=False, rules=RULES)).cause == (
+        "gpu_fault"
+    )
+    long_before = [NodeEvent("xid", began - 2000 * MS, began - 2000 * MS)]
+    assert only(attribute(timeline(with_gap(5, 900)), server, long_before, spec_active=False, rules=RULES)).cause == (
+        "unknown"
+    )
+
+
 SPEC_STEADY = [45.0] * 30
 """A large model with speculative decoding: a chunk every 45 ms."""
 COLLAPSED = [*SPEC_STEADY[:8], *[170.0] * 5, *SPEC_STEADY[13:]]

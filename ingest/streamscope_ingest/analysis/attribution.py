@@ -598,7 +598,14 @@ def _engine_cause(
     slows every step on the node). A KV cache over its high-water mark is a node
     condition that stalls no request by itself (a request waits when it
     is preempted): alone, it is the remaining explanation, with low confidence."""
-    seen = {e.kind for e in events if e.start_us - rules.event_slack_us <= window[1] and e.end_us >= window[0]}
+    # a GPU fault is reported at an instant but stops the GPU until it recovers: the gap it makes begins once the
+    # step in flight has finished, up to a sampling interval after the report
+    seen = {
+        e.kind
+        for e in events
+        if e.start_us - rules.event_slack_us <= window[1]
+        and e.end_us + (rules.event_slack_us if e.kind in GPU_FAULTS else 0) >= window[0]
+    }
     evidence = {"node_events": ",".join(sorted(seen))} if seen else {}
     if "prefill_burst" in seen:
         return "prefill_interference", 0.85, evidence
