@@ -22,7 +22,7 @@ from streamscope_gpu_agent.dcgm import DcgmScraper
 from streamscope_gpu_agent.events import EngineEvent, EventDeriver, Thresholds
 from streamscope_gpu_agent.export import OtlpShipper, Outbox, agent_resource
 from streamscope_gpu_agent.samples import Sample, XidEvent
-from streamscope_gpu_agent.scrape import EngineScraper, http_fetch
+from streamscope_gpu_agent.scrape import EngineScraper, ScrapeResult, http_fetch
 
 if TYPE_CHECKING:  # NVML is imported only where GPUs are read
     from streamscope_gpu_agent.nvml import NvmlSampler
@@ -104,9 +104,7 @@ class GpuAgent:
             deriver.observe(baseline.samples, time.time_ns())
             time.sleep(self.config.engine_interval_s)
             result = self.scraper.scrape()
-            events += deriver.observe(result.samples, result.since_ns or time.time_ns())
-            restarted = set(result.restarted) | (set(result.engines) if result.ok and not baseline.ok else set())
-            events += [deriver.restarted(engine, time.time_ns()) for engine in sorted(restarted)]
+            events += _engine_events(deriver, result, was_down=not baseline.ok)
             samples += result.samples
         readings: list[Sample] = []
         xids: list[XidEvent] = []
@@ -118,7 +116,7 @@ class GpuAgent:
             finally:
                 self.nvml.stop()
         events += deriver.observe(readings, time.time_ns())
-        events += [deriver.xid(x.time_ns, x.gpu_uuid, x.xid, x.kind) for x in xids]
+        events += [deriver.xid(error) for error in xids]
         return samples + readings, events + deriver.close_all()
 
     # --- running ------------------------------------------------------------------------------------------
@@ -165,14 +163,9 @@ class GpuAgent:
         while not self._stop.is_set():
             started = time.monotonic()
             result = self.scraper.scrape()
-            now = time.time_ns()
-            # a counter reset, or an engine answering again after it could not be reached, is a restart
-            restarted = set(result.restarted) | (set(result.engines) if result.ok and was_down else set())
-            was_down = not result.ok
             with self._deriver_lock:
-                # counters report the increase since the previous good scrape, outages included
-                events = self._deriver.observe(result.samples, result.since_ns or now)
-                events += [self._deriver.restarted(engine, now) for engine in sorted(restarted)]
+                events = _engine_events(self._deriver, result, was_down=was_down)
+            was_down = not result.ok
             self.outbox.add(result.samples, events)
             self._stop.wait(max(0.0, self.config.engine_interval_s - (time.monotonic() - started)))
 
@@ -189,7 +182,7 @@ class GpuAgent:
             samples, xids = read()
             with self._deriver_lock:
                 events = self._deriver.observe(samples, previous)
-                events += [self._deriver.xid(x.time_ns, x.gpu_uuid, x.xid, x.kind) for x in xids]
+                events += [self._deriver.xid(error) for error in xids]
             self.outbox.add(samples, events)
             previous = time.time_ns()
             self._stop.wait(max(0.0, self.config.gpu_interval_s - (time.monotonic() - started)))
@@ -201,5 +194,14 @@ class GpuAgent:
             found = sampler.xid_events(500)
             if found:
                 with self._deriver_lock:
-                    events = [self._deriver.xid(x.time_ns, x.gpu_uuid, x.xid, x.kind) for x in found]
+                    events = [self._deriver.xid(error) for error in found]
                 self.outbox.add([], events)
+
+
+def _engine_events(deriver: EventDeriver, result: ScrapeResult, *, was_down: bool) -> list[EngineEvent]:
+    """The events one engine scrape makes. Counters report the increase since the previous good scrape, outages
+    included; a counter reset, or an engine answering again after it could not be reached, is a restart."""
+    now = time.time_ns()
+    events = deriver.observe(result.samples, result.since_ns or now)
+    restarted = set(result.restarted) | (set(result.engines) if result.ok and was_down else set())
+    return events + [deriver.restarted(engine, now) for engine in sorted(restarted)]

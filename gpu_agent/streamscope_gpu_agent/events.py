@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from streamscope_gpu_agent import samples as m
-from streamscope_gpu_agent.samples import Sample
+from streamscope_gpu_agent.samples import Sample, XidEvent
 
 BURST_METRICS = (m.ENGINE_PROMPT_TOKENS, m.ENGINE_PROMPT_TOKENS_COMPUTED, m.ENGINE_STEP_TOKENS_MAX)
 """Prompt tokens admitted in an interval (computed ones, where the engine tells them from cached ones), or one
@@ -92,8 +92,12 @@ class EventDeriver:
     def restarted(self, engine: str, at_ns: int) -> EngineEvent:
         return EngineEvent("engine_restart", at_ns, at_ns, 1.0, engine=engine)
 
-    def xid(self, at_ns: int, gpu_uuid: str, code: int, kind: str = "xid") -> EngineEvent:
-        return EngineEvent(kind, at_ns, at_ns, float(code), gpu_uuid=gpu_uuid, xid=code)
+    def xid(self, error: XidEvent) -> EngineEvent:
+        """The instant event of a GPU error the driver reported (an XID, or the GPU unavailable or asking for a
+        recovery action)."""
+        return EngineEvent(
+            error.kind, error.time_ns, error.time_ns, float(error.xid), gpu_uuid=error.gpu_uuid, xid=error.xid
+        )
 
     def close_all(self) -> list[EngineEvent]:
         """Level events still open (the agent is stopping), closed at the last sample time."""

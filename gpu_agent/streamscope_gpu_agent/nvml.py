@@ -85,11 +85,11 @@ class _Gpu:
     device: GpuDevice
     handle: Any
     unsupported: set[str] = field(default_factory=set)
+    """Readings this GPU does not support; never attempted again."""
     instance: tuple[int, int] | None = None
     """(GPU instance id, compute instance id) of a MIG device; None for a whole GPU."""
     lost: bool = False
     """NVML said the GPU is lost; it is reported as such until a reading succeeds again."""
-    """Readings this GPU does not support; never attempted again."""
     legacy_clock_reasons: bool = False
     """The library or driver lacks nvmlDeviceGetCurrentClocksEventReasons: use the older throttle-reasons call."""
 
@@ -138,6 +138,8 @@ class NvmlSampler:
             ("nvmlDeviceGetPcieThroughput(NVML_PCIE_UTIL_RX_BYTES)", self._read_pcie_rx),
         )
         """Each NVML call once per GPU and sample, named for the logs and for remembering what is unsupported."""
+        self._mig_readings = self._readings[:1]
+        """What a MIG device is read for: its memory, the slice's own (the rest is the board's, or off)."""
         self._event_lock = threading.Lock()
         self._event_set: Any = None
         self._event_wait: Callable[[Any, int], Any] | None = None
@@ -195,7 +197,7 @@ class NvmlSampler:
         for gpu in self._gpus:
             was_lost, gpu.lost = gpu.lost, False
             values: list[tuple[str, float]] = []
-            for key, read in self._readings if gpu.instance is None else self._readings[:1]:
+            for key, read in self._readings if gpu.instance is None else self._mig_readings:
                 if key in gpu.unsupported or (key.startswith("nvmlDeviceGetPcieThroughput") and not pcie):
                     continue
                 values += self._read(gpu, key, read)

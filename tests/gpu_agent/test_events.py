@@ -6,7 +6,7 @@ import pytest
 
 from streamscope_gpu_agent import samples as m
 from streamscope_gpu_agent.events import EventDeriver, Thresholds
-from streamscope_gpu_agent.samples import Sample
+from streamscope_gpu_agent.samples import Sample, XidEvent
 
 SECOND = 1_000_000_000
 
@@ -117,7 +117,7 @@ def test_quiet_series_make_no_events():
 def test_restart_and_xid_are_instant_events():
     deriver = EventDeriver()
     assert deriver.restarted("sglang", 5).kind == "engine_restart"
-    xid = deriver.xid(7, "GPU-2", 79)
+    xid = deriver.xid(XidEvent(7, "GPU-2", 2, 79))
     assert (xid.kind, xid.start_ns, xid.end_ns, xid.xid, xid.gpu_uuid) == ("xid", 7, 7, 79, "GPU-2")
 
 

@@ -139,14 +139,9 @@ async def drive(
             on_stream_done(outcome)
 
         tasks = [asyncio.create_task(one(stream)) for stream in streams]
-        if scenario.gpu_throttle:
-            throttle = scenario.gpu_throttle
-            act = partial(workload.nodes[throttle.node].gpu.throttle, throttle.for_s, throttle.factor)
-            tasks.append(asyncio.create_task(_on_schedule(throttle.start_s, throttle.every_s, report, act)))
-        if scenario.gpu_fault:
-            fault = scenario.gpu_fault
-            act = partial(workload.nodes[fault.node].gpu.fault, fault.for_s, fault.xid)
-            tasks.append(asyncio.create_task(_on_schedule(fault.start_s, fault.every_s, report, act)))
+        for episode in scenario.gpu_episodes:
+            begin = partial(episode.begin, workload.nodes[episode.node].gpu)
+            tasks.append(asyncio.create_task(_on_schedule(episode.start_s, episode.every_s, report, begin)))
         regression = scenario.chunking_regression
         if regression:
             tasks.append(

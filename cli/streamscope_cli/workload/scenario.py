@@ -29,6 +29,7 @@ import yaml
 
 from streamscope.errors import ConfigError
 from streamscope_cli.engine.app import NodeConfig, OutputConfig
+from streamscope_cli.engine.gpu import SimulatedGpu
 from streamscope_cli.engine.scheduler import SchedulerConfig, SpecDecodeConfig
 
 
@@ -115,25 +116,37 @@ class ChunkingRegression:
 
 
 @dataclass(frozen=True)
-class GpuThrottle:
-    """The node's GPU slows every step ``factor`` times for ``for_s`` seconds, every ``every_s`` from ``start_s``."""
+class GpuEpisode:
+    """Something the node's GPU goes through for ``for_s`` seconds, every ``every_s`` from ``start_s``."""
 
     node: str
     every_s: float
     for_s: float
-    factor: float = 8.0
     start_s: float = 1.0
+
+    def begin(self, gpu: SimulatedGpu) -> None:
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
-class GpuFault:
-    """The node's GPU raises XID ``xid`` and runs nothing for ``for_s`` seconds, every ``every_s`` from ``start_s``."""
+class GpuThrottle(GpuEpisode):
+    """The GPU slows every step ``factor`` times."""
 
-    node: str
-    every_s: float
-    for_s: float
+    factor: float = 8.0
+
+    def begin(self, gpu: SimulatedGpu) -> None:
+        gpu.throttle(self.for_s, self.factor)
+
+
+@dataclass(frozen=True)
+class GpuFault(GpuEpisode):
+    """The GPU raises XID ``xid`` and runs nothing."""
+
     xid: int = 79
     start_s: float = 2.0
+
+    def begin(self, gpu: SimulatedGpu) -> None:
+        gpu.fault(self.for_s, self.xid)
 
 
 @dataclass(frozen=True)
@@ -171,6 +184,10 @@ class Scenario:
     host_load: tuple[HostLoad, ...] = ()
     gpu_throttle: GpuThrottle | None = None
     gpu_fault: GpuFault | None = None
+
+    @property
+    def gpu_episodes(self) -> tuple[GpuEpisode, ...]:
+        return tuple(episode for episode in (self.gpu_throttle, self.gpu_fault) if episode is not None)
 
     @property
     def proxied_node(self) -> str | None:
