@@ -267,6 +267,20 @@ def test_streams_a_gateway_held_together_are_the_paths_when_held_as_long_as_a_st
     assert jitter.cause == "unknown" and jitter.evidence["held_together_with"].endswith("endpoint gw:443")
 
 
+def test_a_connection_stall_is_judged_by_how_long_the_path_held_the_chunk_not_by_the_gap_it_left():
+    """When the content before a held chunk came late too, only part of the chunk's hold falls in the gap it
+    ends: the path held it 300 ms, as a stalled connection does, though the client waited 170 ms for it."""
+    server = timeline([20.0] * 40)
+    offsets = server.offsets_us.copy()
+    offsets[20] += 150 * MS  # late on the path, but less than a retransmission timeout
+    offsets[21:] = np.maximum(offsets[21:], offsets[21] + 300 * MS)  # held 300 ms, with all sent meanwhile
+    client = Timeline(server.start_us, offsets, server.content_bytes)
+    stalls = {stall.seq: stall for stall in attribute(client, server, [], spec_active=False, rules=RULES)}
+    assert set(stalls) == {20, 21} and stalls[21].gap_us == 170 * MS
+    assert stalls[21].cause == "connection" and stalls[21].evidence["path_delay_ms"] == "300.0"
+    assert stalls[20].cause == "unknown" and "retransmission" in stalls[20].evidence["network"]
+
+
 def test_a_late_arrival_other_streams_of_the_host_shared_is_a_pause_not_the_network():
     server = timeline([20.0] * 40)
     late = held(server, (21, 300))

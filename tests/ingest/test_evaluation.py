@@ -11,25 +11,35 @@ from tests.support import T0, store_spans, stream_span
 BASE = datetime.fromtimestamp(T0 / 1e9, UTC)
 SINCE = BASE - timedelta(seconds=1)
 STALL_COLUMNS = ["tenant", "start_time", "end_time", "trace_id", "span_id", "service", "side", "seq", "gap_us"]
-STALL_COLUMNS += ["cause", "confidence", "evidence"]
+STALL_COLUMNS += ["cause", "confidence", "evidence", "server_seq"]
 TRUTH_COLUMNS = ["tenant", "start_time", "end_time", "cause", "node_name", "scenario", "trace_id", "magnitude"]
-TRUTH_COLUMNS += ["attributes"]
+TRUTH_COLUMNS += ["attributes", "chunk_indices"]
 
 
 def at(ms: float) -> datetime:
     return BASE + timedelta(milliseconds=ms)
 
 
-def stall(trace: str, start_ms: float, end_ms: float, cause: str, secondary: str = "", side: str = "client") -> list:
+def stall(
+    trace: str,
+    start_ms: float,
+    end_ms: float,
+    cause: str,
+    secondary: str = "",
+    side: str = "client",
+    server_seq: int | None = None,
+) -> list:
     evidence = {"secondary_cause": secondary} if secondary else {}
     gap_us = round((end_ms - start_ms) * 1000)
-    return ["t", at(start_ms), at(end_ms), trace, "00" * 8, "sim-client", side, 3, gap_us, cause, 0.9, evidence]
+    row = ["t", at(start_ms), at(end_ms), trace, "00" * 8, "sim-client", side, 3, gap_us, cause, 0.9, evidence]
+    return [*row, server_seq]
 
 
-def truth(cause: str, start_ms: float, end_ms: float, trace: str = "") -> list:
+def truth(cause: str, start_ms: float, end_ms: float, trace: str = "", held: list[int] = ()) -> list:
+    """A ground-truth record; ``held``, the server chunks it held."""
     source = {"streamscope.truth.detail.source": "injected"} if not trace else {}
     node = "sim-client" if not trace else "gw"
-    return ["t", at(start_ms), at(end_ms), cause, node, "s", trace, (end_ms - start_ms) / 1000, source]
+    return ["t", at(start_ms), at(end_ms), cause, node, "s", trace, (end_ms - start_ms) / 1000, source, list(held)]
 
 
 def scored(store_client, stalls: list[list], truths: list[list], streams_ms: list[list[float]] = ()) -> Score:
@@ -102,6 +112,27 @@ def test_a_host_pause_holds_content_only_from_when_the_path_let_it_through(store
     # the pause held the buffered stream's content for 240 ms of the stall, the gateway for 400 (though the
     # pause is the longer window); on the stream with nothing on its path, the pause held the content for 490
     assert result.confusion == {("network_buffering", "network_buffering"): 1, ("client_host", "client_host"): 1}
+
+
+def test_a_record_that_held_only_content_sent_after_the_stall_ended_does_not_label_it(store_client):
+    """A connection stalled right after delivering server chunk 12: the stall that chunk ended (the client's
+    host read it late) was not the connection's, the next one was; with no server chunk known, time decides."""
+    trace, unmatched = "e1" * 16, "e2" * 16
+    held = list(range(13, 21))
+    result = scored(
+        store_client,
+        [
+            stall(trace, 1000, 1350, "client_host", server_seq=12),
+            stall(trace, 1350, 1420, "connection", server_seq=13),
+            stall(unmatched, 1000, 1350, "connection"),
+        ],
+        [
+            truth("client_host", 900, 1400),
+            truth("connection", 1050, 1400, trace=trace, held=held),
+            truth("connection", 1050, 1400, trace=unmatched, held=held),
+        ],
+    )
+    assert result.confusion == {("client_host", "client_host"): 1, ("connection", "connection"): 2}
 
 
 def test_an_undetected_host_record_is_one_that_held_a_stream_mid_answer_and_met_no_stall(store_client):

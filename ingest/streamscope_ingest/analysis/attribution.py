@@ -33,7 +33,9 @@ from the frame that painted them. For each client stall:
    client stretches), or most of the stream's chunks over several stalls each ending in a release that caught
    the client up. A connection that stalls (``connection``) leaves the rest behind or lets everything between
    its stalls through on time, however alike its stalls' lengths; it is believed only for a delay at least a
-   lost segment's retransmission timeout long (shorter ones on a prompt path are ``unknown``). In a buffered
+   lost segment's retransmission timeout long (shorter ones on a prompt path are ``unknown``): the chunk's
+   whole lateness on the path, less the host's part, of which only some falls in the gap when the content
+   before it came late too. In a buffered
    stream a delay far longer than its siblings is a connection too, and so is a delay of content that had
    already been sent when the previous chunk arrived and that the path then held clearly longer than the
    gateway holds a chunk: a flush releases everything it holds, a stalled connection leaves the rest behind.
@@ -351,7 +353,7 @@ def attribute(
     s_index, s_offsets, s_cumulative = server.content()
     arrivals = Arrivals.of(client, server)
     s_gaps = np.diff(s_offsets)
-    network: dict[int, tuple[Stall, int]] = {}  # content position -> the stall and what the path alone added
+    network: dict[int, tuple[Stall, int]] = {}  # content position -> the stall and how long the path held it
     host_held: dict[int, tuple[Stall, int]] = {}  # the same, for stalls the host held longest, and the host's part
     hosts: list[SharedHost] | None = None
     for stall in waiting:
@@ -402,7 +404,9 @@ def attribute(
             stall.cause, stall.confidence = "client_host", 0.85
             host_held[k] = (stall, parts["client_host"])
         else:
-            network[k] = (stall, parts["network"])
+            # what the path held the chunk for: all its lateness the host does not explain, whether or not the
+            # content before it came late too (then only part of that hold fell in this gap)
+            network[k] = (stall, stall.path_delay_us - host_part)
     first_held = int(arrivals.path_us[0]) - (min(int(host[0]), int(arrivals.path_us[0])) if host is not None else 0)
     behind = _held_all_along(arrivals, first_held, list(network), rules)
     if behind:

@@ -2,14 +2,16 @@
 
 Each client stall gets a true label: the cause of the ground-truth record on the same trace whose window
 matches the stall's best (intersection over union, so a tight window that is the stall beats a long one
-that merely contains it), or ``none`` when no injected window overlaps it. (A record that ended just before
-the stall began, or began just after it ended, did not delay the content that ended it; it still counts as
-found, within ``MATCH_SLACK_US``, for ``undetected`` below.) Precision and recall are computed
-over stalls; ground truth that delayed a content chunk after the first by as much as a stall, yet met no
-stall, is counted apart as ``undetected`` (and included in recall), so a silent detector cannot score well.
-(Ground truth that held the stream's first content chunk delayed its time to first token, not a gap; and a
-server delay that began and ended while the path held the stream anyway, inside a gateway's hold or a
-stalled connection, changed nothing the client received: the content made the same release.)
+that merely contains it), or ``none`` when no injected window overlaps it. A record that names the chunks it
+held, all of them sent after the content that ended the stall (a connection that stalled right after
+delivering it, the client reading that content late), held back nothing of the stall and does not label it.
+(A record that ended just before the stall began, or began just after it ended, did not delay the content
+that ended it; it still counts as found, within ``MATCH_SLACK_US``, for ``undetected`` below.) Precision and
+recall are computed over stalls; ground truth that delayed a content chunk after the first by as much as a
+stall, yet met no stall, is counted apart as ``undetected`` (and included in recall), so a silent detector
+cannot score well. (Ground truth that held the stream's first content chunk delayed its time to first token,
+not a gap; and a server delay that began and ended while the path held the stream anyway, inside a gateway's
+hold or a stalled connection, changed nothing the client received: the content made the same release.)
 
 A record that overlaps a stall for less than a third of it did not make the stall (``EXPLAINING_SHARE``).
 
@@ -41,6 +43,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NamedTuple
 
 from clickhouse_connect.driver.client import Client
 
@@ -71,12 +74,13 @@ than half of that excess (a 14 ms spec-decode slowdown inside a 215 ms node-wide
 
 STALLS_SQL = """
 SELECT trace_id, seq, toUnixTimestamp64Micro(start_time), toUnixTimestamp64Micro(end_time), cause,
-       evidence['secondary_cause']
+       evidence['secondary_cause'], server_seq
 FROM stalls WHERE start_time >= {since:DateTime64(6)} AND side IN ('client', 'browser')
 """
 TRUTH_SQL = """
 SELECT g.trace_id, g.cause, toUnixTimestamp64Micro(g.start_time), toUnixTimestamp64Micro(g.end_time), g.magnitude,
-       hasAny(g.chunk_indices, c.content_seqs) AND NOT has(g.chunk_indices, c.first_seq) AS delayed_content
+       hasAny(g.chunk_indices, c.content_seqs) AND NOT has(g.chunk_indices, c.first_seq) AS delayed_content,
+       if(empty(g.chunk_indices), NULL, arrayMin(g.chunk_indices)) AS first_held
 FROM ground_truth AS g
 LEFT JOIN (
     SELECT trace_id, groupArrayIf(seq, kind = 'content') AS content_seqs, anyIf(seq, kind = 'first') AS first_seq
@@ -144,31 +148,51 @@ def _reached_client(host_from_us: int, holds: list[tuple[int, int]]) -> int:
     return host_from_us
 
 
+class Record(NamedTuple):
+    """One ground-truth record, as scoring reads it."""
+
+    cause: str
+    start_us: int
+    end_us: int
+    magnitude_s: float
+    delayed_content: bool
+    """Whether it delayed content after the first chunk."""
+    first_held: int | None = None
+    """The first server chunk it held, when it names the chunks it held."""
+
+    def held_before(self, server_seq: int | None) -> bool:
+        """Whether it held nothing up to server chunk ``server_seq``: every chunk it held came after it."""
+        return self.first_held is not None and server_seq is not None and self.first_held > server_seq
+
+
 def score(client: Client, since: datetime, absolute_us: int = 400_000) -> Score:
     with store.translated_errors():
         stalls = client.query(STALLS_SQL, parameters={"since": since}).result_rows
         truths = client.query(TRUTH_SQL, parameters={"since": since}).result_rows
         host = client.query(HOST_TRUTH_SQL, parameters={"since": since, "cause": HOST_CAUSE}).result_rows
         answering = client.query(ANSWERING_SQL, parameters={"since": since}).result_rows if host else []
-    by_trace: dict[str, list[tuple[str, int, int, float, bool]]] = {}
-    for trace, cause, start, end, magnitude, delayed_content in truths:
-        by_trace.setdefault(trace, []).append((cause, start, end, magnitude, bool(delayed_content)))
-    host_records = [(cause, start, end, (end - start) / 1e6, False) for cause, start, end in host]
+    by_trace: dict[str, list[Record]] = {}
+    for trace, cause, start, end, magnitude, delayed_content, first_held in truths:
+        by_trace.setdefault(trace, []).append(Record(cause, start, end, magnitude, bool(delayed_content), first_held))
+    host_records = [Record(cause, start, end, (end - start) / 1e6, False) for cause, start, end in host]
     host_candidates = [("", record) for record in host_records]  # candidates for every stall
     result = Score()
     hit: set[tuple[str, int, int]] = set()
-    for trace, _, start, end, predicted, secondary in stalls:
+    for trace, _, start, end, predicted, secondary, server_seq in stalls:
         best, best_match, labelled_by = "none", -1.0, -1
         records = by_trace.get(trace, [])
         candidates = [(trace, r) for r in records] + host_candidates
-        holds = [(t_start, t_end) for cause, t_start, t_end, _, _ in records if cause in PATH_HOLDS]
-        for index, (key, (cause, t_start, t_end, _, _)) in enumerate(candidates):
+        holds = [(r.start_us, r.end_us) for r in records if r.cause in PATH_HOLDS]
+        for index, (key, record) in enumerate(candidates):
+            cause, t_start, t_end = record.cause, record.start_us, record.end_us
             overlap = min(end, t_end) - max(start, t_start)
             if overlap < -MATCH_SLACK_US:
                 continue
             hit.add((key, t_start, t_end))
             if not key:
                 overlap = min(end, t_end) - max(start, _reached_client(t_start, holds))
+            elif record.held_before(server_seq):
+                continue
             match = overlap / (max(end, t_end) - min(start, t_start) + 1)
             if overlap >= EXPLAINING_SHARE * (end - start) and match > best_match:
                 best, best_match, labelled_by = cause, match, index
@@ -176,18 +200,20 @@ def score(client: Client, since: datetime, absolute_us: int = 400_000) -> Score:
         if secondary:
             result.secondary_named += 1
             result.secondary_right += any(
-                index != labelled_by and min(end, t_end) > max(start, t_start) and _secondary_matches(secondary, cause)
-                for index, (_, (cause, t_start, t_end, _, _)) in enumerate(candidates)
+                index != labelled_by
+                and min(end, r.end_us) > max(start, r.start_us)
+                and _secondary_matches(secondary, r.cause)
+                for index, (_, r) in enumerate(candidates)
             )
     for trace, records in by_trace.items():
-        holds = [(start, end) for cause, start, end, _, _ in records if cause in PATH_HOLDS]
-        for cause, t_start, t_end, magnitude, delayed_content in records:
-            detectable = cause in DELAY_CAUSES and delayed_content and magnitude * 1e6 >= absolute_us
-            masked = cause not in PATH_HOLDS and any(start <= t_start and t_end <= end for start, end in holds)
-            if detectable and not masked and (trace, t_start, t_end) not in hit:
-                result.undetected[cause] += 1
-    for cause, t_start, t_end, _, _ in host_records:
-        mid_answer = any(first < t_start and t_end < last for first, last in answering)
-        if t_end - t_start >= absolute_us and mid_answer and ("", t_start, t_end) not in hit:
-            result.undetected[cause] += 1
+        holds = [(r.start_us, r.end_us) for r in records if r.cause in PATH_HOLDS]
+        for r in records:
+            detectable = r.cause in DELAY_CAUSES and r.delayed_content and r.magnitude_s * 1e6 >= absolute_us
+            masked = r.cause not in PATH_HOLDS and any(s <= r.start_us and r.end_us <= e for s, e in holds)
+            if detectable and not masked and (trace, r.start_us, r.end_us) not in hit:
+                result.undetected[r.cause] += 1
+    for r in host_records:
+        mid_answer = any(first < r.start_us and r.end_us < last for first, last in answering)
+        if r.end_us - r.start_us >= absolute_us and mid_answer and ("", r.start_us, r.end_us) not in hit:
+            result.undetected[r.cause] += 1
     return result
