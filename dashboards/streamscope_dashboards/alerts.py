@@ -22,7 +22,7 @@ from typing import Any, Literal
 import yaml
 
 from streamscope_dashboards.files import grafana_dir
-from streamscope_dashboards.grafana import DATASOURCE
+from streamscope_dashboards.grafana import DATASOURCE, PLUGIN_VERSION
 from streamscope_dashboards.panels import (
     CHANGE_FACTOR,
     CHANGE_MIN_CHUNKS,
@@ -299,6 +299,7 @@ def _grafana_rule(rule: Rule) -> dict[str, Any]:
     query = {
         "datasource": DATASOURCE,
         "editorType": "sql",
+        "pluginVersion": PLUGIN_VERSION,
         "format": TABLE_FORMAT,
         "rawSql": rule.sql,
         "refId": "A",

@@ -17,6 +17,9 @@ from streamscope_dashboards.panels import DEFAULTS, SIDE, SIDES, VARIABLES, Pane
 
 DATASOURCE = {"type": "grafana-clickhouse-datasource", "uid": "clickhouse"}
 """The data source dashboards/grafana/provisioning/datasources/clickhouse.yaml provisions."""
+PLUGIN_VERSION = "4.20.0"
+"""The plugin version docker-compose.yml installs, stamped on every query: the plugin takes a query without one for
+a v3 query and migrates it when a panel is opened, and the dashboard then shows as modified."""
 OUTPUT_DIR = grafana_dir() / "dashboards"
 SCHEMA_VERSION = 39
 FORMAT_TIMESERIES, FORMAT_TABLE = 0, 1
@@ -39,6 +42,7 @@ def _target(panel: Panel) -> dict[str, Any]:
         "refId": "A",
         "datasource": DATASOURCE,
         "editorType": "sql",
+        "pluginVersion": PLUGIN_VERSION,
         "format": FORMAT_TIMESERIES if time_first else FORMAT_TABLE,
         "queryType": "timeseries" if time_first else "table",
         "rawSql": panel.sql,
@@ -46,7 +50,8 @@ def _target(panel: Panel) -> dict[str, Any]:
 
 
 def _field_config(panel: Panel) -> dict[str, Any]:
-    defaults: dict[str, Any] = {"unit": panel.unit} if panel.unit else {}
+    # a heatmap's unit is its y axis's (``_options``); its cells are counts, which would take the default's unit
+    defaults: dict[str, Any] = {"unit": panel.unit} if panel.unit and panel.kind != "heatmap" else {}
     custom: dict[str, Any] = {}
     if panel.stacked:
         custom = {"drawStyle": "bars", "fillOpacity": 80, "stacking": {"mode": "normal", "group": "A"}}
@@ -104,7 +109,7 @@ def _query_variable(name: str) -> dict[str, Any]:
         "name": name,
         "label": name,
         "datasource": DATASOURCE,
-        "query": {"editorType": "sql", "rawSql": sql},
+        "query": {"editorType": "sql", "pluginVersion": PLUGIN_VERSION, "rawSql": sql},
         "refresh": 2,
         "sort": 1,
         "multi": True,

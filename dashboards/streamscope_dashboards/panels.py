@@ -536,7 +536,7 @@ OTLP_BYTES_PER_CHUNK = Panel(
     f"""SELECT $__timeInterval(time) AS time, 'received' AS series,
     sum(received_bytes) / nullIf(sum(rows['chunks']), 0) AS bytes_per_chunk
 FROM ingest_requests
-WHERE $__timeFilter(time) AND signal = 'traces' AND {TENANT_FILTER}
+WHERE $__timeFilter(ingest_requests.time) AND signal = 'traces' AND {TENANT_FILTER}
 GROUP BY time
 ORDER BY time""",
     unit="decbytes",
@@ -554,7 +554,7 @@ def node_metric(key: str, title: str, description: str, metric: str, aggregate: 
     if(gpu_uuid = '', node_name, concat(node_name, ' gpu', toString(gpu_index))) AS series,
     {aggregate}(value) AS {metric}
 FROM engine_samples
-WHERE $__timeFilter(time) AND metric = '{metric}' AND {TENANT_FILTER}
+WHERE $__timeFilter(engine_samples.time) AND metric = '{metric}' AND {TENANT_FILTER}
 GROUP BY time, series
 ORDER BY time, series""",
         unit=unit,

@@ -27,7 +27,7 @@ from streamscope_cli.workload.scenario import Distribution, load_scenario, plan
 from streamscope_collector.config import CollectorConfig
 from streamscope_collector.http.alerts import ALERTS_PATH
 from streamscope_collector.service import Collector
-from streamscope_dashboards import alerts
+from streamscope_dashboards import alerts, grafana
 from streamscope_dashboards.macros import QueryContext, apply_variables, expand
 from streamscope_ingest.store import sql
 from streamscope_ingest.store.sql import QueryResult
@@ -306,3 +306,8 @@ def test_tokens_per_chunk_drop_is_per_provider_and_model(store_client):
         (("provider", "openai"), ("model", "m-1")): (0.25, True),
         (("provider", "openai"), ("model", "m-2")): (1, False),
     }
+
+
+def test_rule_queries_carry_the_plugin_version_so_the_editor_does_not_migrate_them():
+    models = [item["model"] for rule in provisioned().values() for item in rule["data"] if item["refId"] == "A"]
+    assert models and all(model["pluginVersion"] == grafana.PLUGIN_VERSION for model in models)

@@ -170,3 +170,37 @@ def test_the_side_variable_opens_on_the_client_and_has_no_all(board):
     (side,) = [v for v in grafana.dashboard(board)["templating"]["list"] if v["name"] == "side"]
     assert (side["current"]["value"], side["includeAll"], side["multi"]) == ("client", False, False)
     assert [o["value"] for o in side["options"] if o["selected"]] == ["client"] == list(DEFAULTS["side"])
+
+
+def _v3_query(query: dict) -> bool:
+    """The plugin's test for a query saved by v3 (src/data/migration.ts isV3CHQuery), which it migrates when the
+    panel is opened: no pluginVersion, or one before 4.0.0, or a v3 query type."""
+    version = query.get("pluginVersion")
+    old = not version or tuple(int(part) for part in version.split(".")) < (4, 0, 0)
+    return old or query.get("queryType") in ("sql", "builder")
+
+
+@pytest.mark.parametrize("board", BOARDS, ids=lambda b: b.uid)
+def test_no_query_is_taken_for_a_v3_query(board):
+    document = grafana.dashboard(board)
+    queries = [target for panel in document["panels"] for target in panel["targets"]]
+    queries += [variable["query"] for variable in document["templating"]["list"] if variable["type"] == "query"]
+    assert queries and not [query["rawSql"][:60] for query in queries if _v3_query(query)]
+
+
+def test_queries_carry_the_plugin_version_compose_installs():
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["grafana"]["environment"]
+    assert compose["GF_PLUGINS_PREINSTALL_SYNC"] == f"grafana-clickhouse-datasource@{grafana.PLUGIN_VERSION}"
+
+
+def test_a_heatmap_keeps_its_unit_on_the_y_axis_and_its_counts_plain():
+    heatmaps = [
+        (panel, grafana.dashboard(board)["panels"][index])
+        for board in BOARDS
+        for index, panel in enumerate(panel for row in board.rows for panel, _ in row)
+        if panel.kind == "heatmap"
+    ]
+    assert heatmaps
+    for panel, out in heatmaps:
+        assert out["options"]["yAxis"]["unit"] == panel.unit == "ms"
+        assert "unit" not in out["fieldConfig"]["defaults"]  # the cells' counts would show as ms

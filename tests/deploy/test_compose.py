@@ -351,3 +351,10 @@ def test_the_collectors_spool_outlives_its_container():
     assert "--spool-dir" not in collector["command"]  # so the spool is under the data directory
     named = {target: source for source, target, *_ in (v.split(":") for v in collector["volumes"])}
     assert named[data_dir] in compose()["volumes"]
+
+
+def test_the_provisioning_mount_has_every_folder_grafana_reads():
+    """The read-only mount replaces Grafana's whole provisioning folder; Grafana logs an error at every start for
+    each of its folders that is missing (plugins/ is read even when no app plugin is provisioned)."""
+    assert all((PROVISIONING / folder).is_dir() for folder in ("datasources", "dashboards", "alerting", "plugins"))
+    assert not [path for path in (PROVISIONING / "plugins").iterdir() if path.suffix in (".yaml", ".yml")]
