@@ -9,7 +9,7 @@ from streamscope._internal.httpx_client import astream_sse, stream_sse
 from streamscope._internal.observer import StreamEvent
 from streamscope._internal.openai_client import instrument_openai
 from streamscope._internal.recorder import Encoding, Outcome, Side, StreamRecorder, set_default_encoding
-from streamscope._internal.setup import setup
+from streamscope._internal.setup import otlp_exporter, setup
 
 __all__ = [
     "Encoding",
@@ -21,6 +21,7 @@ __all__ = [
     "StreamRecorder",
     "astream_sse",
     "instrument_openai",
+    "otlp_exporter",
     "set_default_encoding",
     "setup",
     "stream_sse",

@@ -31,13 +31,15 @@ def setup(
     headers: Mapping[str, str] | None = None,
     resource_attributes: Mapping[str, str] | None = None,
     set_global: bool = True,
+    exporter: SpanExporter | None = None,
 ) -> TracerProvider:
     """Configure tracing to export to the collector; returns the TracerProvider (made global by default).
 
     ``endpoint`` is the collector's base URL (http://host:4318 for OTLP/HTTP, http://host:4317 for gRPC);
     ``protocol`` is ``http/protobuf`` (default), ``http/json`` or ``grpc``. Requests are gzipped unless
     OTEL_EXPORTER_OTLP_[TRACES_]COMPRESSION says otherwise: packed timelines shrink about threefold
-    (benchmarks/wire_cost.py).
+    (benchmarks/wire_cost.py). ``exporter`` replaces the exporter built from those (``otlp_exporter`` builds
+    it, for an application that wraps it).
     """
     if encoding is not None:
         set_default_encoding(encoding)
@@ -46,12 +48,7 @@ def setup(
         attributes["service.name"] = service_name
     limits = SpanLimits(max_events=None if "OTEL_SPAN_EVENT_COUNT_LIMIT" in os.environ else EVENTS_PER_SPAN)
     provider = TracerProvider(resource=Resource.create(attributes), span_limits=limits)
-    chosen = (
-        protocol
-        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-    )
-    provider.add_span_processor(BatchSpanProcessor(_exporter(chosen, endpoint, headers)))
+    provider.add_span_processor(BatchSpanProcessor(exporter or otlp_exporter(endpoint, protocol, headers)))
     if set_global:
         trace.set_tracer_provider(provider)
     return provider
@@ -61,7 +58,15 @@ def _gzip_by_default() -> bool:
     return not any(name in os.environ for name in COMPRESSION_VARIABLES)
 
 
-def _exporter(protocol: str, endpoint: str | None, headers: Mapping[str, str] | None) -> SpanExporter:
+def otlp_exporter(
+    endpoint: str | None = None, protocol: str | None = None, headers: Mapping[str, str] | None = None
+) -> SpanExporter:
+    """The OTLP span exporter ``setup`` uses for these arguments (and the standard variables)."""
+    protocol = (
+        protocol
+        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    )
     header_dict = dict(headers) if headers else None
     gzip = _gzip_by_default()
     if protocol == "grpc":

@@ -160,3 +160,34 @@ def test_engine_and_proxy_commands_serve_until_signalled(serving):
     assert [len(c.split()) for c in contents if c] == [2, 2, 2]
     metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
     assert "sglang:generation_tokens_total" in metrics
+
+
+TINY_SCENARIO = """name: tiny
+seed: 7
+load:
+  streams: 4
+  arrival_rate: 20
+  concurrency: 4
+  prompt_tokens: {uniform: [50, 100]}
+  output_tokens: {uniform: [10, 20]}
+nodes:
+  - name: node-0
+"""
+
+
+def test_load_with_no_collector_listening_exits_non_zero_and_counts_what_was_lost(tmp_path: Path):
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(TINY_SCENARIO)
+    result = run("load", str(scenario), "--collector", f"http://127.0.0.1:{free_port()}", timeout=180)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "4 completed" in result.stdout and "Traceback" not in result.stderr
+    assert "not exported to http://127.0.0.1:" in result.stderr and "4 client stream spans" in result.stderr
+
+
+def test_load_into_a_running_collector_exports_everything(tmp_path: Path, collector_process):
+    _, url = collector_process
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(TINY_SCENARIO)
+    result = run("load", str(scenario), "--collector", url, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "4 completed" in result.stdout and "not exported" not in result.stderr

@@ -9,6 +9,7 @@ import click
 from streamscope_cli.options import collector_option, fail_plainly
 
 if TYPE_CHECKING:
+    from streamscope_cli.workload.load import LoadReport
     from streamscope_cli.workload.scenario import Scenario
 
 
@@ -21,7 +22,8 @@ def load(scenario: str, collector_url: str, loop: bool) -> None:
     """Drive SCENARIO (a shipped name or a YAML file) with instrumented clients.
 
     Starts the scenario's engine nodes and proxy, sends its streams, and exports client spans, server
-    spans and ground truth to the collector. Shipped scenarios: steady, prefill-storm, kv-pressure,
+    spans and ground truth to the collector. Exits 1 when some of them could not be exported (with --loop,
+    says so and goes on). Shipped scenarios: steady, prefill-storm, kv-pressure,
     spec-collapse, gateway-buffering, flaky-network, chunking-regression, mixed.
 
     \b
@@ -32,14 +34,19 @@ def load(scenario: str, collector_url: str, loop: bool) -> None:
 
     spec = load_scenario(scenario)
     while True:
-        outcomes = _run_with_progress(spec, collector_url)
-        click.echo(", ".join(f"{n} {outcome}" for outcome, n in sorted(outcomes.items())))
+        report = _run_with_progress(spec, collector_url)
+        click.echo(", ".join(f"{n} {outcome}" for outcome, n in sorted(report.outcomes.items())))
+        if report.not_exported:
+            lost = ", ".join(f"{n} {kind}" for kind, n in report.not_exported.items())
+            click.echo(f"not exported to {collector_url} (is a collector listening there?): {lost}", err=True)
+            if not loop:
+                raise SystemExit(1)
         if not loop:
             break
 
 
-def _run_with_progress(spec: Scenario, collector_url: str) -> dict[str, int]:
-    """One run of the scenario, with a progress bar; the count of each stream outcome."""
+def _run_with_progress(spec: Scenario, collector_url: str) -> LoadReport:
+    """One run of the scenario, with a progress bar."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from streamscope_cli.workload.load import describe, run_load
@@ -53,4 +60,4 @@ def _run_with_progress(spec: Scenario, collector_url: str) -> dict[str, int]:
             on_start=lambda workload: progress.console.print(describe(workload)),
             on_stream_done=lambda outcome: progress.advance(task),
         )
-    return dict(report.outcomes)
+    return report

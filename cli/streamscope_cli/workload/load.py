@@ -22,10 +22,11 @@ import httpx
 from clickhouse_connect.driver.client import Client
 from opentelemetry.sdk.trace import TracerProvider
 
-from streamscope import astream_sse, setup
+from streamscope import astream_sse, otlp_exporter, setup
 from streamscope.errors import StreamscopeError
 from streamscope_cli.engine.app import EngineNode
 from streamscope_cli.proxy.process import ProxyProcess
+from streamscope_cli.workload.export_tally import SpanTally, Tally
 from streamscope_cli.workload.ground_truth import GroundTruthSink
 from streamscope_cli.workload.host_load import HostActivity
 from streamscope_cli.workload.scenario import PlannedStream, Scenario, plan
@@ -102,10 +103,17 @@ class LoadReport:
     planned: int
     outcomes: Counter[str] = field(default_factory=Counter)
     duration_s: float = 0.0
+    exports: dict[str, Tally] = field(default_factory=dict)
+    """What the run's exporters delivered to the collector, by kind (final once ``run_load`` returns)."""
 
     @property
     def finished(self) -> int:
         return sum(self.outcomes.values())
+
+    @property
+    def not_exported(self) -> dict[str, int]:
+        """Of each kind of telemetry, how many items an export failed to deliver (the collector has none of them)."""
+        return {kind: tally.failed for kind, tally in self.exports.items() if tally.failed}
 
 
 async def drive(
@@ -201,9 +209,16 @@ def run_load(
     With ``agents``, a GPU agent per engine node scrapes its /metrics into the collector meanwhile, and the
     node's simulated GPU from the dcgm-exporter endpoint the node serves (there is no NVML to read).
     """
-    client_traces = setup(CLIENT_SERVICE, endpoint=collector_url, set_global=False)
-    engine_traces = setup(ENGINE_SERVICE, endpoint=collector_url, set_global=False)
-    truth_logs = ground_truth_logger(WORKLOAD_SERVICE, collector_url)
+    exports = {"client stream spans": Tally(), "engine spans": Tally(), "ground-truth records": Tally()}
+    client_traces = setup(
+        CLIENT_SERVICE,
+        set_global=False,
+        exporter=SpanTally(otlp_exporter(collector_url), exports["client stream spans"]),
+    )
+    engine_traces = setup(
+        ENGINE_SERVICE, set_global=False, exporter=SpanTally(otlp_exporter(collector_url), exports["engine spans"])
+    )
+    truth_logs = ground_truth_logger(WORKLOAD_SERVICE, collector_url, exports["ground-truth records"])
     sink = OtlpGroundTruthSink(truth_logs, scenario=scenario.name)
     workload = start_workload(scenario, sink=sink, engine_traces=engine_traces, collector_url=collector_url)
     node_agents = (
@@ -226,9 +241,11 @@ def run_load(
         for agent in node_agents:
             agent.start()
         on_start(workload)
-        return asyncio.run(
+        report = asyncio.run(
             drive(scenario, workload, client_traces=client_traces, on_stream_done=on_stream_done, sink=sink)
         )
+        report.exports = exports  # counted to the end as the providers shut down below
+        return report
     finally:
         for agent in node_agents:
             agent.stop()

@@ -10,11 +10,12 @@ from opentelemetry._logs import LogRecord
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 from opentelemetry.sdk._logs import LoggerProvider
-from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, LogRecordExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.util.types import AttributeValue
 
 from streamscope import semconv as sc
+from streamscope_cli.workload.export_tally import LogTally, Tally
 from streamscope_cli.workload.ground_truth import GroundTruth
 
 
@@ -44,9 +45,14 @@ class OtlpGroundTruthSink:
         )
 
 
-def ground_truth_logger(service_name: str, collector_url: str) -> LoggerProvider:
-    """A LoggerProvider exporting to the collector's OTLP/HTTP logs endpoint (gzipped, batched)."""
+def ground_truth_logger(service_name: str, collector_url: str, tally: Tally | None = None) -> LoggerProvider:
+    """A LoggerProvider exporting to the collector's OTLP/HTTP logs endpoint (gzipped, batched); ``tally`` counts
+    the records delivered and those that were not."""
     provider = LoggerProvider(resource=Resource.create({"service.name": service_name}))
-    exporter = OTLPLogExporter(endpoint=f"{collector_url.rstrip('/')}/v1/logs", compression=Compression.Gzip)
+    exporter: LogRecordExporter = OTLPLogExporter(
+        endpoint=f"{collector_url.rstrip('/')}/v1/logs", compression=Compression.Gzip
+    )
+    if tally is not None:
+        exporter = LogTally(exporter, tally)
     provider.add_log_record_processor(BatchLogRecordProcessor(exporter))
     return provider
