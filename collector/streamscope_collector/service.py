@@ -31,7 +31,13 @@ from streamscope_collector.http.app import KEEP_ALIVE_S, OperatorSql, create_app
 from streamscope_collector.metrics import SelfMetrics
 from streamscope_collector.pipeline import ExportPipeline
 from streamscope_collector.readiness import readiness
-from streamscope_collector.serving import BackgroundServer, connectable_host, stop_on_signals, wait_until_set
+from streamscope_collector.serving import (
+    BackgroundServer,
+    check_free,
+    connectable_host,
+    stop_on_signals,
+    wait_until_set,
+)
 from streamscope_collector.store_link import StoreClients, StoreLink
 from streamscope_ingest import store
 from streamscope_ingest.analysis.attribution_job import AttributionJob, PeriodicAttribution
@@ -124,6 +130,9 @@ class Collector:
             self._attribution = PeriodicAttribution(job, self.config.attribution_interval_s).start()
 
     def start(self) -> Collector:
+        check_free(self.config.host, self.config.http_port, "OTLP/HTTP")
+        if self.config.grpc_port is not None:
+            check_free(self.config.host, self.config.grpc_port, "OTLP/gRPC")
         self._link = link = StoreLink(self._open_store)
         if not link.open_now():
             if link.error is not None and store.schema_missing(link.error) and not self.config.migrate:

@@ -12,15 +12,31 @@ from typing import Any
 import uvicorn
 
 
+def bound_socket(host: str, port: int, what: str) -> socket.socket:
+    """A TCP socket bound to ``host:port``; the error says what could not listen where (a port in use)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"{what} cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def check_free(host: str, port: int, what: str) -> None:
+    """Fail now, naming the port, if ``what`` could not listen on ``host:port``: before a service opens or
+    migrates anything, rather than once it has."""
+    bound_socket(host, port, what).close()
+
+
 class BackgroundServer:
     def __init__(
         self, app: Any, host: str = "127.0.0.1", port: int = 0, name: str = "http", keep_alive_s: int = 5
     ) -> None:
         """``keep_alive_s``: how long an idle connection stays open for the client's next request."""
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._socket = socket.socket(family, socket.SOCK_STREAM)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind((host, port))
+        self._socket = bound_socket(host, port, name)
         self.port: int = self._socket.getsockname()[1]
         self._server = uvicorn.Server(
             uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False, timeout_keep_alive=keep_alive_s)

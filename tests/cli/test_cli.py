@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -191,3 +192,20 @@ def test_load_into_a_running_collector_exports_everything(tmp_path: Path, collec
     result = run("load", str(scenario), "--collector", url, timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "4 completed" in result.stdout and "not exported" not in result.stderr
+
+
+@pytest.mark.parametrize("flag", ["--http-port", "--grpc-port"])
+def test_a_port_in_use_is_named_before_the_collector_touches_the_store(tmp_path: Path, flag: str):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    store = tmp_path / "store"
+    other = ["--grpc-port", "0"] if flag == "--http-port" else ["--http-port", "0"]
+    try:
+        result = run("collector", "--storage", f"chdb://{store}", flag, str(port), *other, timeout=60)
+    finally:
+        taken.close()
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert not store.exists()  # nothing opened, nothing migrated
