@@ -13,6 +13,9 @@ import httpx
 
 from streamscope.errors import StreamscopeError
 
+UNCUT_WIDTH = 100_000
+"""The width a table is laid out in when not on a terminal: wider than any row, so no value is cut."""
+
 if TYPE_CHECKING:  # the server extra may not be installed where the SDK is
     from streamscope_ingest.store.sql import QueryResult
 
@@ -70,4 +73,5 @@ def print_result(result: QueryResult, output: str) -> None:
         table = Table(*result.names)
         for row in result.rows:
             table.add_row(*("NULL" if v is None else str(v) for v in row))
-        Console(file=sys.stdout).print(table)
+        # a terminal wraps the table to its width; anything else gets every value whole
+        Console(file=sys.stdout, width=None if sys.stdout.isatty() else UNCUT_WIDTH).print(table)

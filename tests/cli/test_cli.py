@@ -209,3 +209,15 @@ def test_a_port_in_use_is_named_before_the_collector_touches_the_store(tmp_path:
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
     assert not store.exists()  # nothing opened, nothing migrated
+
+
+def test_piped_sql_output_is_whole_values_in_tsv_unless_asked_otherwise(tmp_path: Path):
+    dsn = f"chdb://{tmp_path / 'store'}"
+    assert run("migrate", "--storage", dsn).returncode == 0
+    query = "SELECT repeat('x', 300) AS long, 7 AS n"
+    piped = run("sql", query, "--storage", dsn)
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stdout.splitlines() == ["long\tn", f"{'x' * 300}\t7"]
+    table = run("sql", query, "--storage", dsn, "--format", "table")
+    assert table.returncode == 0 and "x" * 300 in table.stdout  # one cell, uncut, unwrapped
+    assert max(len(line) for line in table.stdout.splitlines()) < 400  # laid out to its content, not padded
