@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
@@ -38,11 +39,35 @@ def opened_store(storage_dsn: str, collector_url: str | None) -> Iterator[Query]
         with httpx.Client(base_url=url.rstrip("/"), timeout=60.0, headers=headers) as http:
             yield lambda query: sql.parse_result(_through_collector(http, query))
         return
+    if target.embedded:
+        assert target.path is not None
+        _check_embedded_store(target.path)
     client = store.connect(target, create_database=target.embedded)  # on a server, a reading account cannot
     try:
+        if target.embedded and not client.command("EXISTS TABLE streams"):
+            raise StreamscopeError(f"the store at {target.path} has no streamscope tables: it was never migrated")
         yield lambda query: sql.parse_result(sql.query_json(client, query))
     finally:
         client.close()
+
+
+def _is_store(path: Path) -> bool:
+    return (path / "metadata").is_dir()
+
+
+def _check_embedded_store(path: Path) -> None:
+    """Fail, saying where it looked, rather than create an empty store at a path that holds none."""
+    if _is_store(path):
+        return
+    if _is_store(path / "chdb"):
+        raise StreamscopeError(
+            f"no store at {path}, but {path / 'chdb'} is one: a data directory (STREAMSCOPE_DATA_DIR) keeps its "
+            f"store in chdb/, while --storage chdb://PATH names the store itself (--storage chdb://{path / 'chdb'})"
+        )
+    raise StreamscopeError(
+        f"no store at {path}: nothing was collected there (the collector and `streamscope demo` create one; "
+        "STREAMSCOPE_DATA_DIR=DIR keeps it in DIR/chdb, --storage chdb://PATH names it)"
+    )
 
 
 def _through_collector(http: httpx.Client, query: str) -> bytes:

@@ -29,7 +29,7 @@ def test_migrate_then_up_to_date(tmp_path):
     ("args", "message"),
     [
         (("migrate", "--storage", "mysql://nope"), "unknown storage DSN"),
-        (("sql", "SELECT (1 +", "--storage", "chdb:///tmp/streamscope-cli-bad"), "Syntax error"),
+        (("sql", "SELECT 1", "--storage", "chdb:///tmp/streamscope-cli-none"), "no store at /tmp/streamscope-cli-none"),
         (("sql", "SELECT 1", "--collector-url", "http://127.0.0.1:9"), "did not answer"),
         (("collector", "--spool-max-mib", "16", "--no-grpc"), "is below the largest request accepted"),
     ],
@@ -221,3 +221,16 @@ def test_piped_sql_output_is_whole_values_in_tsv_unless_asked_otherwise(tmp_path
     table = run("sql", query, "--storage", dsn, "--format", "table")
     assert table.returncode == 0 and "x" * 300 in table.stdout  # one cell, uncut, unwrapped
     assert max(len(line) for line in table.stdout.splitlines()) < 400  # laid out to its content, not padded
+
+
+def test_sql_names_the_store_it_looked_for_and_never_creates_one(tmp_path: Path):
+    data_dir = tmp_path / "data"
+    assert run("migrate", "--storage", f"chdb://{data_dir / 'chdb'}").returncode == 0  # as STREAMSCOPE_DATA_DIR does
+    wrong = run("sql", "SELECT count() FROM streams", "--storage", f"chdb://{data_dir}")
+    assert wrong.returncode == 1 and f"--storage chdb://{data_dir / 'chdb'}" in wrong.stderr
+    assert not (data_dir / "metadata").exists()
+    bad = run("sql", "SELECT (1 +", "--storage", f"chdb://{data_dir / 'chdb'}")
+    assert bad.returncode == 1 and "Syntax error" in bad.stderr
+    empty = tmp_path / "empty"
+    assert run("sql", "SELECT 1", "--storage", f"chdb://{empty}?database=other").returncode == 1
+    assert not empty.exists()
