@@ -49,8 +49,9 @@ ENGINE_REQUESTS_REJECTED: Final = "requests_rejected"
 """Requests turned away because the engine was full (TGI err overloaded). Invalid requests are the client's
 error, not the engine's state, and are not counted."""
 ENGINE_REQUESTS_WAITING_FOR_KV: Final = "requests_waiting_for_kv"
-"""Waiting requests that the KV cache has no room for (vLLM ``num_requests_waiting_by_reason{reason="capacity"}``),
-as opposed to those deferred for other reasons: the queue that KV pressure makes."""
+"""Waiting requests the scheduler had no capacity for (vLLM ``num_requests_waiting_by_reason{reason="capacity"}``:
+KV-cache blocks or batch slots), as opposed to those deferred for other reasons (a remote KV transfer, a grammar
+being compiled): the queue KV pressure makes, among others."""
 
 # Engine histograms (per-interval count and sum)
 ENGINE_STEPS: Final = "steps"

@@ -162,7 +162,8 @@ RULES: Final[dict[str, tuple[_Rule, ...]]] = {
     "sglang:num_aborted_requests": _counter(ENGINE_REQUESTS_ABORTED),
     "sglang:inter_token_latency_seconds": _histogram(ENGINE_ITL_COUNT, ENGINE_ITL_SUM),
     "sglang:time_to_first_token_seconds": _histogram(ENGINE_TTFT_COUNT, ENGINE_TTFT_SUM),
-    # TGI: docs/source/reference/metrics.md. Token histograms are observed when a request ends.
+    # TGI: docs/source/reference/metrics.md. The input length is observed at validation, generated tokens when a
+    # request ends.
     "tgi_queue_size": _gauge(ENGINE_REQUESTS_WAITING),
     "tgi_batch_current_size": _gauge(ENGINE_REQUESTS_RUNNING),
     "tgi_batch_current_max_tokens": _gauge(_TGI_BATCH_TOKENS),
@@ -187,7 +188,7 @@ def _sample_names(rules: dict[str, tuple[_Rule, ...]]) -> dict[str, tuple[str, s
     for family, (rule, *_) in rules.items():
         if rule.kind == "gauge":
             names[family] = (family, "gauge")
-        elif rule.kind == "counter":  # older TGI builds expose counters without _total
+        elif rule.kind == "counter":  # TGI's exporter names counters as recorded, without _total
             names[family] = names[f"{family}_total"] = (family, "counter")
         else:  # a summary's _count and _sum serve as well as a histogram's
             names.update({f"{family}_{part}": (family, part) for part in ("bucket", "count", "sum")})
@@ -401,18 +402,27 @@ def _largest_step(deltas: dict[float, float]) -> tuple[float | None, float]:
     return highest, 0.0
 
 
+_COUNTED_IN_BLOCKS_ONCE = frozenset({"vllm:gpu_prefix_cache_queries", "vllm:gpu_prefix_cache_hits"})
+"""vLLM 0.8 counted these in KV-cache blocks (their HELP says "blocks"), later releases in tokens, as the agent's
+prefix-cache metrics are; a count of blocks is not read."""
+
+
 def _parse(text: str) -> dict[Identity, list[_Point]]:
     """Each engine found in ``text`` with its recognized samples; raises on text that is not an exposition."""
     found: dict[Identity, list[_Point]] = {}
     for family in text_string_to_metric_families(text):
+        if family.name in _COUNTED_IN_BLOCKS_ONCE and "block" in family.documentation:
+            continue
         for sample in family.samples:
             kind = _engine_kind(sample.name)
-            if kind is None or sample.name.endswith("_created"):
+            known = _SAMPLE_NAMES.get(sample.name)
+            if kind is None or known is None:
+                # a series the agent does not read names no engine: vLLM's admission rejections carry no engine
+                # label, and would make an instance of all engines that reports nothing
                 continue
             ids = tuple((label, sample.labels[label]) for label in ID_LABELS[kind] if label in sample.labels)
             points = found.setdefault((kind, ids), [])
-            known = _SAMPLE_NAMES.get(sample.name)
-            if known is not None and not math.isnan(sample.value):
+            if not math.isnan(sample.value):
                 points.append(_Point(*known, tuple(sorted(sample.labels.items())), float(sample.value)))
     return found
 

@@ -1,9 +1,14 @@
-"""Engine scrapers: captured /metrics text in, normalized per-interval Samples out; no network anywhere."""
+"""Engine scrapers: /metrics in, normalized per-interval Samples out; no network anywhere.
+
+The expositions are built from the engines' released metric definitions (``engine_expositions``): each test records
+what the engine would between two scrapes and serves the text it would then render.
+"""
 
 from __future__ import annotations
 
 import random
-from pathlib import Path
+import re
+import time
 
 import httpx
 import pytest
@@ -11,17 +16,15 @@ import pytest
 from streamscope_cli.engine.metrics import VLLM_ITERATION_BUCKETS, exposition, make_metrics
 from streamscope_cli.engine.scheduler import Scheduler, SchedulerConfig, Sequence
 from streamscope_gpu_agent import samples as m
+from streamscope_gpu_agent.events import EventDeriver
 from streamscope_gpu_agent.scrape import EngineScraper, ScrapeResult, http_fetch
+from tests.gpu_agent.engine_expositions import Sglang0_5_23, Tgi3_3_7, Vllm0_8_5, Vllm0_10_2, Vllm0_33
 
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "metrics"
 URL = "http://gpu-7:8000/metrics"
 NOW_NS = 1_800_000_000_123_456_789
 GAUGES = {m.ENGINE_KV_USAGE, m.ENGINE_REQUESTS_RUNNING, m.ENGINE_REQUESTS_WAITING, m.ENGINE_SPEC_ACCEPTANCE}
 GAUGES |= {m.ENGINE_REQUESTS_WAITING_FOR_KV}
-
-
-def fixture(name: str) -> str:
-    return (FIXTURES / f"{name}.prom").read_text()
+WAITING_FOR_KV = m.ENGINE_REQUESTS_WAITING_FOR_KV
 
 
 class Endpoint:
@@ -56,89 +59,144 @@ def agent_values(result: ScrapeResult) -> dict[str, float]:
     return {sample.metric: sample.value for sample in result.samples if sample.source == "agent"}
 
 
-# --- editing exposition text the way an engine moves on ------------------------------------------------------
+# --- engines some hours into a run ---------------------------------------------------------------------------
 
 
-def _matches(line: str, name: str, labels: dict[str, str]) -> bool:
-    if line.startswith("#") or not line.strip():
-        return False
-    series = line.rsplit(" ", 1)[0]
-    return series.split("{", 1)[0] == name and all(f'{key}="{value}"' in series for key, value in labels.items())
+def vllm_pair() -> Vllm0_33:
+    """One vLLM API server in front of two data-parallel engines, speculative decoding on (3 draft tokens)."""
+    vllm = Vllm0_33(engines=(0, 1), speculative_tokens=3)
+    #               engine, running, waiting for capacity, deferred, KV usage
+    for engine, running, capacity, deferred, kv in [(0, 12, 3, 1, 0.4375), (1, 9, 0, 0, 0.3125)]:
+        vllm.set("vllm:num_requests_running", running, engine=engine)
+        vllm.set("vllm:num_requests_waiting", capacity + deferred, engine=engine)  # loggers.py: the sum of both
+        vllm.set("vllm:num_requests_waiting_by_reason", capacity, engine=engine, reason="capacity")
+        vllm.set("vllm:num_requests_waiting_by_reason", deferred, engine=engine, reason="deferred")
+        vllm.set("vllm:kv_cache_usage_perc", kv, engine=engine)
+        # what it counted before the agent's first scrape
+        vllm.inc("vllm:num_preemptions", 7, engine=engine)
+        admit(vllm, computed=942_090, cached=901_120, engine=engine)
+        vllm.inc("vllm:generation_tokens", 5_210_877, engine=engine)
+        vllm.inc("vllm:request_success", 4182, engine=engine, finished_reason="stop")
+        vllm.inc("vllm:request_success", 27, engine=engine, finished_reason="abort")
+        vllm.observe("vllm:iteration_tokens_total", 64, times=400, engine=engine)
+        vllm.observe("vllm:time_to_first_token_seconds", 0.08, times=300, engine=engine)
+    return vllm
 
 
-def add(text: str, name: str, amount: float, **labels: str) -> str:
-    """Add ``amount`` to the one series ``name{labels...}``."""
-    lines = text.splitlines()
-    hits = [i for i, line in enumerate(lines) if _matches(line, name, labels)]
-    assert len(hits) == 1, f"{name} {labels} matches {len(hits)} lines"
-    series, value = lines[hits[0]].rsplit(" ", 1)
-    lines[hits[0]] = f"{series} {float(value) + amount!r}"
-    return "\n".join(lines) + "\n"
+def admit(vllm: Vllm0_33, *, computed: int, cached: int, engine: int = 0) -> None:
+    """Prompt tokens admitted, as ``PrometheusStatLogger.record`` counts them: all of them, by source (computed here,
+    or the prefix cache's), the cached ones, and the prefix cache's queries and hits."""
+    vllm.inc("vllm:prompt_tokens", computed + cached, engine=engine)
+    vllm.inc("vllm:prompt_tokens_by_source", computed, engine=engine, source="local_compute")
+    vllm.inc("vllm:prompt_tokens_by_source", cached, engine=engine, source="local_cache_hit")
+    vllm.inc("vllm:prompt_tokens_cached", cached, engine=engine)
+    vllm.inc("vllm:prefix_cache_queries", computed + cached, engine=engine)
+    vllm.inc("vllm:prefix_cache_hits", cached, engine=engine)
 
 
-def observe(text: str, family: str, value: float, times: int = 1, **labels: str) -> str:
-    """Record ``times`` observations of ``value`` in one histogram series, buckets, count and sum alike."""
-    lines = text.splitlines()
-    touched = 0
-    for i, line in enumerate(lines):
-        if _matches(line, f"{family}_bucket", labels):
-            le = float(line.split('le="', 1)[1].split('"', 1)[0])
-            if value <= le:
-                series, old = line.rsplit(" ", 1)
-                lines[i] = f"{series} {float(old) + times!r}"
-                touched += 1
-    assert touched, f"no {family} buckets for {labels}"
-    text = "\n".join(lines) + "\n"
-    return add(add(text, f"{family}_count", times, **labels), f"{family}_sum", value * times, **labels)
+def vllm_deprecated(engine: int = 0) -> Vllm0_8_5:
+    """vLLM 0.8.5: one engine, only the names later deprecated."""
+    vllm = Vllm0_8_5(engines=(engine,), model="Qwen/Qwen2.5-7B-Instruct")
+    vllm.set("vllm:num_requests_running", 5).set("vllm:num_requests_waiting", 1)
+    vllm.set("vllm:gpu_cache_usage_perc", 0.21875)
+    vllm.inc("vllm:prompt_tokens_total", 220_913).inc("vllm:generation_tokens_total", 640_188)
+    vllm.inc("vllm:gpu_prefix_cache_queries", 13_807).inc("vllm:gpu_prefix_cache_hits", 6_464)
+    vllm.inc("vllm:request_success_total", 588, finished_reason="stop")
+    return vllm.observe("vllm:time_per_output_token_seconds", 0.02, times=500)
 
 
-def zero(text: str, **labels: str) -> str:
-    """Every sample carrying ``labels`` back to 0, as after a restart of that engine."""
-    lines = [
-        f"{line.rsplit(' ', 1)[0]} 0.0"
-        if not line.startswith("#") and all(f'{k}="{v}"' in line for k, v in labels.items())
-        else line
-        for line in text.splitlines()
-    ]
-    return "\n".join(lines) + "\n"
+SGLANG_RANKS = [(17, 2, 0.37), (11, 0, 0.25)]
+"""running, queued, token usage of DP rank 0 and 1."""
+
+
+def sglang_server(dp_size: int = 1) -> Sglang0_5_23:
+    """SGLang with ``dp_size`` data-parallel replicas, speculative decoding off."""
+    sglang = Sglang0_5_23(dp_size=dp_size)
+    for rank, (running, queued, usage) in enumerate(SGLANG_RANKS[:dp_size]):
+        sglang.set("sglang:num_running_reqs", running, dp_rank=rank)
+        sglang.set("sglang:num_queue_reqs", queued, dp_rank=rank)
+        sglang.set("sglang:token_usage", usage, dp_rank=rank)
+        sglang.set("sglang:num_retracted_reqs", 0, dp_rank=rank)
+        # without a speculative algorithm the scheduler logs zeros (scheduler_components/metrics_reporter.py)
+        sglang.set("sglang:spec_accept_length", 0, dp_rank=rank).set("sglang:spec_accept_rate", 0, dp_rank=rank)
+        sglang.inc("sglang:num_retracted_requests_total", 4, dp_rank=rank)
+    # the tokenizer manager's series: one for all ranks
+    sglang.inc("sglang:prompt_tokens_total", 3_120_988, is_streaming="true")
+    sglang.inc("sglang:generation_tokens_total", 8_842_177, is_streaming="true")
+    sglang.inc("sglang:cached_tokens_total", 1_504_211, cache_source="device")
+    sglang.inc("sglang:num_requests_total", 7810, is_streaming="true")
+    sglang.inc("sglang:num_aborted_requests_total", 52)
+    sglang.observe("sglang:time_to_first_token_seconds", 0.18, times=400, is_streaming="true")
+    return sglang.observe("sglang:inter_token_latency_seconds", 0.009, times=900)
+
+
+def tgi_router(counter_suffix: str = "") -> Tgi3_3_7:
+    """A TGI router that has served a while: no request has yet failed as incomplete or on its chat template."""
+    tgi = Tgi3_3_7(counter_suffix=counter_suffix)
+    tgi.set("tgi_batch_max_total_tokens", 59_488)  # warm-up sized the KV cache for this many tokens
+    tgi.set("tgi_queue_size", 4).set("tgi_batch_current_size", 12)
+    tgi.set("tgi_batch_current_max_tokens", 14_872)  # the tokens the running batch may grow to
+    tgi.inc("tgi_request_count", 1562).inc("tgi_request_success", 1490)
+    for err, count in [("dropped", 9), ("generation", 3), ("validation", 18), ("overloaded", 42)]:
+        tgi.inc("tgi_request_failure", count, err=err)
+    tgi.inc("tgi_batch_inference_count", 1533, method="prefill")
+    tgi.inc("tgi_batch_inference_count", 90_210, method="decode")
+    tgi.observe("tgi_batch_forward_duration", 0.013, times=1533, method="prefill")
+    tgi.observe("tgi_batch_forward_duration", 0.0055, times=900, method="decode")
+    tgi.observe("tgi_request_input_length", 160, times=1490)
+    return tgi.observe("tgi_request_generated_tokens", 108, times=1490)
+
+
+def test_the_expositions_are_shaped_as_each_engine_serves_them() -> None:
+    vllm = vllm_pair().render()
+    assert 'vllm:num_preemptions_total{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 7.0' in vllm
+    assert 'vllm:num_preemptions_created{engine="0"' in vllm and "python_gc_objects_collected_total" in vllm
+    rejections = r'^vllm:admission_rejections_total\{model_name="[^"]+",reason="max_num_queued_reqs"\} 0\.0$'
+    assert re.search(rejections, vllm, re.M)  # the API server's own: no engine label
+
+    sglang = sglang_server().render()
+    assert "_created" not in sglang and "python_gc" not in sglang
+    assert re.search(r'^sglang:num_retracted_reqs\{[^}]*pid="\d+"[^}]*\} 0\.0$', sglang, re.M)
+    assert "sglang:utilization" not in sglang  # never recorded: not served
+
+    tgi = tgi_router().render()
+    assert "\n# TYPE tgi_request_success counter\ntgi_request_success 1490\n" in tgi
+    assert not re.search(r"^tgi_\w+_(total|created)\b", tgi, re.M)
+    assert 'tgi_batch_forward_duration_bucket{method="prefill",le="0.00015000000000000001"} 0\n' in tgi
+    assert "# TYPE tgi_batch_max_total_tokens gauge\ntgi_batch_max_total_tokens 59488\n" in tgi  # and no HELP
+    assert "# HELP tgi_batch_max_total_tokens" not in tgi
+    assert 'tgi_request_failure{err="incomplete"}' not in tgi  # a series exists once something was recorded
 
 
 # --- detection and gauges ------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("name", "expected"),
+    ("build", "engines", "expected"),
     [
         (
-            "vllm_v1",
+            vllm_pair,
+            # the API server's admission_rejections carry no engine label, and name no engine: nothing on them is read
+            ["vllm", "vllm/1"],
             {
-                "vllm": {
-                    "kv_usage": 0.4375,
-                    "requests_running": 12,
-                    "requests_waiting": 3,
-                    "requests_waiting_for_kv": 3,
-                },
-                "vllm/1": {
-                    "kv_usage": 0.3125,
-                    "requests_running": 9,
-                    "requests_waiting": 0,
-                    "requests_waiting_for_kv": 0,
-                },
+                # engine 0: 3 waiting for capacity + 1 deferred; only the first wait for room
+                "vllm": {"kv_usage": 0.4375, "requests_running": 12, "requests_waiting": 4, WAITING_FOR_KV: 3},
+                "vllm/1": {"kv_usage": 0.3125, "requests_running": 9, "requests_waiting": 0, WAITING_FOR_KV: 0},
             },
         ),
-        ("vllm_deprecated", {"vllm": {"kv_usage": 0.21875, "requests_running": 5, "requests_waiting": 1}}),
+        (vllm_deprecated, ["vllm"], {"vllm": {"kv_usage": 0.21875, "requests_running": 5, "requests_waiting": 1}}),
         # speculative decoding is off: SGLang's zero acceptance is not reported as a real 0
-        ("sglang", {"sglang": {"kv_usage": 0.37, "requests_running": 17, "requests_waiting": 2}}),
+        (sglang_server, ["sglang"], {"sglang": {"kv_usage": 0.37, "requests_running": 17, "requests_waiting": 2}}),
         # TGI's KV usage: the tokens its batch may grow to over the budget warm-up sized the cache for
-        ("tgi", {"tgi": {"kv_usage": 0.25, "requests_running": 12, "requests_waiting": 4}}),
+        (tgi_router, ["tgi"], {"tgi": {"kv_usage": 14_872 / 59_488, "requests_running": 12, "requests_waiting": 4}}),
     ],
 )
-def test_first_scrape_detects_the_engines_and_reports_gauges_only(name: str, expected: dict) -> None:
-    endpoint = Endpoint(fixture(name))
+def test_first_scrape_detects_the_engines_and_reports_gauges_only(build, engines: list[str], expected: dict) -> None:
+    endpoint = Endpoint(build().render())
     result = scraper(endpoint).scrape()
 
     assert result.ok and result.error == ""
-    assert result.engines == sorted(expected)
+    assert result.engines == engines
     assert engine_values(result) == expected
     assert result.restarted == []
     assert endpoint.calls == [(URL, 0.5)]
@@ -151,7 +209,7 @@ def test_first_scrape_detects_the_engines_and_reports_gauges_only(name: str, exp
 
 
 def test_one_endpoint_can_carry_several_engine_kinds() -> None:
-    result = scraper(Endpoint(fixture("vllm_v1") + fixture("tgi"))).scrape()
+    result = scraper(Endpoint(vllm_pair().render() + tgi_router().render())).scrape()
 
     assert result.engines == ["tgi", "vllm", "vllm/1"]
     assert engine_values(result)["tgi"] == {"kv_usage": 0.25, "requests_running": 12, "requests_waiting": 4}
@@ -160,55 +218,46 @@ def test_one_endpoint_can_carry_several_engine_kinds() -> None:
 
 def test_engine_index_labels_name_the_engines() -> None:
     """A lone engine is plain ``vllm`` whatever its index; several get ``vllm/<index>``, index 0 staying plain."""
-    text = fixture("vllm_deprecated")
-    alone = scraper(Endpoint(text.replace('engine="0"', 'engine="3"'))).scrape()
+    alone = scraper(Endpoint(vllm_deprecated(engine=3).render())).scrape()
     assert alone.engines == ["vllm"]
 
-    sglang = fixture("sglang")
-    rank1 = "\n".join(line for line in sglang.splitlines() if 'tp_rank="0"' in line).replace(
-        'tp_rank="0"', 'tp_rank="1"'
-    )
-    result = scraper(Endpoint(sglang + rank1 + "\n")).scrape()
-    # tokenizer-side SGLang series carry no rank: counted over both, they are neither rank's
+    result = scraper(Endpoint(sglang_server(dp_size=2).render())).scrape()
+    # the tokenizer manager's series carry no rank: counted over both, they are neither rank's
     assert result.engines == ["sglang", "sglang/1", "sglang/all"]
-    assert engine_values(result)["sglang/1"] == {"kv_usage": 0.37, "requests_running": 17, "requests_waiting": 2}
-    assert engine_values(result)["sglang"] == engine_values(result)["sglang/1"]
+    assert engine_values(result)["sglang"] == {"kv_usage": 0.37, "requests_running": 17, "requests_waiting": 2}
+    assert engine_values(result)["sglang/1"] == {"kv_usage": 0.25, "requests_running": 11, "requests_waiting": 0}
     # alone, the one rank's name takes them: they were counted over it alone
-    assert scraper(Endpoint(sglang)).scrape().engines == ["sglang"]
+    assert scraper(Endpoint(sglang_server().render())).scrape().engines == ["sglang"]
 
 
 # --- per-interval increases ----------------------------------------------------------------------------------
 
-V0 = {"engine": "0"}
 
-
-def vllm_busy_interval(text: str) -> str:
+def vllm_busy_interval(vllm: Vllm0_33) -> str:
     """What engine 0 does between two scrapes; engine 1 stays idle."""
-    text = add(text, "vllm:num_requests_running", 2, **V0)
-    text = add(text, "vllm:num_preemptions_total", 2, **V0)
-    text = add(text, "vllm:prompt_tokens_total", 800, **V0)
-    text = add(text, "vllm:prompt_tokens_by_source_total", 288, source="local_compute", **V0)
-    text = add(text, "vllm:prompt_tokens_by_source_total", 512, source="local_cache_hit", **V0)
-    text = add(text, "vllm:prompt_tokens_cached_total", 512, **V0)
-    text = add(text, "vllm:generation_tokens_total", 1200, **V0)
-    text = add(text, "vllm:prefix_cache_queries_total", 800, **V0)
-    text = add(text, "vllm:prefix_cache_hits_total", 512, **V0)
-    text = add(text, "vllm:spec_decode_num_draft_tokens_total", 300, **V0)
-    text = add(text, "vllm:spec_decode_num_accepted_tokens_total", 210, **V0)
-    text = add(text, "vllm:request_success_total", 5, finished_reason="stop", **V0)
-    text = add(text, "vllm:request_success_total", 1, finished_reason="abort", **V0)
-    text = observe(text, "vllm:iteration_tokens_total", 40, times=20, **V0)
-    text = observe(text, "vllm:iteration_tokens_total", 100, times=9, **V0)
-    text = observe(text, "vllm:iteration_tokens_total", 700, **V0)
-    text = observe(text, "vllm:inter_token_latency_seconds", 0.02, times=1180, **V0)
-    return observe(text, "vllm:time_to_first_token_seconds", 0.15, times=6, **V0)
+    vllm.set("vllm:num_requests_running", 14, engine=0)
+    vllm.inc("vllm:num_preemptions", 2, engine=0)
+    admit(vllm, computed=288, cached=512)
+    vllm.inc("vllm:generation_tokens", 1200, engine=0)
+    vllm.inc("vllm:spec_decode_num_drafts", 100, engine=0)
+    vllm.inc("vllm:spec_decode_num_draft_tokens", 300, engine=0)
+    vllm.inc("vllm:spec_decode_num_accepted_tokens", 210, engine=0)
+    vllm.inc("vllm:request_success", 5, engine=0, finished_reason="stop")
+    vllm.inc("vllm:request_success", 1, engine=0, finished_reason="abort")
+    vllm.observe("vllm:iteration_tokens_total", 40, times=20, engine=0)
+    vllm.observe("vllm:iteration_tokens_total", 100, times=9, engine=0)
+    vllm.observe("vllm:iteration_tokens_total", 700, engine=0)
+    vllm.observe("vllm:inter_token_latency_seconds", 0.02, times=1180, engine=0)
+    vllm.observe("vllm:time_to_first_token_seconds", 0.15, times=6, engine=0)
+    return vllm.render()
 
 
 def test_second_scrape_reports_increases_per_engine() -> None:
-    endpoint = Endpoint(fixture("vllm_v1"))
+    vllm = vllm_pair()
+    endpoint = Endpoint(vllm.render())
     scrape = scraper(endpoint)
     scrape.scrape()
-    endpoint.answer = vllm_busy_interval(fixture("vllm_v1"))
+    endpoint.answer = vllm_busy_interval(vllm)
     result = scrape.scrape()
 
     values = engine_values(result)
@@ -216,7 +265,7 @@ def test_second_scrape_reports_increases_per_engine() -> None:
         {
             "kv_usage": 0.4375,
             "requests_running": 14,
-            "requests_waiting": 3,
+            "requests_waiting": 4,
             "requests_waiting_for_kv": 3,
             "preemptions": 2,
             "prompt_tokens": 800,
@@ -228,6 +277,7 @@ def test_second_scrape_reports_increases_per_engine() -> None:
             "spec_draft_tokens": 300,
             "spec_accepted_tokens": 210,
             "spec_acceptance": 0.7,
+            "spec_accept_length": 3.1,
             "requests_finished": 6,
             "requests_aborted": 1,
             "steps": 30,
@@ -241,9 +291,7 @@ def test_second_scrape_reports_increases_per_engine() -> None:
     )
     # an idle engine reports zero increases; nothing to divide, so no acceptance and no largest step
     idle = values["vllm/1"]
-    assert {
-        metric: value for metric, value in idle.items() if metric not in GAUGES | {"requests_waiting_for_kv"}
-    } == dict.fromkeys(
+    assert {metric: value for metric, value in idle.items() if metric not in GAUGES} == dict.fromkeys(
         [
             "preemptions",
             "prompt_tokens",
@@ -266,6 +314,7 @@ def test_second_scrape_reports_increases_per_engine() -> None:
         0.0,
     )
     assert result.restarted == []
+    assert "vllm/all" not in values  # the API server's own counters: nothing the agent reads
 
 
 @pytest.mark.parametrize(
@@ -287,14 +336,14 @@ def test_step_tokens_max_is_the_highest_bucket_that_gained(observations: list[in
 
 
 def steps_of(observations: list[int]) -> EngineScraper:
-    """A scraper whose next scrape sees engine 0 run steps of these sizes since its first."""
-    endpoint = Endpoint(fixture("vllm_v1"))
+    """A scraper whose next scrape sees the engine run steps of these sizes since its first."""
+    vllm = Vllm0_33()
+    endpoint = Endpoint(vllm.render())
     scrape = scraper(endpoint)
     scrape.scrape()
-    text = fixture("vllm_v1")
     for tokens in observations:
-        text = observe(text, "vllm:iteration_tokens_total", tokens, **V0)
-    endpoint.answer = text
+        vllm.observe("vllm:iteration_tokens_total", tokens)
+    endpoint.answer = vllm.render()
     return scrape
 
 
@@ -314,12 +363,14 @@ def test_steps_beyond_the_last_bucket_are_counted_and_reach_at_least_its_bound(o
 )
 def test_vllm_spec_acceptance_and_length_come_from_the_interval_counters(drafts, accepted, acceptance, length) -> None:
     """Three draft tokens per draft: acceptance is accepted over draft tokens, length 1 + accepted per draft."""
-    endpoint = Endpoint(fixture("vllm_v1"))
+    vllm = Vllm0_33(speculative_tokens=3)
+    endpoint = Endpoint(vllm.render())
     scrape = scraper(endpoint)
     scrape.scrape()
-    text = add(fixture("vllm_v1"), "vllm:spec_decode_num_drafts_total", drafts, **V0)
-    text = add(text, "vllm:spec_decode_num_draft_tokens_total", 3 * drafts, **V0)
-    endpoint.answer = add(text, "vllm:spec_decode_num_accepted_tokens_total", accepted, **V0)
+    vllm.inc("vllm:spec_decode_num_drafts", drafts)
+    vllm.inc("vllm:spec_decode_num_draft_tokens", 3 * drafts)
+    vllm.inc("vllm:spec_decode_num_accepted_tokens", accepted)
+    endpoint.answer = vllm.render()
 
     values = engine_values(scrape.scrape())["vllm"]
     assert (values.get("spec_acceptance"), values.get("spec_accept_length")) == (acceptance, length)
@@ -327,28 +378,27 @@ def test_vllm_spec_acceptance_and_length_come_from_the_interval_counters(drafts,
 
 
 def test_sglang_spec_acceptance_and_length_are_its_gauges_when_speculative_decoding_runs() -> None:
-    text = add(fixture("sglang"), "sglang:spec_accept_length", 3.2)
-    text = add(text, "sglang:spec_accept_rate", 0.73)
+    sglang = sglang_server().set("sglang:spec_accept_length", 3.2).set("sglang:spec_accept_rate", 0.73)
 
-    values = engine_values(scraper(Endpoint(text)).scrape())["sglang"]
+    values = engine_values(scraper(Endpoint(sglang.render())).scrape())["sglang"]
     assert (values["spec_acceptance"], values["spec_accept_length"]) == (0.73, 3.2)
 
 
 def test_sglang_increases() -> None:
-    endpoint = Endpoint(fixture("sglang"))
+    sglang = sglang_server()
+    endpoint = Endpoint(sglang.render())
     scrape = scraper(endpoint)
     scrape.scrape()
-    text = add(fixture("sglang"), "sglang:num_retracted_requests_total", 1)
-    for name, amount in [
-        ("sglang:prompt_tokens_total", 4000),
-        ("sglang:generation_tokens_total", 2500),
-        ("sglang:cached_tokens_total", 1024),
-        ("sglang:num_requests_total", 9),
-        ("sglang:num_aborted_requests_total", 2),
-    ]:
-        text = add(text, name, amount)
-    text = observe(text, "sglang:inter_token_latency_seconds", 0.007, times=2400)
-    endpoint.answer = observe(text, "sglang:time_to_first_token_seconds", 0.3, times=9)
+    sglang.inc("sglang:num_retracted_requests_total", 1)
+    sglang.inc("sglang:prompt_tokens_total", 4000, is_streaming="true")
+    sglang.inc("sglang:generation_tokens_total", 2500, is_streaming="true")
+    sglang.inc("sglang:cached_tokens_total", 1000, cache_source="device")
+    sglang.inc("sglang:cached_tokens_total", 24, cache_source="host")  # a source first seen now: counted from 0
+    sglang.inc("sglang:num_requests_total", 9, is_streaming="true")
+    sglang.inc("sglang:num_aborted_requests_total", 2)
+    sglang.observe("sglang:inter_token_latency_seconds", 0.007, times=2400)
+    sglang.observe("sglang:time_to_first_token_seconds", 0.3, times=9, is_streaming="true")
+    endpoint.answer = sglang.render()
 
     assert engine_values(scrape.scrape())["sglang"] == pytest.approx(
         {
@@ -371,33 +421,29 @@ def test_sglang_increases() -> None:
     )
 
 
-def tgi_interval(text: str) -> str:
-    text = add(text, "tgi_request_success", 7)
-    text = add(text, "tgi_request_failure", 1, err="dropped")  # the client gave up while it was queued
-    text = add(text, "tgi_request_failure", 2, err="generation")
-    text = add(text, "tgi_request_failure", 1, err="incomplete")
-    text = add(text, "tgi_request_failure", 4, err="overloaded")
-    text = add(text, "tgi_request_failure", 3, err="validation")  # the client's error: not counted
-    text = add(text, "tgi_request_failure", 1, err="template")
-    text = observe(text, "tgi_request_generated_tokens", 250, times=7)
-    text = observe(text, "tgi_request_input_length", 120, times=7)
-    text = observe(text, "tgi_batch_forward_duration", 0.02, times=7, method="prefill")
-    return observe(text, "tgi_batch_forward_duration", 0.01, times=250, method="decode")
+def tgi_interval(tgi: Tgi3_3_7) -> str:
+    tgi.inc("tgi_request_success", 7)
+    tgi.inc("tgi_request_failure", 1, err="dropped")  # the client gave up while it was queued
+    tgi.inc("tgi_request_failure", 2, err="generation")
+    tgi.inc("tgi_request_failure", 1, err="incomplete")  # the first of its kind: the series appears now
+    tgi.inc("tgi_request_failure", 4, err="overloaded")
+    tgi.inc("tgi_request_failure", 3, err="validation")  # the client's error: not counted
+    tgi.inc("tgi_request_failure", 1, err="template")
+    tgi.observe("tgi_request_generated_tokens", 250, times=7)
+    tgi.observe("tgi_request_input_length", 120, times=7)
+    tgi.observe("tgi_batch_forward_duration", 0.02, times=7, method="prefill")
+    tgi.observe("tgi_batch_forward_duration", 0.01, times=250, method="decode")
+    return tgi.render()
 
 
-@pytest.mark.parametrize("total_suffix", [False, True])
-def test_tgi_increases_with_or_without_total_suffix(total_suffix: bool) -> None:
-    def variant(text: str) -> str:
-        if not total_suffix:
-            return text
-        for name in ("tgi_request_success", "tgi_request_failure"):
-            text = text.replace(f"{name} ", f"{name}_total ").replace(f"{name}{{", f"{name}_total{{")
-        return text
-
-    endpoint = Endpoint(variant(fixture("tgi")))
+@pytest.mark.parametrize("counter_suffix", ["", "_total"])
+def test_tgi_increases_with_or_without_total_suffix(counter_suffix: str) -> None:
+    """TGI's exporter names counters as recorded; one configured for the recommended naming adds ``_total``."""
+    tgi = tgi_router(counter_suffix)
+    endpoint = Endpoint(tgi.render())
     scrape = scraper(endpoint)
     scrape.scrape()
-    endpoint.answer = variant(tgi_interval(fixture("tgi")))
+    endpoint.answer = tgi_interval(tgi)
 
     # exactly these: TGI has no preemptions, cached-token split, per-token ITL or TTFT histogram
     assert engine_values(scrape.scrape())["tgi"] == {
@@ -415,71 +461,172 @@ def test_tgi_increases_with_or_without_total_suffix(total_suffix: bool) -> None:
 
 
 def test_deprecated_vllm_names_map_onto_the_same_metrics() -> None:
-    endpoint = Endpoint(fixture("vllm_deprecated"))
+    vllm = vllm_deprecated()
+    endpoint = Endpoint(vllm.render())
     scrape = scraper(endpoint)
     scrape.scrape()
-    text = add(fixture("vllm_deprecated"), "vllm:gpu_prefix_cache_queries_total", 100)
-    text = add(text, "vllm:gpu_prefix_cache_hits_total", 64)
-    endpoint.answer = observe(text, "vllm:time_per_output_token_seconds", 0.03, times=50)
+    vllm.inc("vllm:gpu_prefix_cache_queries", 100).inc("vllm:gpu_prefix_cache_hits", 64)  # KV blocks in 0.8.5
+    vllm.observe("vllm:time_per_output_token_seconds", 0.03, times=50)
+    endpoint.answer = vllm.render()
 
     values = engine_values(scrape.scrape())["vllm"]
-    assert values["prefix_cache_queries"] == 100
-    assert values["prefix_cache_hits"] == 64
+    assert "prefix_cache_queries" not in values and "prefix_cache_hits" not in values  # blocks are not tokens
     assert values["itl_count"] == 50
     assert values["itl_sum_s"] == pytest.approx(1.5)
     assert not any(metric.startswith("spec_") for metric in values)  # no speculative config: absent
 
 
 def test_the_current_vllm_name_wins_when_the_deprecated_one_is_exposed_too() -> None:
-    deprecated = "\n".join(
-        line
-        for line in fixture("vllm_deprecated").splitlines()
-        if "gpu_cache_usage_perc" in line or "gpu_prefix_cache" in line or "time_per_output_token" in line
-    )
-    endpoint = Endpoint(fixture("vllm_v1") + deprecated + "\n")
+    """vLLM 0.10.2 serves both names of a renamed family from one statistic: counted once."""
+    vllm = Vllm0_10_2()
+    vllm.set("vllm:kv_cache_usage_perc", 0.4375).set("vllm:gpu_cache_usage_perc", 0.4375)
+    endpoint = Endpoint(vllm.render())
     scrape = scraper(endpoint)
     assert engine_values(scrape.scrape())["vllm"]["kv_usage"] == 0.4375
-    text = add(fixture("vllm_v1"), "vllm:prefix_cache_queries_total", 10, **V0)
-    text = observe(text, "vllm:inter_token_latency_seconds", 0.02, times=4, **V0)
-    text += add(deprecated + "\n", "vllm:gpu_prefix_cache_queries_total", 10)
-    endpoint.answer = observe(text, "vllm:time_per_output_token_seconds", 0.02, times=4)
+    vllm.inc("vllm:prefix_cache_queries", 10).inc("vllm:gpu_prefix_cache_queries", 10)
+    vllm.observe("vllm:inter_token_latency_seconds", 0.02, times=4)
+    vllm.observe("vllm:time_per_output_token_seconds", 0.02, times=4)
+    endpoint.answer = vllm.render()
 
     values = engine_values(scrape.scrape())["vllm"]
     assert (values["prefix_cache_queries"], values["itl_count"]) == (10, 4)  # not counted twice
 
 
-def test_created_samples_are_ignored() -> None:
-    endpoint = Endpoint(fixture("vllm_v1"))
+def created(text: str) -> list[float]:
+    return [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if "_created{" in line]
+
+
+def test_created_samples_are_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = vllm_pair().render()
+    # the same counts in series created an hour later (an API server that re-created its loggers)
+    an_hour_later = time.time() + 3600
+    with monkeypatch.context() as patch:
+        patch.setattr(time, "time", lambda: an_hour_later)
+        after = vllm_pair().render()
+    assert created(before) and all(later > earlier for earlier, later in zip(created(before), created(after)))
+
+    endpoint = Endpoint(before)
     scrape = scraper(endpoint)
     scrape.scrape()
-    # a later creation time (re-created series) must neither look like a reset nor add anything
-    endpoint.answer = "\n".join(
-        f"{line.rsplit(' ', 1)[0]} 1.0" if "_created{" in line and not line.startswith("#") else line
-        for line in fixture("vllm_v1").splitlines()
-    )
+    endpoint.answer = after
     result = scrape.scrape()
 
+    # a later creation time must neither look like a reset nor add anything
     assert result.restarted == []
     assert all(value == 0 for metric, value in engine_values(result)["vllm"].items() if metric not in GAUGES)
     assert not any("created" in sample.metric for sample in result.samples)
     # nor is a _created sample evidence of an engine
-    only_created = "\n".join(line for line in fixture("vllm_v1").splitlines() if "_created" in line)
+    only_created = "\n".join(line for line in before.splitlines() if "_created" in line)
     assert "no vLLM, SGLang or TGI metrics" in scraper(Endpoint(only_created)).scrape().error
 
 
-# --- restarts and failures -----------------------------------------------------------------------------------
+# --- successive snapshots, restarts and failures -------------------------------------------------------------
+
+
+def test_vllm_successive_snapshots_make_events_and_a_restart_counts_from_zero() -> None:
+    vllm = Vllm0_33()
+    endpoint = Endpoint(vllm.render())
+    scrape, deriver = scraper(endpoint), EventDeriver()
+    deriver.observe(scrape.scrape().samples, NOW_NS)
+
+    def interval() -> tuple[dict[str, float], list[tuple[str, float]], list[str]]:
+        endpoint.answer = vllm.render()
+        result = scrape.scrape()
+        events = deriver.observe(result.samples, NOW_NS - 1_000_000_000)
+        found = sorted((event.kind, event.magnitude) for event in events)
+        return engine_values(result)["vllm"], found, result.restarted
+
+    # three preemptions; a 6,000-token prompt whose 5,800 the prefix cache held: 200 computed, no burst
+    vllm.inc("vllm:num_preemptions", 3)
+    admit(vllm, computed=200, cached=5_800)
+    vllm.observe("vllm:time_to_first_token_seconds", 0.04, times=2)
+    values, events, restarted = interval()
+    assert (values["preemptions"], values["prompt_tokens"], values["prompt_tokens_computed"]) == (3, 6_000, 200)
+    assert (values["ttft_count"], values["ttft_sum_s"]) == (2, pytest.approx(0.08))
+    assert events == [("preemption", 3)] and restarted == []
+
+    # 5,000 computed: a prefill burst, and one step of 5,200 tokens
+    admit(vllm, computed=5_000, cached=0)
+    vllm.observe("vllm:iteration_tokens_total", 5_200)
+    values, events, restarted = interval()
+    assert (values["preemptions"], values["prompt_tokens_computed"], values["step_tokens_max"]) == (0, 5_000, 8192)
+    assert events == [("prefill_burst", 8192)] and restarted == []  # the step's bound beats the 5,000 tokens
+
+    # the server restarts: counters and histograms start over and report what they counted since
+    vllm.restart()
+    vllm.inc("vllm:num_preemptions", 1)
+    vllm.observe("vllm:time_to_first_token_seconds", 2.0)
+    values, events, restarted = interval()
+    assert restarted == ["vllm"]
+    assert (values["preemptions"], values["ttft_count"], values["ttft_sum_s"]) == (1, 1, 2.0)
+    assert events == [("preemption", 1)]
+
+
+def test_sglang_successive_snapshots_make_events() -> None:
+    sglang = sglang_server()
+    endpoint = Endpoint(sglang.render())
+    scrape, deriver = scraper(endpoint), EventDeriver()
+    deriver.observe(scrape.scrape().samples, NOW_NS)
+
+    sglang.inc("sglang:num_retracted_requests_total", 2)
+    sglang.inc("sglang:prompt_tokens_total", 6_000, is_streaming="true")
+    sglang.inc("sglang:cached_tokens_total", 5_800, cache_source="device")
+    endpoint.answer = sglang.render()
+    first = scrape.scrape()
+    assert engine_values(first)["sglang"]["prompt_tokens_computed"] == 200
+    assert [(e.kind, e.magnitude) for e in deriver.observe(first.samples, NOW_NS)] == [("preemption", 2)]
+
+    sglang.inc("sglang:prompt_tokens_total", 4_500, is_streaming="false")  # nothing cached
+    sglang.set("sglang:token_usage", 0.95)
+    endpoint.answer = sglang.render()
+    second = scrape.scrape()
+    assert engine_values(second)["sglang"]["prompt_tokens_computed"] == 4_500
+    assert [(e.kind, e.magnitude) for e in deriver.observe(second.samples, NOW_NS)] == [("prefill_burst", 4_500)]
+
+    sglang.set("sglang:token_usage", 0.5)  # the KV high-water mark closes with its peak
+    endpoint.answer = sglang.render()
+    third = scrape.scrape()
+    assert [(e.kind, e.magnitude) for e in deriver.observe(third.samples, NOW_NS)] == [("kv_high_water", 0.95)]
+
+
+def test_tgi_successive_snapshots_count_histograms_per_interval() -> None:
+    """TGI cannot tell cached prompt tokens: every admitted prompt token counts toward a burst."""
+    tgi = tgi_router()
+    endpoint = Endpoint(tgi.render())
+    scrape, deriver = scraper(endpoint), EventDeriver()
+    deriver.observe(scrape.scrape().samples, NOW_NS)
+    found = []
+    for prefills, decodes, prompts in [(10, 300, [5_000]), (0, 0, []), (3, 80, [100, 200, 300])]:
+        tgi.observe("tgi_batch_forward_duration", 0.03, times=prefills, method="prefill")
+        tgi.observe("tgi_batch_forward_duration", 0.006, times=decodes, method="decode")
+        for tokens in prompts:
+            tgi.observe("tgi_request_input_length", tokens)
+        endpoint.answer = tgi.render()
+        result = scrape.scrape()
+        events = deriver.observe(result.samples, NOW_NS)
+        values = engine_values(result)["tgi"]
+        found.append((values["steps"], values["prompt_tokens"], [(e.kind, e.magnitude) for e in events]))
+
+    assert found == [(310, 5_000, [("prefill_burst", 5_000)]), (0, 0, []), (83, 600, [])]
+
+    tgi.restart()
+    tgi.set("tgi_batch_max_total_tokens", 59_488).observe("tgi_batch_forward_duration", 0.03, method="prefill")
+    endpoint.answer = tgi.render()
+    result = scrape.scrape()
+    assert result.restarted == ["tgi"]
+    assert engine_values(result)["tgi"]["steps"] == 1
 
 
 def test_a_counter_reset_reports_the_value_since_restart_and_lists_the_engine() -> None:
-    endpoint = Endpoint(fixture("vllm_v1"))
+    vllm = vllm_pair()
+    endpoint = Endpoint(vllm.render())
     scrape = scraper(endpoint)
     scrape.scrape()
-    restarted = zero(fixture("vllm_v1"), engine="1")
-    restarted = add(restarted, "vllm:generation_tokens_total", 340, engine="1")
-    restarted = add(restarted, "vllm:prompt_tokens_total", 1500, engine="1")
-    restarted = observe(restarted, "vllm:iteration_tokens_total", 300, times=2, engine="1")
-    restarted = observe(restarted, "vllm:iteration_tokens_total", 12, times=5, engine="1")
-    endpoint.answer = restarted
+    vllm.restart(engine=1)
+    vllm.inc("vllm:generation_tokens", 340, engine=1).inc("vllm:prompt_tokens", 1500, engine=1)
+    vllm.observe("vllm:iteration_tokens_total", 300, times=2, engine=1)
+    vllm.observe("vllm:iteration_tokens_total", 12, times=5, engine=1)
+    endpoint.answer = vllm.render()
     result = scrape.scrape()
 
     assert result.restarted == ["vllm/1"]
@@ -489,10 +636,26 @@ def test_a_counter_reset_reports_the_value_since_restart_and_lists_the_engine() 
     assert all(value >= 0 for value in values.values())
     assert engine_values(result)["vllm"]["generation_tokens"] == 0  # the other engine is unaffected
 
-    endpoint.answer = add(restarted, "vllm:generation_tokens_total", 60, engine="1")
+    vllm.inc("vllm:generation_tokens", 60, engine=1)
+    endpoint.answer = vllm.render()
     after = scrape.scrape()
     assert after.restarted == []
     assert engine_values(after)["vllm/1"]["generation_tokens"] == 60
+
+
+def test_a_server_restart_lists_every_engine_whose_counters_went_down() -> None:
+    vllm = vllm_pair()
+    endpoint = Endpoint(vllm.render())
+    scrape = scraper(endpoint)
+    scrape.scrape()
+    vllm.restart().inc("vllm:generation_tokens", 25, engine=1)
+    endpoint.answer = vllm.render()
+    result = scrape.scrape()
+
+    assert result.restarted == ["vllm", "vllm/1"]
+    values = engine_values(result)
+    assert (values["vllm"]["generation_tokens"], values["vllm/1"]["generation_tokens"]) == (0, 25)
+    assert (values["vllm"]["kv_usage"], values["vllm"]["preemptions"]) == (0, 0)
 
 
 @pytest.mark.parametrize(
@@ -505,7 +668,8 @@ def test_a_counter_reset_reports_the_value_since_restart_and_lists_the_engine() 
     ],
 )
 def test_a_failing_fetch_is_reported_and_the_next_scrape_carries_on(failure: Exception, reason: str) -> None:
-    endpoint = Endpoint(fixture("vllm_v1"))
+    vllm = vllm_pair()
+    endpoint = Endpoint(vllm.render())
     times = iter([NOW_NS, NOW_NS + 250_000_000, NOW_NS + 500_000_000])
     scrape = EngineScraper(URL, fetch=endpoint, clock=lambda: next(times))
     assert scrape.scrape().since_ns == 0
@@ -520,7 +684,7 @@ def test_a_failing_fetch_is_reported_and_the_next_scrape_carries_on(failure: Exc
     assert all(sample.engine == "" and sample.time_ns == NOW_NS + 250_000_000 for sample in failed.samples)
 
     # back without a restart: increases cover the whole gap since the last good scrape, no restart reported
-    endpoint.answer = add(fixture("vllm_v1"), "vllm:generation_tokens_total", 999, **V0)
+    endpoint.answer = vllm.inc("vllm:generation_tokens", 999, engine=0).render()
     back = scrape.scrape()
     assert back.ok and back.error == "" and back.restarted == []
     assert back.since_ns == NOW_NS  # the increase spans the outage: from the last good scrape
@@ -529,12 +693,13 @@ def test_a_failing_fetch_is_reported_and_the_next_scrape_carries_on(failure: Exc
 
 
 def test_an_engine_back_from_an_outage_with_reset_counters_is_listed_as_restarted() -> None:
-    endpoint = Endpoint(fixture("vllm_deprecated"))
+    vllm = vllm_deprecated()
+    endpoint = Endpoint(vllm.render())
     scrape = scraper(endpoint)
     scrape.scrape()
     endpoint.answer = httpx.ConnectError("[Errno 111] Connection refused")
     scrape.scrape()
-    endpoint.answer = add(zero(fixture("vllm_deprecated"), engine="0"), "vllm:generation_tokens_total", 77)
+    endpoint.answer = vllm.restart().inc("vllm:generation_tokens_total", 77).render()
     back = scrape.scrape()
 
     assert back.ok and back.restarted == ["vllm"]
@@ -556,10 +721,11 @@ def test_the_default_fetch_raises_on_an_http_error_status(monkeypatch: pytest.Mo
 
 def test_the_default_fetch_returns_the_body_and_passes_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[tuple[str, float]] = []
+    text = tgi_router().render()
 
     def get(url: str, timeout: float) -> httpx.Response:
         seen.append((url, timeout))
-        return httpx.Response(200, text=fixture("tgi"), request=httpx.Request("GET", url))
+        return httpx.Response(200, text=text, request=httpx.Request("GET", url))
 
     monkeypatch.setattr(httpx, "get", get)
     result = EngineScraper(URL, timeout_s=0.25).scrape()
@@ -585,7 +751,7 @@ def test_text_that_is_not_engine_metrics_fails_the_scrape(text: str, reason: str
 
     assert not result.ok and reason in result.error
     assert agent_values(result)["engine_up"] == 0 and agent_values(result)["scrape_errors"] == 1
-    endpoint.answer = fixture("sglang")
+    endpoint.answer = sglang_server().render()
     assert scrape.scrape().ok
 
 
@@ -648,12 +814,10 @@ def test_scrapes_the_simulators_exposition(flavor: str, engine: str) -> None:
 def test_once_shows_what_two_scrapes_an_interval_apart_make_of_counters_and_levels() -> None:
     from streamscope_gpu_agent.agent import AgentConfig, GpuAgent
 
-    busy = add(fixture("vllm_v1"), "vllm:num_preemptions_total", 2, **V0)
-    busy = busy.replace(
-        'vllm:kv_cache_usage_perc{engine="1",model_name="meta-llama/Llama-3.1-8B-Instruct"} 0.3125',
-        'vllm:kv_cache_usage_perc{engine="1",model_name="meta-llama/Llama-3.1-8B-Instruct"} 0.96',
-    )
-    answers = [fixture("vllm_v1"), busy]
+    vllm = vllm_pair()
+    answers = [vllm.render()]
+    vllm.inc("vllm:num_preemptions", 2, engine=0).set("vllm:kv_cache_usage_perc", 0.96, engine=1)
+    answers.append(vllm.render())
     engine = EngineScraper(URL, fetch=lambda url, timeout_s: answers.pop(0))
     agent = GpuAgent(AgentConfig(node="n", engine_interval_s=0.01, gpu=False), scraper=engine)
 
