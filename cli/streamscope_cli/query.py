@@ -4,7 +4,6 @@ through the collector that owns it."""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,9 +12,6 @@ from typing import TYPE_CHECKING
 import httpx
 
 from streamscope.errors import StreamscopeError
-
-UNCUT_WIDTH = 100_000
-"""The width a table is laid out in when not on a terminal: wider than any row, so no value is cut."""
 
 if TYPE_CHECKING:  # the server extra may not be installed where the SDK is
     from streamscope_ingest.store.sql import QueryResult
@@ -92,11 +88,11 @@ def print_result(result: QueryResult, output: str) -> None:
         for row in result.rows:
             print("\t".join("" if v is None else str(v) for v in row))
     else:
-        from rich.console import Console
         from rich.table import Table
+
+        from streamscope_cli.terminal import stdout_console
 
         table = Table(*result.names)
         for row in result.rows:
             table.add_row(*("NULL" if v is None else str(v) for v in row))
-        # a terminal wraps the table to its width; anything else gets every value whole
-        Console(file=sys.stdout, width=None if sys.stdout.isatty() else UNCUT_WIDTH).print(table)
+        stdout_console().print(table)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -107,11 +108,14 @@ def test_demo_prints_the_distributions(tmp_path: Path):
         "p99 across streams of per-stream p99",
         "ITL goodput (every gap within 400 ms)",
         "stored bytes per chunk",
-        "injected causes (ground truth)",
+        "injected causes (ground truth), by the stalls they made",
     ):
         assert metric in lines
     assert float(lines["stored bytes per chunk"]) > 0
-    assert "chunking_regression 1" in lines["injected causes (ground truth)"]
+    injected = lines["injected causes (ground truth), by the stalls they made"]
+    assert "chunking_regression 1" in injected
+    # stalls, the unit of the attributed row: a cause that slowed content without a stall is not counted as one
+    assert re.search(r"kv_pressure \d+ stalls", injected) and not re.search(r"kv_pressure \d+(,|$)", injected)
 
 
 @pytest.fixture

@@ -133,6 +133,7 @@ def test_a_record_that_held_only_content_sent_after_the_stall_ended_does_not_lab
         ],
     )
     assert result.confusion == {("client_host", "client_host"): 1, ("connection", "connection"): 2}
+    assert result.made_a_stall == {"client_host": 1, "connection": 2}
 
 
 def test_an_undetected_host_record_is_one_that_held_a_stream_mid_answer_and_met_no_stall(store_client):
@@ -149,6 +150,7 @@ def test_an_undetected_host_record_is_one_that_held_a_stream_mid_answer_and_met_
         streams_ms=[[500, 1800], [19800, 20700], [39000, 40500]],
     )
     assert result.undetected == {"client_host": 1}
+    assert (result.injected, result.made_a_stall) == ({"client_host": 5}, {"client_host": 1})
     assert result.support("client_host") == 2 and result.recall("client_host") == 0.0
 
 

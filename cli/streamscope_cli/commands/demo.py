@@ -33,6 +33,7 @@ def demo(
       streamscope demo --chat     # then open http://127.0.0.1:8080/
     """
     from streamscope_cli.demo.runner import DemoConfig, run_demo
+    from streamscope_cli.terminal import stdout_console
 
     run_demo(
         DemoConfig(
@@ -41,5 +42,6 @@ def demo(
             storage_dsn=storage_dsn or env.default_storage_dsn(),
             encoding=encoding,  # type: ignore[arg-type]
             chat_port=chat_port if chat else None,
-        )
+        ),
+        stdout_console(),
     )

@@ -27,6 +27,7 @@ from streamscope_dashboards.fleet import Summary, summarize
 from streamscope_dashboards.macros import QueryContext
 from streamscope_ingest import store
 from streamscope_ingest.analysis.attribution_job import AttributionJob, PeriodicAttribution
+from streamscope_ingest.analysis.evaluation import STALL_CAUSES, Score, score
 from streamscope_ingest.store import sql
 
 
@@ -80,11 +81,14 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> Summary:
         ctx = QueryContext(since - timedelta(seconds=1), datetime.now(UTC), timedelta(seconds=10))
         summary = summarize(lambda query: sql.parse_result(sql.query_json(client, query)), ctx, stall_us)
         params = {"since": since}
-        truth = client.query(
-            "SELECT cause, count() FROM ground_truth WHERE start_time >= {since:DateTime64(6)} "
-            "GROUP BY cause ORDER BY cause",
-            parameters=params,
-        ).result_rows
+        truth = _injected(
+            client.query(
+                "SELECT cause, count() FROM ground_truth WHERE start_time >= {since:DateTime64(6)} "
+                "GROUP BY cause ORDER BY cause",
+                parameters=params,
+            ).result_rows,
+            score(client, since),
+        )
         stalls = client.query(
             "SELECT cause, count() FROM stalls WHERE start_time >= {since:DateTime64(6)} GROUP BY cause ORDER BY cause",
             parameters=params,
@@ -101,7 +105,7 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> Summary:
                 config.encoding,
                 report,
                 {
-                    "injected causes (ground truth)": truth,
+                    "injected causes (ground truth), by the stalls they made": truth,
                     "attributed stalls": stalls,
                     "engine events (GPU agents)": engine_events,
                 },
@@ -113,6 +117,21 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> Summary:
         collector.stop()
     console.print(f"Next: streamscope report --storage {config.storage_dsn} --since 10m")
     return summary
+
+
+def _injected(records: Sequence[Sequence[Any]], scored: Score) -> list[tuple[str, str]]:
+    """Each injected cause with what it did to the client: the stalls it made (the unit of the attributed row
+    beside it) and the records that slowed content by less than a stall; a cause that makes no stalls (a change
+    of chunking) by its records."""
+    found = []
+    for cause, n in records:
+        if cause not in STALL_CAUSES:
+            found.append((cause, str(n)))
+            continue
+        made = sum(count for (label, _), count in scored.confusion.items() if label == cause)
+        slowed = scored.injected[cause] - scored.made_a_stall[cause]
+        found.append((cause, f"{made} stalls" + (f" ({slowed} more slowed it less than a stall)" if slowed else "")))
+    return found
 
 
 def _chat_origins(port: int | None) -> tuple[str, ...]:

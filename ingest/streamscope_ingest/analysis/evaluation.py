@@ -112,6 +112,11 @@ class Score:
     """Stalls for which attribution named a secondary cause."""
     secondary_right: int = 0
     """Of those, the stalls that another overlapping ground-truth record of that cause touched."""
+    injected: Counter[str] = field(default_factory=Counter)
+    """Ground-truth records scored, by cause."""
+    made_a_stall: Counter[str] = field(default_factory=Counter)
+    """Of those, the records that labelled at least one stall: the others slowed content by less than a stall,
+    or delayed what a stall of another cause already held."""
 
     def precision(self, cause: str) -> float | None:
         predicted = sum(n for (_, p), n in self.confusion.items() if p == cause)
@@ -177,7 +182,10 @@ def score(client: Client, since: datetime, absolute_us: int = 400_000) -> Score:
     host_records = [Record(cause, start, end, (end - start) / 1e6, False) for cause, start, end in host]
     host_candidates = [("", record) for record in host_records]  # candidates for every stall
     result = Score()
+    result.injected.update(r.cause for records in by_trace.values() for r in records)
+    result.injected.update(r.cause for r in host_records)
     hit: set[tuple[str, int, int]] = set()
+    labelling: set[tuple[str, Record]] = set()
     for trace, _, start, end, predicted, secondary, server_seq in stalls:
         best, best_match, labelled_by = "none", -1.0, -1
         records = by_trace.get(trace, [])
@@ -197,6 +205,8 @@ def score(client: Client, since: datetime, absolute_us: int = 400_000) -> Score:
             if overlap >= EXPLAINING_SHARE * (end - start) and match > best_match:
                 best, best_match, labelled_by = cause, match, index
         result.confusion[(best, predicted)] += 1
+        if labelled_by >= 0:
+            labelling.add(candidates[labelled_by])
         if secondary:
             result.secondary_named += 1
             result.secondary_right += any(
@@ -216,4 +226,5 @@ def score(client: Client, since: datetime, absolute_us: int = 400_000) -> Score:
         mid_answer = any(first < r.start_us and r.end_us < last for first, last in answering)
         if r.end_us - r.start_us >= absolute_us and mid_answer and ("", r.start_us, r.end_us) not in hit:
             result.undetected[r.cause] += 1
+    result.made_a_stall.update(record.cause for _, record in labelling)
     return result
