@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from streamscope_dashboards.boards import BOARDS, Board
+from streamscope_dashboards.boards import BOARDS, DRILLDOWN, Board
 from streamscope_dashboards.files import grafana_dir
-from streamscope_dashboards.panels import DEFAULTS, SIDE, SIDES, VARIABLES, Panel
+from streamscope_dashboards.panels import DEFAULTS, SIDE, SIDES, VARIABLES, WORST_STALLED_TRACES, Panel
 
 DATASOURCE = {"type": "grafana-clickhouse-datasource", "uid": "clickhouse"}
 """The data source dashboards/grafana/provisioning/datasources/clickhouse.yaml provisions."""
@@ -49,12 +49,32 @@ def _target(panel: Panel) -> dict[str, Any]:
     }
 
 
+def _drilldown_link(uid: str) -> dict[str, Any]:
+    """A table's ``trace_id`` cells open that trace in the drilldown board ``uid``, over the same time range."""
+    return {
+        "matcher": {"id": "byName", "options": "trace_id"},
+        "properties": [
+            {
+                "id": "links",
+                "value": [
+                    {
+                        "title": "Open this stream in the drilldown",
+                        "url": f"/d/{uid}/{uid}?var-trace_id=${{__value.raw}}&${{__url_time_range}}",
+                    }
+                ],
+            }
+        ],
+    }
+
+
 def _field_config(panel: Panel) -> dict[str, Any]:
     # a heatmap's unit is its y axis's (``_options``); its cells are counts, which would take the default's unit
     defaults: dict[str, Any] = {"unit": panel.unit} if panel.unit and panel.kind != "heatmap" else {}
     custom: dict[str, Any] = {}
     if panel.stacked:
         custom = {"drawStyle": "bars", "fillOpacity": 80, "stacking": {"mode": "normal", "group": "A"}}
+    if panel.kind == "timeline":  # the sides' x values interleave once joined: each line spans the others' rows
+        custom = {"spanNulls": True}
     if panel.threshold is not None:
         custom["thresholdsStyle"] = {"mode": "line"}
         # the base step's value is ignored by Grafana (it is -Infinity); the schema wants a number there
@@ -64,7 +84,9 @@ def _field_config(panel: Panel) -> dict[str, Any]:
         }
     if custom:
         defaults["custom"] = custom
-    return {"defaults": defaults, "overrides": []}
+    # every table that lists traces links them (a table without the column matches nothing)
+    overrides = [_drilldown_link(DRILLDOWN.uid)] if panel.kind == "table" else []
+    return {"defaults": defaults, "overrides": overrides}
 
 
 def _options(panel: Panel) -> dict[str, Any]:
@@ -97,8 +119,12 @@ def _panel(panel: Panel, panel_id: int, x: int, y: int, width: int) -> dict[str,
         "fieldConfig": _field_config(panel),
         "options": _options(panel),
     }
-    if panel.kind == "timeline":  # one line per side
-        out["transformations"] = [{"id": "partitionByValues", "options": {"fields": ["side"]}}]
+    if panel.kind == "timeline":
+        # one line per side, in the one frame a Trend panel draws: x ascending across all of them
+        out["transformations"] = [
+            {"id": "partitionByValues", "options": {"fields": ["side"]}},
+            {"id": "joinByField", "options": {"byField": panel.x_field, "mode": "outer"}},
+        ]
     return out
 
 
@@ -140,14 +166,22 @@ def _side_variable() -> dict[str, Any]:
 
 
 def _trace_variable() -> dict[str, Any]:
+    """The trace to drill into: with no current value Grafana takes the first choice, the range's worst stalled
+    trace, unless a link (``var-trace_id``) or the user names another, which need not be in the list."""
     return {
-        "type": "textbox",
+        "type": "query",
         "name": "trace_id",
         "label": "trace id",
-        "query": "",
-        "current": {"text": "", "value": ""},
+        "datasource": DATASOURCE,
+        "query": {"editorType": "sql", "pluginVersion": PLUGIN_VERSION, "rawSql": WORST_STALLED_TRACES},
+        "refresh": 2,
+        "sort": 0,
+        "multi": False,
+        "includeAll": False,
+        "allowCustomValue": True,
         "options": [],
         "hide": 0,
+        "regex": "",
         "skipUrlSync": False,
     }
 

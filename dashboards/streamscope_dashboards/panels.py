@@ -442,6 +442,14 @@ WHERE $__timeFilter(start_time) AND server_gap_us IS NOT NULL AND {STALL_FILTERS
 ORDER BY gap_us DESC, trace_id
 LIMIT 1"""
 """The trace the report draws in STREAM_TIMELINE: the longest stall in the range seen from both sides."""
+WORST_STALLED_TRACES = """SELECT trace_id
+FROM stalls
+WHERE $__timeFilter(start_time) AND side = 'client' AND server_gap_us IS NOT NULL
+GROUP BY trace_id
+ORDER BY max(gap_us) DESC, trace_id
+LIMIT 50"""
+"""The drilldown's choice of traces, the worst first: the client streams of the range with the longest stalls seen
+from both sides (the dashboard opens on the first)."""
 
 SLO_US = int(DEFAULT_STALL_THRESHOLD_MS * 1000)
 """A client stream meets the ITL SLO when every gap between its content chunks is within the default stall

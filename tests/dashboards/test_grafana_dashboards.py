@@ -21,9 +21,18 @@ from streamscope_cli.workload.load import attribute_settled, run_load, wait_unti
 from streamscope_cli.workload.scenario import load_scenario, plan
 from streamscope_collector.service import Collector
 from streamscope_dashboards import grafana
-from streamscope_dashboards.boards import BOARDS
+from streamscope_dashboards.boards import BOARDS, DRILLDOWN
 from streamscope_dashboards.macros import QueryContext, resolve
-from streamscope_dashboards.panels import DEFAULTS, FLEET_STATS, STALL_CAUSES, WORST_STALLED_TRACE, Panel, chosen
+from streamscope_dashboards.panels import (
+    CLIENT_VS_SERVER,
+    DEFAULTS,
+    FLEET_STATS,
+    STALL_CAUSES,
+    STREAM_TIMELINE,
+    WORST_STALLED_TRACE,
+    Panel,
+    chosen,
+)
 from streamscope_ingest.store import sql
 from tests import browser
 from tests.support import free_port, wait_for_rows
@@ -41,11 +50,16 @@ TEXT = re.compile(r"^(LowCardinality\()?(Nullable\()?String\)?\)?$")
 
 
 def schema_for_generated_json() -> dict:
-    """The dashboard schema with one quirk relaxed: it wants every key of an object-form variable query to be
-    an object, while the ClickHouse plugin's own variables carry {"editorType": "sql", "rawSql": "..."}."""
+    """The dashboard schema with two quirks relaxed: it wants every key of an object-form variable query to be
+    an object, while the ClickHouse plugin's own variables carry {"editorType": "sql", "rawSql": "..."}; and it
+    wants a field matcher's options and an override's value to be objects, while Grafana's own dashboards match
+    by name with a string and give links as a list (``"options": "trace_id"``, ``"value": [{"url": ...}]``)."""
     schema = json.loads(SCHEMA.read_text())
     relaxed = copy.deepcopy(schema)
-    relaxed["definitions"]["VariableModel"]["properties"]["query"] = {"oneOf": [{"type": "string"}, {"type": "object"}]}
+    definitions = relaxed["definitions"]
+    definitions["VariableModel"]["properties"]["query"] = {"oneOf": [{"type": "string"}, {"type": "object"}]}
+    definitions["MatcherConfig"]["properties"]["options"] = {}
+    definitions["DynamicConfigValue"]["properties"]["value"] = {}
     return relaxed
 
 
@@ -204,3 +218,90 @@ def test_a_heatmap_keeps_its_unit_on_the_y_axis_and_its_counts_plain():
     for panel, out in heatmaps:
         assert out["options"]["yAxis"]["unit"] == panel.unit == "ms"
         assert "unit" not in out["fieldConfig"]["defaults"]  # the cells' counts would show as ms
+
+
+def test_a_trace_in_any_table_opens_the_drilldown_on_that_trace_and_range():
+    panels = [(board, panel) for board in BOARDS for panel in grafana.dashboard(board)["panels"]]
+    tables = [(board, panel) for board, panel in panels if panel["type"] == "table"]
+    assert tables
+    for board, panel in tables:
+        links = [
+            link
+            for override in panel["fieldConfig"]["overrides"]
+            if override["matcher"] == {"id": "byName", "options": "trace_id"}
+            for prop in override["properties"]
+            if prop["id"] == "links"
+            for link in prop["value"]
+        ]
+        assert [link["url"] for link in links] == [
+            "/d/streamscope-drilldown/streamscope-drilldown?var-trace_id=${__value.raw}&${__url_time_range}"
+        ], (board.uid, panel["title"])
+    assert any(board.uid == "streamscope-drilldown" for board in BOARDS)
+
+
+def test_the_drilldown_opens_on_the_worst_stalled_trace_and_tables_list_traces(demo):
+    client, ctx = demo
+    run = lambda q: sql.parse_result(sql.query_json(client, q))  # noqa: E731
+    (variable,) = grafana.dashboard(DRILLDOWN)["templating"]["list"]
+    choices = [row[0] for row in run(resolve(variable["query"]["rawSql"], ctx)).rows]
+    worst = run(
+        "SELECT trace_id FROM stalls WHERE side = 'client' AND server_gap_us IS NOT NULL ORDER BY gap_us DESC LIMIT 1"
+    ).rows[0][0]
+    assert choices[0] == worst and len(choices) == len(set(choices))
+    assert "current" not in variable and variable["allowCustomValue"]  # the first choice, unless a link names one
+    assert "trace_id" in run(resolve(CLIENT_VS_SERVER.sql, ctx, DEFAULTS)).names  # the longest stalls link theirs
+
+
+Frame = tuple[dict[str, str], dict[str, list]]
+"""A data frame: its labels, and its fields by name."""
+
+
+def _transformed(rows: list[tuple], names: list[str], transformations: list[dict]) -> list[Frame]:
+    """The frames Grafana's transformers make of a query result, modelled on @grafana/data for the two a timeline
+    uses: partitionByValues (a frame per value of the field, which is dropped and becomes a label) and joinByField
+    outer (one frame: every x once, ascending, each frame's other fields aligned to it, null where it has none)."""
+    frames: list[Frame] = [({}, {name: [row[i] for row in rows] for i, name in enumerate(names)})]
+    for step in transformations:
+        if step["id"] == "partitionByValues":
+            (by,) = step["options"]["fields"]
+            frames = [
+                (labels | {by: value}, {n: [v for v, k in zip(f[n], f[by]) if k == value] for n in f if n != by})
+                for labels, f in frames
+                for value in dict.fromkeys(f[by])
+            ]
+        elif step["id"] == "joinByField":
+            x = step["options"]["byField"]
+            xs = sorted({v for _, f in frames for v in f[x]})
+            joined: dict[str, list] = {x: xs}
+            for labels, f in frames:
+                at = {v: i for i, v in enumerate(f[x])}
+                for name, values in f.items():
+                    if name != x:
+                        joined[f"{name} {labels}"] = [values[at[v]] if v in at else None for v in xs]
+            frames = [({}, joined)]
+        else:
+            raise AssertionError(f"no model of the {step['id']} transformation")
+    return frames
+
+
+def _trend_warning(frames: list[Frame], x_field: str) -> str | None:
+    """The Trend panel's checks (public/app/plugins/panel/trend/utils.ts): one frame, the x field there, ascending."""
+    if len(frames) > 1:
+        return "Only one frame is supported, consider adding a join transformation"
+    xs = frames[0][1].get(x_field)
+    if xs is None:
+        return f"Unable to find field: {x_field}"
+    return None if xs == sorted(xs) else "Values must be in ascending order"
+
+
+def test_the_stream_timeline_gives_the_trend_panel_one_ascending_frame(demo):
+    client, ctx = demo
+    run = lambda q: sql.parse_result(sql.query_json(client, q))  # noqa: E731
+    (trace,) = run(resolve(WORST_STALLED_TRACE, ctx, DEFAULTS)).rows[0]
+    (panel,) = [p for p in grafana.dashboard(DRILLDOWN)["panels"] if p["type"] == "trend"]
+    result = run(resolve(STREAM_TIMELINE.bind(trace_id=trace), ctx))
+    assert len({row[0] for row in result.rows}) >= 2  # client and server: several lines
+    frames = _transformed(result.rows, result.names, panel.get("transformations", []))
+    assert _trend_warning(frames, panel["options"]["xField"]) is None
+    assert len([name for name in frames[0][1] if name.startswith("content_bytes")]) >= 2
+    assert panel["fieldConfig"]["defaults"]["custom"]["spanNulls"]
