@@ -238,3 +238,34 @@ def test_sql_names_the_store_it_looked_for_and_never_creates_one(tmp_path: Path)
     empty = tmp_path / "empty"
     assert run("sql", "SELECT 1", "--storage", f"chdb://{empty}?database=other").returncode == 1
     assert not empty.exists()
+
+
+def test_migrate_keeps_trying_a_store_that_does_not_answer_yet_for_as_long_as_it_is_given():
+    from streamscope.errors import RetryableWriteError
+    from streamscope_cli.commands.migrate import within
+
+    now = [0.0]
+    answers: list[object] = [RetryableWriteError("store unavailable: refused")] * 3 + ["client"]
+
+    def attempt() -> object:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    assert within(10, attempt, clock=lambda: now[0], sleep=sleep) == "client" and now[0] == 3
+    answers[:] = [RetryableWriteError("store unavailable: refused")] * 20
+    now[0] = 0.0
+    with pytest.raises(RetryableWriteError, match=r"tried for 5 s"):
+        within(5, attempt, clock=lambda: now[0], sleep=sleep)
+    assert now[0] == 5
+
+
+def test_migrate_against_nothing_listening_fails_plainly_after_its_wait(tmp_path: Path):
+    dsn = f"clickhouse://admin:secret@127.0.0.1:{free_port()}/streamscope"
+    result = run("migrate", "--storage", dsn, "--wait-s", "2")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "tried for 2 s" in result.stderr and "waiting for the store" in result.stderr

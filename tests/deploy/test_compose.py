@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import xml.etree.ElementTree as ET
+from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -16,6 +17,8 @@ import pytest
 import yaml
 
 from streamscope_cli.main import cli
+from streamscope_dashboards import alerts, fleet, panels
+from streamscope_dashboards.macros import QueryContext, resolve
 from streamscope_ingest import store
 from tests.clickhouse_account import run_as
 
@@ -118,6 +121,14 @@ def grants(account: ET.Element) -> list[str]:
     return [query.text.strip() for query in account.findall("grants/query")]
 
 
+SYSTEM_GRANT = re.compile(r"GRANT SELECT\((?P<columns>[\w, ]+)\) ON system\.(?P<table>\w+)")
+
+
+def system_grants(name: str) -> list[str]:
+    """The grants of system-table columns a reading account holds (a server requires them: config.d)."""
+    return [grant for grant in grants(user(name)) if SYSTEM_GRANT.fullmatch(grant)]
+
+
 def provisioning(relative: str) -> dict:
     return yaml.safe_load((PROVISIONING / relative).read_text())
 
@@ -204,19 +215,19 @@ def test_services_of_the_streamscope_image_run_commands_the_cli_accepts(name):
 
 
 def test_the_migrate_job_alone_changes_the_schema_and_the_collector_inserts_and_reads_as_other_accounts():
-    database = services()["clickhouse"]["environment"]["CLICKHOUSE_DB"]
     admin, writer, reader = (
         service_target("migrate"),
         collector_target(),
         service_target("collector", "--query-storage"),
     )
+    database = admin.database
     for target in (admin, writer, reader):
         assert (target.host, target.port, target.database) == ("clickhouse", 8123, database)
         assert target.password == password_of(user(target.username))
     assert len({admin.username, writer.username, reader.username}) == 3
     assert grants(user(admin.username)) == [f"GRANT ALL ON {database}.*"]
     assert grants(user(writer.username)) == [f"GRANT INSERT ON {database}.*"]
-    assert grants(user(reader.username)) == [f"GRANT SELECT ON {database}.*"]
+    assert grants(user(reader.username)) == [f"GRANT SELECT ON {database}.*", *system_grants(reader.username)]
     assert parsed_command(services()["migrate"]["command"])["storage_dsn"]
     assert parsed_command(services()["collector"]["command"])["no_migrate"]
     assert services()["collector"]["depends_on"] == {"migrate": {"condition": "service_completed_successfully"}}
@@ -252,8 +263,10 @@ def test_gpu_profile_runs_the_agent_on_nvidia_devices_against_the_collector():
 
 
 def test_grafana_user_only_reads_the_streamscope_database():
-    reader = user(datasource()["jsonData"]["username"])
-    assert grants(reader) == [f"GRANT SELECT ON {collector_target().database}.*"]
+    name = datasource()["jsonData"]["username"]
+    reader = user(name)
+    assert grants(reader) == [f"GRANT SELECT ON {collector_target().database}.*", *system_grants(name)]
+    assert all(grant.endswith(" ON system.parts") for grant in system_grants(name))  # nothing else of system
     assert reader.find("password").get("from_env") in services()["clickhouse"]["environment"]
 
 
@@ -358,3 +371,59 @@ def test_the_provisioning_mount_has_every_folder_grafana_reads():
     each of its folders that is missing (plugins/ is read even when no app plugin is provisioned)."""
     assert all((PROVISIONING / folder).is_dir() for folder in ("datasources", "dashboards", "alerting", "plugins"))
     assert not [path for path in (PROVISIONING / "plugins").iterdir() if path.suffix in (".yaml", ".yml")]
+
+
+def _queries_run_by_readers() -> list[str]:
+    """Every query a dashboard, an alert rule or the report runs that reads a system table, as the server gets it."""
+    queries = [
+        target["rawSql"]
+        for path in sorted((ROOT / "dashboards" / "grafana" / "dashboards").glob("*.json"))
+        for panel in json.loads(path.read_text())["panels"]
+        for target in panel.get("targets", [])
+    ]
+    queries += [rule.sql for rule in alerts.RULES]
+    queries += [value for module in (panels, fleet) for value in vars(module).values() if isinstance(value, str)]
+    at = datetime.now(UTC)
+    context = QueryContext(at - timedelta(hours=1), at, timedelta(minutes=1))
+    return [resolve(query, context, panels.DEFAULTS) for query in queries if "system." in query and "SELECT" in query]
+
+
+def _system_columns_read(client, query: str) -> dict[str, set[str]]:
+    """System table -> the columns of it ``query`` reads, from the server's own analysis of it (EXPLAIN QUERY TREE:
+    each COLUMN names the TABLE it comes from)."""
+    tree = "\n".join(row[0] for row in client.query(f"EXPLAIN QUERY TREE {query}").result_rows)
+    tables = dict(re.findall(r"TABLE id: (\d+),(?: alias: \w+,)? table_name: system\.(\w+)", tree))
+    read: dict[str, set[str]] = {}
+    for column, source in re.findall(r"COLUMN id: \d+, column_name: (\w+), result_type: .*?, source_id: (\d+)", tree):
+        if source in tables:
+            read.setdefault(tables[source], set()).add(column)
+    return read
+
+
+def test_readers_hold_a_grant_for_every_system_column_their_queries_read(store_client):
+    """The server the stack runs requires a grant to read a system table (config.d:
+    select_from_system_db_requires_grant), the embedded engine does not; so here every system column a dashboard,
+    rule or report query reads is checked against the grants of the accounts that run them (system.tables,
+    columns and databases are readable by every account and need none)."""
+    needed: dict[str, set[str]] = {}
+    for query in _queries_run_by_readers():
+        for table, columns in _system_columns_read(store_client, query).items():
+            if table not in ("tables", "columns", "databases", "one"):
+                needed.setdefault(table, set()).update(columns)
+    assert needed.get("parts", set()) >= {"data_compressed_bytes", "active"}  # Chunk economics, the report
+    for account in ("grafana", "streamscope_reader"):
+        held: dict[str, set[str]] = {}
+        for grant in system_grants(account):
+            match = SYSTEM_GRANT.fullmatch(grant)
+            assert match is not None
+            held.setdefault(match["table"], set()).update(c.strip() for c in match["columns"].split(","))
+        missing = {table: columns - held.get(table, set()) for table, columns in needed.items()}
+        assert not {table: columns for table, columns in missing.items() if columns}, account
+
+
+def test_the_first_start_of_clickhouse_cannot_strand_the_migrate_job():
+    """With CLICKHOUSE_DB the image's entrypoint starts a temporary server to create the database and stops it;
+    the healthcheck can pass against that one and the job find nothing listening. The database is migrate's to
+    create, and the job keeps trying for a while."""
+    assert "CLICKHOUSE_DB" not in services()["clickhouse"]["environment"]
+    assert parsed_command(services()["migrate"]["command"])["wait_s"] >= 60
