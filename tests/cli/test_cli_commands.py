@@ -59,8 +59,14 @@ def test_migrate_applies_then_reports_up_to_date(tmp_path: Path) -> None:
     assert again.output == "schema is up to date\n"
 
 
+def migrated(tmp_path: Path) -> str:
+    dsn = f"chdb://{tmp_path / 'db'}"
+    assert invoke(migrate, "--storage", dsn).exit_code == 0
+    return dsn
+
+
 def test_sql_refuses_a_bad_query_in_one_line(tmp_path: Path) -> None:
-    result = invoke(sql, "SELECT (1 +", "--storage", f"chdb://{tmp_path / 'db'}")
+    result = invoke(sql, "SELECT (1 +", "--storage", migrated(tmp_path))
     assert result.exit_code == 1
     assert_ended_plainly(result)
     assert result.stdout == ""
@@ -69,7 +75,7 @@ def test_sql_refuses_a_bad_query_in_one_line(tmp_path: Path) -> None:
 
 
 def test_sql_prints_a_good_query(tmp_path: Path) -> None:
-    result = invoke(sql, "SELECT 1 AS one", "--storage", f"chdb://{tmp_path / 'db'}", "--format", "tsv")
+    result = invoke(sql, "SELECT 1 AS one", "--storage", migrated(tmp_path), "--format", "tsv")
     assert result.exit_code == 0, result.output
     assert result.stdout == "one\n1\n"
 
