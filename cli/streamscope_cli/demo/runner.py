@@ -130,7 +130,7 @@ def _injected(records: Sequence[Sequence[Any]], scored: Score) -> list[tuple[str
             continue
         made = sum(count for (label, _), count in scored.confusion.items() if label == cause)
         slowed = scored.injected[cause] - scored.made_a_stall[cause]
-        found.append((cause, f"{made} stalls" + (f" ({slowed} more slowed it less than a stall)" if slowed else "")))
+        found.append((cause, f"{made} stalls" + (f" ({slowed} slowed, no stall)" if slowed else "")))
     return found
 
 
