@@ -489,8 +489,8 @@ def _on_screen(stall: Stall, rules: StallRules) -> bool:
 
 
 def _network_causes(network: list[tuple[Stall, int]], behind: bool, first_held_us: int, rules: StallRules) -> None:
-    """A buffering gateway or a connection hiccup, for the stalls the path caused (each with what the path alone
-    added to its wait): in a stream the path held all along (``_held_all_along``) the gateway's, unless a stall
+    """A buffering gateway or a connection hiccup, for the stalls the path caused (each with how long the path held
+    its chunk): in a stream the path held all along (``_held_all_along``) the gateway's, unless a stall
     stands out from its flushes or left content behind; elsewhere a stalled connection, when the path held the
     chunk as long as a lost segment takes to be sent again."""
     if not network:
@@ -530,7 +530,7 @@ def _shared_pause(
     ``pause_witnesses`` and half of those that tell, while this chunk was late on the path, until the same
     instant; if so the stall is ``unknown``, with that in the evidence, or, when the host is the endpoint the
     streams were read from (a gateway in front of the engines), ``connection``: the path held everything it
-    relayed, for as long as a stalled connection holds one (``network_us``, what the path added to the wait: at
+    relayed, for as long as a stalled connection holds one (``network_us``, how long the path held this chunk: at
     least a retransmission timeout).
     The client's own process is judged by its own evidence when it watched itself (``client_host``), never by its
     peers."""

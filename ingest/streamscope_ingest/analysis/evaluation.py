@@ -181,6 +181,9 @@ def score(client: Client, since: datetime, absolute_us: int = 400_000) -> Score:
         by_trace.setdefault(trace, []).append(Record(cause, start, end, magnitude, bool(delayed_content), first_held))
     host_records = [Record(cause, start, end, (end - start) / 1e6, False) for cause, start, end in host]
     host_candidates = [("", record) for record in host_records]  # candidates for every stall
+    holds = {
+        trace: [(r.start_us, r.end_us) for r in records if r.cause in PATH_HOLDS] for trace, records in by_trace.items()
+    }
     result = Score()
     result.injected.update(r.cause for records in by_trace.values() for r in records)
     result.injected.update(r.cause for r in host_records)
@@ -190,7 +193,6 @@ def score(client: Client, since: datetime, absolute_us: int = 400_000) -> Score:
         best, best_match, labelled_by = "none", -1.0, -1
         records = by_trace.get(trace, [])
         candidates = [(trace, r) for r in records] + host_candidates
-        holds = [(r.start_us, r.end_us) for r in records if r.cause in PATH_HOLDS]
         for index, (key, record) in enumerate(candidates):
             cause, t_start, t_end = record.cause, record.start_us, record.end_us
             overlap = min(end, t_end) - max(start, t_start)
@@ -198,7 +200,7 @@ def score(client: Client, since: datetime, absolute_us: int = 400_000) -> Score:
                 continue
             hit.add((key, t_start, t_end))
             if not key:
-                overlap = min(end, t_end) - max(start, _reached_client(t_start, holds))
+                overlap = min(end, t_end) - max(start, _reached_client(t_start, holds.get(trace, [])))
             elif record.held_before(server_seq):
                 continue
             match = overlap / (max(end, t_end) - min(start, t_start) + 1)
@@ -216,10 +218,9 @@ def score(client: Client, since: datetime, absolute_us: int = 400_000) -> Score:
                 for index, (_, r) in enumerate(candidates)
             )
     for trace, records in by_trace.items():
-        holds = [(r.start_us, r.end_us) for r in records if r.cause in PATH_HOLDS]
         for r in records:
             detectable = r.cause in DELAY_CAUSES and r.delayed_content and r.magnitude_s * 1e6 >= absolute_us
-            masked = r.cause not in PATH_HOLDS and any(s <= r.start_us and r.end_us <= e for s, e in holds)
+            masked = r.cause not in PATH_HOLDS and any(s <= r.start_us and r.end_us <= e for s, e in holds[trace])
             if detectable and not masked and (trace, r.start_us, r.end_us) not in hit:
                 result.undetected[r.cause] += 1
     for r in host_records:
