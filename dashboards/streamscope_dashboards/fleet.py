@@ -75,7 +75,7 @@ class Summary:
             (f"ITL goodput (every gap within {slo_us / 1000:.0f} ms)", f"{self.itl_goodput:.1%}"),
             ("first byte to first content, median", f"{self.first_byte_lead_ms:.1f} ms"),
             (
-                "tokens per chunk / wire bytes per content byte",
+                "tokens per chunk (mean) / wire bytes per content byte",
                 f"{_number(self.tokens_per_chunk, '.2f')} / {_number(self.wire_per_content_byte, '.1f')}",
             ),
             ("cancelled or disconnected", f"{self.cancel_rate:.1%}"),

@@ -143,6 +143,12 @@ stamped arrivals alone says nothing of what a chunk carried)."""
 SELECTED_CHUNKS = _selected(over_chunks=True)
 STALL_FILTERS = f"{ON_SIDE} AND {filters('tenant', 'service', 'model', 'route')}"
 """Stalls and quality rows carry no provider (stalls are found on the client and browser sides)."""
+ATTRIBUTED_STALL = (
+    "A stall here is attribution's: a content gap of at least 400 ms, or one well over the stream's own rhythm "
+    "(at least 150 ms and 3x its median gap). Stall count, stall rate and ITL goodput count only gaps over the "
+    f"{DEFAULT_STALL_THRESHOLD_MS:g} ms SLO, so they can count fewer."
+)
+"""What the stall panels count, next to the SLO's single threshold (``StallRules``' defaults, which a test checks)."""
 
 STORED_BYTES_SQL = """
 SELECT sum(data_compressed_bytes) / greatest((SELECT sum(length(gap_us)) FROM chunk_arrays), 1)
@@ -180,7 +186,7 @@ WHERE {SELECTED} AND gap_p99_us IS NOT NULL AND {TIMED}""",
 STALLS_BY_CAUSE = Panel(
     "stalls_by_cause",
     "Stalls by cause",
-    "Client stalls per interval, by the cause attribution gave them.",
+    f"Client stalls per interval, by the cause attribution gave them. {ATTRIBUTED_STALL}",
     "timeseries",
     f"""SELECT $__timeInterval(start_time) AS time, cause, count() AS stalls
 FROM stalls
@@ -193,11 +199,13 @@ ORDER BY time, cause""",
 
 TOKENS_PER_CHUNK = Panel(
     "tokens_per_chunk",
-    "Tokens per chunk",
-    "Median tokens per content chunk, by provider and model: fewer per chunk costs more envelopes and spans.",
+    "Tokens per chunk (median)",
+    "Median tokens per content chunk, by provider and model: fewer per chunk costs more envelopes and spans. "
+    "The median is the typical chunk; Chunk economics gives the mean (all tokens over all chunks), which a few "
+    "large chunks pull up.",
     "timeseries",
     f"""SELECT $__timeInterval(start_time) AS time, concat(provider, ' ', model) AS series,
-    {median_of("sumMap(content_chunks_by_tokens)", "sum(content_chunks)")} AS tokens_per_chunk
+    {median_of("sumMap(content_chunks_by_tokens)", "sum(content_chunks)")} AS median_tokens_per_chunk
 FROM stream_metrics
 WHERE {SELECTED} AND content_chunks > 0 AND {SIZED}
 GROUP BY time, series
@@ -283,7 +291,7 @@ ORDER BY time, provider, model""",
 STALL_CAUSES = Panel(
     "stall_causes",
     "Stall attribution",
-    "Every client stall in the range by cause: how many, how long, how sure.",
+    f"Every client stall in the range by cause: how many, how long, how sure. {ATTRIBUTED_STALL}",
     "table",
     f"""SELECT cause, count() AS stalls, round(stalls / sum(stalls) OVER (), 3) AS share,
     quantileExact(0.5)(gap_us) / 1000 AS median_gap_ms, max(gap_us) / 1000 AS worst_gap_ms,
@@ -373,11 +381,11 @@ ORDER BY streams DESC, model""",
 CHUNK_ECONOMICS = Panel(
     "chunk_economics",
     "Chunk economics",
-    "What a chunk costs: tokens and wire bytes per chunk by provider and model, chunks per second; OTLP bytes "
+    "What a chunk costs: tokens (the mean) and wire bytes per chunk by provider and model, chunks per second; OTLP bytes "
     "received per stored chunk (the collector's request log) and bytes on disk per chunk (ClickHouse parts).",
     "table",
     f"""SELECT provider, model, count() AS streams, sum(content_chunks) AS chunks,
-    round(sum(tokens) / nullIf(sum(content_chunks), 0), 2) AS tokens_per_chunk,
+    round(sum(tokens) / nullIf(sum(content_chunks), 0), 2) AS mean_tokens_per_chunk,
     round(sum(wire_bytes) / nullIf(sum(content_chunks), 0), 1) AS wire_bytes_per_chunk,
     round(sum(wire_bytes) / nullIf(sum(content_bytes), 0), 2) AS wire_per_content_byte,
     round(quantileExact(0.5)(chunks_per_s), 1) AS chunks_per_s_p50,

@@ -16,6 +16,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from streamscope_dashboards.panels import ITL_BUCKETS_MS, OVERFLOW_BUCKET
 from streamscope_dashboards.report import PanelResult, Report, cell, title_line
@@ -26,7 +27,9 @@ body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 70rem; 
 h1 { font-size: 1.3rem; } h2 { font-size: 1.1rem; margin-top: 2rem; }
 p.note { color: #555; margin-top: 0; }
 table { border-collapse: collapse; font-size: 0.9rem; }
-th, td { border-bottom: 1px solid #ddd; padding: 0.25rem 0.6rem; text-align: right; }
+th, td { border-bottom: 1px solid #ddd; padding: 0.25rem 0.6rem; text-align: right; vertical-align: bottom; }
+td { white-space: nowrap; }
+div.table { overflow-x: auto; }
 th:first-child, td:first-child { text-align: left; }
 svg { max-width: 100%; height: auto; }
 """
@@ -101,14 +104,16 @@ def _histogram(result: QueryResult, interval: timedelta) -> str:
     ax.set_xscale("log")
     ax.set_xlabel("per-stream p99 gap (ms)")
     ax.set_ylabel("streams")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     return _svg(fig)
 
 
 Draw = Callable[[Axes, np.ndarray, str, np.ndarray], None]
 
 
-def _over_time(result: QueryResult, interval: timedelta, draw: Draw) -> str:
-    """A long (time, label, value) result drawn per label against continuous time buckets (NaN where none)."""
+def _over_time(result: QueryResult, interval: timedelta, draw: Draw, counts: bool = False) -> str:
+    """A long (time, label, value) result drawn per label against continuous time buckets (NaN where none);
+    ``counts`` are whole numbers, so the y axis ticks only those."""
     rows = result.typed_rows()
     if not rows:
         return _empty("Nothing in this range.")
@@ -124,11 +129,13 @@ def _over_time(result: QueryResult, interval: timedelta, draw: Draw) -> str:
     _time_ticks(ax, buckets)
     ax.set_ylabel(result.names[2].replace("_", " "))
     ax.set_ylim(bottom=0)
+    if counts:
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.legend(loc="upper left", fontsize="small")
     return _svg(fig)
 
 
-def _stacked_bars(result: QueryResult, interval: timedelta) -> str:
+def _stacked_bars(result: QueryResult, interval: timedelta, counts: bool) -> str:
     bottom: list[np.ndarray] = []
 
     def bar(ax: Axes, x: np.ndarray, label: str, heights: np.ndarray) -> None:
@@ -137,7 +144,7 @@ def _stacked_bars(result: QueryResult, interval: timedelta) -> str:
         ax.bar(x, heights, bottom=below, label=label, width=0.9)
         bottom[:] = [below + heights]
 
-    return _over_time(result, interval, bar)
+    return _over_time(result, interval, bar, counts)
 
 
 def _lines(result: QueryResult, interval: timedelta) -> str:
@@ -160,12 +167,13 @@ def _timeline(result: QueryResult, interval: timedelta) -> str:
 
 
 def _table(result: QueryResult, interval: timedelta) -> str:
-    head = "".join(f"<th>{html.escape(n)}</th>" for n in result.names)
+    """A wide table wraps its column names at their underscores and scrolls rather than being cut."""
+    head = "".join(f"<th>{html.escape(n).replace('_', '_<wbr>')}</th>" for n in result.names)
     body = (
         "".join("<tr>" + "".join(f"<td>{html.escape(cell(v))}</td>" for v in row) + "</tr>" for row in result.rows)
         or f'<tr><td colspan="{len(result.names)}">none</td></tr>'
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<div class="table"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 _RENDERERS: dict[str, Callable[[QueryResult, timedelta], str]] = {
@@ -179,11 +187,14 @@ _RENDERERS: dict[str, Callable[[QueryResult, timedelta], str]] = {
 
 def _section(item: PanelResult, report: Report) -> str:
     panel = item.panel
-    draw = _stacked_bars if panel.stacked else _RENDERERS[panel.kind]
+    if panel.stacked:
+        chart = _stacked_bars(item.result, report.ctx.interval, counts=panel.unit == "short")
+    else:
+        chart = _RENDERERS[panel.kind](item.result, report.ctx.interval)
     note = panel.description + (f" Trace {report.trace_id}." if panel.variables else "")
     return (
         f'<section id="{panel.key}"><h2>{html.escape(panel.title)}</h2>'
-        f'<p class="note">{html.escape(note)}</p>{draw(item.result, report.ctx.interval)}</section>'
+        f'<p class="note">{html.escape(note)}</p>{chart}</section>'
     )
 
 

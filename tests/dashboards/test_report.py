@@ -11,9 +11,10 @@ from click.testing import CliRunner
 
 from streamscope import semconv as sc
 from streamscope_cli.main import cli
-from streamscope_dashboards.panels import PANELS
+from streamscope_dashboards.panels import ATTRIBUTED_STALL, PANELS, SLO_US
 from streamscope_dashboards.report import build_report, interval_for, parse_duration, title_line
 from streamscope_dashboards.report_html import render_html
+from streamscope_ingest.analysis.attribution import StallRules
 from streamscope_ingest.analysis.attribution_job import AttributionJob
 from streamscope_ingest.store import sql
 from tests.support import T0, store_spans, stream_span
@@ -133,7 +134,7 @@ def test_every_panel_runs_and_the_hand_worked_numbers_hold(store):
     }
     # model "": 4 streams × 60 chunks × 4 tokens, 4 × 60 × 1, and the stalled stream's 30 × 1
     assert (economics[""]["streams"], economics[""]["chunks"]) == (9, 510)
-    assert economics[""]["tokens_per_chunk"] == pytest.approx(round(1230 / 510, 2))
+    assert economics[""]["mean_tokens_per_chunk"] == pytest.approx(round(1230 / 510, 2))
     assert economics[""]["otlp_bytes_per_chunk"] is None  # written straight to the store, not over OTLP
     assert economics[""]["stored_bytes_per_chunk"] > 0
 
@@ -190,6 +191,53 @@ def test_html_is_self_contained_with_a_chart_per_chart_panel(store):
         section = re.search(rf'<section id="{key}">(.*?)</section>', page, re.DOTALL)
         assert section and "<svg" in section.group(1), key
     assert "<script" not in page and not re.search(r'(src|href)="(https?:)?//', page)  # nothing to fetch
+
+
+def _labels(page: str, key: str) -> list[str]:
+    """The text of a chart's labels and ticks (matplotlib's SVG names each text it draws in a comment)."""
+    section = re.search(rf'<section id="{key}">(.*?)</section>', page, re.DOTALL)
+    assert section, key
+    return re.findall(r"<!-- (.*?) -->", section.group(1))
+
+
+@pytest.mark.parametrize(
+    ("key", "variables"), [("stream_p99_histogram", {"model": ["m-2"]}), ("stalls_by_cause", None)]
+)
+def test_charts_of_counts_tick_whole_numbers_only(store, key, variables):
+    page = render_html(build_report(run_on(store), START, END, slo_us=400_000, variables=variables))
+    ticks = [label for label in _labels(page, key) if re.fullmatch(r"[−-]?[\d.]+", label)]
+    assert ticks and all(re.fullmatch(r"\d+", tick) for tick in ticks), ticks  # one stall: no 0.2, 0.4, ...
+
+
+def test_wide_tables_wrap_their_headers_and_scroll_rather_than_being_cut(store):
+    page = render_html(build_report(run_on(store), START, END, slo_us=400_000))
+    economics = re.search(r'<section id="chunk_economics">(.*?)</section>', page, re.DOTALL)
+    assert economics and '<div class="table"><table>' in economics.group(1)
+    assert "<th>stored_<wbr>bytes_<wbr>per_<wbr>chunk</th>" in economics.group(1)
+    assert "div.table { overflow-x: auto; }" in page
+
+
+def test_the_report_says_which_tokens_per_chunk_is_a_median_and_which_a_mean(store):
+    report = build_report(run_on(store), START, END, slo_us=400_000)
+    medians = report.result("tokens_per_chunk")
+    assert medians.names[2] == "median_tokens_per_chunk" and report.panels[3].panel.title.endswith("(median)")
+    assert sorted({row[2] for row in medians.rows}) == [1, 2, 4]  # model "": 4 then 1 token; m-2: 2 tokens
+    assert "mean_tokens_per_chunk" in report.result("chunk_economics").names
+    assert "tokens per chunk (mean) / wire bytes per content byte" in dict(report.summary.rows(400_000))
+
+
+def test_the_stall_panels_state_attributions_threshold_beside_the_slos():
+    rules = StallRules()
+    stated = re.search(r"at least (\d+) ms, or .*at least (\d+) ms and (\d+)x", ATTRIBUTED_STALL)
+    assert stated and tuple(int(n) for n in stated.groups()) == (
+        rules.absolute_us // 1000,
+        rules.relative_floor_us // 1000,
+        int(rules.relative_factor),
+    )
+    assert f"{SLO_US // 1000} ms SLO" in ATTRIBUTED_STALL
+    for panel in PANELS:
+        if panel.key in ("stalls_by_cause", "stall_causes"):
+            assert ATTRIBUTED_STALL in panel.description
 
 
 def test_report_command_prints_tables_and_writes_html(store, storage_dsn, tmp_path):
