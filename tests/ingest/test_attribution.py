@@ -533,3 +533,19 @@ def test_an_unexplained_late_server_while_the_client_could_not_read_anyway_is_cl
     # a host that ran late for a little of the wait does not
     barely = watched(timeline(with_gap(11, 280), start_us=server.start_us + 3 * MS), {12: 60})
     assert only(attribute(barely, server, [], spec_active=False, rules=RULES)).cause == "unknown"
+
+
+def test_a_client_that_could_not_read_outranks_a_kv_cache_merely_over_its_high_water_mark():
+    server = timeline(with_gap(11, 170))
+    client = watched(timeline(with_gap(11, 170), start_us=server.start_us + 3 * MS), {12: 138})
+    high_water = [event("kv_high_water", server, 12)]
+    stall = only(attribute(client, server, high_water, spec_active=False, rules=RULES))
+    assert (stall.cause, stall.confidence) == ("client_host", 0.6)
+    assert stall.evidence["node_events"] == "kv_high_water"  # the node's condition stays in the evidence
+    # a preemption of the request is evidence about this stream: it keeps the stall
+    preempted = [event("preemption", server, 12), *high_water]
+    assert only(attribute(client, server, preempted, spec_active=False, rules=RULES)).cause == "kv_pressure"
+    # with the host running the reader, the high-water mark is still the remaining explanation
+    unwatched = timeline(with_gap(11, 170), start_us=server.start_us + 3 * MS)
+    stall = only(attribute(unwatched, server, high_water, spec_active=False, rules=RULES))
+    assert (stall.cause, stall.confidence) == ("kv_pressure", 0.5)

@@ -22,7 +22,8 @@ from the frame that painted them. For each client stall:
    the evidence. (Comparing the two sides' gaps alone is not enough: a gateway that had been holding the
    previous chunk absorbs a server delay that happened meanwhile.)
 3. The host's part: ``client_host``. The reader's own host kept it from reading what had arrived. When the
-   server's part is the larger but nothing on the node explains it, a host that did not run the reader for a
+   server's part is the larger but nothing on the node explains it (a KV cache merely over its high-water mark is
+   the node's condition, not this request's), a host that did not run the reader for a
    third of the wait (half of a stall's excess) is the cause the stall had anyway: ``client_host``, lower
    confidence. (The reader's host and the server's may be one, as with a load generator beside the engine.)
    Behind a gateway the host held the content only from the gateway's flush on, which the release's freshest
@@ -74,6 +75,9 @@ import numpy as np
 
 GPU_FAULTS = frozenset({"xid", "gpu_lost", "gpu_unavailable"})
 """Node events of a GPU that stopped running work: an XID error, the GPU lost or unavailable."""
+HIGH_WATER_ONLY = 0.5
+"""The confidence of ``kv_pressure`` from a KV cache over its high-water mark with no preemption seen: a node
+condition, not evidence about the stream, so the client's own host evidence outranks it."""
 PER_REQUEST_CAUSES = ("kv_pressure", "spec_decode")
 """Engine causes that delay the requests they hit (a preempted sequence, rejected drafts), not the whole node
 (a prefill in the batch delays every sequence decoding with it)."""
@@ -390,8 +394,10 @@ def attribute(
         secondary = max((part for part in parts if part != primary), key=lambda part: parts[part])
         if parts[secondary] >= rules.secondary_share * stall.gap_us and (secondary != "server" or engine != "unknown"):
             stall.evidence["secondary_cause"] = engine if secondary == "server" else secondary
-        if primary == "server" and engine == "unknown" and host is not None and host[k] >= rules.host_share * wait:
-            # nothing on the node explains the server's part; the reader could not have read for this long anyway
+        unexplained = engine == "unknown" or confidence <= HIGH_WATER_ONLY
+        if primary == "server" and unexplained and host is not None and host[k] >= rules.host_share * wait:
+            # nothing that hit this request explains the server's part; the reader could not have read for this
+            # long anyway
             stall.cause, stall.confidence = "client_host", 0.6
             stall.evidence.update(engine_evidence)
         elif primary == "server":
@@ -627,5 +633,9 @@ def _engine_cause(
     if "throttle" in seen:
         return "gpu_throttle", 0.85, evidence
     if "kv_high_water" in seen:
-        return "kv_pressure", 0.5, {**evidence, "kv": "KV cache over its high-water mark, no preemption seen"}
+        return (
+            "kv_pressure",
+            HIGH_WATER_ONLY,
+            {**evidence, "kv": "KV cache over its high-water mark, no preemption seen"},
+        )
     return "unknown", 0.3, {**evidence, "node": "server late, no engine event that explains it"}
