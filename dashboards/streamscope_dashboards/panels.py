@@ -381,8 +381,9 @@ ORDER BY streams DESC, model""",
 CHUNK_ECONOMICS = Panel(
     "chunk_economics",
     "Chunk economics",
-    "What a chunk costs: tokens (the mean) and wire bytes per chunk by provider and model, chunks per second; OTLP bytes "
-    "received per stored chunk (the collector's request log) and bytes on disk per chunk (ClickHouse parts).",
+    "What a chunk costs: tokens (the mean) and wire bytes per chunk by provider and model, chunks per second; "
+    "OTLP bytes received per stored chunk (the collector's request log) and bytes on disk per chunk "
+    "(ClickHouse parts).",
     "table",
     f"""SELECT provider, model, count() AS streams, sum(content_chunks) AS chunks,
     round(sum(tokens) / nullIf(sum(content_chunks), 0), 2) AS mean_tokens_per_chunk,
