@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 import httpx
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, InstrumentationScope, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 from opentelemetry.sdk.trace import TracerProvider
@@ -157,15 +157,17 @@ def batch(span_byte: int, tenant: str, chunks: int = 3) -> DecodedBatch:
     return decoded
 
 
-def trace_request(spans: Sequence[Span], service: str = "app") -> ExportTraceServiceRequest:
+def trace_request(spans: Sequence[Span], service: str = "app", scope: str = "") -> ExportTraceServiceRequest:
     resource = Resource(attributes=[KeyValue(key="service.name", value=any_value(service))])
-    return ExportTraceServiceRequest(
-        resource_spans=[ResourceSpans(resource=resource, scope_spans=[ScopeSpans(spans=list(spans))])]
-    )
+    scope_spans = ScopeSpans(scope=InstrumentationScope(name=scope), spans=list(spans))
+    return ExportTraceServiceRequest(resource_spans=[ResourceSpans(resource=resource, scope_spans=[scope_spans])])
 
 
-def store_spans(client, spans: Sequence[Span], service: str = "app", stall_threshold_us: int = 400_000) -> None:
-    decoded = decode_traces(trace_request(spans, service), tenant="t", stall_threshold_us=stall_threshold_us)
+def store_spans(
+    client, spans: Sequence[Span], service: str = "app", stall_threshold_us: int = 400_000, scope: str = ""
+) -> None:
+    """Decode ``spans`` (sent by the instrumentation ``scope``) as the collector does and write them."""
+    decoded = decode_traces(trace_request(spans, service, scope), tenant="t", stall_threshold_us=stall_threshold_us)
     assert not decoded.rejected, decoded.rejection_message("span")
     ClickHouseWriter(client).write([decoded])
 

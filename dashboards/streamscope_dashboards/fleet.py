@@ -6,6 +6,7 @@ with the plugin's macros like every panel, so it can be reproduced by hand or in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -21,45 +22,48 @@ SELECT
     quantileExact(0.5)(ttft_us) AS ttft_p50_us,
     quantileExact(0.95)(ttft_us) AS ttft_p95_us,
     quantileExactIf(0.99)(gap_p99_us, {TIMED}) AS p99_of_p99_us,
-    countIf(ifNull(gap_max_us, 0) <= {{slo_us}} AND {TIMED}) / countIf({TIMED}) AS itl_goodput,
+    countIf(ifNull(gap_max_us, 0) <= {{slo_us}} AND {TIMED}) / nullIf(countIf({TIMED}), 0) AS itl_goodput,
     quantileExact(0.5)(ttft_us - ttfb_us) AS first_byte_lead_us,
     sumIf(tokens, {SIZED}) / nullIf(sumIf(content_chunks, {SIZED}), 0) AS tokens_per_chunk,
     sumIf(wire_bytes, {SIZED}) / nullIf(sumIf(content_bytes, {SIZED}), 0) AS wire_per_content_byte,
-    countIf(outcome IN ('cancelled', 'disconnected')) / count() AS cancel_rate,
+    countIf(outcome IN ('cancelled', 'disconnected')) / nullIf(count(), 0) AS cancel_rate,
     countIf(NOT {TIMED}) AS incomplete
 FROM stream_metrics
 WHERE {SELECTED}
 """
 
 GAPS_SQL = f"""
-SELECT q[1] AS gap_p50_us, q[2] AS gap_p95_us, q[3] AS gap_p99_us
+SELECT q[1] AS gap_p50_us, q[2] AS gap_p95_us, q[3] AS gap_p99_us, gaps
 FROM (
-    SELECT quantilesExact(0.5, 0.95, 0.99)(gap_us) AS q
+    SELECT quantilesExact(0.5, 0.95, 0.99)(gap_us) AS q, count(gap_us) AS gaps
     FROM chunks
     WHERE {SELECTED_CHUNKS} AND kind = 'content'
 )
 """
-"""The three gap quantiles in one pass over the gaps: separate ``quantileExact`` calls each keep and sort a copy."""
+"""The three gap quantiles in one pass over the gaps: separate ``quantileExact`` calls each keep and sort a copy.
+Over no gap they are 0, so the gaps are counted too."""
 
 
 @dataclass(frozen=True)
 class Summary:
+    """None, for any figure: no stream in the range can give it (none has every chunk's time, say, when each came
+    from a source that knew only its first token), so it is unknown, not 0."""
+
     streams: int
-    ttft_p50_ms: float
-    ttft_p95_ms: float
-    gap_p50_ms: float
-    gap_p95_ms: float
-    gap_p99_ms: float
-    p99_of_p99_ms: float
-    itl_goodput: float
+    ttft_p50_ms: float | None
+    ttft_p95_ms: float | None
+    gap_p50_ms: float | None
+    gap_p95_ms: float | None
+    gap_p99_ms: float | None
+    p99_of_p99_ms: float | None
+    itl_goodput: float | None
     """Share of streams whose every gap stayed within the ITL SLO."""
-    first_byte_lead_ms: float
+    first_byte_lead_ms: float | None
     """Median time from the first byte to the first content chunk (a buffering gateway widens it)."""
     tokens_per_chunk: float | None
-    """None: no stream in the range says what its chunks carried."""
     wire_per_content_byte: float | None
     """Bytes on the wire per byte of content: the envelope overhead."""
-    cancel_rate: float
+    cancel_rate: float | None
     stored_bytes_per_chunk: float
     incomplete_streams: int = 0
     """Streams without every chunk's time (chunks lost, unreadable, a source that knew none): out of the per-stream
@@ -69,16 +73,19 @@ class Summary:
         """(metric, value) lines, as the demo and the report print them."""
         return [
             ("streams", f"{self.streams}"),
-            ("TTFT p50 / p95", f"{self.ttft_p50_ms:.0f} ms / {self.ttft_p95_ms:.0f} ms"),
-            ("gap p50 / p95 / p99", f"{self.gap_p50_ms:.1f} / {self.gap_p95_ms:.1f} / {self.gap_p99_ms:.1f} ms"),
-            ("p99 across streams of per-stream p99", f"{self.p99_of_p99_ms:.0f} ms"),
-            (f"ITL goodput (every gap within {slo_us / 1000:.0f} ms)", f"{self.itl_goodput:.1%}"),
-            ("first byte to first content, median", f"{self.first_byte_lead_ms:.1f} ms"),
+            ("TTFT p50 / p95", _numbers((self.ttft_p50_ms, self.ttft_p95_ms), ".0f", " ms / ", " ms")),
+            (
+                "gap p50 / p95 / p99",
+                _numbers((self.gap_p50_ms, self.gap_p95_ms, self.gap_p99_ms), ".1f", " / ", " ms"),
+            ),
+            ("p99 across streams of per-stream p99", _numbers((self.p99_of_p99_ms,), ".0f", "", " ms")),
+            (f"ITL goodput (every gap within {slo_us / 1000:.0f} ms)", _number(self.itl_goodput, ".1%")),
+            ("first byte to first content, median", _numbers((self.first_byte_lead_ms,), ".1f", "", " ms")),
             (
                 "tokens per chunk (mean) / wire bytes per content byte",
                 f"{_number(self.tokens_per_chunk, '.2f')} / {_number(self.wire_per_content_byte, '.1f')}",
             ),
-            ("cancelled or disconnected", f"{self.cancel_rate:.1%}"),
+            ("cancelled or disconnected", _number(self.cancel_rate, ".1%")),
             (
                 "streams without every chunk's time (left out of goodput and per-stream p99)",
                 f"{self.incomplete_streams}",
@@ -94,11 +101,14 @@ def summarize(
     streams, ttft50, ttft95, p99p99, goodput, lead, per_chunk, envelope, cancels, incomplete = run(
         resolve(STREAMS_SQL.replace("{slo_us}", str(int(slo_us))), ctx, values)
     ).rows[0]
-    gap50, gap95, gap99 = run(resolve(GAPS_SQL, ctx, values)).rows[0]
+    gap50, gap95, gap99, gaps = run(resolve(GAPS_SQL, ctx, values)).rows[0]
+    if not gaps:
+        gap50 = gap95 = gap99 = None
     (stored,) = run(STORED_BYTES_SQL).rows[0]
 
-    def ms(value: float | None) -> float:
-        return float(value or 0) / 1000
+    def ms(value: float | None) -> float | None:
+        known = _known(value)
+        return None if known is None else known / 1000
 
     return Summary(
         streams=int(streams),
@@ -108,15 +118,27 @@ def summarize(
         gap_p95_ms=ms(gap95),
         gap_p99_ms=ms(gap99),
         p99_of_p99_ms=ms(p99p99),
-        itl_goodput=float(goodput or 0),
+        itl_goodput=_known(goodput),
         first_byte_lead_ms=ms(lead),
-        tokens_per_chunk=None if per_chunk is None else float(per_chunk),
-        wire_per_content_byte=None if envelope is None else float(envelope),
-        cancel_rate=float(cancels or 0),
+        tokens_per_chunk=_known(per_chunk),
+        wire_per_content_byte=_known(envelope),
+        cancel_rate=_known(cancels),
         stored_bytes_per_chunk=float(stored or 0),
         incomplete_streams=int(incomplete or 0),
     )
 
 
+def _known(value: float | None) -> float | None:
+    """``value``, or None for an aggregate over no row (NULL, or NaN where ClickHouse divides by zero)."""
+    return None if value is None or math.isnan(value) else float(value)
+
+
 def _number(value: float | None, spec: str) -> str:
     return "unknown" if value is None else format(value, spec)
+
+
+def _numbers(values: tuple[float | None, ...], spec: str, between: str, unit: str) -> str:
+    """Figures read together (p50 / p95), with their unit; unknown when any is."""
+    if any(value is None for value in values):
+        return "unknown"
+    return between.join(format(value, spec) for value in values) + unit

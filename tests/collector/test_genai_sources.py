@@ -242,6 +242,8 @@ def test_vercel_ai_sdk_streams_are_known_by_their_first_chunk(collector, engine_
     summary = summarize(lambda q: sql.parse_result(sql.query_json(collector.query_client, q)), ctx, slo_us=400_000)
     ttfts = sorted(row[4] for row in rows)
     assert summary.ttft_p50_ms == ttfts[len(ttfts) // 2] / 1000  # quantileExact's median of two: the upper
+    figures = dict(summary.rows(400_000))  # what the demo and the report print: no gap is known, so none is 0
+    assert figures["gap p50 / p95 / p99"] == figures["ITL goodput (every gap within 400 ms)"] == "unknown"
     gaps = collector.query_client.query(
         "SELECT count() FROM stream_metrics WHERE source = 'vercel-ai' AND gap_max_us IS NOT NULL"
     ).result_rows[0][0]

@@ -5,13 +5,15 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from streamscope import semconv as sc
 from streamscope_dashboards.fleet import summarize
 from streamscope_dashboards.macros import QueryContext, resolve
 from streamscope_dashboards.panels import STREAM_SOURCES, chosen
 from streamscope_ingest.store import sql
-from tests.support import T0, store_spans, stream_span
+from tests.support import T0, any_value, store_spans, stream_span
 
 
 def stream(n: int, offsets_ms: list[int], tokens: list[int], wire: list[int], outcome: str):
@@ -92,3 +94,47 @@ def test_the_sources_panel_says_where_streams_came_from_and_how_much_each_knew(s
     ctx = QueryContext(since, since + timedelta(minutes=1), timedelta(seconds=10))
     rows = sql.parse_result(sql.query_json(store_client, resolve(STREAM_SOURCES.sql, ctx, chosen()))).rows
     assert [tuple(row) for row in rows] == [("streamscope", "full", 2, 0.667), ("streamscope", "partial", 1, 0.333)]
+
+
+def genai_span(n: int, duration_ms: int, attributes: dict) -> Span:
+    """A request span of another instrumentation, as its source sends it: no chunk, its own timing attributes."""
+    values = {sc.GEN_AI_OPERATION_NAME: "chat", "gen_ai.request.model": "m", **attributes}
+    return Span(
+        trace_id=bytes([n]) * 16,
+        span_id=bytes([n]) * 8,
+        name="chat m",
+        kind=Span.SPAN_KIND_CLIENT,
+        start_time_unix_nano=T0 + n,
+        end_time_unix_nano=T0 + n + duration_ms * 1_000_000,
+        attributes=[KeyValue(key=key, value=any_value(value)) for key, value in values.items()],
+    )
+
+
+def test_figures_no_stream_can_give_are_unknown_not_zero(store_client):
+    """Streams known by their first token or their duration say nothing of gaps or of the first byte: the summary
+    gives those figures as unknown, not as 0 ms and 0% goodput, and a TTFT only from the streams that know one."""
+    store_spans(
+        store_client, [genai_span(1, 900, {"gen_ai.client.operation.time_to_first_chunk": 0.25})], scope="gen_ai"
+    )
+    store_spans(store_client, [genai_span(2, 700, {})], scope="opentelemetry.util.genai")
+    since = datetime.fromtimestamp(T0 / 1e9 - 1, UTC)
+    ctx = QueryContext(since, since + timedelta(minutes=1), timedelta(seconds=10))
+    summary = summarize(lambda q: sql.parse_result(sql.query_json(store_client, q)), ctx, slo_us=400_000)
+    assert (summary.streams, summary.incomplete_streams) == (2, 2)
+    assert (summary.ttft_p50_ms, summary.ttft_p95_ms) == (250.0, 250.0)
+    unknown = (summary.gap_p50_ms, summary.gap_p99_ms, summary.p99_of_p99_ms, summary.itl_goodput)
+    assert unknown == (None, None, None, None) and summary.first_byte_lead_ms is None
+    rows = dict(summary.rows(400_000))
+    assert rows["gap p50 / p95 / p99"] == "unknown"
+    assert rows["ITL goodput (every gap within 400 ms)"] == "unknown"
+    assert rows["p99 across streams of per-stream p99"] == "unknown"
+    assert rows["first byte to first content, median"] == "unknown"
+
+
+def test_an_empty_range_has_no_ttft(store_client):
+    store_spans(store_client, [stream(1, [100, 120], [1, 1], [60, 60], "completed")])
+    later = datetime.fromtimestamp(T0 / 1e9 + 600, UTC)
+    ctx = QueryContext(later, later + timedelta(minutes=1), timedelta(seconds=10))
+    summary = summarize(lambda q: sql.parse_result(sql.query_json(store_client, q)), ctx, slo_us=400_000)
+    assert summary.streams == 0 and (summary.ttft_p50_ms, summary.itl_goodput, summary.cancel_rate) == (None,) * 3
+    assert dict(summary.rows(400_000))["TTFT p50 / p95"] == "unknown"
