@@ -64,7 +64,7 @@ class Summary:
     wire_per_content_byte: float | None
     """Bytes on the wire per byte of content: the envelope overhead."""
     cancel_rate: float | None
-    stored_bytes_per_chunk: float
+    stored_bytes_per_chunk: float | None
     incomplete_streams: int = 0
     """Streams without every chunk's time (chunks lost, unreadable, a source that knew none): out of the per-stream
     gap figures."""
@@ -90,7 +90,7 @@ class Summary:
                 "streams without every chunk's time (left out of goodput and per-stream p99)",
                 f"{self.incomplete_streams}",
             ),
-            ("stored bytes per chunk", f"{self.stored_bytes_per_chunk:.2f}"),
+            ("stored bytes per chunk", _number(self.stored_bytes_per_chunk, ".2f")),
         ]
 
 
@@ -123,7 +123,7 @@ def summarize(
         tokens_per_chunk=_known(per_chunk),
         wire_per_content_byte=_known(envelope),
         cancel_rate=_known(cancels),
-        stored_bytes_per_chunk=float(stored or 0),
+        stored_bytes_per_chunk=_known(stored),
         incomplete_streams=int(incomplete or 0),
     )
 

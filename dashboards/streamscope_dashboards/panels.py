@@ -151,11 +151,12 @@ ATTRIBUTED_STALL = (
 """What the stall panels count, next to the SLO's single threshold (``StallRules``' defaults, which a test checks)."""
 
 STORED_BYTES_SQL = """
-SELECT sum(data_compressed_bytes) / greatest((SELECT sum(length(gap_us)) FROM chunk_arrays), 1)
+SELECT sum(data_compressed_bytes) / nullIf((SELECT sum(length(gap_us)) FROM chunk_arrays), 0)
 FROM system.parts
 WHERE database = currentDatabase() AND table = 'chunk_arrays' AND active
 """
-"""Bytes on disk per stored chunk, over the whole table (parts do not split by time or tenant)."""
+"""Bytes on disk per stored chunk, over the whole table (parts do not split by time or tenant); NULL while no
+chunk is stored (streams of sources without chunks still take rows)."""
 
 ITL_HEATMAP = Panel(
     "itl_heatmap",

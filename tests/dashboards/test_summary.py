@@ -124,11 +124,13 @@ def test_figures_no_stream_can_give_are_unknown_not_zero(store_client):
     assert (summary.ttft_p50_ms, summary.ttft_p95_ms) == (250.0, 250.0)
     unknown = (summary.gap_p50_ms, summary.gap_p99_ms, summary.p99_of_p99_ms, summary.itl_goodput)
     assert unknown == (None, None, None, None) and summary.first_byte_lead_ms is None
+    assert summary.stored_bytes_per_chunk is None  # their rows take room, but there is no chunk to share it
     rows = dict(summary.rows(400_000))
     assert rows["gap p50 / p95 / p99"] == "unknown"
     assert rows["ITL goodput (every gap within 400 ms)"] == "unknown"
     assert rows["p99 across streams of per-stream p99"] == "unknown"
     assert rows["first byte to first content, median"] == "unknown"
+    assert rows["stored bytes per chunk"] == "unknown"
 
 
 def test_an_empty_range_has_no_ttft(store_client):
