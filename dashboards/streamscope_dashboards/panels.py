@@ -480,8 +480,8 @@ FLEET_STATS = Panel(
     f"""SELECT count() AS streams,
     quantileExact(0.5)(ttft_us) / 1000 AS ttft_p50_ms, quantileExact(0.95)(ttft_us) / 1000 AS ttft_p95_ms,
     quantileExactIf(0.99)(gap_p99_us, {TIMED}) / 1000 AS p99_of_p99_ms,
-    countIf(ifNull(gap_max_us, 0) <= {SLO_US} AND {TIMED}) / countIf({TIMED}) AS itl_goodput,
-    countIf(stall_count > 0 AND {TIMED}) / countIf({TIMED}) AS stall_rate,
+    countIf(ifNull(gap_max_us, 0) <= {SLO_US} AND {TIMED}) / nullIf(countIf({TIMED}), 0) AS itl_goodput,
+    countIf(stall_count > 0 AND {TIMED}) / nullIf(countIf({TIMED}), 0) AS stall_rate,
     countIf(NOT {TIMED}) AS incomplete
 FROM stream_metrics
 WHERE {SELECTED}""",

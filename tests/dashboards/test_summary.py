@@ -11,7 +11,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from streamscope import semconv as sc
 from streamscope_dashboards.fleet import summarize
 from streamscope_dashboards.macros import QueryContext, resolve
-from streamscope_dashboards.panels import STREAM_SOURCES, chosen
+from streamscope_dashboards.panels import FLEET_STATS, STREAM_SOURCES, chosen
 from streamscope_ingest.store import sql
 from tests.support import T0, any_value, store_spans, stream_span
 
@@ -131,6 +131,10 @@ def test_figures_no_stream_can_give_are_unknown_not_zero(store_client):
     assert rows["p99 across streams of per-stream p99"] == "unknown"
     assert rows["first byte to first content, median"] == "unknown"
     assert rows["stored bytes per chunk"] == "unknown"
+    stats = store_client.query(resolve(FLEET_STATS.sql, ctx, chosen()))  # as the Grafana plugin reads it: NaN is NaN
+    figures = dict(zip(stats.column_names, stats.result_rows[0], strict=True))
+    assert (figures["streams"], figures["ttft_p50_ms"], figures["incomplete"]) == (2, 250, 2)
+    assert (figures["p99_of_p99_ms"], figures["itl_goodput"], figures["stall_rate"]) == (None, None, None)
 
 
 def test_an_empty_range_has_no_ttft(store_client):
