@@ -419,6 +419,20 @@ def test_a_gateway_that_flushes_on_bytes_holds_the_first_chunk_briefly_and_is_st
     assert {s.evidence["held_all_along"] for s in stalls} == {"true"}
 
 
+def test_one_stall_in_a_stream_a_gateway_handed_over_in_flushes_is_the_gateways():
+    """A gateway that flushes on bytes holds the first chunk briefly and makes a stall only now and then, when a
+    flush comes a little later than the others: one stall, but every chunk came out of a flush, none on its own,
+    and the release caught the client up, so the gateway held it (not a connection too short to be believed)."""
+    server = timeline([10.0] * 60)
+    client = gateway(server, 130)  # a release every 140 ms, under the 150 ms floor of a stall
+    releases = np.unique(client.offsets_us)
+    later = client.offsets_us == releases[2]  # a flush 15 ms late: the one gap over it
+    client = Timeline(client.start_us, client.offsets_us + later * 15 * MS, client.content_bytes)
+    stall = only(attribute(client, server, [], spec_active=False, rules=RULES))
+    assert stall.cause == "network_buffering", stall.evidence
+    assert stall.evidence["held_all_along"] == "true" and stall.evidence["network_stalls_in_stream"] == "1"
+
+
 def test_a_short_hold_on_a_prompt_path_is_no_stalled_connection():
     stall = only(attribute(held(timeline(STEADY), (12, 180)), timeline(STEADY), [], spec_active=False, rules=RULES))
     assert stall.cause == "unknown" and "retransmission" in stall.evidence["network"]

@@ -29,17 +29,16 @@ from the frame that painted them. For each client stall:
    Behind a gateway the host held the content only from the gateway's flush on, which the release's freshest
    chunk dates: when the gateway held it longer, the stall is the gateway's, the host second.
 4. The path's part: the network delayed it, and how it delivered tells which way. A buffering gateway
-   (``network_buffering``) holds everything and hands it over together: it holds the first chunk (its lateness
-   on the path not counting the client's own host, nor the request's way to the server, which a slow proxy or
-   client stretches), or most of the stream's chunks over several stalls each ending in a release that caught
-   the client up. A connection that stalls (``connection``) leaves the rest behind or lets everything between
-   its stalls through on time, however alike its stalls' lengths; it is believed only for a delay at least a
-   lost segment's retransmission timeout long (shorter ones on a prompt path are ``unknown``): the chunk's
-   whole lateness on the path, less the host's part, of which only some falls in the gap when the content
-   before it came late too. In a buffered
-   stream a delay far longer than its siblings is a connection too, and so is a delay of content that had
-   already been sent when the previous chunk arrived and that the path then held clearly longer than the
-   gateway holds a chunk: a flush releases everything it holds, a stalled connection leaves the rest behind.
+   (``network_buffering``) holds everything and hands it over together: it holds the first chunk (its lateness on the
+   path not counting the client's own host, nor the request's way to the server, which a slow proxy or client
+   stretches), or most of the stream's chunks, handed over in flushes, its stalls (one is enough) each ending in a
+   release that caught the client up. A connection that stalls (``connection``) leaves the rest behind or lets
+   everything between its stalls through on time, however alike its stalls' lengths; it is believed only for a delay
+   at least a lost segment's retransmission timeout long (shorter ones on a prompt path are ``unknown``): the chunk's
+   whole lateness on the path, less the host's part, of which only some falls in the gap when the content before it
+   came late too. In a buffered stream a delay far longer than its siblings is a connection too, and so is a delay of
+   content that had already been sent when the previous chunk arrived and that the path then held clearly longer than
+   the gateway holds a chunk: a flush releases everything it holds, a stalled connection leaves the rest behind.
 5. The server's part: the engine on the stream's node, what hit this request before what the node went
    through. A prefill burst in the window (``prefill_interference``: it slows every sequence in the batch);
    then this request's own rhythm slowed as a draft collapse slows it (``spec_decode``, surer with an acceptance
@@ -445,13 +444,14 @@ def _host_alone(stall: Stall, host_us: int, rules: StallRules) -> None:
 
 def _held_all_along(arrivals: Arrivals, first_held_us: int, network: list[int], rules: StallRules) -> bool:
     """Whether the path held this stream all along, as a gateway that buffers does: it held the first chunk, or
-    it held most chunks, over several network stalls that each ended in a release that caught the client up (a
-    flush hands over everything it holds; a connection that resumes after a stall stays behind, its chunks late
-    but not held back together), and it handed over next to nothing on its own. A single stall after an on-time
-    start is a connection's, whatever came after."""
+    it held most chunks, its network stalls each ending in a release that caught the client up (a flush hands
+    over everything it holds; a connection that resumes after a stall stays behind, its chunks late but not held
+    back together), and it handed over next to nothing on its own. One stall is enough when every chunk came so:
+    a gateway flushing on bytes makes a stall only when a flush comes a little late. A stall after a start on
+    time with chunks arriving one by one is a connection's, whatever came after."""
     if first_held_us >= rules.held_first_chunk_us:
         return True
-    if len(network) < 2 or not arrivals.held_in_flushes(rules):
+    if not network or not arrivals.held_in_flushes(rules):
         return False
     return float(np.median([arrivals.caught_up(k, rules) for k in network])) <= rules.caught_up_share
 
