@@ -11,7 +11,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from streamscope_dashboards.macros import QueryContext, resolve
-from streamscope_dashboards.panels import SELECTED, SELECTED_CHUNKS, SIZED, STORED_BYTES_SQL, TIMED, chosen
+from streamscope_dashboards.panels import (
+    SELECTED,
+    SELECTED_CHUNKS,
+    SIZED,
+    STORED_BYTES_SQL,
+    TIMED,
+    chosen,
+    timed_goodput,
+)
 from streamscope_ingest.store.sql import QueryResult
 
 Query = Callable[[str], QueryResult]
@@ -22,7 +30,7 @@ SELECT
     quantileExact(0.5)(ttft_us) AS ttft_p50_us,
     quantileExact(0.95)(ttft_us) AS ttft_p95_us,
     quantileExactIf(0.99)(gap_p99_us, {TIMED}) AS p99_of_p99_us,
-    countIf(ifNull(gap_max_us, 0) <= {{slo_us}} AND {TIMED}) / nullIf(countIf({TIMED}), 0) AS itl_goodput,
+    {timed_goodput("{slo_us}")} AS itl_goodput,
     quantileExact(0.5)(ttft_us - ttfb_us) AS first_byte_lead_us,
     sumIf(tokens, {SIZED}) / nullIf(sumIf(content_chunks, {SIZED}), 0) AS tokens_per_chunk,
     sumIf(wire_bytes, {SIZED}) / nullIf(sumIf(content_bytes, {SIZED}), 0) AS wire_per_content_byte,

@@ -137,6 +137,14 @@ TIMED = "coverage IN ('full', 'arrivals')"
 longest gap, ITL goodput) read only these. A partial timeline's gaps are those between the chunks kept, so its
 longest gap is a floor, not a fact; such streams, and those whose source knew no chunks, are counted apart
 (``incomplete``)."""
+
+
+def timed_goodput(slo_us: str) -> str:
+    """ITL goodput as SQL: the share of the streams whose every gap is known that kept each within ``slo_us`` (SQL
+    for the SLO in µs); NULL, not NaN, when no stream in the range has every gap known."""
+    return f"countIf(ifNull(gap_max_us, 0) <= {slo_us} AND {TIMED}) / nullIf(countIf({TIMED}), 0)"
+
+
 SIZED = "coverage IN ('full', 'partial')"
 """Streams whose chunks' sizes are known: figures of tokens and bytes per chunk read only these (a source that
 stamped arrivals alone says nothing of what a chunk carried)."""
@@ -480,7 +488,7 @@ FLEET_STATS = Panel(
     f"""SELECT count() AS streams,
     quantileExact(0.5)(ttft_us) / 1000 AS ttft_p50_ms, quantileExact(0.95)(ttft_us) / 1000 AS ttft_p95_ms,
     quantileExactIf(0.99)(gap_p99_us, {TIMED}) / 1000 AS p99_of_p99_ms,
-    countIf(ifNull(gap_max_us, 0) <= {SLO_US} AND {TIMED}) / nullIf(countIf({TIMED}), 0) AS itl_goodput,
+    {timed_goodput(str(SLO_US))} AS itl_goodput,
     countIf(stall_count > 0 AND {TIMED}) / nullIf(countIf({TIMED}), 0) AS stall_rate,
     countIf(NOT {TIMED}) AS incomplete
 FROM stream_metrics
