@@ -73,20 +73,25 @@ class Watch:
 
     def late_us(self, since_ns: int, until_ns: int) -> int:
         """Microseconds of [``since_ns``, ``until_ns``] during which the host had not run the reader just before
-        it read at ``until_ns``: the kept late interval that ended at most ``READ_NS`` before the read, or the
-        pending beat when it is overdue by more than the slack (the host is late right now; its beat has not run to
-        say so), whichever is longer; both, when the overdue beat is the one due after that hold. Only that hold
-        delays the read: what arrived during an earlier one was read
-        when it ended, so late beats spread over a long wait (an interpreter shared by busy threads) do not add
-        up."""
+        it read at ``until_ns``: the longest kept late interval that ended at most ``READ_NS`` before the read (a
+        short one while the reader worked through its backlog does not hide it), or the pending beat when it is
+        overdue by more than the slack (the host is late right now; its beat has not run to say so), whichever is
+        longer; both, when the overdue beat is the one due after the newest hold. Only a hold that just ended
+        delays the read: what arrived during an earlier one was read when it ended, so late beats spread over a
+        long wait (an interpreter shared by busy threads) do not add up."""
+        held, newest = 0, None
         with self._lock:
             due = self._due_ns
             pending = until_ns - max(due, since_ns) if due is not None and until_ns - due > SLACK_NS else 0
-            # the newest hold that had ended by the read (with the slack: a beat and a read race)
-            start, end = next(((s, e) for s, e in reversed(self._late) if e <= until_ns + SLACK_NS), (0, 0))
-        held = min(end, until_ns) - max(start, since_ns) if end >= until_ns - READ_NS else 0
-        if pending and end and due is not None and due - end <= PERIOD_NS + SLACK_NS:
-            held = until_ns - max(start, since_ns)  # the beat due after that hold is overdue: it never let go
+            for start, end in reversed(self._late):
+                if end > until_ns + SLACK_NS:  # after the read (the slack: a beat and a read race)
+                    continue
+                newest = newest or (start, end)
+                if end < until_ns - READ_NS:
+                    break
+                held = max(held, min(end, until_ns) - max(start, since_ns))
+        if pending and newest and due is not None and due - newest[1] <= PERIOD_NS + SLACK_NS:
+            held = until_ns - max(newest[0], since_ns)  # the beat due after that hold is overdue: it never let go
         return max(0, pending, held) // 1000
 
     def _beat(self, due_ns: int, ran_ns: int) -> None:

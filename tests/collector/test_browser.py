@@ -165,6 +165,25 @@ def test_a_busy_main_thread_is_reported_in_the_chunk_it_held_back(chromium, chat
     assert watch == [("longtask",)]
 
 
+def test_a_long_task_is_not_hidden_by_a_short_one_after_it(chromium, chat_stack) -> None:
+    """A page that works through a backlog after a long task may run another one just before it reads: the read
+    waited out the long one (the snippet's own function, run in the browser on long tasks given by hand)."""
+    collector, chat = chat_stack
+    chromium.get(chat.url)
+    browser.wait_for_script(chromium, "return window.chatReady === true", "the page")
+    script = """
+        const [url, done] = arguments;
+        const tasks = { collect() {}, intervals: [[106, 272], [292, 295]] };
+        import(url).then((sdk) => done([
+            sdk.hostDelays(0, [301], tasks),  // the first chunk, waited for from the start
+            sdk.hostDelays(0, [200, 301], tasks),  // the second: only the part of the task inside its wait
+        ]));
+    """
+    first, second = chromium.execute_async_script(script, f"{collector.http_url}/sdk/streamscope.js")
+    assert first == [166_000]
+    assert second == [0, 72_000]
+
+
 def test_a_browser_without_long_tasks_sends_no_host_evidence(chromium, chat_stack) -> None:
     _, chat = chat_stack
     chromium.get(chat.url)

@@ -219,6 +219,17 @@ def test_only_the_hold_the_read_waited_out_counts():
     assert watch.late_us(660 * ms, 700 * ms) == 0
 
 
+def test_a_long_hold_is_not_hidden_by_a_short_one_after_it():
+    """A starved process runs its loop late in fits: a long hold, then a short one while it works through what
+    arrived meanwhile. The read waited out the long one."""
+    ms = 1_000_000
+    watch = host_watch.ThreadWatch()
+    watch._beat(106 * ms, 272 * ms)
+    watch._beat(292 * ms, 295 * ms)
+    assert watch.late_us(100 * ms, 301 * ms) == 166 * MS
+    assert watch.late_us(200 * ms, 301 * ms) == 72 * MS  # the part of it inside the wait
+
+
 def test_many_small_lags_over_a_long_wait_do_not_add_up():
     """An interpreter shared with busy threads runs every beat a little late; the read is late by one lag."""
     ms = 1_000_000

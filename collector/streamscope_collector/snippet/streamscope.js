@@ -57,24 +57,23 @@ function watchLongTasks() {
   return longTasks;
 }
 
-/** Per chunk, the time (us) of its wait that the page's main thread was in the long task it waited out: the last
- * one that ended at most READ_MS before the chunk was read (what arrived during an earlier one was read when that
- * one ended). Measured from the stream's start for the first chunk, from the chunk before for one that came
- * HOST_GAP_MS or more after it; 0 for the rest. */
-function hostDelays(start, arrivals, tasks) {
+/** Per chunk, the time (us) of its wait that the page's main thread was in the long task it waited out: the
+ * longest that ended at most READ_MS before the chunk was read (what arrived during an earlier one was read when
+ * that one ended; a short one while the page worked through what had arrived does not hide it). Measured from the
+ * stream's start for the first chunk, from the chunk before for one that came HOST_GAP_MS or more after it; 0 for
+ * the rest. */
+export function hostDelays(start, arrivals, tasks) {
   tasks.collect();
   const end = arrivals.length ? arrivals[arrivals.length - 1] : start;
-  const busy = tasks.intervals.filter(([from, to]) => to > start && from < end).sort((a, b) => a[1] - b[1]);
+  const busy = tasks.intervals.filter(([from, to]) => to > start && from < end);
   return arrivals.map((now, i) => {
     const since = i ? arrivals[i - 1] : start;
     if (i && now - since < HOST_GAP_MS) return 0;
-    let last = null;
-    for (const task of busy) {
-      if (task[1] > now) break;
-      last = task;
+    let held = 0;
+    for (const [from, to] of busy) {
+      if (to <= now && to >= now - READ_MS) held = Math.max(held, to - Math.max(from, since));
     }
-    if (!last || last[1] < now - READ_MS) return 0;
-    return Math.round(Math.max(0, last[1] - Math.max(last[0], since)) * 1000);
+    return Math.round(held * 1000);
   });
 }
 
