@@ -154,8 +154,23 @@ def test_the_job_attributes_stalls_writes_quality_and_never_repeats_itself(store
     side, stalls, fluidity = quality[trace_hex(1)]
     assert (side, stalls) == ("client", 1) and fluidity == pytest.approx(1 - 4 / 34, abs=1e-6)
 
+    # every rated stream replayed behind each buffer depth; trace 01's 600 ms gap, after twenty chunks 20 ms apart
+    # (the stream's pace): 250 ms of backlog shortens it to 350 ms, still a stall, 500 ms to 100 ms, none
+    smoothing = store_client.query(
+        "SELECT depth_ms, (stalls_before, stalls_after, longest_gap_after_us, added_ttft_us, rate_ms) "
+        "FROM stream_smoothing WHERE trace_id = {t:String} ORDER BY depth_ms",
+        parameters={"t": trace_hex(1)},
+    ).result_rows
+    assert smoothing == [
+        (100, (1, 1, 500_000, 100_000, 20)),
+        (250, (1, 1, 350_000, 250_000, 20)),
+        (500, (1, 0, 100_000, 500_000, 20)),
+    ]
+    assert store_client.query("SELECT count() FROM stream_smoothing").result_rows[0][0] == 3 * 3
+
     assert job.run_once(until=datetime.now(UTC) + timedelta(seconds=2)) == 0  # the watermark moved on
     assert store_client.query("SELECT count() FROM stream_quality").result_rows[0][0] == 3
+    assert store_client.query("SELECT count() FROM stream_smoothing").result_rows[0][0] == 3 * 3
 
 
 def test_an_sglang_node_reporting_only_its_acceptance_length_runs_speculative_decoding(store_client):

@@ -1,5 +1,5 @@
-"""The attribution job: attribute the stalls of streams that have settled and write them to ``stalls``, and
-their quality indices to ``stream_quality``.
+"""The attribution job: attribute the stalls of streams that have settled and write them to ``stalls``, their
+quality indices to ``stream_quality``, and what smoothing buffers would have made of them to ``stream_smoothing``.
 
 Why a periodic job rather than materialized views: a stall's cause needs both sides of the stream and the
 node's engine events, which arrive in separate requests, seconds apart; a view fires on one insert into one
@@ -20,7 +20,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -41,9 +42,11 @@ from streamscope_ingest.analysis.attribution import (
     attribute,
 )
 from streamscope_ingest.analysis.quality import andes_qoe, fluidity_index
+from streamscope_ingest.analysis.smoothing import DEPTHS_MS, Buffer, Targets, smooth
 from streamscope_ingest.decode import columns
 
 log = logging.getLogger(__name__)
+Row = dict[str, Any]
 JOB = "stalls"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -97,6 +100,14 @@ class QualityTargets:
     expected_ttft_ms: float = 1000.0
     reading_tokens_per_s: float = 8.0
 
+    def in_us(self) -> Targets:
+        return Targets(
+            self.first_deadline_ms * 1000,
+            self.token_deadline_ms * 1000,
+            self.expected_ttft_ms * 1000,
+            self.reading_tokens_per_s,
+        )
+
 
 class AttributionJob:
     def __init__(
@@ -108,14 +119,17 @@ class AttributionJob:
         quality: QualityTargets | None = None,
         pass_streams: int = 5000,
         insert_client: Client | None = None,
+        smoothing_depths_ms: Sequence[float] = DEPTHS_MS,
     ) -> None:
-        """``client`` reads; ``insert_client`` (default: ``client``) writes stalls, quality and progress."""
+        """``client`` reads; ``insert_client`` (default: ``client``) writes stalls, quality and progress. Every
+        stream is replayed behind a smoothing buffer of each of ``smoothing_depths_ms``."""
         self._client = client
         self._insert_client = insert_client or client
         self.rules = rules or StallRules()
         self.settle_s = settle_s
         self.quality = quality or QualityTargets()
         self.pass_streams = pass_streams
+        self.buffers = tuple(Buffer(depth) for depth in smoothing_depths_ms)
 
     def watermark(self) -> datetime:
         rows = self._client.query(
@@ -149,17 +163,21 @@ class AttributionJob:
             if not caught_up:
                 until = _utc(rows[-1][-1])  # ordered by ingested_at, ties included: the pass ends on a whole instant
             streams = [tuple(row[:-1]) for row in rows]
-            stalls, quality = self._attribute(streams) if streams else ([], [])
+            stalls, quality, smoothing = self._attribute(streams) if streams else ([], [], [])
             if stalls:
                 self._insert_client.insert_arrow("stalls", pa.Table.from_pylist(stalls, schema=columns.STALLS))
             if quality:
                 self._insert_client.insert_arrow(
                     "stream_quality", pa.Table.from_pylist(quality, schema=columns.STREAM_QUALITY)
                 )
+            if smoothing:
+                self._insert_client.insert_arrow(
+                    "stream_smoothing", pa.Table.from_pylist(smoothing, schema=columns.STREAM_SMOOTHING)
+                )
             self._insert_client.insert("attribution_progress", [[JOB, until]], column_names=["job", "through"])
             return len(stalls), caught_up
 
-    def _attribute(self, streams: list[tuple[Any, ...]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def _attribute(self, streams: list[tuple[Any, ...]]) -> tuple[list[Row], list[Row], list[Row]]:
         traces = sorted({row[1] for row in streams})
         sides: dict[str, list[tuple[str, str, str, int]]] = defaultdict(list)
         watched: set[tuple[str, str]] = set()
@@ -206,8 +224,9 @@ class AttributionJob:
             sides_of[(trace, span)] = (Timeline(start, *chunks[(trace, span)]), server_timeline, node)
         peers = _Peers(streams, sides_of, endpoints)
 
-        rows: list[dict[str, Any]] = []
-        quality: list[dict[str, Any]] = []
+        rows: list[Row] = []
+        quality: list[Row] = []
+        smoothing: list[Row] = []
         for tenant, trace, span, service, side, model, _instance, _start, _duration in streams:
             if (trace, span) not in sides_of:
                 continue
@@ -232,9 +251,10 @@ class AttributionJob:
             }
             rows.extend(_row(stall, identity) for stall in stalls)
             quality.append(self._quality(client, tokens[(trace, span)], len(stalls), identity))
-        return rows, quality
+            smoothing.extend(self._smoothing(client, tokens[(trace, span)], identity))
+        return rows, quality, smoothing
 
-    def _quality(self, timeline: Timeline, counts: np.ndarray, stalls: int, identity: dict[str, str]) -> dict[str, Any]:
+    def _quality(self, timeline: Timeline, counts: np.ndarray, stalls: int, identity: dict[str, str]) -> Row:
         targets = self.quality
         return {
             **identity,
@@ -250,6 +270,13 @@ class AttributionJob:
             "token_deadline_ms": targets.token_deadline_ms,
             "reading_tokens_per_s": targets.reading_tokens_per_s,
         }
+
+    def _smoothing(self, timeline: Timeline, counts: np.ndarray, identity: dict[str, str]) -> Iterator[Row]:
+        targets = self.quality.in_us()
+        for buffer in self.buffers:
+            smoothed = smooth(timeline, counts, buffer, self.rules, targets)
+            if smoothed is not None:
+                yield {**identity, "start_time": timeline.start_us, **asdict(smoothed)}
 
 
 def _rows(column: pa.ChunkedArray) -> list[np.ndarray]:
@@ -303,7 +330,7 @@ class _Peers:
         return self._arrivals[key]
 
 
-def _row(stall: Stall, identity: dict[str, str]) -> dict[str, Any]:
+def _row(stall: Stall, identity: dict[str, str]) -> Row:
     return {
         **identity,
         "start_time": stall.start_us,

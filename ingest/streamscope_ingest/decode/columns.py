@@ -273,6 +273,31 @@ STREAM_QUALITY = pa.schema(
     ]
 )
 
+STREAM_SMOOTHING = pa.schema(
+    [
+        ("tenant", _LC),
+        ("start_time", _TIME),
+        ("trace_id", pa.string()),
+        ("span_id", pa.string()),
+        ("service", _LC),
+        ("side", _LC),
+        ("model", _LC),
+        ("node_name", _LC),
+        ("depth_ms", pa.float32()),
+        ("rate_ms", pa.float32()),
+        ("added_ttft_us", pa.uint32()),
+        ("added_end_us", pa.uint32()),
+        ("stalls_before", pa.uint32()),
+        ("stalls_after", pa.uint32()),
+        ("longest_gap_before_us", pa.uint32()),
+        ("longest_gap_after_us", pa.uint32()),
+        ("fluidity_before", pa.float32()),
+        ("fluidity_after", pa.float32()),
+        ("andes_before", pa.float32()),
+        ("andes_after", pa.float32()),
+    ]
+)
+
 INGEST_REQUESTS = pa.schema(
     [
         ("tenant", _LC),
@@ -316,6 +341,7 @@ TABLES: dict[str, pa.Schema] = {  # in write order (ingest/streamscope_ingest/st
     "engine_events": ENGINE_EVENTS,
     "stalls": STALLS,
     "stream_quality": STREAM_QUALITY,
+    "stream_smoothing": STREAM_SMOOTHING,
     "ingest_requests": INGEST_REQUESTS,
     "alerts": ALERTS,  # Grafana's webhook deliveries: never in a batch with OTLP rows or their request log
 }

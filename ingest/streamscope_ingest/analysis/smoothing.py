@@ -1,0 +1,129 @@
+"""What a smoothing buffer would have shown: a counterfactual replay of a recorded stream's timeline.
+
+A client-side smoothing buffer holds what arrives and reveals it at a steady pace: it shows nothing until
+``depth`` after the first content chunk arrived, then at most one chunk per ``rate``; a chunk that arrives after
+its turn (the buffer ran dry) is shown as it arrives, and the pace goes on from there. So, with arrivals ``t``:
+
+    r[0] = t[0] + depth        r[i] = max(t[i], r[i-1] + rate)
+
+which unrolls to ``r[i] = i * rate + max(t[0] + depth, max over j <= i of (t[j] - j * rate))``: a running
+maximum, computed for the whole stream at once. The trade it buys is read off both timelines with the same
+measures: the first chunk comes ``depth`` later and the last one later still when the pace is slower than the
+stream; a stall the backlog covered is no longer seen; the quality indices move with both.
+
+The pace defaults to the stream's own median gap between content chunks (what a reader of that stream is used
+to), so the buffer smooths the stream's rhythm without slowing it down.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from streamscope_ingest.analysis.attribution import StallRules, Timeline, find_stalls
+from streamscope_ingest.analysis.quality import andes_qoe, fluidity_index
+
+DEPTHS_MS = (100, 250, 500)
+"""The buffer depths the attribution job replays every stream behind, for the dashboards' side-by-side panel."""
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A smoothing buffer: how long it holds the first chunk back, and how fast it reveals the rest (None: at
+    the stream's own median gap)."""
+
+    depth_ms: float
+    rate_ms: float | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Buffer:
+        """``DEPTH_MS`` or ``DEPTH_MS,RATE_MS`` (milliseconds, e.g. ``250`` or ``250,33``)."""
+        parts = [part.strip() for part in text.split(",")]
+        if len(parts) > 2 or not all(parts):
+            raise ValueError(f"{text!r}: expected DEPTH_MS or DEPTH_MS,RATE_MS")
+        try:
+            depth, *rate = (float(part) for part in parts)
+        except ValueError:
+            raise ValueError(f"{text!r}: milliseconds must be numbers") from None
+        if depth < 0 or (rate and rate[0] <= 0):
+            raise ValueError(f"{text!r}: the depth must be 0 or more and the rate more than 0")
+        return cls(depth, rate[0] if rate else None)
+
+
+@dataclass(frozen=True)
+class Targets:
+    """What a reader expects, for the quality indices (the attribution job's ``QualityTargets``, in µs)."""
+
+    first_deadline_us: float
+    token_deadline_us: float
+    expected_ttft_us: float
+    reading_tokens_per_s: float
+
+
+@dataclass(frozen=True)
+class Smoothed:
+    """One stream before and after a buffer. Times are µs; ``None`` where a stream cannot give the figure."""
+
+    depth_ms: float
+    rate_ms: float
+    """The pace used, in ms per chunk (the stream's own median gap when the buffer named none)."""
+    added_ttft_us: int
+    added_end_us: int
+    """How much later the last chunk was shown."""
+    stalls_before: int
+    stalls_after: int
+    longest_gap_before_us: int
+    longest_gap_after_us: int
+    fluidity_before: float | None
+    fluidity_after: float | None
+    andes_before: float | None
+    andes_after: float | None
+
+
+def reveal_times(arrivals_us: np.ndarray, depth_us: float, rate_us: float) -> np.ndarray:
+    """When each chunk arriving at ``arrivals_us`` (sorted) is shown behind the buffer (see the module)."""
+    arrivals = np.asarray(arrivals_us, dtype=np.float64)
+    if arrivals.size == 0:
+        return arrivals
+    steps = np.arange(arrivals.size) * rate_us
+    return steps + np.maximum(arrivals[0] + depth_us, np.maximum.accumulate(arrivals - steps))
+
+
+def smooth(
+    timeline: Timeline, tokens: np.ndarray, buffer: Buffer, rules: StallRules, targets: Targets
+) -> Smoothed | None:
+    """``timeline`` as its reader saw it and as it would have seen it behind ``buffer``; None without two
+    content chunks (nothing to smooth). ``tokens`` counts each chunk's tokens."""
+    index, _, shown = timeline.shown()
+    if index.size < 2:
+        return None
+    counts = np.asarray(tokens, dtype=np.int64)[index]
+    gaps = np.diff(shown)
+    rate_us = buffer.rate_ms * 1000 if buffer.rate_ms is not None else max(float(np.median(gaps)), 1.0)
+    revealed = np.rint(reveal_times(shown, buffer.depth_ms * 1000, rate_us)).astype(np.int64)
+    after = Timeline(timeline.start_us, revealed, np.ones(revealed.size, dtype=np.int64))
+    before = Timeline(timeline.start_us, np.asarray(shown, dtype=np.int64), np.ones(shown.size, dtype=np.int64))
+
+    def indices(offsets: np.ndarray) -> tuple[float | None, float | None]:
+        return (
+            fluidity_index(offsets, counts, targets.first_deadline_us, targets.token_deadline_us),
+            andes_qoe(offsets, counts, targets.expected_ttft_us, targets.reading_tokens_per_s),
+        )
+
+    fluidity_before, andes_before = indices(before.offsets_us)
+    fluidity_after, andes_after = indices(revealed)
+    return Smoothed(
+        depth_ms=buffer.depth_ms,
+        rate_ms=rate_us / 1000,
+        added_ttft_us=int(revealed[0] - shown[0]),
+        added_end_us=int(revealed[-1] - shown[-1]),
+        stalls_before=len(find_stalls(before, rules)),
+        stalls_after=len(find_stalls(after, rules)),
+        longest_gap_before_us=int(gaps.max()),
+        longest_gap_after_us=int(np.diff(revealed).max()),
+        fluidity_before=fluidity_before,
+        fluidity_after=fluidity_after,
+        andes_before=andes_before,
+        andes_after=andes_after,
+    )
