@@ -387,6 +387,35 @@ GROUP BY model
 ORDER BY streams DESC, model""",
 )
 
+
+def _before_and_after(column: str) -> str:
+    """A column for each side of a trade: ``{when}`` in ``column`` is ``before``, then ``after``."""
+    return ", ".join(column.format(when=when) for when in ("before", "after"))
+
+
+SMOOTHING_TRADE = Panel(
+    "smoothing_trade",
+    "What smoothing would buy",
+    "Each stream replayed behind a client-side smoothing buffer that shows nothing until its depth has passed "
+    "since the first chunk, then one chunk per the stream's own median gap: what it adds to TTFT and to the "
+    "end of the answer, the streams that still show a stall and the stalls left (as attribution counts them), "
+    "the median longest gap, and the quality indices' medians before and after, over streams whose every "
+    "chunk's time is known. Worth it where stalls fall much more than the indices do.",
+    "table",
+    f"""SELECT depth_ms, count() AS streams,
+    round(quantileExact(0.5)(added_end_us) / 1000, 1) AS added_end_p50_ms,
+    {_before_and_after("round(countIf(stalls_{when} > 0) / count(), 3) AS stalled_share_{when}")},
+    {_before_and_after("sum(stalls_{when}) AS stall_count_{when}")},
+    {_before_and_after("round(quantileExact(0.5)(longest_gap_{when}_us) / 1000, 1) AS longest_gap_p50_{when}_ms")},
+    {_before_and_after("round(quantileExact(0.5)(fluidity_{when}), 3) AS fluidity_p50_{when}")},
+    {_before_and_after("round(quantileExact(0.5)(andes_{when}), 3) AS andes_qoe_p50_{when}")}
+FROM stream_smoothing
+WHERE $__timeFilter(start_time) AND {STALL_FILTERS}
+    AND (trace_id, span_id) IN (SELECT trace_id, span_id FROM streams WHERE $__timeFilter(start_time) AND {TIMED})
+GROUP BY depth_ms
+ORDER BY depth_ms""",
+)
+
 CHUNK_ECONOMICS = Panel(
     "chunk_economics",
     "Chunk economics",
@@ -711,6 +740,7 @@ PANELS: tuple[Panel, ...] = (
     STREAM_SHAPE,
     MODEL_TEXTURE,
     STREAM_QUALITY,
+    SMOOTHING_TRADE,
     CHUNK_ECONOMICS,
     CHUNKING_CHANGES,
     CANCELLATION,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from streamscope_dashboards.fleet import Query, Summary, summarize
@@ -57,6 +57,12 @@ class Report:
 
     def result(self, key: str) -> QueryResult | None:
         return next((p.result for p in self.panels if p.panel.key == key), None)
+
+    def with_panel(self, added: PanelResult, *, after: str) -> Report:
+        """This report with ``added`` shown after the panel ``after`` (at the end if it has none)."""
+        keys = [p.panel.key for p in self.panels]
+        at = keys.index(after) + 1 if after in keys else len(keys)
+        return replace(self, panels=[*self.panels[:at], added, *self.panels[at:]])
 
 
 def build_report(

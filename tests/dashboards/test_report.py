@@ -11,11 +11,14 @@ from click.testing import CliRunner
 
 from streamscope import semconv as sc
 from streamscope_cli.main import cli
+from streamscope_cli.smoothing_report import smoothing_panel
+from streamscope_dashboards.macros import QueryContext
 from streamscope_dashboards.panels import ATTRIBUTED_STALL, PANELS, SLO_US
 from streamscope_dashboards.report import build_report, interval_for, parse_duration, title_line
 from streamscope_dashboards.report_html import render_html
 from streamscope_ingest.analysis.attribution import StallRules
 from streamscope_ingest.analysis.attribution_job import AttributionJob
+from streamscope_ingest.analysis.smoothing import Buffer
 from streamscope_ingest.store import sql
 from tests.support import T0, store_spans, stream_span
 
@@ -144,6 +147,76 @@ def test_every_panel_runs_and_the_hand_worked_numbers_hold(store):
     assert (by_model["m-2"]["tool_calls"], by_model["m-2"]["tool_call_pause_ms_p50"]) == (2, 170)
     assert by_model[""]["tool_calls"] in (0, None)
     assert by_model[""]["gap_p50_ms"] == 20 and by_model[""]["gap_max_ms"] == 720
+
+
+@pytest.fixture
+def frozen_store(store_client):
+    """Two streams at a 20 ms pace; one freezes for 300 ms once (a stall: over 150 ms and 3x its median)."""
+    frozen = steady(40)
+    frozen[20:] = [o + 280 for o in frozen[20:]]
+    store_spans(
+        store_client,
+        [
+            stream_span(1, 1, side="client", offsets_ms=steady(40), tokens=[1] * 40, start_ns=T0),
+            stream_span(2, 1, side="client", offsets_ms=frozen, tokens=[1] * 40, start_ns=T0),
+        ],
+    )
+    AttributionJob(store_client, settle_s=0).run_once(until=datetime.now(UTC))
+    return store_client
+
+
+def test_the_smoothing_trade_by_hand(frozen_store):
+    store_client = frozen_store
+    trade = build_report(run_on(store_client), START, END, slo_us=400_000).result("smoothing_trade")
+    rows = {row[0]: dict(zip(trade.names, row)) for row in trade.rows}
+    assert sorted(rows) == [100, 250, 500]
+    # paced at 20 ms, a buffer keeps its whole lead to the end of a steady stream; the freeze drains it:
+    # 100 ms leaves a 200 ms gap (still a stall), 250 ms a 50 ms one, 500 ms none beyond the pace
+    picked = ("streams", "stalled_share_before", "stalled_share_after", "stall_count_before", "stall_count_after")
+    assert [tuple(rows[d][k] for k in picked) for d in (100, 250, 500)] == [
+        (2, 0.5, 0.5, 1, 1),
+        (2, 0.5, 0.0, 1, 0),
+        (2, 0.5, 0.0, 1, 0),
+    ]
+    assert [rows[d]["added_end_p50_ms"] for d in (100, 250, 500)] == [100, 250, 500]  # the median of two: the larger
+    frozen_trade = store_client.query(
+        "SELECT added_end_us, longest_gap_after_us FROM stream_smoothing WHERE trace_id = {t:String} ORDER BY depth_ms",
+        parameters={"t": f"{2:032x}"},
+    ).result_rows
+    assert frozen_trade == [(0, 200_000), (0, 50_000), (220_000, 20_000)]  # 500 ms of lead outlasts the freeze
+
+
+@pytest.mark.parametrize(
+    ("buffer", "expected"),
+    [
+        # the job's depth again, from the timelines: the same figures as its row
+        (Buffer(250), {"rate_ms": 20, "added_end_p50_ms": 250, "stall_count_after": 0, "longest_gap_p50_after_ms": 50}),
+        # revealed at 40 ms a chunk, twice slower than they came: 39 chunks end 780 ms late on the steady stream
+        # and 500 ms late on the frozen one (the freeze gave the buffer 280 ms back); no gap over the pace
+        (
+            Buffer(0, 40),
+            {"rate_ms": 40, "added_end_p50_ms": 780, "stall_count_after": 0, "longest_gap_p50_after_ms": 40},
+        ),
+    ],
+)
+def test_a_buffer_of_ones_choosing_in_the_report_by_hand(frozen_store, buffer, expected):
+    ctx = QueryContext(START, END, timedelta(seconds=1))
+    result = smoothing_panel(run_on(frozen_store), ctx, {"side": ("client",)}, buffer).result
+    row = dict(zip(result.names, result.rows[0]))
+    assert (row["streams"], row["stalled_share_before"], row["stall_count_before"]) == (2, 0.5, 1)
+    assert {key: row[key] for key in expected} == expected
+
+
+def test_the_report_command_adds_the_chosen_buffer_or_says_what_is_wrong(frozen_store, storage_dsn, tmp_path):
+    window = ["--from", f"{START:%Y-%m-%d %H:%M:%S}", "--to", f"{END:%Y-%m-%d %H:%M:%S}"]
+    html = ["--html", str(tmp_path / "r.html")]
+    result = CliRunner().invoke(cli, ["report", "--storage", storage_dsn, *window, *html, "--smoothing", "300,33"])
+    assert result.exit_code == 0, result.output
+    assert "Behind a 300 ms smoothing buffer" in result.output
+    assert "Behind a 300 ms smoothing buffer" in (tmp_path / "r.html").read_text()
+    refused = CliRunner().invoke(cli, ["report", "--storage", storage_dsn, *window, *html, "--smoothing", "300,fast"])
+    assert refused.exit_code == 2 and "milliseconds must be numbers" in refused.output
+    assert "Traceback" not in refused.output
 
 
 def test_render_time_per_chunk_in_browsers(store):

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from streamscope import env
 from streamscope_cli.options import collector_url_option, fail_plainly, storage_option
 from streamscope_dashboards.panels import SIDES  # light: no query engine behind it
+
+if TYPE_CHECKING:
+    from streamscope_ingest.analysis.smoothing import Buffer
 
 
 @click.command()
@@ -38,6 +42,13 @@ from streamscope_dashboards.panels import SIDES  # light: no query engine behind
     show_default=True,
     help="Whose view of the streams: what the client received, what the server sent, what the browser drew.",
 )
+@click.option(
+    "--smoothing",
+    metavar="DEPTH_MS[,RATE_MS]",
+    default=None,
+    help="Also replay the range's streams behind a smoothing buffer: nothing shown until DEPTH_MS after the "
+    "first chunk, then one chunk per RATE_MS (default: each stream's own median gap).",
+)
 @fail_plainly
 def report(
     storage_dsn: str | None,
@@ -47,6 +58,7 @@ def report(
     end: datetime | None,
     html_path: Path,
     side: str,
+    smoothing: str | None,
     **variables: tuple[str, ...],
 ) -> None:
     """Print stream health for a time range and write an HTML report with charts.
@@ -56,8 +68,9 @@ def report(
     chunking changes, cancellation tax, and one stalled stream drawn client against server.
 
     \b
-    Example:
+    Examples:
       streamscope report --since 15m --model gpt-4o --html /tmp/report.html
+      streamscope report --since 1h --smoothing 300,33
     """
     from rich.console import Console
 
@@ -75,8 +88,25 @@ def report(
     start = start.replace(tzinfo=UTC)
     if start >= end:
         raise click.BadParameter("the range must start before it ends", param_hint="--from/--to")
+    buffer = _buffer(smoothing)
+    chosen = {**variables, "side": (side,)}
     with opened_store(storage_dsn or env.default_storage_dsn(), collector_url) as run:
-        built = build_report(run, start, end, env.stall_threshold_us(), {**variables, "side": (side,)})
+        built = build_report(run, start, end, env.stall_threshold_us(), chosen)
+        if buffer is not None:
+            from streamscope_cli.smoothing_report import smoothing_panel
+
+            built = built.with_panel(smoothing_panel(run, built.ctx, chosen, buffer), after="smoothing_trade")
     print_report(built, Console())
     write_html(built, html_path)
     click.echo(f"HTML report: {html_path.resolve()}")
+
+
+def _buffer(text: str | None) -> Buffer | None:
+    if text is None:
+        return None
+    from streamscope_ingest.analysis.smoothing import Buffer
+
+    try:
+        return Buffer.parse(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--smoothing") from None
