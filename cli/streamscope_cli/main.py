@@ -19,6 +19,7 @@ from streamscope_cli.commands.gpu_agent import gpu_agent
 from streamscope_cli.commands.load import load
 from streamscope_cli.commands.migrate import migrate
 from streamscope_cli.commands.proxy import proxy
+from streamscope_cli.commands.replay import replay
 from streamscope_cli.commands.report import report
 from streamscope_cli.commands.spool import spool
 from streamscope_cli.commands.sql import sql
@@ -47,6 +48,7 @@ for _command in (
     proxy,
     eval_command,
     report,
+    replay,
     gpu_agent,
     dashboards,
 ):

@@ -30,6 +30,7 @@ TOP_LEVEL = (
     "proxy",
     "eval",
     "report",
+    "replay",
     "gpu-agent",
     "dashboards",
 )
