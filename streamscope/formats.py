@@ -22,6 +22,12 @@ class EventFacts:
     tool_call: bool = False
     """The event carries part of a tool call (its start, name or arguments), so the pause before a tool call
     can be told from the pauses between tokens."""
+    answer: str = ""
+    """The part of ``text`` that is the answer itself (not reasoning, a refusal or tool-call arguments): the
+    document, when the response format is JSON."""
+    arguments: str = ""
+    """The part of ``text`` that is tool-call arguments (JSON), of the call ``call_index``."""
+    call_index: int = 0
 
 
 @dataclass
@@ -79,6 +85,9 @@ class OpenAIChat:
             facts.error_type = str(_get(error, "type") or _get(error, "code") or "error")
             return EventFacts(done=True)
         parts: list[str] = []
+        answer: list[str] = []
+        arguments: list[str] = []
+        call_index: int | None = None
         tool_call = False
         for choice in _get(payload, "choices") or ():
             delta = _get(choice, "delta")
@@ -86,11 +95,18 @@ class OpenAIChat:
                 value = _get(delta, key)
                 if isinstance(value, str):
                     parts.append(value)
+                    if key == "content":
+                        answer.append(value)
             for call in _get(delta, "tool_calls") or ():
                 tool_call = True
-                arguments = _get(_get(call, "function"), "arguments")
-                if isinstance(arguments, str):
-                    parts.append(arguments)
+                part = _get(_get(call, "function"), "arguments")
+                if isinstance(part, str):
+                    parts.append(part)
+                    index = _get(call, "index")
+                    index = index if isinstance(index, int) else 0
+                    call_index = index if call_index is None else call_index
+                    if index == call_index:  # one event, one call's arguments
+                        arguments.append(part)
             reason = _get(choice, "finish_reason")
             if reason:
                 facts.finish_reasons.append(str(reason))
@@ -106,7 +122,14 @@ class OpenAIChat:
                 if self._continuous:
                     exact = max(0, total - self._completion_tokens)
                 self._completion_tokens = max(total, self._completion_tokens)
-        return EventFacts(text=text, exact_tokens=exact, tool_call=tool_call)
+        return EventFacts(
+            text=text,
+            exact_tokens=exact,
+            tool_call=tool_call,
+            answer="".join(answer),
+            arguments="".join(arguments),
+            call_index=call_index or 0,
+        )
 
 
 class OpenAIResponses:
@@ -137,7 +160,13 @@ class OpenAIResponses:
         facts = self.facts
         if kind in self._DELTAS:
             delta = _get(payload, "delta")
-            return EventFacts(text=delta if isinstance(delta, str) else "", tool_call=kind in self._TOOL_CALL_DELTAS)
+            text = delta if isinstance(delta, str) else ""
+            if kind in self._TOOL_CALL_DELTAS:
+                index = _get(payload, "output_index")
+                return EventFacts(
+                    text, tool_call=True, arguments=text, call_index=index if isinstance(index, int) else 0
+                )
+            return EventFacts(text, answer=text if kind == "response.output_text.delta" else "")
         if kind == "response.output_item.added":
             return EventFacts(tool_call=_get(_get(payload, "item"), "type") in self._TOOL_CALL_ITEMS)
         response = _get(payload, "response")
@@ -180,8 +209,14 @@ class AnthropicMessages:
         if kind == "content_block_delta":
             delta = _get(payload, "delta")
             delta_type = _get(delta, "type")
-            text = _get(delta, self._DELTA_FIELDS.get(delta_type, ""))
-            return EventFacts(text=text if isinstance(text, str) else "", tool_call=delta_type == "input_json_delta")
+            value = _get(delta, self._DELTA_FIELDS.get(delta_type, ""))
+            text = value if isinstance(value, str) else ""
+            if delta_type == "input_json_delta":
+                index = _get(payload, "index")
+                return EventFacts(
+                    text, tool_call=True, arguments=text, call_index=index if isinstance(index, int) else 0
+                )
+            return EventFacts(text, answer=text if delta_type == "text_delta" else "")
         if kind == "content_block_start":
             return EventFacts(tool_call=_get(_get(payload, "content_block"), "type") in self._TOOL_USE_BLOCKS)
         if kind == "message_start":
@@ -209,6 +244,13 @@ FORMATS: dict[str, type[OpenAIChat] | type[OpenAIResponses] | type[AnthropicMess
     "openai-responses": OpenAIResponses,
     "anthropic": AnthropicMessages,
 }
+
+
+def json_answer_requested(body: Any) -> bool:
+    """Whether a request body asks for the answer as JSON: Chat Completions' ``response_format``, or the
+    Responses API's ``text.format``, of type ``json_object`` or ``json_schema``."""
+    requested = _get(body, "response_format") or _get(_get(body, "text"), "format")
+    return _get(requested, "type") in ("json_object", "json_schema")
 
 
 def make_format(name: str) -> StreamFormat:

@@ -101,6 +101,26 @@ STREAMSCOPE_HOST_WATCH_VALUES: Final = ("asyncio", "thread", "longtask")
 STREAMSCOPE_FIRST_TOOL_CALL_CHUNK: Final = "streamscope.first_tool_call_chunk"
 """Index (from 0) in the chunk timeline of the first chunk carrying part of a tool call (name or arguments). type int; recommended (if the stream called a tool); sides: client, server, browser, gateway; streamscope extension."""
 
+STREAMSCOPE_JSON_DOCUMENT: Final = "streamscope.json.document"
+"""The JSON document the emitter followed as it streamed: the answer itself (structured output, a JSON response format) or the first tool call's arguments. The streamscope.json.* attributes describe it. type string; conditionally required (if the emitter followed a JSON document in the stream); sides: client, browser; streamscope extension."""
+STREAMSCOPE_JSON_DOCUMENT_VALUES: Final = ("content", "tool_call")
+
+STREAMSCOPE_JSON_OUTCOME: Final = "streamscope.json.outcome"
+"""valid: the document closed with nothing but whitespace after it; truncated: the stream ended before it closed; malformed: a character broke the JSON grammar (or followed the closed document). type string; conditionally required (if streamscope.json.document is set); sides: client, browser; streamscope extension."""
+STREAMSCOPE_JSON_OUTCOME_VALUES: Final = ("valid", "truncated", "malformed")
+
+STREAMSCOPE_JSON_VALID_OFFSET_US: Final = "streamscope.json.valid_offset_us"
+"""Microseconds from the span start to the chunk that closed the document (made it parse). type int; unit us; conditionally required (if the document closed); sides: client, browser; streamscope extension."""
+
+STREAMSCOPE_JSON_FIELD_COUNT: Final = "streamscope.json.field_count"
+"""Top-level fields (of an object) or elements (of an array) whose values were complete: a string, object or array at its closing character, a number or literal at the character after it. type int; conditionally required (if streamscope.json.document is set); sides: client, browser; streamscope extension."""
+
+STREAMSCOPE_JSON_FIELD_NAMES: Final = "streamscope.json.field_names"
+"""The first 32 complete top-level fields' names, in the order they completed ([0], [1], ... in an array). type string[]; recommended; sides: client, browser; streamscope extension."""
+
+STREAMSCOPE_JSON_FIELD_OFFSETS_US: Final = "streamscope.json.field_offsets_us"
+"""Microseconds from the span start to the chunk that completed each of streamscope.json.field_names, in the same order; the first is the time to the first usable field. type int[]; unit us; recommended; sides: client, browser; streamscope extension."""
+
 STREAMSCOPE_CHUNKS_OFFSET_US: Final = "streamscope.chunks.offset_us"
 """Microseconds from span start to each chunk's arrival (client, browser) or emission (server); non-decreasing. type int64s; unit us; required (in the packed encoding); sides: client, server, browser, gateway; streamscope extension."""
 

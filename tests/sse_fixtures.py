@@ -71,3 +71,23 @@ def carries_tool_call(stream_format: str, event: WireEvent) -> bool:
 
 def first_tool_call(stream_format: str, events: list[WireEvent]) -> int:
     return next(i for i, event in enumerate(events) if carries_tool_call(stream_format, event))
+
+
+def first_call_arguments(stream_format: str, events: list[WireEvent]) -> list[tuple[int, str]]:
+    """(event index, piece) of the first tool call's arguments, read from the fields the providers document."""
+    pieces: list[tuple[int, str, int]] = []
+    for index, event in enumerate(events):
+        payload = event.payload
+        if payload is None:
+            continue
+        if stream_format == "openai-chat":
+            for choice in payload.get("choices") or []:
+                for call in choice["delta"].get("tool_calls") or []:
+                    if call.get("function", {}).get("arguments"):
+                        pieces.append((index, call["function"]["arguments"], call["index"]))
+        elif stream_format == "openai-responses":
+            if payload["type"] == "response.function_call_arguments.delta":
+                pieces.append((index, payload["delta"], payload["output_index"]))
+        elif payload.get("type") == "content_block_delta" and payload["delta"]["type"] == "input_json_delta":
+            pieces.append((index, payload["delta"]["partial_json"], payload["index"]))
+    return [(index, piece) for index, piece, call in pieces if call == pieces[0][2]]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from streamscope import semconv as sc
 from streamscope._internal.observer import StreamEvent, StreamObserver
 from streamscope._internal.recorder import Encoding, Outcome, StreamRecorder
-from streamscope.formats import make_format
+from streamscope.formats import json_answer_requested, make_format
 
 if TYPE_CHECKING:  # imported where a stream is read: `import streamscope` stays free of httpx and what it loads
     import httpx
@@ -56,7 +56,7 @@ def _begin(
         recorder.set_attribute(sc.SERVER_PORT, request.url.port)
     recorder.start()
     recorder.inject(request.headers)
-    return StreamObserver(recorder, stream_format), request
+    return StreamObserver(recorder, stream_format, json_answer=json_answer_requested(body)), request
 
 
 _SEND_OPTIONS = ("auth", "follow_redirects")

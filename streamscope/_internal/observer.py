@@ -30,9 +30,13 @@ class StreamEvent:
 
 
 class StreamObserver:
-    def __init__(self, recorder: StreamRecorder, stream_format: StreamFormat) -> None:
+    def __init__(self, recorder: StreamRecorder, stream_format: StreamFormat, *, json_answer: bool = False) -> None:
+        """``json_answer``: the request asked for the answer as JSON, so the answer is the document followed;
+        otherwise the first tool call's arguments are, if the stream calls a tool."""
         self.recorder = recorder
         self.format = stream_format
+        self._json_answer = json_answer
+        self._json_call: int | None = None
         self.done = False
         self.closed = False
         self._failed = False
@@ -81,6 +85,14 @@ class StreamObserver:
             if text:
                 self.recorder.mark_tokens_estimated()
         self.recorder.chunk(tokens, len(text.encode()) if text else 0, wire_bytes, text, tool_call=facts.tool_call)
+        if self._json_answer:
+            if facts.answer:
+                self.recorder.json_text(facts.answer, "content")
+        elif facts.arguments:
+            if self._json_call is None:
+                self._json_call = facts.call_index
+            if facts.call_index == self._json_call:
+                self.recorder.json_text(facts.arguments, "tool_call")
         if facts.done:
             self.done = True
 

@@ -15,7 +15,7 @@ from typing import Any
 from streamscope import semconv as sc
 from streamscope._internal.observer import StreamObserver
 from streamscope._internal.recorder import Encoding, StreamRecorder
-from streamscope.formats import make_format
+from streamscope.formats import json_answer_requested, make_format
 
 _WRAPPED = "__streamscope_wrapped__"
 
@@ -43,7 +43,7 @@ def _start(kwargs: dict[str, Any], format_name: str, client: Any, encoding: Enco
         side="client", provider="openai", request_model=kwargs.get("model"), encoding=encoding, attributes=attributes
     ).start()
     kwargs["extra_headers"] = recorder.inject(dict(kwargs.get("extra_headers") or {}))
-    return StreamObserver(recorder, make_format(format_name))
+    return StreamObserver(recorder, make_format(format_name), json_answer=json_answer_requested(kwargs))
 
 
 def _wrap(original: Callable[..., Any], format_name: str, client: Any, encoding: Encoding | None) -> Callable[..., Any]:

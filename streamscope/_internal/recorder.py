@@ -30,6 +30,7 @@ from opentelemetry.util.types import AttributeValue
 from streamscope import env
 from streamscope import semconv as sc
 from streamscope._internal import host_watch, instruments
+from streamscope._internal.json_progress import JsonProgress
 from streamscope.int64_bytes import int64_bytes
 
 Side = Literal["client", "server", "browser", "gateway"]
@@ -87,6 +88,8 @@ class StreamRecorder:
         "_first_tool_call",
         "_host_delays",
         "_host_due_ns",
+        "_json",
+        "_json_document",
         "_kind",
         "_meter_provider",
         "_name",
@@ -165,6 +168,8 @@ class StreamRecorder:
         """Chunk index -> microseconds its host did not run the reader, where measured and not 0."""
         self._host_due_ns = 0
         """A chunk at or after this time has its host delay measured (the first chunk always is)."""
+        self._json: JsonProgress | None = None
+        self._json_document = ""
         self.tokens_after_cancel: int | None = None
         """Server side: tokens generated after the peer went away; set it before ``finish``."""
 
@@ -275,6 +280,22 @@ class StreamRecorder:
         if late_us:
             self._host_delays[len(self._times)] = late_us
 
+    def json_text(self, text: str, document: Literal["content", "tool_call"] = "content") -> None:
+        """Follow ``text``, the next piece of a JSON document the stream carries (``content``: the answer in a
+        JSON response format; ``tool_call``: a tool call's arguments), as part of the chunk recorded last. The
+        span then says when each top-level field and the whole document became complete. One document a
+        stream: pieces of another are ignored."""
+        try:
+            if self._json is None:
+                self._json, self._json_document = JsonProgress(), document
+            elif document != self._json_document:
+                return
+            self._json.feed(text, self._times[-1] if self._times else time.perf_counter_ns())
+        except Exception:
+            _warn_once("json", "streamscope: could not follow a JSON document; its progress is not recorded")
+            self._json = None
+            self._json_document = "failed"
+
     # --- stream facts ------------------------------------------------------------------------------------
 
     def set_attribute(self, key: str, value: AttributeValue) -> None:
@@ -346,6 +367,8 @@ class StreamRecorder:
         content_offsets = [o for o, c in zip(offsets, self._content) if c > 0]
         if content_offsets:
             attributes[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = content_offsets[0] / 1e6
+        if self._json is not None and self._json.started_ns is not None:
+            self._json_attributes(self._json, attributes)
         score = repetition_score(" ".join(self._tail))
         if score is not None:
             attributes[sc.STREAMSCOPE_REPETITION_SCORE] = score
@@ -380,6 +403,17 @@ class StreamRecorder:
         span.end(end_time=self._wall_start_ns + (end_ns - start))
         if self._side in ("client", "browser") and content_offsets:
             self._record_metrics(content_offsets)
+
+    def _json_attributes(self, progress: JsonProgress, attributes: dict[str, AttributeValue]) -> None:
+        progress.finish()
+        attributes[sc.STREAMSCOPE_JSON_DOCUMENT] = self._json_document
+        attributes[sc.STREAMSCOPE_JSON_OUTCOME] = progress.outcome
+        attributes[sc.STREAMSCOPE_JSON_FIELD_COUNT] = progress.field_count
+        if progress.valid_ns is not None:
+            attributes[sc.STREAMSCOPE_JSON_VALID_OFFSET_US] = self._offset_us(progress.valid_ns)
+        if progress.fields:
+            attributes[sc.STREAMSCOPE_JSON_FIELD_NAMES] = [name for name, _ in progress.fields]
+            attributes[sc.STREAMSCOPE_JSON_FIELD_OFFSETS_US] = [self._offset_us(at) for _, at in progress.fields]
 
     def _record_metrics(self, content_offsets: list[int]) -> None:
         first_chunk, per_chunk = instruments.streaming_histograms(self._meter_provider)

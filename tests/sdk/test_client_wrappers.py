@@ -30,7 +30,14 @@ from opentelemetry.trace import ProxyTracerProvider, StatusCode
 import streamscope
 from streamscope import semconv as sc
 from streamscope_collector.serving import BackgroundServer
-from tests.sse_fixtures import TOOL_CALL_FIXTURES, WireEvent, first_tool_call, fixture_body, fixture_events
+from tests.sse_fixtures import (
+    TOOL_CALL_FIXTURES,
+    WireEvent,
+    first_call_arguments,
+    first_tool_call,
+    fixture_body,
+    fixture_events,
+)
 from tests.support import int64s, memory_provider
 
 STEP_S = 0.005
@@ -353,9 +360,10 @@ def check_recorded_stream(
 
 
 def read_with_stream_sse(
-    server: ReplayServer, name: str, stream_format: str, model: str, pause_at: int
+    server: ReplayServer, name: str, stream_format: str, model: str, pause_at: int, **body: Any
 ) -> list[streamscope.StreamEvent]:
-    """Every event of fixture ``name`` through ``stream_sse``, the server pausing before event ``pause_at``."""
+    """Every event of fixture ``name`` through ``stream_sse``, the server pausing before event ``pause_at``; ``body``
+    adds to the request's."""
     with (
         httpx.Client() as client,
         streamscope.stream_sse(
@@ -364,10 +372,87 @@ def read_with_stream_sse(
             server.url(f"/sse/{name}", pause_at=pause_at),
             format=stream_format,
             tracer_provider=PROVIDER,
-            json={"model": model, "stream": True},
+            json={"model": model, "stream": True, **body},
         ) as events,
     ):
         return list(events)
+
+
+JSON_FACTS = (
+    sc.STREAMSCOPE_JSON_DOCUMENT,
+    sc.STREAMSCOPE_JSON_OUTCOME,
+    sc.STREAMSCOPE_JSON_VALID_OFFSET_US,
+    sc.STREAMSCOPE_JSON_FIELD_COUNT,
+    sc.STREAMSCOPE_JSON_FIELD_NAMES,
+    sc.STREAMSCOPE_JSON_FIELD_OFFSETS_US,
+)
+
+
+def json_facts(span: ReadableSpan) -> dict[str, Any]:
+    return {key: span.attributes.get(key) for key in JSON_FACTS}
+
+
+@pytest.mark.parametrize("stream_format", sorted(TOOL_CALL_FIXTURES))
+def test_stream_sse_follows_the_tool_calls_arguments_as_they_stream(server, spans, stream_format):
+    name = TOOL_CALL_FIXTURES[stream_format]
+    pieces = first_call_arguments(stream_format, fixture_events(name))
+    read_with_stream_sse(server, name, stream_format, "m", -1)
+    span = only_span(spans)
+    offsets = chunks_of(span).offsets
+    facts = json_facts(span)
+    arguments = json.loads("".join(piece for _, piece in pieces))
+    assert facts[sc.STREAMSCOPE_JSON_DOCUMENT] == "tool_call"
+    assert facts[sc.STREAMSCOPE_JSON_OUTCOME] == "valid"
+    assert list(facts[sc.STREAMSCOPE_JSON_FIELD_NAMES]) == list(arguments)
+    assert facts[sc.STREAMSCOPE_JSON_FIELD_COUNT] == len(arguments)
+    assert facts[sc.STREAMSCOPE_JSON_VALID_OFFSET_US] == offsets[pieces[-1][0]]  # the piece that closed it
+    argument_offsets = {offsets[index] for index, _ in pieces}
+    assert set(facts[sc.STREAMSCOPE_JSON_FIELD_OFFSETS_US]) <= argument_offsets
+
+
+def test_stream_sse_follows_a_json_answer_when_the_request_asks_for_one(server, spans):
+    events = fixture_events("openai_chat_json")
+    response_format = {"type": "json_schema", "json_schema": {"name": "city", "schema": {"type": "object"}}}
+    read_with_stream_sse(server, "openai_chat_json", "openai-chat", "m", -1, response_format=response_format)
+    span = only_span(spans)
+    offsets = chunks_of(span).offsets
+    content = [
+        e.payload["choices"][0]["delta"].get("content") if e.payload and e.payload["choices"] else None for e in events
+    ]
+    answer = json.loads("".join(c or "" for c in content))
+    ends = {  # by hand: the piece after which each field's value was whole
+        "city": content.index("Paris") + 1,  # the closing quote
+        "population": content.index(',"'),  # 2102650 could have gone on until the comma
+        "landmarks": content.index('"],"'),
+        "capital": content.index("}"),
+    }
+    facts = json_facts(span)
+    assert list(facts[sc.STREAMSCOPE_JSON_FIELD_NAMES]) == list(answer) == list(ends)
+    assert list(facts[sc.STREAMSCOPE_JSON_FIELD_OFFSETS_US]) == [offsets[i] for i in ends.values()]
+    assert facts[sc.STREAMSCOPE_JSON_VALID_OFFSET_US] == offsets[content.index("}")]
+    assert (facts[sc.STREAMSCOPE_JSON_DOCUMENT], facts[sc.STREAMSCOPE_JSON_OUTCOME]) == ("content", "valid")
+
+    spans.clear()
+    read_with_stream_sse(server, "openai_chat_json", "openai-chat", "m", -1)  # no response format
+    assert set(json_facts(only_span(spans)).values()) == {None}  # text, however it looks, is not followed
+
+
+def test_stream_sse_says_a_json_answer_cut_short_was_truncated(server, spans):
+    response_format = {"type": "json_object"}
+    with (
+        httpx.Client() as client,
+        streamscope.stream_sse(
+            client,
+            "POST",
+            server.url("/sse/openai_chat_json", events=8),
+            tracer_provider=PROVIDER,
+            json={"model": "m", "stream": True, "response_format": response_format},
+        ) as events,
+    ):
+        list(events)
+    facts = json_facts(only_span(spans))
+    assert facts[sc.STREAMSCOPE_JSON_OUTCOME] == "truncated" and facts[sc.STREAMSCOPE_JSON_VALID_OFFSET_US] is None
+    assert list(facts[sc.STREAMSCOPE_JSON_FIELD_NAMES]) == ["city"]
 
 
 @pytest.mark.parametrize("stream_format", sorted(FORMATS))
