@@ -37,7 +37,7 @@ T = TypeVar("T")
 T0 = 1_800_000_000_000_000_000  # ns: a fixed start, far from the partitions other tests write
 
 
-def any_value(value: str | int | float | bool | Sequence[int]) -> AnyValue:
+def any_value(value: str | int | float | bool | Sequence[int] | Sequence[str]) -> AnyValue:
     if isinstance(value, bool):
         return AnyValue(bool_value=value)
     if isinstance(value, int):
@@ -46,7 +46,7 @@ def any_value(value: str | int | float | bool | Sequence[int]) -> AnyValue:
         return AnyValue(double_value=value)
     if isinstance(value, str):
         return AnyValue(string_value=value)
-    return AnyValue(array_value=ArrayValue(values=[AnyValue(int_value=v) for v in value]))
+    return AnyValue(array_value=ArrayValue(values=[any_value(v) for v in value]))
 
 
 def int64s(value: bytes) -> list[int]:

@@ -334,3 +334,38 @@ def test_deeply_nested_json_is_a_400(collector):
     assert response.status_code == 400
     assert "nested too deeply" in response.json()["message"]
     assert_still_serving(collector)
+
+
+@pytest.mark.parametrize(
+    ("json_attributes", "note"),
+    [
+        ({sc.STREAMSCOPE_JSON_DOCUMENT: "answer", sc.STREAMSCOPE_JSON_OUTCOME: "valid"}, "is not one of"),
+        (
+            {
+                sc.STREAMSCOPE_JSON_DOCUMENT: "content",
+                sc.STREAMSCOPE_JSON_OUTCOME: "valid",
+                sc.STREAMSCOPE_JSON_FIELD_COUNT: 2,
+                sc.STREAMSCOPE_JSON_FIELD_NAMES: ["a", "b"],
+                sc.STREAMSCOPE_JSON_FIELD_OFFSETS_US: [10],
+                sc.STREAMSCOPE_JSON_VALID_OFFSET_US: 20,
+            },
+            "as many field offsets as names",
+        ),
+        (
+            {
+                sc.STREAMSCOPE_JSON_DOCUMENT: "content",
+                sc.STREAMSCOPE_JSON_OUTCOME: "valid",
+                sc.STREAMSCOPE_JSON_FIELD_COUNT: 0,
+            },
+            "a valid offset exactly when valid",
+        ),
+    ],
+)
+def test_json_progress_that_disagrees_with_itself_is_left_out_and_said(collector, json_attributes, note):
+    span = plain_stream_span(5, [10, 20])
+    span.attributes.extend(KeyValue(key=k, value=support.any_value(v)) for k, v in json_attributes.items())
+    response = post(collector, request_of(span).SerializeToString(), PROTOBUF)
+    partial = ExportTraceServiceResponse.FromString(response.content).partial_success
+    assert partial.rejected_spans == 0 and note in partial.error_message, partial.error_message
+    rows = collector.query_client.query("SELECT chunk_count, json_document, json_fields FROM streams").result_rows
+    assert rows == [(2, "", [])]  # the stream is kept, without a JSON progress that would be wrong

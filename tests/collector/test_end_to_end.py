@@ -355,3 +355,30 @@ def test_the_pause_before_a_tool_call_is_the_gap_at_first_tool_call_seq(collecto
     ).result_rows
     assert {model: (seq, gap) for model, seq, gap in rows} == expected
     assert client.query("SELECT countIf(first_tool_call_seq IS NULL), count() FROM streams").result_rows == [(1, 4)]
+
+
+@pytest.mark.parametrize("encoding", ["packed", "events"])
+def test_a_json_answer_reaches_streams_field_by_field(collector, encoding):
+    """The SDK follows a structured answer as it streams; the collector stores when each field and the document
+    were complete, at the offsets of the chunks that completed them."""
+    provider, _ = provider_for(collector, "http-protobuf", f"json-{encoding}")
+    clock = FakeClock()
+    recorder_module.time = clock
+    pieces = [(300_000, '{"title": "Dun'), (20_000, 'e", "year": 19'), (20_000, '65, "tags": ["sf"'), (500_000, "]}")]
+    for document, cut_at in (("content", len(pieces)), ("tool_call", 2)):
+        recorder = StreamRecorder(side="client", provider="openai", encoding=encoding, tracer_provider=provider)
+        recorder.start()
+        for wait_us, text in pieces[:cut_at]:
+            clock.advance_us(wait_us)
+            recorder.chunk(3, len(text), 60, text)
+            recorder.json_text(text, document)
+        recorder.finish()
+    provider.shutdown()
+    rows = collector.query_client.query(
+        "SELECT json_document, json_outcome, json_valid_us, json_field_count, json_fields, json_field_us "
+        "FROM streams ORDER BY json_document"
+    ).result_rows
+    assert rows == [
+        ("content", "valid", 840_000, 3, ["title", "year", "tags"], [320_000, 340_000, 840_000]),
+        ("tool_call", "truncated", None, 1, ["title"], [320_000]),  # 1965 was not known to be whole
+    ]

@@ -75,9 +75,29 @@ STREAMS = pa.schema(
     ]
 )
 
-STREAMS_DEFAULTED = pa.schema([("source", _LC), ("coverage", _LC)])
-"""Columns of streams that decode writes although their DDL has a DEFAULT (migration 0023), for rows written
-without them (by an earlier version)."""
+STREAMS_DEFAULTED = pa.schema(
+    [
+        ("source", _LC),
+        ("coverage", _LC),
+        ("json_document", _LC),
+        ("json_outcome", _LC),
+        ("json_valid_us", pa.uint64()),
+        ("json_field_count", pa.uint32()),
+        ("json_fields", pa.list_(pa.string())),
+        ("json_field_us", pa.list_(pa.uint64())),
+    ]
+)
+"""Columns of streams that decode writes although their DDL has a DEFAULT (migrations 0023 and 0026), for rows
+written without them (by an earlier version)."""
+JSON_PROGRESS_UNKNOWN: dict[str, object] = {
+    "json_document": "",
+    "json_outcome": "",
+    "json_valid_us": None,
+    "json_field_count": 0,
+    "json_fields": [],
+    "json_field_us": [],
+}
+"""The ``json_*`` columns of a stream whose emitter followed no JSON document (what the DDL defaults to)."""
 STREAMS_DECODED = pa.unify_schemas([STREAMS, STREAMS_DEFAULTED])
 """What decode writes to streams: ``STREAMS`` then ``STREAMS_DEFAULTED``."""
 SOURCE_STREAMSCOPE = "streamscope"
@@ -133,6 +153,10 @@ def completed(table: str, block: pa.Table) -> pa.Table:
             truncated = block["timeline_truncated"].to_numpy(zero_copy_only=False)
             coverage = np.where(truncated, COVERAGE_PARTIAL, COVERAGE_FULL).tolist()
             block = _with_column(block, "coverage", pa.array(coverage, _LC))
+        for name, value in JSON_PROGRESS_UNKNOWN.items():
+            if name not in block.column_names:
+                field = STREAMS_DECODED.field(name)
+                block = _with_column(block, name, pa.array([value] * block.num_rows, field.type))
     return block
 
 

@@ -60,6 +60,14 @@ _PROMOTED = frozenset(
         sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK,
         sc.STREAMSCOPE_HOST_WATCH,
         *sc.PACKED_ARRAYS,
+        *(
+            sc.STREAMSCOPE_JSON_DOCUMENT,
+            sc.STREAMSCOPE_JSON_OUTCOME,
+            sc.STREAMSCOPE_JSON_VALID_OFFSET_US,
+            sc.STREAMSCOPE_JSON_FIELD_COUNT,
+            sc.STREAMSCOPE_JSON_FIELD_NAMES,
+            sc.STREAMSCOPE_JSON_FIELD_OFFSETS_US,
+        ),
     }
 )
 _LIMITS = {  # largest value each per-chunk column can store
@@ -233,6 +241,7 @@ def _decode_span(
     row = _row(span, scalars, tenant, service, resource, side=side, encoding=encoding, coverage=coverage)
     row["timeline_truncated"] = truncated
     row["first_tool_call_seq"] = _chunk_seq(scalars, sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK, chunk_count, events_dropped)
+    row.update(_json_progress(scalars, notes))
     return _Stream(
         row=row,
         chunk_count=0 if unreadable else chunk_count,
@@ -300,9 +309,55 @@ def _row(
         "host_watch": _enum(scalars, sc.STREAMSCOPE_HOST_WATCH, sc.STREAMSCOPE_HOST_WATCH_VALUES, ""),
         "source": source,
         "coverage": coverage,
+        **columns.JSON_PROGRESS_UNKNOWN,
         "attributes": {k: stringify(v) for k, v in scalars.items() if k not in _PROMOTED},
         "resource_attributes": resource,
     }
+
+
+def _json_progress(scalars: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """The ``json_*`` columns from the streamscope.json.* attributes. What does not read as the convention says
+    is left out, with a note to the sender, rather than stored as a wrong time; the stream itself is kept."""
+    document = scalars.get(sc.STREAMSCOPE_JSON_DOCUMENT)
+    if document is None:
+        return {}
+    outcome = scalars.get(sc.STREAMSCOPE_JSON_OUTCOME)
+    if document not in sc.STREAMSCOPE_JSON_DOCUMENT_VALUES or outcome not in sc.STREAMSCOPE_JSON_OUTCOME_VALUES:
+        notes.append(
+            f"{sc.STREAMSCOPE_JSON_DOCUMENT} {document!r} with {sc.STREAMSCOPE_JSON_OUTCOME} {outcome!r} is not one of "
+            f"{', '.join(sc.STREAMSCOPE_JSON_DOCUMENT_VALUES)} with {', '.join(sc.STREAMSCOPE_JSON_OUTCOME_VALUES)}: "
+            "its JSON progress was not stored"
+        )
+        return {}
+    valid = _natural(scalars.get(sc.STREAMSCOPE_JSON_VALID_OFFSET_US))
+    count = _natural(scalars.get(sc.STREAMSCOPE_JSON_FIELD_COUNT))
+    names = scalars.get(sc.STREAMSCOPE_JSON_FIELD_NAMES, [])
+    offsets = scalars.get(sc.STREAMSCOPE_JSON_FIELD_OFFSETS_US, [])
+    names = names if isinstance(names, list) else [names]
+    offsets = [_natural(o) for o in (offsets if isinstance(offsets, list) else [offsets])]
+    fields_read = len(names) == len(offsets) and None not in offsets and all(isinstance(n, str) for n in names)
+    if not fields_read or (outcome == "valid") != (valid is not None) or count is None or count < len(names):
+        notes.append(
+            f"the {sc.STREAMSCOPE_JSON_DOCUMENT} attributes disagree (an outcome {outcome} needs a valid offset "
+            "exactly when valid, as many field offsets as names, whole microseconds, a field count at least the "
+            "names): its JSON progress was not stored"
+        )
+        return {}
+    return {
+        "json_document": document,
+        "json_outcome": outcome,
+        "json_valid_us": valid,
+        "json_field_count": min(count, _U32_MAX),
+        "json_fields": names,
+        "json_field_us": offsets,
+    }
+
+
+def _natural(value: Any) -> int | None:
+    """A whole number of 0 or more, else None."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
 
 
 def _dropped_events(span: Message, kept: str, first: str) -> str:
