@@ -255,6 +255,15 @@ CHUNK_EVENT_ATTRIBUTES: Final = (
     STREAMSCOPE_CHUNK_HOST_DELAY_US,
 )
 """The chunk event's attributes, in the same order as PACKED_ARRAYS after the offset."""
+JSON_PROGRESS: Final = (
+    STREAMSCOPE_JSON_DOCUMENT,
+    STREAMSCOPE_JSON_OUTCOME,
+    STREAMSCOPE_JSON_VALID_OFFSET_US,
+    STREAMSCOPE_JSON_FIELD_COUNT,
+    STREAMSCOPE_JSON_FIELD_NAMES,
+    STREAMSCOPE_JSON_FIELD_OFFSETS_US,
+)
+"""The attributes of a JSON document followed as it streamed (``streamscope.json.*``)."""
 
 STREAMSCOPE_GROUND_TRUTH_EVENT: Final = "streamscope.ground_truth"
 """Something the demo workload really did to a stream (a preemption, a prefill sharing the step, bytes a proxy held back); the record's time is the start of the window and its trace id the affected stream's."""

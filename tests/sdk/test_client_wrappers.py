@@ -378,18 +378,8 @@ def read_with_stream_sse(
         return list(events)
 
 
-JSON_FACTS = (
-    sc.STREAMSCOPE_JSON_DOCUMENT,
-    sc.STREAMSCOPE_JSON_OUTCOME,
-    sc.STREAMSCOPE_JSON_VALID_OFFSET_US,
-    sc.STREAMSCOPE_JSON_FIELD_COUNT,
-    sc.STREAMSCOPE_JSON_FIELD_NAMES,
-    sc.STREAMSCOPE_JSON_FIELD_OFFSETS_US,
-)
-
-
 def json_facts(span: ReadableSpan) -> dict[str, Any]:
-    return {key: span.attributes.get(key) for key in JSON_FACTS}
+    return {key: span.attributes.get(key) for key in sc.JSON_PROGRESS}
 
 
 @pytest.mark.parametrize("stream_format", sorted(TOOL_CALL_FIXTURES))

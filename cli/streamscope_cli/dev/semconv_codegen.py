@@ -85,6 +85,9 @@ def render(registry: dict[str, Any]) -> str:
     lines.append('"""The packed encoding\'s parallel arrays, in their canonical order."""')
     lines.extend(_tuple("CHUNK_EVENT_ATTRIBUTES", event["attributes"]))
     lines.append('"""The chunk event\'s attributes, in the same order as PACKED_ARRAYS after the offset."""')
+    json_progress = [a["name"] for a in registry["attributes"] if a["name"].startswith("streamscope.json.")]
+    lines.extend(_tuple("JSON_PROGRESS", json_progress))
+    lines.append('"""The attributes of a JSON document followed as it streamed (``streamscope.json.*``)."""')
     for log_event in registry.get("log_events", []):
         lines.append("")
         lines.append(f'{_constant(log_event["name"])}_EVENT: Final = "{log_event["name"]}"')

@@ -60,14 +60,7 @@ _PROMOTED = frozenset(
         sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK,
         sc.STREAMSCOPE_HOST_WATCH,
         *sc.PACKED_ARRAYS,
-        *(
-            sc.STREAMSCOPE_JSON_DOCUMENT,
-            sc.STREAMSCOPE_JSON_OUTCOME,
-            sc.STREAMSCOPE_JSON_VALID_OFFSET_US,
-            sc.STREAMSCOPE_JSON_FIELD_COUNT,
-            sc.STREAMSCOPE_JSON_FIELD_NAMES,
-            sc.STREAMSCOPE_JSON_FIELD_OFFSETS_US,
-        ),
+        *sc.JSON_PROGRESS,
     }
 )
 _LIMITS = {  # largest value each per-chunk column can store
