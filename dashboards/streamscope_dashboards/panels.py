@@ -416,6 +416,34 @@ GROUP BY depth_ms
 ORDER BY depth_ms""",
 )
 
+STRUCTURED_OUTPUT = Panel(
+    "structured_output",
+    "Structured output as it streams",
+    "Streams whose JSON answer (a JSON response format) or first tool call's arguments the SDK followed, by model "
+    "and document: the median time to the first token, to the first usable field (its value complete: what a UI "
+    "can first show or act on), the median wait between the two, the median time to a valid document (over those "
+    "that became valid), and the shares that closed valid, were cut off before closing (truncated) or broke the "
+    "JSON grammar (malformed).",
+    "table",
+    f"""SELECT model, json_document AS document, count() AS streams,
+    round(quantileExact(0.5)(ttft_us) / 1000, 1) AS ttft_p50_ms,
+    round(quantileExact(0.5)(first_field_us) / 1000, 1) AS first_field_p50_ms,
+    round(quantileExact(0.5)(toInt64(first_field_us) - toInt64(ttft_us)) / 1000, 1) AS first_field_after_ttft_p50_ms,
+    round(quantileExact(0.5)(json_valid_us) / 1000, 1) AS valid_p50_ms,
+    round(countIf(json_outcome = 'valid') / count(), 3) AS valid_share,
+    round(countIf(json_outcome = 'truncated') / count(), 3) AS truncated_share,
+    round(countIf(json_outcome = 'malformed') / count(), 3) AS malformed_share
+FROM (
+    SELECT *, if(response_model != '', response_model, request_model) AS model,
+        if(length(json_field_us) > 0, json_field_us[1], NULL) AS first_field_us
+    FROM streams
+    WHERE json_document != ''
+)
+WHERE {SELECTED}
+GROUP BY model, document
+ORDER BY streams DESC, model, document""",
+)
+
 CHUNK_ECONOMICS = Panel(
     "chunk_economics",
     "Chunk economics",
@@ -741,6 +769,7 @@ PANELS: tuple[Panel, ...] = (
     MODEL_TEXTURE,
     STREAM_QUALITY,
     SMOOTHING_TRADE,
+    STRUCTURED_OUTPUT,
     CHUNK_ECONOMICS,
     CHUNKING_CHANGES,
     CANCELLATION,

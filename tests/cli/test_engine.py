@@ -82,6 +82,25 @@ def test_chat_stream_follows_the_openai_contract(running):
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 12
 
 
+@pytest.mark.parametrize("tokens_per_chunk", [1, 3])
+def test_a_json_answer_streams_as_a_document_in_the_same_chunks(running, tokens_per_chunk):
+    node = running(output=OutputConfig(tokens_per_chunk=tokens_per_chunk))
+    url = f"{node.url}/v1/chat/completions"
+
+    def contents(body: dict) -> list[str]:
+        chunks = [json.loads(d) for d in sse_events(httpx.post(url, json=body, timeout=30))[:-1]]
+        return [c["choices"][0]["delta"]["content"] for c in chunks if c["choices"] and c["choices"][0]["delta"]]
+
+    pieces = contents(chat(13, response_format={"type": "json_object"}))
+    plain = contents(chat(13))
+    assert len(pieces) == len(plain)  # the same rhythm: the framing rides on the chunks the words came in
+    answer = json.loads("".join(pieces))
+    assert list(answer) == ["answer", "detail", "tokens"] and answer["tokens"] == 13
+    assert len((answer["answer"] + " " + answer["detail"]).split()) == 13
+    with pytest.raises(json.JSONDecodeError):
+        json.loads("".join(plain))
+
+
 def test_completions_streamed_and_whole(running):
     node = running()
     streamed = httpx.post(f"{node.url}/v1/completions", json={"prompt": "hi", "max_tokens": 7, "stream": True})

@@ -219,6 +219,63 @@ def test_the_report_command_adds_the_chosen_buffer_or_says_what_is_wrong(frozen_
     assert "Traceback" not in refused.output
 
 
+def json_stream(trace: int, document: str, outcome: str, fields_ms: list[int], valid_ms: int | None):
+    progress = {
+        sc.STREAMSCOPE_JSON_DOCUMENT: document,
+        sc.STREAMSCOPE_JSON_OUTCOME: outcome,
+        sc.STREAMSCOPE_JSON_FIELD_COUNT: len(fields_ms),
+        sc.STREAMSCOPE_JSON_FIELD_NAMES: [f"f{i}" for i in range(len(fields_ms))],
+        sc.STREAMSCOPE_JSON_FIELD_OFFSETS_US: [ms * 1000 for ms in fields_ms],
+        sc.GEN_AI_REQUEST_MODEL: "m-j",
+    }
+    if valid_ms is not None:
+        progress[sc.STREAMSCOPE_JSON_VALID_OFFSET_US] = valid_ms * 1000
+    if not fields_ms:
+        del progress[sc.STREAMSCOPE_JSON_FIELD_NAMES], progress[sc.STREAMSCOPE_JSON_FIELD_OFFSETS_US]
+    return stream_span(trace, 1, side="client", offsets_ms=steady(10), tokens=[1] * 10, attributes=progress)
+
+
+def test_structured_output_by_hand(store_client):
+    store_spans(
+        store_client,
+        [
+            json_stream(1, "content", "valid", [160, 200], 260),
+            json_stream(2, "content", "truncated", [180], None),
+            json_stream(3, "tool_call", "malformed", [], None),
+            stream_span(4, 1, side="client", offsets_ms=steady(10), tokens=[1] * 10),  # no JSON followed
+        ],
+    )
+    result = build_report(run_on(store_client), START, END, slo_us=400_000).result("structured_output")
+    rows = [dict(zip(result.names, row)) for row in result.rows]
+    # every stream's first token at 100 ms; the median of two is the larger (quantileExact)
+    assert rows == [
+        {
+            "model": "m-j",
+            "document": "content",
+            "streams": 2,
+            "ttft_p50_ms": 100,
+            "first_field_p50_ms": 180,
+            "first_field_after_ttft_p50_ms": 80,
+            "valid_p50_ms": 260,  # of the one that became valid
+            "valid_share": 0.5,
+            "truncated_share": 0.5,
+            "malformed_share": 0,
+        },
+        {
+            "model": "m-j",
+            "document": "tool_call",
+            "streams": 1,
+            "ttft_p50_ms": 100,
+            "first_field_p50_ms": None,
+            "first_field_after_ttft_p50_ms": None,
+            "valid_p50_ms": None,
+            "valid_share": 0,
+            "truncated_share": 0,
+            "malformed_share": 1,
+        },
+    ]
+
+
 def test_render_time_per_chunk_in_browsers(store):
     rows = build_report(run_on(store), START, END, slo_us=400_000).result("browser_render").rows
     assert [(series, value) for _, series, value in rows] == [

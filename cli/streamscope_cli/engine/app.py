@@ -24,7 +24,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from streamscope.formats import estimate_tokens
+from streamscope.formats import estimate_tokens, json_answer_requested
 from streamscope.server import ServerChunk, ServerStream
 from streamscope_cli.engine.gpu import SimulatedGpu
 from streamscope_cli.engine.metrics import exposition, make_metrics
@@ -33,6 +33,8 @@ from streamscope_cli.engine.scheduler import Scheduler, SchedulerConfig, Sequenc
 from streamscope_cli.engine.truth import StreamTruth
 from streamscope_cli.workload.ground_truth import GroundTruth, GroundTruthSink
 
+_JSON_FIELDS = ("answer", "detail")
+"""The string fields of a JSON answer, each a share of its tokens; a number, ``tokens``, closes it."""
 _WORDS = (
     "tokens arrive in a rhythm the reader feels before any dashboard shows it and a pause mid answer reads as a "
     "freeze while the fleet average stays green because averages forget the shape of each stream"
@@ -158,7 +160,9 @@ class EngineNode:
         )
         truth = StreamTruth(self.sink, self.config.node, _trace_id(request), sequence.request_id)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        return stream.response(self._events(sequence, generation, chat, rng, stream, truth, include_usage))
+        json_answer = chat and json_answer_requested(body)
+        events = self._events(sequence, generation, chat, rng, stream, truth, include_usage, json_answer)
+        return stream.response(events)
 
     def _sequence(self, body: dict[str, Any], chat: bool) -> Sequence:
         sim = body.get("sim") or {}
@@ -212,6 +216,7 @@ class EngineNode:
         stream: ServerStream,
         truth: StreamTruth,
         include_usage: bool,
+        json_answer: bool = False,
     ) -> AsyncIterator[ServerChunk]:
         created = int(time.time())
         response_id = f"{'chatcmpl' if chat else 'cmpl'}-{sequence.request_id[4:]}"
@@ -244,6 +249,8 @@ class EngineNode:
             nonlocal index, sent
             words = [rng.choice(_WORDS) for _ in range(tokens)]
             text = "".join((" " if sent + i else "") + w for i, w in enumerate(words))
+            if json_answer:
+                text = _json_framed(text, sent, tokens, sequence.max_tokens)
             truth.event(index, delays)
             index += 1
             sent += tokens
@@ -318,6 +325,23 @@ class EngineNode:
                 "usage": usage,
             }
         )
+
+
+def _json_framed(text: str, first: int, tokens: int, total: int) -> str:
+    """``text``, tokens ``first`` to ``first + tokens`` of ``total``, as its piece of a JSON answer: the words are
+    the values of ``_JSON_FIELDS`` in turn (a chunk belongs to the field whose share holds its last token), and
+    the last piece closes the document with the answer's length."""
+
+    def field(position: int) -> int:
+        return min(len(_JSON_FIELDS) - 1, len(_JSON_FIELDS) * position // total)
+
+    if first == 0:
+        text = f'{{"{_JSON_FIELDS[0]}": "' + text
+    elif field(first + tokens - 1) != field(first - 1):
+        text = f'", "{_JSON_FIELDS[field(first + tokens - 1)]}": "' + text
+    if first + tokens >= total:
+        text += f'", "tokens": {total}}}'
+    return text
 
 
 def _trace_id(request: Request) -> str:

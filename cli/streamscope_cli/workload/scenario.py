@@ -92,6 +92,8 @@ class LoadSpec:
     """Share of streams the client cancels part way."""
     proxy_share: float = 0.5
     """Share of streams sent through the proxy, when the scenario has one."""
+    json_share: float = 0.0
+    """Share of streams that ask for a JSON answer (``response_format``), spread evenly over the streams."""
 
 
 @dataclass(frozen=True)
@@ -207,6 +209,7 @@ class PlannedStream:
     spec_collapse: tuple[int, int] | None
     cancel_after_chunks: int | None
     storm: bool = False
+    json_answer: bool = False
 
     def body(self) -> dict[str, Any]:
         sim: dict[str, Any] = {"prompt_tokens": self.prompt_tokens}
@@ -214,7 +217,7 @@ class PlannedStream:
             sim["prefix"], sim["prefix_tokens"] = self.prefix, self.prefix_tokens
         if self.spec_collapse:
             sim["spec_collapse"] = list(self.spec_collapse)
-        return {
+        body = {
             "model": "sim-llm",
             "messages": [{"role": "user", "content": f"request {self.index}"}],
             "max_tokens": self.output_tokens,
@@ -222,6 +225,9 @@ class PlannedStream:
             "stream_options": {"include_usage": True},
             "sim": sim,
         }
+        if self.json_answer:
+            body["response_format"] = {"type": "json_object"}
+        return body
 
 
 def plan(scenario: Scenario) -> list[PlannedStream]:
@@ -254,6 +260,7 @@ def plan(scenario: Scenario) -> list[PlannedStream]:
                 load.prefix_tokens if shared else 0,
                 collapse,
                 cancel,
+                json_answer=int(index * load.json_share) != int((index + 1) * load.json_share),
             )
         )
     storm = scenario.prefill_storm
@@ -404,7 +411,7 @@ def _load(raw: Any, where: str) -> LoadSpec:
     assert spec is not None
     if spec.streams < 1 or spec.concurrency < 1 or spec.arrival_rate <= 0:
         raise ScenarioError(f"{where}: streams, concurrency and arrival_rate must be positive")
-    for share in ("shared_prefix_fraction", "cancel_rate", "proxy_share"):
+    for share in ("shared_prefix_fraction", "cancel_rate", "proxy_share", "json_share"):
         if not 0 <= getattr(spec, share) <= 1:
             raise ScenarioError(f"{where}: {share} must be between 0 and 1")
     return spec
