@@ -21,6 +21,7 @@ BENCHMARKS = {
     "query_latency": "panels; slowest median",
     "collector_memory": "slow, 50,000 chunks/s",
     "attribution_accuracy": "with nothing injected:",
+    "json_progress": "tool call",
 }
 
 

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import base64
 import itertools
+import json
+import random
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from streamscope._internal.json_progress import JsonProgress
 from streamscope_cli.demo.chat import ChatServer, start_chat
 from streamscope_collector.service import Collector
 from streamscope_ingest.analysis.attribution_job import AttributionJob
@@ -281,3 +284,99 @@ def test_an_app_that_feeds_chunks_itself_with_sampling_and_a_beacon_on_page_hide
     assert painted == 3
     beacon = collector.query_client.query("SELECT content_type, content_encoding FROM ingest_requests").result_rows
     assert beacon == [("json", "identity")]  # text/plain, uncompressed: what sendBeacon sends without a preflight
+
+
+def _json_cases() -> list[list[list]]:
+    """Documents, prefixes and near-JSON text, cut into pieces at random: [[time, piece], ...] per case."""
+    rng = random.Random(36)
+    alphabet = '{}[]:,"\\ \n0123456789-+.eEtruefalsnbu\t'
+
+    def value(depth: int) -> object:
+        kind = rng.randrange(7 if depth < 3 else 4)
+        if kind == 0:
+            return rng.choice([None, True, False])
+        if kind == 1:
+            return rng.choice([0, -7, 12345, 3.25, -0.5e-3, 1e21])
+        if kind in (2, 3):
+            return "".join(rng.choice('ab "\\\n\té€\u0001') for _ in range(rng.randrange(6)))
+        if kind in (4, 5):
+            return {"".join(rng.choice('ké"\\') for _ in range(rng.randrange(4))): value(depth + 1) for _ in range(3)}
+        return [value(depth + 1) for _ in range(rng.randrange(4))]
+
+    texts = ['{"a": 1,}', '{"a" 1}', "[1,]", "[1 2]", '{"a": tru"th}', '{"a": "tab\there"}', '{"a": "\\x"}']
+    texts += ['{"a": 1} {"b": 2}', '{"a\\u00e9\\"b": null, "\\n": []}', "12", "tr", "-", "01", "1.", "[[]]]"]
+    for _ in range(120):
+        text = json.dumps(value(0), ensure_ascii=rng.random() < 0.5, indent=rng.choice([None, 1]))
+        texts += [text, text[: rng.randrange(len(text) + 1)]]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 30))) for _ in range(200)]
+    cases = []
+    for text in texts:
+        cuts = sorted({0, len(text), *(rng.randrange(len(text) + 1) for _ in range(rng.randrange(8)))})
+        cases.append([[i, text[a:b]] for i, (a, b) in enumerate(itertools.pairwise(cuts))])
+    return cases
+
+
+def test_the_snippets_json_tracker_agrees_with_the_sdks(chromium, chat_stack) -> None:
+    """The browser's JsonProgress, run in Chromium, against the Python SDK's on the same pieces: the same fields,
+    times and outcome on whole documents, prefixes and near-JSON text."""
+    collector, chat = chat_stack
+    chromium.get(chat.url)
+    browser.wait_for_script(chromium, "return window.chatReady === true", "the page")
+    cases = _json_cases()
+    script = """
+        const [url, cases, done] = arguments;
+        import(url).then((sdk) => done(cases.map((pieces) => {
+            const tracker = new sdk.JsonProgress();
+            for (const [now, text] of pieces) tracker.feed(text, now);
+            tracker.finish();
+            return [tracker.fields, tracker.fieldCount, tracker.validAt, tracker.outcome];
+        })));
+    """
+    in_browser = chromium.execute_async_script(script, f"{collector.http_url}/sdk/streamscope.js", cases)
+    expected = []
+    for pieces in cases:
+        tracker = JsonProgress()
+        for now, text in pieces:
+            tracker.feed(text, now)
+        tracker.finish()
+        expected.append([[list(f) for f in tracker.fields], tracker.field_count, tracker.valid_ns, tracker.outcome])
+    assert in_browser == expected
+    assert {outcome for *_, outcome in expected} == {"valid", "truncated", "malformed"}
+
+
+def test_a_json_answer_read_through_the_snippet_reaches_streams(chromium, chat_stack) -> None:
+    """scope.fetch sees the request ask for a JSON answer and follows it: the browser row says when each field and
+    the document were complete, at the arrivals of the chunks that completed them."""
+    collector, chat = chat_stack
+    chromium.get(chat.url)
+    browser.wait_for_script(chromium, "return window.chatReady === true", "the page")
+    script = """
+        const [endpoint, done] = arguments;
+        const scope = window.streamscope.init({ endpoint, service: "json-page" });
+        const body = JSON.stringify({ model: "sim-llm", messages: [{ role: "user", content: "hi" }], max_tokens: 12,
+            stream: true, response_format: { type: "json_object" } });
+        (async () => {
+          const response = await scope.fetch("engine/v1/chat/completions", { method: "POST", body });
+          await response.text();
+          await new Promise((resolve) => setTimeout(resolve, 200));
+          await scope.flush();
+          done(response.streamscope.traceId);
+        })();
+    """
+    trace_id = chromium.execute_async_script(script, collector.http_url)
+    query = (
+        "SELECT json_document, json_outcome, json_fields, json_field_us, json_valid_us, json_field_count "
+        "FROM streams WHERE trace_id = {t:String} AND side = 'browser'"
+    )
+    rows = wait_until(
+        lambda: collector.query_client.query(query, parameters={"t": trace_id}).result_rows, "the browser span", 20
+    )
+    document, outcome, fields, field_us, valid_us, count = rows[0]
+    assert (document, outcome, fields, count) == ("content", "valid", ["answer", "detail", "tokens"], 3)
+    offsets = collector.query_client.query(
+        "SELECT groupArray(offset_us) FROM (SELECT offset_us FROM chunk_timeline "
+        "WHERE trace_id = {t:String} AND side = 'browser' ORDER BY seq)",
+        parameters={"t": trace_id},
+    ).result_rows[0][0]
+    assert set(field_us) <= set(offsets) and field_us == sorted(field_us)
+    assert field_us[-1] == valid_us  # the closing brace completes the number and the document

@@ -2,6 +2,7 @@
 
 Run by hand after `streamscope demo` (needs Debian's chromium):
     python -m streamscope_cli.dev.pictures --storage chdb:///path --since 10m --out docs/pictures
+    python -m streamscope_cli.dev.pictures --panel smoothing_trade --panel structured_output  # tables too
 """
 
 from __future__ import annotations
@@ -55,13 +56,15 @@ def main() -> None:
     parser.add_argument("--since", default="10m")
     parser.add_argument("--out", type=Path, default=Path("docs/pictures"))
     parser.add_argument("--chromium", default="/usr/bin/chromium")
+    parser.add_argument("--panel", action="append", default=[], help="shoot this panel (a table too); repeatable")
     args = parser.parse_args()
     end = datetime.now(UTC)
     with opened_store(args.storage, None) as run:
         report = build_report(run, end - parse_duration(args.since), end, env.stall_threshold_us())
     args.out.mkdir(parents=True, exist_ok=True)
     for item in report.panels:
-        if item.panel.kind == "table":
+        wanted = item.panel.key in args.panel if args.panel else item.panel.kind != "table"
+        if not wanted:
             continue
         html = render_html(replace(report, panels=[item]), headline=False)
         shoot(html, args.out / f"{item.panel.key}.png", args.chromium)

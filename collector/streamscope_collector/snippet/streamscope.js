@@ -14,6 +14,8 @@
  *   const stream = scope.stream({ model: "m" });
  *   fetch(url, { headers: { ...stream.headers() } });  // traceparent: the backend's spans join this trace
  *   stream.chunk(text); …; stream.rendered(); …; stream.end("completed");
+ *   // a JSON answer or tool call: stream.jsonText(piece) after its chunk (scope.fetch does it by itself when the
+ *   // request asks for a JSON response_format, and for a tool call's arguments)
  *
  * Per chunk it records the arrival (when the page's code received it), the main-thread work the app spent on
  * it (until it asked for the next chunk, or called rendered()), and the frame that painted it (the first frame
@@ -102,6 +104,7 @@ function quantile(values, q) {
 }
 
 function attribute(key, value) {
+  if (Array.isArray(value)) return { key, value: { arrayValue: { values: value.map((v) => attribute(key, v).value) } } };
   if (typeof value === "boolean") return { key, value: { boolValue: value } };
   if (typeof value === "number") {
     return { key, value: Number.isInteger(value) ? { intValue: value } : { doubleValue: value } };
@@ -145,6 +148,248 @@ export function contentOf(event) {
     }
   }
   return text;
+}
+
+/** The JSON in one server-sent event: the answer's text, and the arguments of the tool call it streams (its index). */
+export function jsonPartsOf(event) {
+  const parts = { answer: "", args: "", call: 0 };
+  if (!event || typeof event !== "object") return parts;
+  let call = null;
+  for (const choice of event.choices || []) {
+    const delta = choice.delta || {};
+    if (typeof delta.content === "string") parts.answer += delta.content;
+    for (const tool of delta.tool_calls || []) {
+      const piece = tool.function && tool.function.arguments;
+      if (typeof piece !== "string") continue;
+      const index = Number.isInteger(tool.index) ? tool.index : 0;
+      call ??= index;
+      if (index === call) parts.args += piece;
+    }
+  }
+  const at = Number.isInteger(event.output_index) ? event.output_index : Number.isInteger(event.index) ? event.index : 0;
+  if (event.type === "response.output_text.delta" && typeof event.delta === "string") parts.answer += event.delta;
+  if (event.type === "response.function_call_arguments.delta" && typeof event.delta === "string") {
+    parts.args += event.delta;
+    call = at;
+  }
+  if (event.delta && typeof event.delta === "object") {
+    if (event.delta.type === "text_delta" && typeof event.delta.text === "string") parts.answer += event.delta.text;
+    if (event.delta.type === "input_json_delta" && typeof event.delta.partial_json === "string") {
+      parts.args += event.delta.partial_json;
+      call = at;
+    }
+  }
+  parts.call = call ?? 0;
+  return parts;
+}
+
+/** Whether a request body asks for the answer as JSON (a JSON response_format, or the Responses API's text.format). */
+export function jsonAnswerRequested(body) {
+  let request = body;
+  if (typeof body === "string") {
+    try {
+      request = JSON.parse(body);
+    } catch {
+      return false;
+    }
+  }
+  const format = request && (request.response_format || (request.text && request.text.format));
+  return Boolean(format) && (format.type === "json_object" || format.type === "json_schema");
+}
+
+const JSON_MAX_FIELDS = 32;
+const [VALUE, VALUE_OR_CLOSE, KEY, KEY_OR_CLOSE, COLON, AFTER, DONE, FAILED] = [0, 1, 2, 3, 4, 5, 6, 7];
+const SPACE = /[ \t\n\r]*/y;
+const STRING_RUN = /[^"\\\x00-\x1f]*/y;
+const SCALAR_RUN = /[-+.0-9a-zA-Z]*/y;
+const NUMBER = /^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?$/;
+const HEX = /^[0-9a-fA-F]$/;
+
+function runEnd(pattern, text, i) {
+  pattern.lastIndex = i;
+  pattern.exec(text);
+  return pattern.lastIndex;
+}
+
+function validScalar(token) {
+  return token === "true" || token === "false" || token === "null" || NUMBER.test(token);
+}
+
+/** When each top-level field of a JSON document streamed in pieces became complete: the browser's twin of the
+ * Python SDK's JsonProgress (streamscope/_internal/json_progress.py), reading each piece's new text once. */
+export class JsonProgress {
+  constructor() {
+    this.state = VALUE;
+    this.stack = [];
+    this.inString = false;
+    this.inKey = false;
+    this.escape = "";
+    this.keyParts = [];
+    this.key = "";
+    this.item = 0;
+    this.scalar = "";
+    this.fields = []; // [name, time] of the first JSON_MAX_FIELDS top-level fields, in the order they completed
+    this.fieldCount = 0;
+    this.startedAt = null;
+    this.validAt = null;
+    this.lastAt = null;
+  }
+
+  get outcome() {
+    if (this.state === FAILED) return "malformed";
+    return this.validAt !== null ? "valid" : "truncated";
+  }
+
+  feed(text, now) {
+    if (this.state === FAILED || !text) return;
+    if (this.startedAt === null) {
+      if (runEnd(SPACE, text, 0) === text.length) return;
+      this.startedAt = now;
+    }
+    this.lastAt = now;
+    let i = 0;
+    while (i < text.length && this.state !== FAILED) {
+      if (this.inString) i = this.string(text, i, now);
+      else if (this.scalar) i = this.scalarToken(text, i, now);
+      else {
+        i = runEnd(SPACE, text, i);
+        if (i < text.length) i = this.token(text, i, now);
+      }
+    }
+  }
+
+  finish() {
+    if (this.scalar && !this.stack.length && this.state === VALUE) {
+      const token = this.scalar;
+      this.scalar = "";
+      if (validScalar(token)) {
+        this.validAt = this.lastAt;
+        this.state = DONE;
+      } else this.state = FAILED;
+    }
+  }
+
+  token(text, i, now) {
+    const c = text[i];
+    const state = this.state;
+    const top = this.stack[this.stack.length - 1];
+    if (c === '"' && [KEY, KEY_OR_CLOSE, VALUE, VALUE_OR_CLOSE].includes(state)) {
+      this.inString = true;
+      this.inKey = state === KEY || state === KEY_OR_CLOSE;
+      return i + 1;
+    }
+    if ((c === "{" || c === "[") && (state === VALUE || state === VALUE_OR_CLOSE)) {
+      this.stack.push(c);
+      this.state = c === "{" ? KEY_OR_CLOSE : VALUE_OR_CLOSE;
+      return i + 1;
+    }
+    if ((c === "}" || c === "]") && top === (c === "}" ? "{" : "[")) {
+      if (state === AFTER || state === (c === "}" ? KEY_OR_CLOSE : VALUE_OR_CLOSE)) {
+        this.stack.pop();
+        this.valueDone(now);
+        return i + 1;
+      }
+    } else if (c === ":" && state === COLON) {
+      this.state = VALUE;
+      return i + 1;
+    } else if (c === "," && state === AFTER && this.stack.length) {
+      if (top === "{") this.state = KEY;
+      else {
+        this.state = VALUE;
+        if (this.stack.length === 1) this.item += 1;
+      }
+      return i + 1;
+    } else if ("-0123456789tfn".includes(c) && (state === VALUE || state === VALUE_OR_CLOSE)) {
+      return this.scalarToken(text, i, now);
+    }
+    this.state = FAILED;
+    return text.length;
+  }
+
+  scalarToken(text, i, now) {
+    const end = runEnd(SCALAR_RUN, text, i);
+    this.scalar += text.slice(i, end);
+    if (end === text.length) return end;
+    const token = this.scalar;
+    this.scalar = "";
+    if (validScalar(token)) this.valueDone(now);
+    else this.state = FAILED;
+    return end;
+  }
+
+  string(text, i, now) {
+    if (this.escape) return this.escapeSequence(text, i);
+    const run = runEnd(STRING_RUN, text, i);
+    const topKey = this.inKey && this.stack.length === 1;
+    if (topKey) this.keyParts.push(text.slice(i, run));
+    if (run === text.length) return run;
+    const c = text[run];
+    if (c === '"') {
+      this.inString = false;
+      if (this.inKey) {
+        if (topKey) {
+          this.key = JSON.parse(`"${this.keyParts.join("")}"`);
+          this.keyParts = [];
+        }
+        this.state = COLON;
+      } else this.valueDone(now);
+      return run + 1;
+    }
+    if (c === "\\") {
+      this.escape = "\\";
+      return this.escapeSequence(text, run + 1);
+    }
+    this.state = FAILED; // a raw control character
+    return text.length;
+  }
+
+  escapeSequence(text, i) {
+    let escape = this.escape;
+    let complete = false;
+    while (i < text.length) {
+      escape += text[i];
+      i += 1;
+      if (escape.length === 2) {
+        if ('"\\/bfnrt'.includes(escape[1])) {
+          complete = true;
+          break;
+        }
+        if (escape[1] !== "u") {
+          this.state = FAILED;
+          return text.length;
+        }
+      } else if (!HEX.test(escape[escape.length - 1])) {
+        this.state = FAILED;
+        return text.length;
+      } else if (escape.length === 6) {
+        complete = true;
+        break;
+      }
+    }
+    if (!complete) {
+      this.escape = escape;
+      return i;
+    }
+    this.escape = "";
+    if (this.inKey && this.stack.length === 1) this.keyParts.push(escape);
+    return i;
+  }
+
+  valueDone(now) {
+    const depth = this.stack.length;
+    if (depth === 0) {
+      this.validAt = now;
+      this.state = DONE;
+      return;
+    }
+    this.state = AFTER;
+    if (depth === 1) {
+      this.fieldCount += 1;
+      if (this.fields.length < JSON_MAX_FIELDS) {
+        this.fields.push([this.stack[0] === "{" ? this.key : `[${this.item}]`, now]);
+      }
+    }
+  }
 }
 
 /** Server-sent events split across reads: the events each read completes, with their size on the wire. */
@@ -192,6 +437,9 @@ class Stream {
     this.ended = false;
     this.responseId = "";
     this.responseModel = "";
+    this.json = null; // the JSON document followed (options.json: "content" for a JSON answer, else tool calls)
+    this.jsonDocument = "";
+    this.jsonCall = null;
     if (this.sampled) {
       this.longTasks = watchLongTasks();
       this.watchFrames();
@@ -208,6 +456,42 @@ class Stream {
     if (!this.sampled || this.ended) return;
     this.rendered();
     this.delivery = [this.record(performance.now(), content, tokens, wireBytes)];
+  }
+
+  /** The next piece of a JSON document the stream carries ("content": a JSON answer; "tool_call": a tool call's
+   * arguments), part of the chunk recorded last. One document a stream: pieces of another are ignored. */
+  jsonText(text, document = "content") {
+    if (!this.sampled || this.ended || !text) return;
+    if (this.json && document !== this.jsonDocument) return;
+    this.json ??= new JsonProgress();
+    this.jsonDocument = document;
+    this.json.feed(text, this.arrivals.length ? this.arrivals[this.arrivals.length - 1] : performance.now());
+  }
+
+  followJson(event) {
+    const { answer, args, call } = jsonPartsOf(event);
+    if (this.options.json === "content") this.jsonText(answer, "content");
+    else if (args) {
+      this.jsonCall ??= call;
+      if (call === this.jsonCall) this.jsonText(args, "tool_call");
+    }
+  }
+
+  jsonAttributes() {
+    const progress = this.json;
+    progress.finish();
+    const offset = (at) => Math.max(0, Math.round((at - this.start) * 1000));
+    const attributes = [
+      attribute("streamscope.json.document", this.jsonDocument),
+      attribute("streamscope.json.outcome", progress.outcome),
+      attribute("streamscope.json.field_count", progress.fieldCount),
+    ];
+    if (progress.validAt !== null) attributes.push(attribute("streamscope.json.valid_offset_us", offset(progress.validAt)));
+    if (progress.fields.length) {
+      attributes.push(attribute("streamscope.json.field_names", progress.fields.map(([name]) => name)));
+      attributes.push(attribute("streamscope.json.field_offsets_us", progress.fields.map(([, at]) => offset(at))));
+    }
+    return attributes;
   }
 
   record(now, content, tokens, wireBytes) {
@@ -305,6 +589,7 @@ class Stream {
       const hostDelayUs = hostDelays(this.start, this.arrivals, this.longTasks);
       attributes.push(int64Attribute("streamscope.chunks.host_delay_us", hostDelayUs));
     }
+    if (this.json && this.json.startedAt !== null) attributes.push(...this.jsonAttributes());
     if (this.responseId) attributes.push(attribute("gen_ai.response.id", this.responseId));
     if (this.responseModel) attributes.push(attribute("gen_ai.response.model", this.responseModel));
     if (this.firstByte !== null) {
@@ -422,6 +707,7 @@ class Stream {
         this.responseModel ||= typeof event.model === "string" ? event.model : "";
       }
       this.delivery.push(this.record(now, contentOf(event), undefined, wireBytes));
+      this.followJson(event);
     }
   }
 }
@@ -502,7 +788,8 @@ class Scope {
   /** fetch() with the stream timed: traceparent on the request, the response body wrapped. */
   async fetch(input, init = {}, options = {}) {
     const url = typeof input === "string" ? input : input.url;
-    const stream = this.stream({ url, ...options });
+    const json = jsonAnswerRequested(init.body) ? "content" : undefined;
+    const stream = this.stream({ url, json, ...options });
     const headers = new Headers(init.headers || (typeof input === "string" ? undefined : input.headers));
     headers.set("traceparent", stream.headers().traceparent);
     let response;
@@ -529,5 +816,5 @@ export function init(options) {
   return new Scope(options);
 }
 
-export default { init, contentOf };
-if (typeof window !== "undefined") window.streamscope = { init, contentOf };
+export default { init, contentOf, JsonProgress };
+if (typeof window !== "undefined") window.streamscope = { init, contentOf, JsonProgress };
