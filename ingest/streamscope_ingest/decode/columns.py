@@ -85,10 +85,14 @@ STREAMS_DEFAULTED = pa.schema(
         ("json_field_count", pa.uint32()),
         ("json_fields", pa.list_(pa.string())),
         ("json_field_us", pa.list_(pa.uint64())),
+        ("retractions", pa.uint32()),
+        ("retracted_bytes", pa.uint64()),
+        ("retracted_tokens", pa.uint64()),
+        ("retraction_shown_us", pa.list_(pa.uint64())),
     ]
 )
-"""Columns of streams that decode writes although their DDL has a DEFAULT (migrations 0023 and 0026), for rows
-written without them (by an earlier version)."""
+"""Columns of streams that decode writes although their DDL has a DEFAULT (migrations 0023, 0026 and 0027), for
+rows written without them (by an earlier version)."""
 JSON_PROGRESS_UNKNOWN: dict[str, object] = {
     "json_document": "",
     "json_outcome": "",
@@ -98,6 +102,13 @@ JSON_PROGRESS_UNKNOWN: dict[str, object] = {
     "json_field_us": [],
 }
 """The ``json_*`` columns of a stream whose emitter followed no JSON document (what the DDL defaults to)."""
+NOTHING_RETRACTED: dict[str, object] = {
+    "retractions": 0,
+    "retracted_bytes": 0,
+    "retracted_tokens": 0,
+    "retraction_shown_us": [],
+}
+"""The retraction columns of a stream that took nothing back (what the DDL defaults to)."""
 STREAMS_DECODED = pa.unify_schemas([STREAMS, STREAMS_DEFAULTED])
 """What decode writes to streams: ``STREAMS`` then ``STREAMS_DEFAULTED``."""
 SOURCE_STREAMSCOPE = "streamscope"
@@ -105,9 +116,9 @@ SOURCE_STREAMSCOPE = "streamscope"
 COVERAGE_FULL, COVERAGE_PARTIAL, COVERAGE_UNREADABLE = "full", "partial", "unreadable"
 """``streams.coverage``: how much of a stream's timeline is known (migration 0023 lists every value)."""
 
-CHUNK_KINDS = ("lead", "first", "content", "aside")
+CHUNK_KINDS = ("lead", "first", "content", "aside", "retract")
 """Values of chunks.kind, in the order of their Enum8 codes."""
-KIND_LEAD, KIND_FIRST, KIND_CONTENT, KIND_ASIDE = range(4)
+KIND_LEAD, KIND_FIRST, KIND_CONTENT, KIND_ASIDE, KIND_RETRACT = range(5)
 
 CHUNKS = pa.schema(  # the table chunk_arrays: one row a stream, the chunks' values in arrays (migration 0020)
     [
@@ -128,9 +139,15 @@ CHUNKS = pa.schema(  # the table chunk_arrays: one row a stream, the chunks' val
         ("render_us", pa.list_(pa.uint32())),
     ]
 )
-CHUNKS_DEFAULTED = pa.schema([("host_delay_us", pa.list_(pa.uint32()))])
-"""Columns of chunk_arrays that decode writes although their DDL has a DEFAULT (migration 0022): zeros, one a
-chunk, for rows written without them."""
+CHUNKS_DEFAULTED = pa.schema(
+    [
+        ("host_delay_us", pa.list_(pa.uint32())),
+        ("retracted_bytes", pa.list_(pa.uint32())),
+        ("retracted_tokens", pa.list_(pa.uint16())),
+    ]
+)
+"""Columns of chunk_arrays that decode writes although their DDL has a DEFAULT (migrations 0022 and 0027): zeros,
+one a chunk, for rows written without them."""
 CHUNKS_DECODED = pa.unify_schemas([CHUNKS, CHUNKS_DEFAULTED])
 """What decode writes to chunk_arrays: ``CHUNKS`` then ``CHUNKS_DEFAULTED``."""
 
@@ -153,7 +170,7 @@ def completed(table: str, block: pa.Table) -> pa.Table:
             truncated = block["timeline_truncated"].to_numpy(zero_copy_only=False)
             coverage = np.where(truncated, COVERAGE_PARTIAL, COVERAGE_FULL).tolist()
             block = _with_column(block, "coverage", pa.array(coverage, _LC))
-        for name, value in JSON_PROGRESS_UNKNOWN.items():
+        for name, value in (JSON_PROGRESS_UNKNOWN | NOTHING_RETRACTED).items():
             if name not in block.column_names:
                 field = STREAMS_DECODED.field(name)
                 block = _with_column(block, name, pa.array([value] * block.num_rows, field.type))

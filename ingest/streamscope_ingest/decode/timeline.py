@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from streamscope_ingest.decode.columns import KIND_ASIDE, KIND_CONTENT, KIND_FIRST, KIND_LEAD
+from streamscope_ingest.decode.columns import KIND_ASIDE, KIND_CONTENT, KIND_FIRST, KIND_LEAD, KIND_RETRACT
 
 QUANTILES = (0.5, 0.95, 0.99)
 HEAD_WINDOW_US = 200_000
@@ -83,7 +83,11 @@ class StreamStats:
     chunks_by_tokens: TokenHistograms
 
 
-def build_timeline(lengths: np.ndarray, offsets: np.ndarray, content_bytes: np.ndarray) -> Timeline:
+def build_timeline(
+    lengths: np.ndarray, offsets: np.ndarray, content_bytes: np.ndarray, retracted_bytes: np.ndarray | None = None
+) -> Timeline:
+    """Each chunk's kind and its gap since the content chunk before it. A chunk without content that withdrew
+    some is a retraction."""
     streams = lengths.size
     total = int(lengths.sum())
     stream = np.repeat(np.arange(streams), lengths)
@@ -99,6 +103,8 @@ def build_timeline(lengths: np.ndarray, offsets: np.ndarray, content_bytes: np.n
         np.where(content_so_far == 1, KIND_FIRST, KIND_CONTENT),
         np.where(content_so_far == 0, KIND_LEAD, KIND_ASIDE),
     ).astype(np.int8)
+    if retracted_bytes is not None:
+        kind[(retracted_bytes > 0) & ~has_content] = KIND_RETRACT
 
     # Index of the latest content chunk strictly before each chunk, if it is in the same stream.
     latest = np.maximum.accumulate(np.where(has_content, np.arange(total), -1)) if total else np.empty(0, np.int64)

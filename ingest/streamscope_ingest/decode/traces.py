@@ -29,6 +29,7 @@ from streamscope_ingest.decode.batch import DecodedBatch, Rejection
 from streamscope_ingest.decode.chunk_events import ChunkEventRejected, as_trace_view, chunk_events
 from streamscope_ingest.decode.int_arrays import NotAnIntArray, decode_int_arrays, element_count
 from streamscope_ingest.decode.limits import DEFAULT_LIMITS, SpanLimits, SpanOverLimit
+from streamscope_ingest.decode.retractions import over_withdrawn, retraction_stats
 from streamscope_ingest.decode.timeline import PerStream, build_timeline, stream_stats
 
 # Attributes that become columns (or chunk arrays) and so stay out of the ``attributes`` map.
@@ -70,12 +71,16 @@ _LIMITS = {  # largest value each per-chunk column can store
     sc.STREAMSCOPE_CHUNKS_PAINT_DELAY_US: np.iinfo(np.uint32).max,
     sc.STREAMSCOPE_CHUNKS_RENDER_US: np.iinfo(np.uint32).max,
     sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US: np.iinfo(np.uint32).max,
+    sc.STREAMSCOPE_CHUNKS_RETRACTED_BYTES: np.iinfo(np.uint32).max,
+    sc.STREAMSCOPE_CHUNKS_RETRACTED_TOKENS: np.iinfo(np.uint16).max,
 }
 _OPTIONAL_ARRAYS = (
     sc.STREAMSCOPE_CHUNKS_WIRE_BYTES,
     sc.STREAMSCOPE_CHUNKS_PAINT_DELAY_US,
     sc.STREAMSCOPE_CHUNKS_RENDER_US,
     sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US,
+    sc.STREAMSCOPE_CHUNKS_RETRACTED_BYTES,
+    sc.STREAMSCOPE_CHUNKS_RETRACTED_TOKENS,
 )
 """Recommended, not required: a missing array is all zeros, which means not measured."""
 _U32_MAX = 2**32 - 1
@@ -303,6 +308,7 @@ def _row(
         "source": source,
         "coverage": coverage,
         **columns.JSON_PROGRESS_UNKNOWN,
+        **columns.NOTHING_RETRACTED,
         "attributes": {k: stringify(v) for k, v in scalars.items() if k not in _PROMOTED},
         "resource_attributes": resource,
     }
@@ -505,6 +511,7 @@ def _unreadable_events(span: Message, values: np.ndarray) -> str | None:
 
 _TOKENS_ROW = sc.CHUNK_EVENT_ATTRIBUTES.index(sc.STREAMSCOPE_CHUNK_TOKENS)
 _CONTENT_ROW = sc.CHUNK_EVENT_ATTRIBUTES.index(sc.STREAMSCOPE_CHUNK_CONTENT_BYTES)
+_RETRACTED_ROW = sc.CHUNK_EVENT_ATTRIBUTES.index(sc.STREAMSCOPE_CHUNK_RETRACTED_BYTES)
 
 
 class _Timelines(NamedTuple):
@@ -543,6 +550,9 @@ def _all_valid(timelines: _Timelines) -> bool:
         and steps.min(initial=0) >= 0
         and all(row.min() >= 0 and row.max() <= _LIMITS[name] for name, row in zip(sc.PACKED_ARRAYS[1:], values))
         and np.bincount(owner, weights=values[0], minlength=lengths.size).max() <= _U32_MAX
+        and not (
+            values[_RETRACTED_ROW].any() and over_withdrawn(lengths, values[_CONTENT_ROW], values[_RETRACTED_ROW]).any()
+        )
     )
 
 
@@ -559,15 +569,27 @@ def _timeline_error(offsets: np.ndarray, values: np.ndarray | Sequence[np.ndarra
     tokens = values[0]
     if tokens is not None and int(tokens.sum()) > _U32_MAX:
         return f"the stream's tokens add up to more than {_U32_MAX}"
+    content, retracted = values[_CONTENT_ROW], values[_RETRACTED_ROW]
+    if (
+        retracted is not None
+        and over_withdrawn(np.array([offsets.size]), _zeros_if_none(content, offsets), retracted)[0]
+    ):
+        return f"a chunk withdraws more content than was shown before it ({sc.STREAMSCOPE_CHUNKS_RETRACTED_BYTES})"
     return None
+
+
+def _zeros_if_none(row: np.ndarray | None, offsets: np.ndarray) -> np.ndarray:
+    return np.zeros(offsets.size, np.int64) if row is None else row
 
 
 def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: int) -> tuple[pa.Table, pa.Table]:
     lengths, offsets, values = timelines
-    tokens, content, wire, paint_delay, render, host_delay = values
+    tokens, content, wire, paint_delay, render, host_delay, retracted_bytes, retracted_tokens = values
     unknown_sizes = np.repeat(np.fromiter((s.sizes_unknown for s in streams), bool, len(streams)), lengths)
-    timeline = build_timeline(lengths, offsets, np.where(unknown_sizes, 1, content))  # arrivals: each is content
+    sizes = np.where(unknown_sizes, 1, content)  # arrivals only: each is content
+    timeline = build_timeline(lengths, offsets, sizes, retracted_bytes)
     stats = stream_stats(lengths, offsets, tokens, content, wire, timeline, stall_threshold_us)
+    taken_back = retraction_stats(lengths, offsets, content, retracted_bytes, retracted_tokens)
     rows = [s.row for s in streams]
 
     first_byte = PerStream(stats.first_chunk_us.values.copy(), stats.first_chunk_us.present.copy())
@@ -599,6 +621,10 @@ def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: i
         "last_content_us": _nullable(stats.last_content_us, pa.uint64()),
         "head_tokens": pa.array(stats.head_tokens),
         "content_chunks_by_tokens": stats.chunks_by_tokens.map_array(),
+        "retractions": pa.array(taken_back.count),
+        "retracted_bytes": pa.array(taken_back.bytes),
+        "retracted_tokens": pa.array(taken_back.tokens),
+        "retraction_shown_us": pa.array(taken_back.shown_us, pa.list_(pa.uint64())),
     }
     decoded = columns.STREAMS_DECODED
     from_rows = pa.Table.from_pylist(rows, schema=pa.schema(f for f in decoded if f.name not in derived))
@@ -627,6 +653,8 @@ def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: i
             "paint_delay_us": chunk_values(paint_delay, "paint_delay_us"),
             "render_us": chunk_values(render, "render_us"),
             "host_delay_us": chunk_values(host_delay, "host_delay_us"),
+            "retracted_bytes": chunk_values(retracted_bytes, "retracted_bytes"),
+            "retracted_tokens": chunk_values(retracted_tokens, "retracted_tokens"),
         },
         schema=columns.CHUNKS_DECODED,
     )
