@@ -28,6 +28,9 @@ class EventFacts:
     arguments: str = ""
     """The part of ``text`` that is tool-call arguments (JSON), of the call ``call_index``."""
     call_index: int = 0
+    retracted_bytes: int = 0
+    """Bytes of content already shown that the event withdraws, before its own ``text`` is appended."""
+    retracted_tokens: int = 0
 
 
 @dataclass
@@ -64,7 +67,10 @@ class OpenAIChat:
     """Chat Completions chunks (``chat.completion.chunk``), also served by vLLM, SGLang and TGI.
 
     Per-chunk tokens are exact when every chunk carries cumulative usage (vLLM's continuous usage stats);
-    a usage-only final chunk (``stream_options.include_usage``) gives exact totals only.
+    a usage-only final chunk (``stream_options.include_usage``) gives exact totals only. A delta may withdraw
+    content it showed before (speculative drafts a verifier rejected): ``"retract": {"bytes": N, "tokens": K}``
+    takes the last N bytes (K tokens) back before the delta's own content is appended (as ``streamscope engine``
+    streams drafts with ``output.show_drafts``).
     """
 
     provider = "openai"
@@ -89,8 +95,10 @@ class OpenAIChat:
         arguments: list[str] = []
         call_index: int | None = None
         tool_call = False
+        retracted = (0, 0)
         for choice in _get(payload, "choices") or ():
             delta = _get(choice, "delta")
+            retracted = _retraction(_get(delta, "retract")) or retracted
             for key in ("content", "reasoning_content", "reasoning", "refusal"):
                 value = _get(delta, key)
                 if isinstance(value, str):
@@ -129,7 +137,16 @@ class OpenAIChat:
             answer="".join(answer),
             arguments="".join(arguments),
             call_index=call_index or 0,
+            retracted_bytes=retracted[0],
+            retracted_tokens=retracted[1],
         )
+
+
+def _retraction(value: Any) -> tuple[int, int] | None:
+    """``{"bytes": N, "tokens": K}`` as (N, K), when both are whole numbers of 0 or more and N is not 0."""
+    size, tokens = _get(value, "bytes"), _get(value, "tokens") or 0
+    whole = all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (size, tokens))
+    return (size, tokens) if whole and size else None
 
 
 class OpenAIResponses:

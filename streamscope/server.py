@@ -35,6 +35,9 @@ class ServerChunk(NamedTuple):
     content_bytes: int
     tool_call: bool = False
     """The payload carries part of a tool call (marks where the stream's first tool call starts)."""
+    retracted_bytes: int = 0
+    """Bytes of content already sent that this payload withdraws (rejected draft tokens, a replaced suffix)."""
+    retracted_tokens: int = 0
 
 
 class ServerStream:
@@ -108,6 +111,8 @@ class _ObservedStreamingResponse(StreamingResponse):
                 data = item.data.encode() if isinstance(item.data, str) else item.data
                 observer.recorder.first_byte()
                 observer.recorder.chunk(item.tokens, item.content_bytes, len(data), tool_call=item.tool_call)
+                if item.retracted_bytes:
+                    observer.recorder.retract(item.retracted_bytes, item.retracted_tokens)
             else:
                 data = item.encode() if isinstance(item, str) else item
                 observer.on_bytes(data)

@@ -34,6 +34,7 @@ STREAM_QUALITY = Board(
         ((p.STREAM_SHAPE, 12), (p.STREAM_QUALITY, 12)),
         ((p.SMOOTHING_TRADE, 24),),
         ((p.STRUCTURED_OUTPUT, 24),),
+        ((p.RETRACTED_TEXT, 24),),
         ((p.MODEL_TEXTURE, 24),),
         ((p.STREAM_SOURCES, 24),),
         ((p.GENAI_METRICS, 24),),

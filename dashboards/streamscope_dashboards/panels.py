@@ -416,6 +416,13 @@ GROUP BY depth_ms
 ORDER BY depth_ms""",
 )
 
+
+def streams_with(*columns: str) -> str:
+    """``streams`` as a subquery with the ``model`` column the variables filter on, and ``columns`` more."""
+    extra = "".join(f", {column}" for column in columns)
+    return f"(SELECT *, if(response_model != '', response_model, request_model) AS model{extra} FROM streams)"
+
+
 STRUCTURED_OUTPUT = Panel(
     "structured_output",
     "Structured output as it streams",
@@ -433,15 +440,29 @@ STRUCTURED_OUTPUT = Panel(
     round(countIf(json_outcome = 'valid') / count(), 3) AS valid_share,
     round(countIf(json_outcome = 'truncated') / count(), 3) AS truncated_share,
     round(countIf(json_outcome = 'malformed') / count(), 3) AS malformed_share
-FROM (
-    SELECT *, if(response_model != '', response_model, request_model) AS model,
-        if(length(json_field_us) > 0, json_field_us[1], NULL) AS first_field_us
-    FROM streams
-    WHERE json_document != ''
-)
-WHERE {SELECTED}
+FROM {streams_with("if(length(json_field_us) > 0, json_field_us[1], NULL) AS first_field_us")}
+WHERE {SELECTED} AND json_document != ''
 GROUP BY model, document
 ORDER BY streams DESC, model, document""",
+)
+
+RETRACTED_TEXT = Panel(
+    "retracted_text",
+    "Text taken back",
+    "Streams that showed text and then withdrew it (speculative drafts a verifier rejected, a replaced suffix), by "
+    "model: the share of streams that did, how often, the tokens withdrawn per stream and as a share of the tokens "
+    "shown, and how long the oldest withdrawn text had been on screen when it went (median and p95 over the "
+    "withdrawals). The final answer may be right; the reader watched it change.",
+    "table",
+    f"""SELECT model, count() AS streams, round(countIf(retractions > 0) / count(), 3) AS retracting_share,
+    sum(retractions) AS withdrawals, round(sum(retracted_tokens) / count(), 2) AS retracted_tokens_per_stream,
+    round(sum(retracted_tokens) / nullIf(sum(tokens), 0), 4) AS retracted_token_share,
+    round(quantileExactArray(0.5)(retraction_shown_us) / 1000, 1) AS shown_before_retraction_p50_ms,
+    round(quantileExactArray(0.95)(retraction_shown_us) / 1000, 1) AS shown_before_retraction_p95_ms
+FROM {streams_with()}
+WHERE {SELECTED}
+GROUP BY model
+ORDER BY withdrawals DESC, streams DESC, model""",
 )
 
 CHUNK_ECONOMICS = Panel(
@@ -770,6 +791,7 @@ PANELS: tuple[Panel, ...] = (
     STREAM_QUALITY,
     SMOOTHING_TRADE,
     STRUCTURED_OUTPUT,
+    RETRACTED_TEXT,
     CHUNK_ECONOMICS,
     CHUNKING_CHANGES,
     CANCELLATION,

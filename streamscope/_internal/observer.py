@@ -85,6 +85,8 @@ class StreamObserver:
             if text:
                 self.recorder.mark_tokens_estimated()
         self.recorder.chunk(tokens, len(text.encode()) if text else 0, wire_bytes, text, tool_call=facts.tool_call)
+        if facts.retracted_bytes:
+            self.recorder.retract(facts.retracted_bytes, facts.retracted_tokens)
         if self._json_answer:
             if facts.answer:
                 self.recorder.json_text(facts.answer, "content")

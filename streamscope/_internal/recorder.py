@@ -94,6 +94,7 @@ class StreamRecorder:
         "_meter_provider",
         "_name",
         "_parent",
+        "_retracted",
         "_side",
         "_span",
         "_start_ns",
@@ -170,6 +171,8 @@ class StreamRecorder:
         """A chunk at or after this time has its host delay measured (the first chunk always is)."""
         self._json: JsonProgress | None = None
         self._json_document = ""
+        self._retracted: dict[int, tuple[int, int]] = {}
+        """Chunk index -> (bytes, tokens) of content already shown that the chunk withdrew."""
         self.tokens_after_cancel: int | None = None
         """Server side: tokens generated after the peer went away; set it before ``finish``."""
 
@@ -280,6 +283,15 @@ class StreamRecorder:
         if late_us:
             self._host_delays[len(self._times)] = late_us
 
+    def retract(self, content_bytes: int, tokens: int = 0) -> None:
+        """Say that the chunk recorded last withdrew ``content_bytes`` (``tokens``) of the content shown before
+        it, from the end (rejected draft tokens, a replaced suffix). A chunk that only withdraws is recorded with
+        ``chunk(0, 0, wire_bytes)`` first."""
+        if self._times and content_bytes > 0 and not self._dropped:  # a dropped chunk's withdrawal is not kept
+            index = len(self._times) - 1
+            withdrawn, withdrawn_tokens = self._retracted.get(index, (0, 0))
+            self._retracted[index] = (withdrawn + content_bytes, withdrawn_tokens + max(0, tokens))
+
     def json_text(self, text: str, document: Literal["content", "tool_call"] = "content") -> None:
         """Follow ``text``, the next piece of a JSON document the stream carries (``content``: the answer in a
         JSON response format; ``tool_call``: a tool call's arguments), as part of the chunk recorded last. The
@@ -380,11 +392,16 @@ class StreamRecorder:
         host_delays = self._host_delays
         if self._watch_kind is not None:
             attributes[sc.STREAMSCOPE_HOST_WATCH] = self._watch_kind
-            if self._encoding == "packed":  # int64_bytes' layout, written where not 0: most chunks are 0
-                packed = bytearray(8 * len(offsets))
-                for index, late_us in host_delays.items():
-                    _INT64_LE.pack_into(packed, 8 * index, late_us)
-                attributes[sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US] = bytes(packed)
+            if self._encoding == "packed":
+                attributes[sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US] = _sparse_int64s(len(offsets), host_delays)
+        retracted = self._retracted
+        if retracted and self._encoding == "packed":
+            attributes[sc.STREAMSCOPE_CHUNKS_RETRACTED_BYTES] = _sparse_int64s(
+                len(offsets), {i: size for i, (size, _) in retracted.items()}
+            )
+            attributes[sc.STREAMSCOPE_CHUNKS_RETRACTED_TOKENS] = _sparse_int64s(
+                len(offsets), {i: tokens for i, (_, tokens) in retracted.items()}
+            )
         span.set_attributes(attributes)
         if self._encoding == "events":
             wall = self._wall_start_ns
@@ -397,6 +414,10 @@ class StreamRecorder:
                 }
                 if index in host_delays:  # only where not 0: an event without it reads 0
                     event[sc.STREAMSCOPE_CHUNK_HOST_DELAY_US] = host_delays[index]
+                if index in retracted:
+                    size, tokens = retracted[index]
+                    event[sc.STREAMSCOPE_CHUNK_RETRACTED_BYTES] = size
+                    event[sc.STREAMSCOPE_CHUNK_RETRACTED_TOKENS] = tokens
                 span.add_event(sc.CHUNK_EVENT, event, timestamp=wall + offset * 1000)
         if outcome == "error":
             span.set_status(trace.Status(trace.StatusCode.ERROR, error_type))
@@ -432,6 +453,14 @@ class StreamRecorder:
         first_chunk.record(content_offsets[0] / 1e6, labels)
         for previous, current in itertools.pairwise(content_offsets):
             per_chunk.record((current - previous) / 1e6, labels)
+
+
+def _sparse_int64s(length: int, values: Mapping[int, int]) -> bytes:
+    """``int64_bytes``' layout of an array of ``length`` that is 0 but at the indices of ``values``."""
+    packed = bytearray(8 * length)
+    for index, value in values.items():
+        _INT64_LE.pack_into(packed, 8 * index, value)
+    return bytes(packed)
 
 
 def repetition_score(text: str, n: int = 3, minimum_words: int = 24) -> float | None:

@@ -240,3 +240,37 @@ def test_with_ignore_disconnect_the_engine_generates_to_the_end(running):
                 break
     wait_until(lambda: node.metrics()["vllm:generation_tokens_total"] >= 300, "all 300 tokens", timeout_s=20)
     assert node.metrics()["vllm:generation_tokens_total"] == 300
+
+
+def apply_deltas(chunks: list[dict]) -> tuple[str, int, int]:
+    """The text a reader ends with, applying each delta's withdrawal before its content; and the withdrawals."""
+    text, withdrawals, withdrawn = b"", 0, 0
+    for chunk in chunks:
+        delta = chunk["choices"][0]["delta"] if chunk["choices"] else {}
+        if "retract" in delta:
+            size = delta["retract"]["bytes"]
+            assert 0 < size <= len(text)
+            text, withdrawals, withdrawn = text[:-size], withdrawals + 1, withdrawn + size
+        text += delta.get("content", "").encode()
+    return text.decode(), withdrawals, withdrawn
+
+
+def test_drafts_shown_before_verification_are_withdrawn_when_rejected(running):
+    spec = SpecDecodeConfig(draft_tokens=3, acceptance=0.5)
+    node = running(scheduler=SchedulerConfig(spec_decode=spec), output=OutputConfig(show_drafts=True))
+    body = chat(40, stream_options={"include_usage": True})
+    chunks = [
+        json.loads(d) for d in sse_events(httpx.post(f"{node.url}/v1/chat/completions", json=body, timeout=30))[:-1]
+    ]
+    text, withdrawals, withdrawn = apply_deltas(chunks)
+    assert len(text.split()) == 40 == chunks[-1]["usage"]["completion_tokens"]  # what stays is the answer
+    assert withdrawals > 0 and withdrawn > 0  # at acceptance 0.5, some drafts are rejected
+    shown = sum(len(c["choices"][0]["delta"].get("content", "").encode()) for c in chunks if c["choices"])
+    assert shown - withdrawn == len(text.encode())
+
+    plain = running(scheduler=SchedulerConfig(spec_decode=spec))
+    body = chat(40)
+    plain_chunks = [
+        json.loads(d) for d in sse_events(httpx.post(f"{plain.url}/v1/chat/completions", json=body, timeout=30))[:-1]
+    ]
+    assert apply_deltas(plain_chunks)[1:] == (0, 0)  # drafts are not shown unless asked

@@ -62,6 +62,20 @@ def chat_stack(storage_dsn: str) -> Iterator[tuple[Collector, ChatServer]]:
     collector.stop()
 
 
+def open_chat_page(driver, chat: ChatServer) -> None:
+    driver.get(chat.url)
+    browser.wait_for_script(driver, "return window.chatReady === true", "the page")
+
+
+def stored_browser_row(collector: Collector, trace_id: str, columns: str) -> tuple:
+    """``columns`` of the browser stream of ``trace_id``, once the collector has stored it."""
+    query = f"SELECT {columns} FROM streams WHERE trace_id = {{t:String}} AND side = 'browser'"
+    rows = wait_until(
+        lambda: collector.query_client.query(query, parameters={"t": trace_id}).result_rows, "the browser span", 20
+    )
+    return rows[0]
+
+
 def _chat_posted(driver, url: str) -> tuple[str, dict[str, Any]]:
     """``browser.chat`` with the page's posts captured: the trace id and the browser span the snippet sent."""
     driver.get(url)
@@ -172,8 +186,7 @@ def test_a_long_task_is_not_hidden_by_a_short_one_after_it(chromium, chat_stack)
     """A page that works through a backlog after a long task may run another one just before it reads: the read
     waited out the long one (the snippet's own function, run in the browser on long tasks given by hand)."""
     collector, chat = chat_stack
-    chromium.get(chat.url)
-    browser.wait_for_script(chromium, "return window.chatReady === true", "the page")
+    open_chat_page(chromium, chat)
     script = """
         const [url, done] = arguments;
         const tasks = { collect() {}, intervals: [[106, 272], [292, 295]] };
@@ -189,8 +202,7 @@ def test_a_long_task_is_not_hidden_by_a_short_one_after_it(chromium, chat_stack)
 
 def test_a_browser_without_long_tasks_sends_no_host_evidence(chromium, chat_stack) -> None:
     _, chat = chat_stack
-    chromium.get(chat.url)
-    browser.wait_for_script(chromium, "return window.chatReady === true", "the page")
+    open_chat_page(chromium, chat)
     chromium.execute_script(CAPTURE_POSTS)
     script = """
         const [done] = arguments;
@@ -252,8 +264,7 @@ def test_the_user_stopping_the_answer_is_a_cancelled_browser_stream(chromium, ch
 
 def test_an_app_that_feeds_chunks_itself_with_sampling_and_a_beacon_on_page_hide(chromium, chat_stack) -> None:
     collector, chat = chat_stack
-    chromium.get(chat.url)
-    browser.wait_for_script(chromium, "return window.chatReady === true", "the page")
+    open_chat_page(chromium, chat)
     script = """
         const [endpoint, done] = arguments;
         const scope = window.streamscope.init({ endpoint, service: "fed-by-hand", flushIntervalMs: 60000 });
@@ -320,8 +331,7 @@ def test_the_snippets_json_tracker_agrees_with_the_sdks(chromium, chat_stack) ->
     """The browser's JsonProgress, run in Chromium, against the Python SDK's on the same pieces: the same fields,
     times and outcome on whole documents, prefixes and near-JSON text."""
     collector, chat = chat_stack
-    chromium.get(chat.url)
-    browser.wait_for_script(chromium, "return window.chatReady === true", "the page")
+    open_chat_page(chromium, chat)
     cases = _json_cases()
     script = """
         const [url, cases, done] = arguments;
@@ -348,8 +358,7 @@ def test_a_json_answer_read_through_the_snippet_reaches_streams(chromium, chat_s
     """scope.fetch sees the request ask for a JSON answer and follows it: the browser row says when each field and
     the document were complete, at the arrivals of the chunks that completed them."""
     collector, chat = chat_stack
-    chromium.get(chat.url)
-    browser.wait_for_script(chromium, "return window.chatReady === true", "the page")
+    open_chat_page(chromium, chat)
     script = """
         const [endpoint, done] = arguments;
         const scope = window.streamscope.init({ endpoint, service: "json-page" });
@@ -364,14 +373,8 @@ def test_a_json_answer_read_through_the_snippet_reaches_streams(chromium, chat_s
         })();
     """
     trace_id = chromium.execute_async_script(script, collector.http_url)
-    query = (
-        "SELECT json_document, json_outcome, json_fields, json_field_us, json_valid_us, json_field_count "
-        "FROM streams WHERE trace_id = {t:String} AND side = 'browser'"
-    )
-    rows = wait_until(
-        lambda: collector.query_client.query(query, parameters={"t": trace_id}).result_rows, "the browser span", 20
-    )
-    document, outcome, fields, field_us, valid_us, count = rows[0]
+    columns = "json_document, json_outcome, json_fields, json_field_us, json_valid_us, json_field_count"
+    document, outcome, fields, field_us, valid_us, count = stored_browser_row(collector, trace_id, columns)
     assert (document, outcome, fields, count) == ("content", "valid", ["answer", "detail", "tokens"], 3)
     offsets = collector.query_client.query(
         "SELECT groupArray(offset_us) FROM (SELECT offset_us FROM chunk_timeline "
@@ -380,3 +383,48 @@ def test_a_json_answer_read_through_the_snippet_reaches_streams(chromium, chat_s
     ).result_rows[0][0]
     assert set(field_us) <= set(offsets) and field_us == sorted(field_us)
     assert field_us[-1] == valid_us  # the closing brace completes the number and the document
+
+
+def test_text_a_page_took_back_reaches_streams(chromium, chat_stack) -> None:
+    """A page whose stream withdraws text (by hand here; scope.fetch reads a delta's "retract" the same way)."""
+    collector, chat = chat_stack
+    open_chat_page(chromium, chat)
+    script = """
+        const [endpoint, done] = arguments;
+        const scope = window.streamscope.init({ endpoint, service: "drafts-page" });
+        const stream = scope.stream({ model: "m" });
+        const pause = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+        (async () => {
+          stream.chunk("Hello wor");
+          await pause(40);
+          stream.chunk("");  // a retraction: no text of its own
+          stream.retract(3, 1);
+          stream.chunk("world");
+          stream.end("completed");
+          await pause(300);
+          await scope.flush();
+          done(stream.traceId);
+        })();
+    """
+    trace_id = chromium.execute_async_script(script, collector.http_url)
+    columns = "retractions, retracted_bytes, retracted_tokens, retraction_shown_us"
+    count, size, tokens, shown = stored_browser_row(collector, trace_id, columns)
+    assert (count, size, tokens) == (1, 3, 1)
+    assert shown[0] >= 40_000  # "wor" was on screen from the first chunk to the retraction, 40 ms later or more
+    kinds = collector.query_client.query(
+        "SELECT groupArray(kind) FROM (SELECT kind FROM chunks WHERE trace_id = {t:String} ORDER BY seq)",
+        parameters={"t": trace_id},
+    ).result_rows[0][0]
+    assert kinds == ["first", "retract", "content"]
+
+
+def test_the_snippet_reads_a_deltas_withdrawal_as_the_sdk_does(chromium, chat_stack) -> None:
+    collector, chat = chat_stack
+    open_chat_page(chromium, chat)
+    deltas = [{"retract": {"bytes": 9, "tokens": 2}}, {"retract": {"bytes": 9}}, {"retract": {"bytes": 0}}, {}]
+    script = """
+        const [url, deltas, done] = arguments;
+        import(url).then((sdk) => done(deltas.map((delta) => sdk.retractionOf({ choices: [{ delta }] }))));
+    """
+    read = chromium.execute_async_script(script, f"{collector.http_url}/sdk/streamscope.js", deltas)
+    assert read == [{"bytes": 9, "tokens": 2}, {"bytes": 9, "tokens": 0}, None, None]

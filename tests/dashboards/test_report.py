@@ -276,6 +276,43 @@ def test_structured_output_by_hand(store_client):
     ]
 
 
+def test_retracted_text_by_hand(store_client):
+    def withdrawing(trace: int, offsets_ms, content, retracted, retracted_tokens):
+        attributes = {
+            sc.STREAMSCOPE_CHUNKS_RETRACTED_BYTES: retracted,
+            sc.STREAMSCOPE_CHUNKS_RETRACTED_TOKENS: retracted_tokens,
+            sc.GEN_AI_REQUEST_MODEL: "m-r",
+        }
+        tokens = [1 if c else 0 for c in content]
+        return stream_span(
+            trace, 1, side="client", offsets_ms=offsets_ms, tokens=tokens, content_bytes=content, attributes=attributes
+        )
+
+    store_spans(
+        store_client,
+        [
+            # 9 bytes withdrawn at 300 ms, the oldest shown since 140 ms: 160 ms on screen
+            withdrawing(1, [100, 120, 140, 160, 300, 320], [10, 6, 6, 6, 0, 5], [0, 0, 0, 0, 9, 0], [0, 0, 0, 0, 3, 0]),
+            # 12 bytes at 90 ms (the oldest since 50: 40 ms), then the 4 written at 90 at 110 (20 ms)
+            withdrawing(2, [50, 70, 90, 110], [8, 8, 4, 4], [0, 0, 12, 4], [0, 0, 3, 1]),
+            withdrawing(3, [10, 20], [4, 4], [0, 0], [0, 0]),
+        ],
+    )
+    result = build_report(run_on(store_client), START, END, slo_us=400_000).result("retracted_text")
+    assert [dict(zip(result.names, row)) for row in result.rows] == [
+        {
+            "model": "m-r",
+            "streams": 3,
+            "retracting_share": 0.667,
+            "withdrawals": 3,
+            "retracted_tokens_per_stream": 2.33,  # 7 tokens over 3 streams
+            "retracted_token_share": 0.6364,  # of the 11 tokens shown
+            "shown_before_retraction_p50_ms": 40,  # of 20, 40 and 160 ms
+            "shown_before_retraction_p95_ms": 160,
+        }
+    ]
+
+
 def test_render_time_per_chunk_in_browsers(store):
     rows = build_report(run_on(store), START, END, slo_us=400_000).result("browser_render").rows
     assert [(series, value) for _, series, value in rows] == [

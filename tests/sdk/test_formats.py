@@ -71,3 +71,20 @@ def test_the_openai_sdk_objects_mark_the_same_events(stream_format):
     typed = [construct_type(type_=SDK_TYPES[stream_format], value=e.payload) for e in events]
     marked = [reader.read(e.event, item).tool_call for e, item in zip(events, typed)]
     assert marked == [carries_tool_call(stream_format, e) for e in events]
+
+
+@pytest.mark.parametrize(
+    ("retract", "expected"),
+    [
+        ({"bytes": 9, "tokens": 2}, (9, 2)),
+        ({"bytes": 9}, (9, 0)),
+        ({"bytes": 0, "tokens": 2}, (0, 0)),
+        ({"bytes": -3, "tokens": 1}, (0, 0)),
+        ({"bytes": "9"}, (0, 0)),
+        (True, (0, 0)),
+    ],
+)
+def test_a_chat_delta_may_withdraw_what_was_shown(retract, expected):
+    facts = make_format("openai-chat").read("", {"choices": [{"delta": {"content": "x", "retract": retract}}]})
+    assert (facts.retracted_bytes, facts.retracted_tokens) == expected
+    assert facts.text == "x"

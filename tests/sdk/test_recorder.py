@@ -215,3 +215,33 @@ def test_a_recorder_dropped_without_finishing_releases_its_watch(clock, spans, w
     StreamRecorder(side="client", provider="p", tracer_provider=provider).start()
     gc.collect()
     assert (watch.acquired, watch.released) == (1, 1)
+
+
+@pytest.mark.parametrize("encoding", ["packed", "events"])
+def test_what_a_chunk_withdrew_is_carried_where_it_happened(clock, spans, encoding):
+    provider, exporter = spans
+    with StreamRecorder(side="client", provider="p", encoding=encoding, tracer_provider=provider) as rec:
+        rec.chunk(3, 12, 40, text="one two three")
+        rec.chunk(0, 0, 30)  # a retraction: no content of its own
+        rec.retract(8, 2)
+        rec.chunk(1, 4, 30, text=" six")
+        rec.retract(4, 1)  # a replacement: withdraws and adds
+        rec.retract(1, 0)  # said twice of one chunk: added up
+        rec.retract(0, 0)  # nothing
+    (span,) = exporter.get_finished_spans()
+    if encoding == "packed":
+        withdrawn = int64s(span.attributes[sc.STREAMSCOPE_CHUNKS_RETRACTED_BYTES])
+        tokens = int64s(span.attributes[sc.STREAMSCOPE_CHUNKS_RETRACTED_TOKENS])
+    else:
+        withdrawn = [e.attributes.get(sc.STREAMSCOPE_CHUNK_RETRACTED_BYTES, 0) for e in span.events]
+        tokens = [e.attributes.get(sc.STREAMSCOPE_CHUNK_RETRACTED_TOKENS, 0) for e in span.events]
+    assert (withdrawn, tokens) == ([0, 8, 5], [0, 2, 1])
+
+
+def test_a_stream_that_took_nothing_back_sends_no_retraction_arrays(clock, spans):
+    provider, exporter = spans
+    with StreamRecorder(side="client", provider="p", tracer_provider=provider) as rec:
+        rec.retract(5, 1)  # before any chunk: nothing to withdraw from
+        rec.chunk(1, 5, 40)
+    (span,) = exporter.get_finished_spans()
+    assert sc.STREAMSCOPE_CHUNKS_RETRACTED_BYTES not in span.attributes

@@ -46,6 +46,10 @@ class OutputConfig:
     tokens_per_chunk: int = 1
     burst_at_head: int = 0
     """Hold the first this-many tokens and release them together."""
+    show_drafts: bool = False
+    """With speculative decoding: show each step's draft tokens before they are verified, and withdraw the ones
+    the verifier rejects (``"retract"`` in the next delta). One event a step: tokens_per_chunk, burst_at_head and
+    JSON answers do not apply."""
 
     def __post_init__(self) -> None:
         if self.tokens_per_chunk < 1 or self.burst_at_head < 0:
@@ -226,11 +230,18 @@ class EngineNode:
         pending = 0
         delays: list[Delay] = []
 
-        def event(text: str | None, finish: str | None = None, usage: dict[str, int] | None = None) -> str:
+        def event(
+            text: str | None,
+            finish: str | None = None,
+            usage: dict[str, int] | None = None,
+            retract: dict[str, int] | None = None,
+        ) -> str:
             if chat:
-                delta = (
+                delta: dict[str, Any] = (
                     {} if text is None else ({"role": "assistant", "content": ""} if text == "" else {"content": text})
                 )
+                if retract:
+                    delta["retract"] = retract
                 choices = [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]
             else:
                 choices = [{"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}]
@@ -256,11 +267,44 @@ class EngineNode:
             sent += tokens
             return ServerChunk(event(text), tokens, len(text.encode()))
 
+        spec = self.config.scheduler.spec_decode
+        drafts = spec.draft_tokens if chat and output.show_drafts and spec is not None else 0
+        preview: list[str] = []  # draft words shown, not yet verified, each with its leading space
+
+        def verified(tokens: int, step_delays: tuple[Delay, ...], last: bool = False) -> ServerChunk:
+            """One verified step: the drafts shown before it that the verifier kept stay and the rest are withdrawn,
+            the step's other tokens follow, then the next step's drafts."""
+            nonlocal index, sent, preview
+            kept = min(len(preview), max(0, tokens - 1))
+            rejected = preview[kept:]
+            words = [rng.choice(_WORDS) for _ in range(tokens - kept)]
+            text = "".join((" " if sent + kept + i else "") + w for i, w in enumerate(words))
+            sent += kept + len(words)
+            upcoming = 0 if last else min(drafts, max(0, sequence.max_tokens - sent - 1))
+            preview = [" " + rng.choice(_WORDS) for _ in range(upcoming)]
+            text += "".join(preview)
+            withdrawn = len("".join(rejected).encode())
+            truth.event(index, list(step_delays))
+            index += 1
+            retract = {"bytes": withdrawn, "tokens": len(rejected)} if rejected else None
+            return ServerChunk(
+                event(text, retract=retract),
+                len(words) + len(preview),
+                len(text.encode()),
+                retracted_bytes=withdrawn,
+                retracted_tokens=len(rejected),
+            )
+
         try:
             if chat:
                 yield ServerChunk(event(""), 0, 0)
                 index += 1
             batch = await anext(generation, None)
+            while batch is not None and drafts:
+                yield verified(batch.tokens, batch.delays)
+                batch = await anext(generation, None)
+            if preview:  # generation ended with drafts on screen
+                yield verified(0, (), last=True)
             while batch is not None:
                 pending += batch.tokens
                 delays.extend(batch.delays)

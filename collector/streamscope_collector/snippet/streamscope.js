@@ -183,6 +183,17 @@ export function jsonPartsOf(event) {
   return parts;
 }
 
+/** What an OpenAI-style delta withdraws of the content shown before it: {"retract": {"bytes": N, "tokens": K}}. */
+export function retractionOf(event) {
+  for (const choice of (event && event.choices) || []) {
+    const retract = choice.delta && choice.delta.retract;
+    if (retract && Number.isInteger(retract.bytes) && retract.bytes > 0) {
+      return { bytes: retract.bytes, tokens: Number.isInteger(retract.tokens) && retract.tokens > 0 ? retract.tokens : 0 };
+    }
+  }
+  return null;
+}
+
 /** Whether a request body asks for the answer as JSON (a JSON response_format, or the Responses API's text.format). */
 export function jsonAnswerRequested(body) {
   let request = body;
@@ -437,6 +448,7 @@ class Stream {
     this.ended = false;
     this.responseId = "";
     this.responseModel = "";
+    this.retracted = new Map(); // chunk index -> [bytes, tokens] of the content shown before that it withdrew
     this.json = null; // the JSON document followed (options.json: "content" for a JSON answer, else tool calls)
     this.jsonDocument = "";
     this.jsonCall = null;
@@ -456,6 +468,15 @@ class Stream {
     if (!this.sampled || this.ended) return;
     this.rendered();
     this.delivery = [this.record(performance.now(), content, tokens, wireBytes)];
+  }
+
+  /** The chunk recorded last withdrew this much of the content shown before it, from the end (rejected drafts, a
+   * replaced suffix); a chunk that only withdraws is recorded with chunk(0) first. */
+  retract(bytes, tokens = 0) {
+    if (!this.sampled || this.ended || !this.offsets.length || !(bytes > 0)) return;
+    const index = this.offsets.length - 1;
+    const [size, count] = this.retracted.get(index) || [0, 0];
+    this.retracted.set(index, [size + bytes, count + Math.max(0, tokens)]);
   }
 
   /** The next piece of a JSON document the stream carries ("content": a JSON answer; "tool_call": a tool call's
@@ -590,6 +611,12 @@ class Stream {
       attributes.push(int64Attribute("streamscope.chunks.host_delay_us", hostDelayUs));
     }
     if (this.json && this.json.startedAt !== null) attributes.push(...this.jsonAttributes());
+    if (this.retracted.size) {
+      const bytes = this.offsets.map((_, i) => (this.retracted.get(i) || [0, 0])[0]);
+      const tokens = this.offsets.map((_, i) => (this.retracted.get(i) || [0, 0])[1]);
+      attributes.push(int64Attribute("streamscope.chunks.retracted_bytes", bytes));
+      attributes.push(int64Attribute("streamscope.chunks.retracted_tokens", tokens));
+    }
     if (this.responseId) attributes.push(attribute("gen_ai.response.id", this.responseId));
     if (this.responseModel) attributes.push(attribute("gen_ai.response.model", this.responseModel));
     if (this.firstByte !== null) {
@@ -707,6 +734,8 @@ class Stream {
         this.responseModel ||= typeof event.model === "string" ? event.model : "";
       }
       this.delivery.push(this.record(now, contentOf(event), undefined, wireBytes));
+      const withdrawn = retractionOf(event);
+      if (withdrawn) this.retract(withdrawn.bytes, withdrawn.tokens);
       this.followJson(event);
     }
   }
