@@ -22,7 +22,9 @@ import pytest
 
 from streamscope._internal.json_progress import JsonProgress
 from streamscope_cli.demo.chat import ChatServer, start_chat
+from streamscope_cli.replay import Recording, replay_app
 from streamscope_collector.service import Collector
+from streamscope_collector.serving import BackgroundServer
 from streamscope_ingest.analysis.attribution_job import AttributionJob
 from tests import browser
 from tests.support import free_port, int64s, wait_until
@@ -428,3 +430,30 @@ def test_the_snippet_reads_a_deltas_withdrawal_as_the_sdk_does(chromium, chat_st
     """
     read = chromium.execute_async_script(script, f"{collector.http_url}/sdk/streamscope.js", deltas)
     assert read == [{"bytes": 9, "tokens": 2}, {"bytes": 9, "tokens": 0}, None, None]
+
+
+def test_the_snippet_reads_a_replayed_stream_from_another_origin(chromium, chat_stack) -> None:
+    """`streamscope replay` aimed at by a page: the snippet's fetch crosses origins (its traceparent header makes
+    the browser ask first) and records the recorded rhythm's chunks with their recorded sizes."""
+    collector, chat = chat_stack
+    recording = Recording(f"{9:032x}", f"{1:016x}", "client", "m", (30_000, 60_000, 400_000), (0, 7, 11))
+    server = BackgroundServer(replay_app(recording)).start()
+    try:
+        open_chat_page(chromium, chat)
+        script = """
+            const [endpoint, url, done] = arguments;
+            const scope = window.streamscope.init({ endpoint, service: "replay-page" });
+            (async () => {
+              const response = await scope.fetch(url, { method: "POST", body: "{}" });
+              await response.text();
+              await new Promise((resolve) => setTimeout(resolve, 200));
+              await scope.flush();
+              done(response.streamscope.traceId);
+            })();
+        """
+        url = f"http://127.0.0.1:{server.port}/v1/chat/completions"
+        trace_id = chromium.execute_async_script(script, collector.http_url, url)
+    finally:
+        server.stop()
+    content_chunks, content_bytes = stored_browser_row(collector, trace_id, "content_chunks, content_bytes")
+    assert (content_chunks, content_bytes) == (2, 18)
