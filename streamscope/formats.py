@@ -98,7 +98,9 @@ class OpenAIChat:
         retracted = (0, 0)
         for choice in _get(payload, "choices") or ():
             delta = _get(choice, "delta")
-            retracted = _retraction(_get(delta, "retract")) or retracted
+            retract = _get(delta, "retract")
+            if retract is not None:  # rare: only streams that take text back carry it
+                retracted = _retraction(retract) or retracted
             for key in ("content", "reasoning_content", "reasoning", "refusal"):
                 value = _get(delta, key)
                 if isinstance(value, str):

@@ -42,7 +42,7 @@ from streamscope_ingest.analysis.attribution import (
     attribute,
 )
 from streamscope_ingest.analysis.quality import andes_qoe, fluidity_index
-from streamscope_ingest.analysis.smoothing import DEPTHS_MS, Buffer, Targets, smooth
+from streamscope_ingest.analysis.smoothing import DEPTHS_MS, Buffer, Targets, smooth_each
 from streamscope_ingest.decode import columns
 
 log = logging.getLogger(__name__)
@@ -255,28 +255,23 @@ class AttributionJob:
         return rows, quality, smoothing
 
     def _quality(self, timeline: Timeline, counts: np.ndarray, stalls: int, identity: dict[str, str]) -> Row:
-        targets = self.quality
+        targets, in_us = self.quality, self.quality.in_us()
         return {
             **identity,
             "start_time": timeline.start_us,
             "stalls": stalls,
             "fluidity_index": fluidity_index(
-                timeline.offsets_us, counts, targets.first_deadline_ms * 1000, targets.token_deadline_ms * 1000
+                timeline.offsets_us, counts, in_us.first_deadline_us, in_us.token_deadline_us
             ),
-            "andes_qoe": andes_qoe(
-                timeline.offsets_us, counts, targets.expected_ttft_ms * 1000, targets.reading_tokens_per_s
-            ),
+            "andes_qoe": andes_qoe(timeline.offsets_us, counts, in_us.expected_ttft_us, in_us.reading_tokens_per_s),
             "first_deadline_ms": targets.first_deadline_ms,
             "token_deadline_ms": targets.token_deadline_ms,
             "reading_tokens_per_s": targets.reading_tokens_per_s,
         }
 
     def _smoothing(self, timeline: Timeline, counts: np.ndarray, identity: dict[str, str]) -> Iterator[Row]:
-        targets = self.quality.in_us()
-        for buffer in self.buffers:
-            smoothed = smooth(timeline, counts, buffer, self.rules, targets)
-            if smoothed is not None:
-                yield {**identity, "start_time": timeline.start_us, **asdict(smoothed)}
+        for smoothed in smooth_each(timeline, counts, self.buffers, self.rules, self.quality.in_us()):
+            yield {**identity, "start_time": timeline.start_us, **asdict(smoothed)}
 
 
 def _rows(column: pa.ChunkedArray) -> list[np.ndarray]:

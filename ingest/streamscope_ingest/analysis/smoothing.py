@@ -17,6 +17,7 @@ to), so the buffer smooths the stream's rhythm without slowing it down.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,15 +96,20 @@ def smooth(
 ) -> Smoothed | None:
     """``timeline`` as its reader saw it and as it would have seen it behind ``buffer``; None without two
     content chunks (nothing to smooth). ``tokens`` counts each chunk's tokens."""
+    smoothed = smooth_each(timeline, tokens, (buffer,), rules, targets)
+    return smoothed[0] if smoothed else None
+
+
+def smooth_each(
+    timeline: Timeline, tokens: np.ndarray, buffers: Sequence[Buffer], rules: StallRules, targets: Targets
+) -> list[Smoothed]:
+    """``smooth`` behind each of ``buffers``, the stream as its reader saw it measured once; empty without two
+    content chunks."""
     index, _, shown = timeline.shown()
     if index.size < 2:
-        return None
+        return []
     counts = np.asarray(tokens, dtype=np.int64)[index]
     gaps = np.diff(shown)
-    rate_us = buffer.rate_ms * 1000 if buffer.rate_ms is not None else max(float(np.median(gaps)), 1.0)
-    revealed = np.rint(reveal_times(shown, buffer.depth_ms * 1000, rate_us)).astype(np.int64)
-    after = Timeline(timeline.start_us, revealed, np.ones(revealed.size, dtype=np.int64))
-    before = Timeline(timeline.start_us, np.asarray(shown, dtype=np.int64), np.ones(shown.size, dtype=np.int64))
 
     def indices(offsets: np.ndarray) -> tuple[float | None, float | None]:
         return (
@@ -111,19 +117,29 @@ def smooth(
             andes_qoe(offsets, counts, targets.expected_ttft_us, targets.reading_tokens_per_s),
         )
 
+    before = Timeline(timeline.start_us, np.asarray(shown, dtype=np.int64), np.ones(shown.size, dtype=np.int64))
     fluidity_before, andes_before = indices(before.offsets_us)
-    fluidity_after, andes_after = indices(revealed)
-    return Smoothed(
-        depth_ms=buffer.depth_ms,
-        rate_ms=rate_us / 1000,
-        added_ttft_us=int(revealed[0] - shown[0]),
-        added_end_us=int(revealed[-1] - shown[-1]),
-        stalls_before=len(find_stalls(before, rules)),
-        stalls_after=len(find_stalls(after, rules)),
-        longest_gap_before_us=int(gaps.max()),
-        longest_gap_after_us=int(np.diff(revealed).max()),
-        fluidity_before=fluidity_before,
-        fluidity_after=fluidity_after,
-        andes_before=andes_before,
-        andes_after=andes_after,
-    )
+    stalls_before = len(find_stalls(before, rules))
+    smoothed = []
+    for buffer in buffers:
+        rate_us = buffer.rate_ms * 1000 if buffer.rate_ms is not None else max(float(np.median(gaps)), 1.0)
+        revealed = np.rint(reveal_times(shown, buffer.depth_ms * 1000, rate_us)).astype(np.int64)
+        after = Timeline(timeline.start_us, revealed, np.ones(revealed.size, dtype=np.int64))
+        fluidity_after, andes_after = indices(revealed)
+        smoothed.append(
+            Smoothed(
+                depth_ms=buffer.depth_ms,
+                rate_ms=rate_us / 1000,
+                added_ttft_us=int(revealed[0] - shown[0]),
+                added_end_us=int(revealed[-1] - shown[-1]),
+                stalls_before=stalls_before,
+                stalls_after=len(find_stalls(after, rules)),
+                longest_gap_before_us=int(gaps.max()),
+                longest_gap_after_us=int(np.diff(revealed).max()),
+                fluidity_before=fluidity_before,
+                fluidity_after=fluidity_after,
+                andes_before=andes_before,
+                andes_after=andes_after,
+            )
+        )
+    return smoothed

@@ -295,16 +295,21 @@ STALLS = pa.schema(
     ]
 )
 
+_ANALYSED_STREAM = [
+    ("tenant", _LC),
+    ("start_time", _TIME),
+    ("trace_id", pa.string()),
+    ("span_id", pa.string()),
+    ("service", _LC),
+    ("side", _LC),
+    ("model", _LC),
+    ("node_name", _LC),
+]
+"""The columns that name a stream in the attribution job's per-stream tables (stream_quality, stream_smoothing)."""
+
 STREAM_QUALITY = pa.schema(
     [
-        ("tenant", _LC),
-        ("start_time", _TIME),
-        ("trace_id", pa.string()),
-        ("span_id", pa.string()),
-        ("service", _LC),
-        ("side", _LC),
-        ("model", _LC),
-        ("node_name", _LC),
+        *_ANALYSED_STREAM,
         ("stalls", pa.uint32()),
         ("fluidity_index", pa.float32()),
         ("andes_qoe", pa.float32()),
@@ -316,14 +321,7 @@ STREAM_QUALITY = pa.schema(
 
 STREAM_SMOOTHING = pa.schema(
     [
-        ("tenant", _LC),
-        ("start_time", _TIME),
-        ("trace_id", pa.string()),
-        ("span_id", pa.string()),
-        ("service", _LC),
-        ("side", _LC),
-        ("model", _LC),
-        ("node_name", _LC),
+        *_ANALYSED_STREAM,
         ("depth_ms", pa.float32()),
         ("rate_ms", pa.float32()),
         ("added_ttft_us", pa.uint32()),

@@ -570,16 +570,14 @@ def _timeline_error(offsets: np.ndarray, values: np.ndarray | Sequence[np.ndarra
     if tokens is not None and int(tokens.sum()) > _U32_MAX:
         return f"the stream's tokens add up to more than {_U32_MAX}"
     content, retracted = values[_CONTENT_ROW], values[_RETRACTED_ROW]
+    # (content is a required array, never None; the check is for the type)
     if (
         retracted is not None
-        and over_withdrawn(np.array([offsets.size]), _zeros_if_none(content, offsets), retracted)[0]
+        and content is not None
+        and over_withdrawn(np.array([offsets.size]), content, retracted)[0]
     ):
         return f"a chunk withdraws more content than was shown before it ({sc.STREAMSCOPE_CHUNKS_RETRACTED_BYTES})"
     return None
-
-
-def _zeros_if_none(row: np.ndarray | None, offsets: np.ndarray) -> np.ndarray:
-    return np.zeros(offsets.size, np.int64) if row is None else row
 
 
 def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: int) -> tuple[pa.Table, pa.Table]:
