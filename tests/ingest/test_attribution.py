@@ -563,3 +563,23 @@ def test_a_client_that_could_not_read_outranks_a_kv_cache_merely_over_its_high_w
     unwatched = timeline(with_gap(11, 170), start_us=server.start_us + 3 * MS)
     stall = only(attribute(unwatched, server, high_water, spec_active=False, rules=RULES))
     assert (stall.cause, stall.confidence) == ("kv_pressure", 0.5)
+
+
+def test_a_preempted_request_on_a_node_silent_for_everyone_while_the_reader_was_frozen_is_client_host():
+    """The node went silent for all its streams (no preemption does that) and the reader's own host did not run
+    for most of the same wait: a host both share (a load generator beside the engine) froze, not the node."""
+    server = timeline(with_gap(20, 400, [20.0] * 40))
+    client = watched(timeline(with_gap(20, 400, [20.0] * 40), start_us=server.start_us + 3 * MS), {21: 350})
+    preemption = [event("preemption", server, 21)]
+    silent = Arrivals.of(server, server)
+    hosts = [SharedHost("node", "n1", [silent, silent])]
+    stall = only(attribute(client, server, preemption, spec_active=False, rules=RULES, shared_hosts=lambda: hosts))
+    assert (stall.cause, stall.confidence) == ("client_host", 0.6)
+    assert (stall.evidence["not_blamed"], stall.evidence["silent_together_with"]) == (
+        "kv_pressure",
+        "2 of 2 streams served on node n1",
+    )
+    # a reader that ran throughout leaves the node's silence unexplained
+    unwatched = timeline(with_gap(20, 400, [20.0] * 40), start_us=server.start_us + 3 * MS)
+    stall = only(attribute(unwatched, server, preemption, spec_active=False, rules=RULES, shared_hosts=lambda: hosts))
+    assert stall.cause == "unknown"

@@ -23,11 +23,12 @@ from the frame that painted them. For each client stall:
    previous chunk absorbs a server delay that happened meanwhile.)
 3. The host's part: ``client_host``. The reader's own host kept it from reading what had arrived. When the
    server's part is the larger but nothing on the node explains it (a KV cache merely over its high-water mark is
-   the node's condition, not this request's), a host that did not run the reader for a
-   third of the wait (half of a stall's excess) is the cause the stall had anyway: ``client_host``, lower
-   confidence. (The reader's host and the server's may be one, as with a load generator beside the engine.)
-   Behind a gateway the host held the content only from the gateway's flush on, which the release's freshest
-   chunk dates: when the gateway held it longer, the stall is the gateway's, the host second.
+   the node's condition, not this request's; a preemption does not silence every stream of the node, as in 6),
+   a host that did not run the reader for a third of the wait (half of a stall's excess) is the cause the stall
+   had anyway: ``client_host``, lower confidence. (The reader's host and the server's may be one, as with a load
+   generator beside the engine.) Behind a gateway the host held the content only from the gateway's flush on,
+   which the release's freshest chunk dates: when the gateway held it longer, the stall is the gateway's, the host
+   second.
 4. The path's part: the network delayed it, and how it delivered tells which way. A buffering gateway
    (``network_buffering``) holds everything and hands it over together: it holds the first chunk (its lateness on the
    path not counting the client's own host, nor the request's way to the server, which a slow proxy or client
@@ -393,18 +394,17 @@ def attribute(
         secondary = max((part for part in parts if part != primary), key=lambda part: parts[part])
         if parts[secondary] >= rules.secondary_share * stall.gap_us and (secondary != "server" or engine != "unknown"):
             stall.evidence["secondary_cause"] = engine if secondary == "server" else secondary
-        unexplained = engine == "unknown" or confidence <= HIGH_WATER_ONLY
-        if primary == "server" and unexplained and host is not None and host[k] >= rules.host_share * wait:
-            # nothing that hit this request explains the server's part; the reader could not have read for this
-            # long anyway
-            stall.cause, stall.confidence = "client_host", 0.6
-            stall.evidence.update(engine_evidence)
-        elif primary == "server":
+        if primary == "server":
             stall.cause, stall.confidence = engine, confidence
             stall.evidence.update(engine_evidence)
             if engine in PER_REQUEST_CAUSES and shared_hosts is not None:
                 hosts = list(shared_hosts()) if hosts is None else hosts
                 _node_slow(stall, window, hosts, rules)
+            unexplained = stall.cause == "unknown" or stall.confidence <= HIGH_WATER_ONLY
+            if unexplained and host is not None and host[k] >= rules.host_share * wait:
+                # nothing that hit this request explains the server's part (or its node was silent for every
+                # stream); the reader could not have read for this long anyway
+                stall.cause, stall.confidence = "client_host", 0.6
         elif primary == "client_host":
             stall.cause, stall.confidence = "client_host", 0.85
             host_held[k] = (stall, parts["client_host"])
