@@ -16,9 +16,11 @@ import contextlib
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.metrics import MeterProvider
@@ -56,6 +58,7 @@ class Exporting:
     def finish(self) -> dict[str, list[dict[str, Any]]]:
         """Export everything, shut down, and return the copies: the spans and the histogram points."""
         self.tracer_provider.shutdown()
+        data = self.metrics.get_metrics_data()  # None when nothing was measured
         histograms = [
             {
                 "name": metric.name,
@@ -66,7 +69,7 @@ class Exporting:
                 "bounds": list(point.explicit_bounds),
                 "bucket_counts": list(point.bucket_counts),
             }
-            for resource_metrics in self.metrics.get_metrics_data().resource_metrics
+            for resource_metrics in (data.resource_metrics if data else ())
             for scope in resource_metrics.scope_metrics
             for metric in scope.metrics
             for point in metric.data.data_points
@@ -82,19 +85,27 @@ class Exporting:
                 "start_ns": span.start_time,
                 "end_ns": span.end_time,
                 "events": [(event.name, event.timestamp) for event in span.events],
-                "attributes": {k: v if not isinstance(v, tuple) else list(v) for k, v in span.attributes.items()},
+                "attributes": {k: plain(v) for k, v in span.attributes.items()},
             }
             for span in self.spans.get_finished_spans()
         ]
         return {"spans": spans, "histograms": histograms}
 
 
-def chat(engine_url: str, calls: int, *, refused: bool = True) -> list[dict[str, Any]]:
-    """Stream ``calls`` chat completions from the engine with the ``openai`` client (and, if ``refused``, one
-    call the engine refuses); when each started and each chunk arrived."""
+def plain(value: Any) -> Any:
+    """An attribute's value as JSON can carry it (bytes, such as the SDK's packed arrays, as hex)."""
+    return value.hex() if isinstance(value, bytes) else list(value) if isinstance(value, tuple) else value
+
+
+def chat(
+    engine_url: str, calls: int, *, refused: bool = True, wrap: Callable[[Any], Any] | None = None
+) -> list[dict[str, Any]]:
+    """Stream ``calls`` chat completions from the engine with the ``openai`` client, ``wrap``ped (and, if
+    ``refused``, one call the engine refuses); when each started and each chunk arrived."""
     import openai
 
     client = openai.OpenAI(base_url=f"{engine_url}/v1", api_key="unused", max_retries=0)
+    client = wrap(client) if wrap else client
     received = []
     for call in range(calls):
         started = time.time_ns()
@@ -129,8 +140,14 @@ def instrument(source: str, exporting: Exporting) -> None:
 
 def main(source: str, engine_url: str, collector_url: str, calls: int = 2) -> None:
     exporting = Exporting.to(collector_url, f"chat-{source}")
-    instrument(source, exporting)
-    received = chat(engine_url, calls)
+    if source == "streamscope":  # the SDK's own client side, to join a server's spans by the trace it propagates
+        import streamscope
+
+        trace.set_tracer_provider(exporting.tracer_provider)
+        received = chat(engine_url, calls, wrap=streamscope.instrument_openai)
+    else:
+        instrument(source, exporting)
+        received = chat(engine_url, calls)
     print(json.dumps({"received": received, **exporting.finish()}))
 
 

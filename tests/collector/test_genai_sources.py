@@ -10,6 +10,8 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -26,6 +28,9 @@ from tests.support import metric
 ROOT = Path(__file__).resolve().parents[2]
 VERCEL_AI = ROOT / "tests" / "vercel_ai"
 OPENLIT = ROOT / "tests" / "openlit"
+VLLM = ROOT / "tests" / "vllm"
+VLLM_RELEASE = "vllm==0.33.0"
+"""Installed with --no-deps after tests/vllm/requirements.txt (its wheel pins a CUDA torch)."""
 
 
 @pytest.fixture(scope="module")
@@ -61,22 +66,35 @@ def vercel_ai_node() -> str:
 
 @pytest.fixture(scope="module")
 def openlit_python() -> Path:
-    """The interpreter of OpenLIT's own virtual environment (its pins clash with the test extra's), built once per
-    set of pins and kept in the temporary directory."""
-    pins = (OPENLIT / "requirements.txt").read_bytes()
-    home = Path(tempfile.gettempdir()) / f"streamscope-openlit-{hashlib.sha256(pins).hexdigest()[:12]}"
+    """The interpreter of OpenLIT's own virtual environment (its pins clash with the test extra's)."""
+    return virtualenv("openlit", OPENLIT / "requirements.txt")
+
+
+def virtualenv(name: str, requirements: Path, *after: list[str]) -> Path:
+    """The interpreter of a virtual environment of its own for an app whose pins clash with the test extra's,
+    built once per set of pins and kept in the temporary directory: ``requirements``, then each of ``after``
+    (further ``pip install`` arguments)."""
+    pins = requirements.read_bytes() + repr(after).encode()
+    home = Path(tempfile.gettempdir()) / f"streamscope-{name}-{hashlib.sha256(pins).hexdigest()[:12]}"
     python = home / "bin" / "python"
     if not (home / "ready").exists():
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(home)], check=True, timeout=120)
-        install = subprocess.run(
-            [str(python), "-m", "pip", "install", "--quiet", "-r", str(OPENLIT / "requirements.txt")],
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        assert install.returncode == 0, install.stderr[-3000:]
+        for arguments in (["-r", str(requirements)], *after):
+            install = subprocess.run(
+                [str(python), "-m", "pip", "install", "--quiet", *arguments],
+                capture_output=True,
+                text=True,
+                timeout=1500,
+            )
+            assert install.returncode == 0, install.stderr[-3000:]
         (home / "ready").touch()
     return python
+
+
+@pytest.fixture(scope="module")
+def vllm_python() -> Path:
+    """The interpreter of vLLM's own virtual environment: its front end, on the CPU build of torch."""
+    return virtualenv("vllm", VLLM / "requirements.txt", ["--no-deps", VLLM_RELEASE])
 
 
 def stored(collector, source: str) -> list[tuple]:
@@ -288,3 +306,69 @@ def test_openlit_streams_are_known_by_their_duration_and_its_ttft_is_not_taken(
         assert openlit_ttft_us < (received["arrivals_ns"][0] - received["started_ns"]) / 1000
         assert not [key for key in row[12] if "messages" in key or "instructions" in key]
     histograms_match(collector, seen, "openlit.otel.metrics")
+
+
+@pytest.fixture
+def vllm_frontend(vllm_python, collector) -> Iterator[tuple[str, subprocess.Popen]]:
+    """vLLM's own front end (tests/vllm/frontend.py) exporting its spans to the collector; its URL and process."""
+    child = subprocess.Popen(
+        [str(vllm_python), str(VLLM / "frontend.py"), collector.http_url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    first = child.stdout.readline()
+    assert first, child.stderr.read()[-3000:] if child.stderr else "no output"
+    yield f"http://127.0.0.1:{json.loads(first)['port']}", child
+    child.kill()
+    child.wait(timeout=30)
+
+
+@pytest.mark.timeout(1800)  # the first run builds vLLM's environment
+def test_vllm_request_spans_join_the_callers_stream_as_its_server_side(collector, vllm_frontend):
+    """vLLM's ``llm_request`` span continues the caller's trace: stored as the server side of the stream the
+    streamscope SDK recorded on the client, known by vLLM's own time to the first token (from the request's
+    arrival, queue and prefill included), its token counts and request id under the current names."""
+    url, frontend = vllm_frontend
+    seen = chat_through("streamscope", url, collector.http_url)
+    frontend.kill()
+    out, _ = frontend.communicate(timeout=30)
+    spans = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert [span["name"] for span in spans] == ["llm_request"] * 2  # the refused call never reached the engine
+    clients = {
+        span["trace_id"]: span for span in seen["spans"] if span["attributes"].get("streamscope.side") == "client"
+    }
+    assert len(clients) == 3 and all(span["trace_id"] in clients for span in spans)
+    wait_for_rows(collector, "vllm", 2)
+    rows = collector.query_client.query(
+        "SELECT s.trace_id, s.span_id, s.parent_span_id, s.side, s.coverage, s.chunk_count, s.ttft_us, "
+        "s.duration_us, s.input_tokens, s.output_tokens, s.engine_request_id, s.attributes, "
+        "c.span_id, c.ttft_us, c.response_id, c.source, c.coverage "
+        "FROM streams AS s JOIN streams AS c ON c.trace_id = s.trace_id AND c.side = 'client' "
+        "WHERE s.source = 'vllm' ORDER BY s.start_time"
+    ).result_rows
+    assert len(rows) == 2
+    for span, row in zip(sorted(spans, key=lambda span: span["start_ns"]), rows, strict=True):
+        (trace_id, span_id, parent, side, coverage, chunks, ttft_us, duration_us, input_tokens, output_tokens,
+         request_id, attributes, client_span, client_ttft_us, response_id, client_source,
+         client_coverage) = row  # fmt: skip
+        client = clients[trace_id]
+        assert span_id == span["span_id"] and parent == client["span_id"] == client_span
+        assert (side, coverage, chunks) == ("server", "first_token", 0)
+        assert (client_source, client_coverage) == ("streamscope", "full")
+        assert ttft_us == round(span["attributes"]["gen_ai.latency.time_to_first_token"] * 1e6)
+        assert duration_us == (span["end_ns"] - span["start_ns"]) // 1000
+        assert 0 < ttft_us < client_ttft_us  # the client waited for the engine, and then the network
+        assert (input_tokens, output_tokens) == (32, 24)
+        assert request_id == span["attributes"]["gen_ai.request.id"] == response_id  # the id the client was sent
+        assert float(attributes["gen_ai.latency.time_in_queue"]) == span["attributes"]["gen_ai.latency.time_in_queue"]
+    assert metric(collector.http_url, "streamscope_collector_ignored_items_total", signal="traces") == 0
+
+
+def wait_for_rows(collector, source: str, count: int, timeout_s: float = 30) -> None:
+    """Spans exported in the background (vLLM's batch processor) reach the store a moment after the call."""
+    deadline = time.monotonic() + timeout_s
+    while len(stored(collector, source)) < count:
+        assert time.monotonic() < deadline, f"{source}: {len(stored(collector, source))} of {count} rows stored"
+        time.sleep(0.2)

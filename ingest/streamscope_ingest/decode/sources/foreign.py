@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,3 +67,11 @@ def event_times(span: Message, name: str) -> np.ndarray:
     (its events still encoded)."""
     events = (Span.Event.FromString(encoded) for encoded in span.events)
     return np.sort(np.fromiter((e.time_unix_nano for e in events if e.name == name), dtype=np.uint64))
+
+
+def measured_us(value: Any, per_unit: float) -> int | None:
+    """A duration a source measured, in microseconds (``per_unit`` of them in its unit), or None when it is not a
+    duration."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
+        return round(value * per_unit)
+    return None

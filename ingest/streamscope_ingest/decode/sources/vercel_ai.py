@@ -18,14 +18,13 @@ the SDK records are not kept.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 from google.protobuf.message import Message
 
 from streamscope import semconv as sc
-from streamscope_ingest.decode.sources.foreign import COVERAGE_FIRST_TOKEN, Foreign, kept
+from streamscope_ingest.decode.sources.foreign import COVERAGE_FIRST_TOKEN, Foreign, kept, measured_us
 
 SOURCE = "vercel-ai"
 LEGACY_SCOPE, GENAI_SCOPE = "ai", "gen_ai"
@@ -40,9 +39,8 @@ def read(scope: str, span: Message, attributes: Mapping[str, Any]) -> Foreign | 
     if scope == LEGACY_SCOPE and span.name in LEGACY_SPAN_NAMES:
         return _legacy(attributes)
     if scope == GENAI_SCOPE and attributes.get(sc.GEN_AI_OPERATION_NAME) == "chat" and TO_FIRST_CHUNK_S in attributes:
-        return Foreign(
-            SOURCE, COVERAGE_FIRST_TOKEN, ttft_us=_us(attributes[TO_FIRST_CHUNK_S], 1e6), attributes=kept(attributes)
-        )
+        ttft_us = measured_us(attributes[TO_FIRST_CHUNK_S], 1e6)
+        return Foreign(SOURCE, COVERAGE_FIRST_TOKEN, ttft_us=ttft_us, attributes=kept(attributes))
     return None
 
 
@@ -51,11 +49,5 @@ def _legacy(attributes: Mapping[str, Any]) -> Foreign:
     provider = str(attributes.get("gen_ai.system", attributes.get("ai.model.provider", "")))
     if provider and sc.GEN_AI_PROVIDER_NAME not in values:
         values[sc.GEN_AI_PROVIDER_NAME] = provider.split(".", 1)[0]
-    return Foreign(SOURCE, COVERAGE_FIRST_TOKEN, ttft_us=_us(attributes.get(TO_FIRST_CHUNK_MS), 1e3), attributes=values)
-
-
-def _us(value: Any, per_unit: float) -> int | None:
-    """A duration the SDK measured, in microseconds, or None when it is not a duration."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
-        return round(value * per_unit)
-    return None
+    ttft_us = measured_us(attributes.get(TO_FIRST_CHUNK_MS), 1e3)
+    return Foreign(SOURCE, COVERAGE_FIRST_TOKEN, ttft_us=ttft_us, attributes=values)
