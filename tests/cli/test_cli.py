@@ -26,10 +26,28 @@ def test_migrate_then_up_to_date(tmp_path):
     assert again.stdout.strip() == "schema is up to date"
 
 
+def test_migrate_prints_the_cluster_schema_for_review(tmp_path):
+    """What ``--cluster`` would run, statement by statement, each with the settings it runs with; ClickHouse's
+    parser reads every one (tests/ingest/test_cluster_schema.py checks them in depth)."""
+    printed = run("migrate", "--cluster", "fleet", "--print")
+    assert printed.returncode == 0, printed.stderr
+    out = printed.stdout
+    assert "-- 0001_streams.sql" in out and "-- 0027_retractions.sql" in out
+    assert "CREATE TABLE IF NOT EXISTS streams_local ON CLUSTER fleet" in out
+    assert "ENGINE = Distributed(fleet, currentDatabase(), streams_local, cityHash64(unhex(trace_id)));" in out
+    assert "-- with distributed_foreground_insert=1 distributed_product_mode=local" in out
+    single = run("migrate", "--print").stdout
+    assert "ON CLUSTER" not in single and "CREATE TABLE IF NOT EXISTS streams\n" in single
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (("migrate", "--storage", "mysql://nope"), "unknown storage DSN"),
+        (
+            ("migrate", "--storage", "chdb:///tmp/streamscope-cli-none", "--cluster", "fleet"),
+            "needs a ClickHouse server",
+        ),
         (("sql", "SELECT 1", "--storage", "chdb:///tmp/streamscope-cli-none"), "no store at /tmp/streamscope-cli-none"),
         (("sql", "SELECT 1", "--collector-url", "http://127.0.0.1:9"), "did not answer"),
         (("collector", "--spool-max-mib", "16", "--no-grpc"), "is below the largest request accepted"),

@@ -24,22 +24,45 @@ T = TypeVar("T")
     show_default=True,
     help="Keep trying this long to reach a store that does not answer yet (a server still starting).",
 )
+@click.option(
+    "--cluster",
+    metavar="NAME",
+    help="Make the tables on this ClickHouse cluster (remote_servers): replicated, behind distributed tables.",
+)
+@click.option(
+    "--print",
+    "print_only",
+    is_flag=True,
+    help="Print the statements every migration runs (on --cluster, rewritten for it) instead of running them.",
+)
 @fail_plainly
-def migrate(storage_dsn: str | None, wait_s: float) -> None:
+def migrate(storage_dsn: str | None, wait_s: float, cluster: str | None, print_only: bool) -> None:
     """Create or update the tables (the collector also does this when it starts).
 
     \b
     Example:
       streamscope migrate --storage chdb:///var/lib/streamscope
       streamscope migrate --storage clickhouse://admin:secret@clickhouse:8123/streamscope --wait-s 120
+      streamscope migrate --storage clickhouse://admin:secret@clickhouse-1:8123/streamscope --cluster streamscope
+      streamscope migrate --cluster streamscope --print
     """
     from streamscope_ingest import store
     from streamscope_ingest.store import migrations
 
+    if print_only:
+        every = migrations.available()
+        for migration, statements in migrations.planned(every, every, cluster):
+            click.echo(f"-- {migration.path.name}")
+            for statement in statements:
+                settings = " ".join(f"{name}={value}" for name, value in statement.settings.items())
+                click.echo(f"{statement.sql};" + (f"  -- with {settings}" if settings else ""))
+        return
     target = store.parse_dsn(storage_dsn or env.default_storage_dsn())
+    if cluster and target.engine != "server":
+        raise click.ClickException("--cluster needs a ClickHouse server (clickhouse://...), not the embedded engine")
     client = within(wait_s, lambda: store.connect(target))
     try:
-        applied = migrations.migrate(client)
+        applied = migrations.migrate(client, cluster=cluster)
     finally:
         client.close()
     if applied:
