@@ -225,7 +225,8 @@ def test_the_migrate_job_alone_changes_the_schema_and_the_collector_inserts_and_
         assert (target.host, target.port, target.database) == ("clickhouse", 8123, database)
         assert target.password == password_of(user(target.username))
     assert len({admin.username, writer.username, reader.username}) == 3
-    assert grants(user(admin.username)) == [f"GRANT ALL ON {database}.*"]
+    # and its DDL on a cluster (the `cluster` profile) runs on every node
+    assert grants(user(admin.username)) == [f"GRANT ALL ON {database}.*", "GRANT CLUSTER ON *.*"]
     assert grants(user(writer.username)) == [f"GRANT INSERT ON {database}.*"]
     assert grants(user(reader.username)) == [f"GRANT SELECT ON {database}.*", *system_grants(reader.username)]
     assert parsed_command(services()["migrate"]["command"])["storage_dsn"]

@@ -33,6 +33,11 @@ if TYPE_CHECKING:  # the command module stays light until it runs
     help="Do not create or update the tables (run `streamscope migrate` as an account that may).",
 )
 @click.option(
+    "--no-attribution",
+    is_flag=True,
+    help="Do not run the attribution job here: of several collectors over one store, one runs it.",
+)
+@click.option(
     "--max-request-mib",
     default=64,
     show_default=True,
@@ -103,6 +108,7 @@ def collector(
     no_grpc: bool,
     query_storage_dsn: str | None,
     no_migrate: bool,
+    no_attribution: bool,
     max_request_mib: int,
     max_inflight_mib: int,
     cors_origins: tuple[str, ...],
@@ -132,6 +138,7 @@ def collector(
         storage_dsn=storage_dsn or env.default_storage_dsn(),
         query_storage_dsn=query_storage_dsn,
         migrate=not no_migrate,
+        attribution_interval_s=None if no_attribution else CollectorConfig.attribution_interval_s,
         host=host,
         http_port=http_port,
         grpc_port=None if no_grpc else grpc_port,
