@@ -40,10 +40,11 @@ from streamscope_collector.serving import (
 )
 from streamscope_collector.store_link import StoreClients, StoreLink
 from streamscope_ingest import store
-from streamscope_ingest.analysis.attribution_job import AttributionJob, PeriodicAttribution
+from streamscope_ingest.analysis.attribution_job import JOB, AttributionJob, PeriodicAttribution
 from streamscope_ingest.durability.group_commit import GroupCommitWriter
 from streamscope_ingest.durability.spool import Spool
 from streamscope_ingest.store import migrations, sql
+from streamscope_ingest.store.lease import Lease
 from streamscope_ingest.store.writer import ClickHouseWriter
 
 log = logging.getLogger(__name__)
@@ -126,7 +127,8 @@ class Collector:
 
     def _store_opened(self, clients: StoreClients) -> None:
         if self.config.attribution_interval_s:
-            job = AttributionJob(self._connect(self.read_target), insert_client=self._connect(self.target))
+            reads, writes = self._connect(self.read_target), self._connect(self.target)
+            job = AttributionJob(reads, insert_client=writes, lease=Lease(reads, writes, JOB))
             self._attribution = PeriodicAttribution(job, self.config.attribution_interval_s).start()
 
     def start(self) -> Collector:

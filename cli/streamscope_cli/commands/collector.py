@@ -35,7 +35,8 @@ if TYPE_CHECKING:  # the command module stays light until it runs
 @click.option(
     "--no-attribution",
     is_flag=True,
-    help="Do not run the attribution job here: of several collectors over one store, one runs it.",
+    help="Do not run the attribution job here. Collectors on one server share it by a lease; on a cluster, run it "
+    "on one collector.",
 )
 @click.option(
     "--max-request-mib",

@@ -13,6 +13,9 @@ client streams of the same pass that share its client process (service instance)
 or its serving node: a host or a gateway that paused, or a node that was slow for everyone, held them all at once
 (``attribution.SharedHost``). Streams
 stored in another pass are not consulted, so near a pass boundary such a pause has fewer witnesses.
+
+Several collectors over one store run one job between them: the job holds a lease (``store.lease``) and passes
+only while it does, so each stream is attributed once, and another collector takes over when the holder stops.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from streamscope_ingest.analysis.attribution import (
 from streamscope_ingest.analysis.quality import andes_qoe, fluidity_index
 from streamscope_ingest.analysis.smoothing import DEPTHS_MS, Buffer, Targets, smooth_each
 from streamscope_ingest.decode import columns
+from streamscope_ingest.store.lease import Lease
 
 log = logging.getLogger(__name__)
 Row = dict[str, Any]
@@ -120,11 +124,14 @@ class AttributionJob:
         pass_streams: int = 5000,
         insert_client: Client | None = None,
         smoothing_depths_ms: Sequence[float] = DEPTHS_MS,
+        lease: Lease | None = None,
     ) -> None:
         """``client`` reads; ``insert_client`` (default: ``client``) writes stalls, quality and progress. Every
-        stream is replayed behind a smoothing buffer of each of ``smoothing_depths_ms``."""
+        stream is replayed behind a smoothing buffer of each of ``smoothing_depths_ms``. With a ``lease``, a pass
+        runs only while this job holds it: of several jobs over one store, one attributes each stream."""
         self._client = client
         self._insert_client = insert_client or client
+        self.lease = lease
         self.rules = rules or StallRules()
         self.settle_s = settle_s
         self.quality = quality or QualityTargets()
@@ -153,6 +160,8 @@ class AttributionJob:
     def run_pass(self, until: datetime | None = None) -> tuple[int, bool]:
         """One bounded pass from the watermark towards ``until``; returns stalls written and whether it got there."""
         with store.translated_errors():
+            if self.lease is not None and not self.lease.held():
+                return 0, True  # another job runs it
             since = self.watermark()
             until = until or datetime.now(UTC) - timedelta(seconds=self.settle_s)
             if until <= since:
@@ -164,6 +173,9 @@ class AttributionJob:
                 until = _utc(rows[-1][-1])  # ordered by ingested_at, ties included: the pass ends on a whole instant
             streams = [tuple(row[:-1]) for row in rows]
             stalls, quality, smoothing = self._attribute(streams) if streams else ([], [], [])
+            if self.lease is not None and not self.lease.still_held():
+                log.warning("the attribution lease went to another collector during a pass; it writes nothing")
+                return 0, True
             if stalls:
                 self._insert_client.insert_arrow("stalls", pa.Table.from_pylist(stalls, schema=columns.STALLS))
             if quality:
@@ -365,6 +377,11 @@ class PeriodicAttribution:
         self._stop.set()
         if self._thread.ident is not None:
             self._thread.join()
+        if self.job.lease is not None:
+            try:
+                self.job.lease.release()  # another collector takes the job over at once
+            except Exception:
+                log.exception("could not release the attribution lease; another collector takes it when it expires")
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
