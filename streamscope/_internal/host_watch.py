@@ -6,7 +6,8 @@ code, or its process was starved of CPU, or another thread held the interpreter.
 chunk's arrival time. A watch tells them apart with a heartbeat: it asks to run every ``PERIOD_NS`` and, each
 time it runs more than ``SLACK_NS`` late, keeps the interval [when it was due, when it ran] in which the host
 ran nothing of what was due. ``late_us(since_ns, until_ns)`` is how much of a wait the hold that ended just as
-the reader read covers: what arrived during that hold waited in the socket until it ended.
+the reader read covers: what arrived during that hold waited in the socket until it ended; ``held_us`` is the
+longest hold anywhere in the wait.
 
 - ``LoopWatch``: one per asyncio event loop (weakly keyed by it), a ``loop.call_later`` heartbeat. A loop
   blocked by one of its tasks, or a thread the OS does not schedule, shows as late ticks.
@@ -93,6 +94,20 @@ class Watch:
         if pending and newest and due is not None and due - newest[1] <= PERIOD_NS + SLACK_NS:
             held = until_ns - max(newest[0], since_ns)  # the beat due after that hold is overdue: it never let go
         return max(0, pending, held) // 1000
+
+    def held_us(self, since_ns: int, until_ns: int) -> int:
+        """Microseconds of the longest hold of the host within [``since_ns``, ``until_ns``], wherever it fell (at
+        least ``late_us``). A hold that ended well before the read did not delay it on its own (what arrived
+        during it was read when it ended), but a peer on the same host (an engine beside its load generator)
+        was held too, and sent late because of it."""
+        held = 0
+        with self._lock:
+            for start, end in reversed(self._late):
+                if end <= since_ns:
+                    break
+                if start < until_ns:
+                    held = max(held, min(end, until_ns) - max(start, since_ns))
+        return max(held // 1000, self.late_us(since_ns, until_ns))
 
     def _beat(self, due_ns: int, ran_ns: int) -> None:
         """Keep [due, ran] when the beat ran late; the lock is held."""

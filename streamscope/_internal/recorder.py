@@ -6,8 +6,9 @@ a failure is logged once and the stream is dropped from telemetry, never from th
 
 A client stream also watches its own host (``host_watch``: its event loop, else the process) while it runs,
 and for the first chunk and each chunk ``HOST_GAP_NS`` or more after the one before it keeps how much of that
-wait the host did not run the reader (streamscope.chunks.host_delay_us): a stall of the client's own making
-is told from one of the network's. Checking for such a gap is one comparison a chunk.
+wait the host did not run the reader (streamscope.chunks.host_delay_us), and the longest hold anywhere in it
+when longer (streamscope.chunks.host_held_us): a stall of the client's own making is told from one of the
+network's. Checking for such a gap is one comparison a chunk.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ class StreamRecorder:
         "_first_tool_call",
         "_host_delays",
         "_host_due_ns",
+        "_host_holds",
         "_json",
         "_json_document",
         "_kind",
@@ -167,6 +169,8 @@ class StreamRecorder:
         self._watch_release: weakref.finalize[[], StreamRecorder] | None = None
         self._host_delays: dict[int, int] = {}
         """Chunk index -> microseconds its host did not run the reader, where measured and not 0."""
+        self._host_holds: dict[int, int] = {}
+        """Chunk index -> the longest hold of the host in its wait, where longer than its host delay."""
         self._host_due_ns = 0
         """A chunk at or after this time has its host delay measured (the first chunk always is)."""
         self._json: JsonProgress | None = None
@@ -273,15 +277,19 @@ class StreamRecorder:
         if times and now - times[-1] < HOST_GAP_NS:
             return
         try:
-            late_us = watch.late_us(times[-1] if times else self._start_ns, now)
+            since = times[-1] if times else self._start_ns
+            late_us, held_us = watch.late_us(since, now), watch.held_us(since, now)
         except Exception:
             _warn_once("host_delay", "streamscope: could not read the host watch; host delays are not recorded")
             self._release_watch()
             self._watch_kind = None
             self._host_delays.clear()
+            self._host_holds.clear()
             return
         if late_us:
             self._host_delays[len(self._times)] = late_us
+        if held_us > late_us:
+            self._host_holds[len(self._times)] = held_us
 
     def retract(self, content_bytes: int, tokens: int = 0) -> None:
         """Say that the chunk recorded last withdrew ``content_bytes`` (``tokens``) of the content shown before
@@ -389,11 +397,13 @@ class StreamRecorder:
             attributes[sc.STREAMSCOPE_CHUNKS_TOKENS] = int64_bytes(self._tokens)
             attributes[sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES] = int64_bytes(self._content)
             attributes[sc.STREAMSCOPE_CHUNKS_WIRE_BYTES] = int64_bytes(self._wire)
-        host_delays = self._host_delays
+        host_delays, host_holds = self._host_delays, self._host_holds
         if self._watch_kind is not None:
             attributes[sc.STREAMSCOPE_HOST_WATCH] = self._watch_kind
             if self._encoding == "packed":
                 attributes[sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US] = _sparse_int64s(len(offsets), host_delays)
+                if host_holds:
+                    attributes[sc.STREAMSCOPE_CHUNKS_HOST_HELD_US] = _sparse_int64s(len(offsets), host_holds)
         retracted = self._retracted
         if retracted and self._encoding == "packed":
             attributes[sc.STREAMSCOPE_CHUNKS_RETRACTED_BYTES] = _sparse_int64s(
@@ -414,6 +424,8 @@ class StreamRecorder:
                 }
                 if index in host_delays:  # only where not 0: an event without it reads 0
                     event[sc.STREAMSCOPE_CHUNK_HOST_DELAY_US] = host_delays[index]
+                if index in host_holds:
+                    event[sc.STREAMSCOPE_CHUNK_HOST_HELD_US] = host_holds[index]
                 if index in retracted:
                     size, tokens = retracted[index]
                     event[sc.STREAMSCOPE_CHUNK_RETRACTED_BYTES] = size

@@ -457,12 +457,23 @@ def test_kv_high_water_on_the_node_does_not_outrank_this_requests_draft_collapse
     assert (stall.cause, stall.confidence) == ("kv_pressure", 0.5)
 
 
-def watched(client: Timeline, delays_ms: dict[int, float]) -> Timeline:
-    """``client`` with its own host watched: ``delays_ms`` of the wait before chunk ``at`` the reader did not run."""
-    host = np.zeros(client.offsets_us.size, dtype=np.int64)
-    for at, ms in delays_ms.items():
-        host[at] = int(ms * MS)
-    return Timeline(client.start_us, client.offsets_us, client.content_bytes, host_delay_us=host)
+def watched(client: Timeline, delays_ms: dict[int, float], holds_ms: dict[int, float] | None = None) -> Timeline:
+    """``client`` with its own host watched: ``delays_ms`` of the wait before chunk ``at`` the reader did not run
+    just before it read, and ``holds_ms`` the longest hold anywhere in that wait (where longer)."""
+
+    def per_chunk(values_ms: dict[int, float]) -> np.ndarray:
+        values = np.zeros(client.offsets_us.size, dtype=np.int64)
+        for at, ms in values_ms.items():
+            values[at] = int(ms * MS)
+        return values
+
+    return Timeline(
+        client.start_us,
+        client.offsets_us,
+        client.content_bytes,
+        host_delay_us=per_chunk(delays_ms),
+        host_held_us=per_chunk(holds_ms or {}),
+    )
 
 
 def test_a_late_read_while_the_clients_own_host_did_not_run_it_is_client_host():
@@ -563,6 +574,23 @@ def test_a_client_that_could_not_read_outranks_a_kv_cache_merely_over_its_high_w
     unwatched = timeline(with_gap(11, 170), start_us=server.start_us + 3 * MS)
     stall = only(attribute(unwatched, server, high_water, spec_active=False, rules=RULES))
     assert (stall.cause, stall.confidence) == ("kv_pressure", 0.5)
+
+
+def test_a_server_silent_after_its_readers_host_froze_earlier_in_the_wait_is_client_host():
+    """The reader's host froze for most of the wait and let go 100 ms before the read; the engine beside it on
+    that host sent late because of it, so the read waited on the server. Nothing on the node explains it."""
+    server = timeline(with_gap(20, 400, [20.0] * 40))
+    frozen = watched(timeline(with_gap(20, 400, [20.0] * 40), start_us=server.start_us + 3 * MS), {}, {21: 300})
+    stall = only(attribute(frozen, server, [], spec_active=False, rules=RULES))
+    assert (stall.cause, stall.confidence) == ("client_host", 0.5)
+    assert stall.evidence["host_held_ms"] == "300.0"
+    # a shorter hold does not explain the server's silence
+    briefly = watched(timeline(with_gap(20, 400, [20.0] * 40), start_us=server.start_us + 3 * MS), {}, {21: 60})
+    assert only(attribute(briefly, server, [], spec_active=False, rules=RULES)).cause == "unknown"
+    # nor does the hold outrank what hit this very request
+    preemption = [event("preemption", server, 21)]
+    stall = only(attribute(frozen, server, preemption, spec_active=False, rules=RULES))
+    assert stall.cause == "kv_pressure"
 
 
 def test_a_preempted_request_on_a_node_silent_for_everyone_while_the_reader_was_frozen_is_client_host():

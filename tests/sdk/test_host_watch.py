@@ -219,6 +219,21 @@ def test_only_the_hold_the_read_waited_out_counts():
     assert watch.late_us(660 * ms, 700 * ms) == 0
 
 
+def test_the_longest_hold_anywhere_in_a_wait_is_kept_apart():
+    """A hold that ended long before the read did not delay the read, but an engine on the same host was held
+    by it: ``held_us`` keeps the longest hold in the wait, wherever it fell."""
+    ms = 1_000_000
+    watch = host_watch.ThreadWatch()
+    for due, ran in ((100, 150), (200, 420), (430, 440), (600, 610)):
+        watch._beat(due * ms, ran * ms)
+    assert watch.late_us(0, 700 * ms) == 0  # the read came 90 ms after the last hold
+    assert watch.held_us(0, 700 * ms) == 220 * MS
+    assert watch.held_us(300 * ms, 700 * ms) == 120 * MS  # the part of it inside the wait
+    assert watch.held_us(450 * ms, 700 * ms) == 10 * MS
+    assert watch.held_us(0, 90 * ms) == 0  # before any hold
+    assert watch.held_us(0, 445 * ms) == watch.late_us(0, 445 * ms) == 220 * MS  # the one the read waited out
+
+
 def test_a_long_hold_is_not_hidden_by_a_short_one_after_it():
     """A starved process runs its loop late in fits: a long hold, then a short one while it works through what
     arrived meanwhile. The read waited out the long one."""

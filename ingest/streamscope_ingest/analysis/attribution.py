@@ -26,7 +26,9 @@ from the frame that painted them. For each client stall:
    the node's condition, not this request's; a preemption does not silence every stream of the node, as in 6),
    a host that did not run the reader for a third of the wait (half of a stall's excess) is the cause the stall
    had anyway: ``client_host``, lower confidence. (The reader's host and the server's may be one, as with a load
-   generator beside the engine.) Behind a gateway the host held the content only from the gateway's flush on,
+   generator beside the engine: then the host may have let go of the reader well before the read, while the
+   engine it also held caught up; a hold that long anywhere in the wait, ``Timeline.host_held_us``, is the host's
+   too, lower confidence still.) Behind a gateway the host held the content only from the gateway's flush on,
    which the release's freshest chunk dates: when the gateway held it longer, the stall is the gateway's, the host
    second.
 4. The path's part: the network delayed it, and how it delivered tells which way. A buffering gateway
@@ -162,6 +164,9 @@ class Timeline:
     paint_delay_us: np.ndarray | None = None
     host_delay_us: np.ndarray | None = None
     """How much of the wait before each chunk the reader's own host did not run it (None: not watched)."""
+    host_held_us: np.ndarray | None = None
+    """The longest hold of the reader's own host anywhere in that wait, where longer (0 elsewhere; None: not
+    watched, or not reported)."""
 
     def content(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Indices of content chunks, their offsets (arrivals), and cumulative content bytes up to each."""
@@ -348,6 +353,7 @@ def attribute(
         return stalls
     c_index, _, c_cumulative = client.content()
     host = _host_delays(client, c_index)
+    held = _host_holds(client, c_index)
     if server is None or not server.content()[0].size:
         for stall in waiting:
             stall.evidence["server"] = "no server span for this trace"
@@ -405,6 +411,11 @@ def attribute(
                 # nothing that hit this request explains the server's part (or its node was silent for every
                 # stream); the reader could not have read for this long anyway
                 stall.cause, stall.confidence = "client_host", 0.6
+            elif unexplained and held is not None and held[k] >= rules.host_share * wait:
+                # the reader's host froze earlier in the wait and the server fell silent as well: one host (an
+                # engine beside its load generator), which sent late once it ran again
+                stall.cause, stall.confidence = "client_host", 0.5
+                stall.evidence["host_held_ms"] = f"{held[k] / 1000:.1f}"
         elif primary == "client_host":
             stall.cause, stall.confidence = "client_host", 0.85
             host_held[k] = (stall, parts["client_host"])
@@ -433,6 +444,16 @@ def _host_delays(client: Timeline, content_index: np.ndarray) -> np.ndarray | No
         return None
     cumulative = np.cumsum(client.host_delay_us)[content_index]
     return np.diff(cumulative, prepend=0)
+
+
+def _host_holds(client: Timeline, content_index: np.ndarray) -> np.ndarray | None:
+    """Per content chunk, the longest hold of the reader's own host in its wait (since the previous content chunk
+    arrived, over the chunks between), at least its host delay; None when not reported."""
+    if client.host_held_us is None or client.host_delay_us is None or not content_index.size:
+        return None
+    through = int(content_index[-1]) + 1
+    longest = np.maximum(client.host_held_us[:through], client.host_delay_us[:through])
+    return np.maximum.reduceat(longest, np.concatenate(([0], content_index[:-1] + 1)))
 
 
 def _host_alone(stall: Stall, host_us: int, rules: StallRules) -> None:

@@ -70,8 +70,8 @@ FROM streams WHERE trace_id IN {traces:Array(String)}
 """
 CHUNKS_SQL = """
 SELECT trace_id, span_id, groupArray(offset_us), groupArray(content_bytes), groupArray(tokens),
-       groupArray(paint_delay_us), groupArray(host_delay_us)
-FROM (SELECT trace_id, span_id, seq, offset_us, content_bytes, tokens, paint_delay_us, host_delay_us
+       groupArray(paint_delay_us), groupArray(host_delay_us), groupArray(host_held_us)
+FROM (SELECT trace_id, span_id, seq, offset_us, content_bytes, tokens, paint_delay_us, host_delay_us, host_held_us
       FROM chunk_timeline
       WHERE trace_id_bytes IN (SELECT toFixedString(unhex(arrayJoin({traces:Array(String)})), 16)) ORDER BY seq)
 GROUP BY trace_id, span_id
@@ -200,13 +200,14 @@ class AttributionJob:
             endpoints[(trace, span)] = endpoint
             if host_watched:
                 watched.add((trace, span))
-        chunks: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]] = {}
+        chunks: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]]
+        chunks = {}
         tokens: dict[tuple[str, str], np.ndarray] = {}
         timelines = self._client.query_arrow(CHUNKS_SQL, parameters={"traces": traces})
         ids = zip(*(timelines.column(i).to_pylist() for i in (0, 1)))
-        per_chunk = (_rows(timelines.column(i)) for i in range(2, 7))
-        for key, offsets, content, counts, paint, host in zip(ids, *per_chunk):
-            chunks[key] = (offsets, content, paint, host if key in watched else None)
+        per_chunk = (_rows(timelines.column(i)) for i in range(2, 8))
+        for key, offsets, content, counts, paint, host, held in zip(ids, *per_chunk):
+            chunks[key] = (offsets, content, paint, *((host, held) if key in watched else (None, None)))
             tokens[key] = counts
         nodes = sorted({node for spans in sides.values() for _, side, node, _ in spans if side == "server" and node})
         low = min(row[7] for row in streams) - self.rules.event_slack_us

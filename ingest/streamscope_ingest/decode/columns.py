@@ -3,8 +3,9 @@
 They mirror schema/migrations (a test compares them with the DDL the migrations create); columns with a
 DEFAULT in the DDL (``ingested_at``) are filled by the store, so they are absent here. Chunks are written to
 ``chunk_arrays``, one row a stream; ``chunks`` is the view of them with one row a chunk. Some columns with a
-DEFAULT are written all the same: ``chunk_arrays.host_delay_us`` (``CHUNKS_DECODED``), whose default gives rows
-written without it (stored, or spooled, by an earlier version) zeros as long as their other arrays, and
+DEFAULT are written all the same: ``chunk_arrays.host_delay_us`` and the like (``CHUNKS_DECODED``), whose
+default gives rows written without it (stored, or spooled, by an earlier version) zeros as long as their other
+arrays, and
 ``streams.source`` and ``coverage`` (``STREAMS_DECODED``), whose defaults say what such rows were.
 """
 
@@ -142,11 +143,13 @@ CHUNKS = pa.schema(  # the table chunk_arrays: one row a stream, the chunks' val
 CHUNKS_DEFAULTED = pa.schema(
     [
         ("host_delay_us", pa.list_(pa.uint32())),
+        ("host_held_us", pa.list_(pa.uint32())),
         ("retracted_bytes", pa.list_(pa.uint32())),
         ("retracted_tokens", pa.list_(pa.uint16())),
     ]
 )
-"""Columns of chunk_arrays that decode writes although their DDL has a DEFAULT (migrations 0022 and 0027): zeros,
+"""Columns of chunk_arrays that decode writes although their DDL has a DEFAULT (migrations 0022, 0027
+and 0029): zeros,
 one a chunk, for rows written without them."""
 CHUNKS_DECODED = pa.unify_schemas([CHUNKS, CHUNKS_DEFAULTED])
 """What decode writes to chunk_arrays: ``CHUNKS`` then ``CHUNKS_DEFAULTED``."""

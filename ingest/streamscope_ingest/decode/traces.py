@@ -71,6 +71,7 @@ _LIMITS = {  # largest value each per-chunk column can store
     sc.STREAMSCOPE_CHUNKS_PAINT_DELAY_US: np.iinfo(np.uint32).max,
     sc.STREAMSCOPE_CHUNKS_RENDER_US: np.iinfo(np.uint32).max,
     sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US: np.iinfo(np.uint32).max,
+    sc.STREAMSCOPE_CHUNKS_HOST_HELD_US: np.iinfo(np.uint32).max,
     sc.STREAMSCOPE_CHUNKS_RETRACTED_BYTES: np.iinfo(np.uint32).max,
     sc.STREAMSCOPE_CHUNKS_RETRACTED_TOKENS: np.iinfo(np.uint16).max,
 }
@@ -79,6 +80,7 @@ _OPTIONAL_ARRAYS = (
     sc.STREAMSCOPE_CHUNKS_PAINT_DELAY_US,
     sc.STREAMSCOPE_CHUNKS_RENDER_US,
     sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US,
+    sc.STREAMSCOPE_CHUNKS_HOST_HELD_US,
     sc.STREAMSCOPE_CHUNKS_RETRACTED_BYTES,
     sc.STREAMSCOPE_CHUNKS_RETRACTED_TOKENS,
 )
@@ -582,7 +584,7 @@ def _timeline_error(offsets: np.ndarray, values: np.ndarray | Sequence[np.ndarra
 
 def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: int) -> tuple[pa.Table, pa.Table]:
     lengths, offsets, values = timelines
-    tokens, content, wire, paint_delay, render, host_delay, retracted_bytes, retracted_tokens = values
+    tokens, content, wire, paint_delay, render, host_delay, host_held, retracted_bytes, retracted_tokens = values
     unknown_sizes = np.repeat(np.fromiter((s.sizes_unknown for s in streams), bool, len(streams)), lengths)
     sizes = np.where(unknown_sizes, 1, content)  # arrivals only: each is content
     timeline = build_timeline(lengths, offsets, sizes, retracted_bytes)
@@ -651,6 +653,7 @@ def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: i
             "paint_delay_us": chunk_values(paint_delay, "paint_delay_us"),
             "render_us": chunk_values(render, "render_us"),
             "host_delay_us": chunk_values(host_delay, "host_delay_us"),
+            "host_held_us": chunk_values(host_held, "host_held_us"),
             "retracted_bytes": chunk_values(retracted_bytes, "retracted_bytes"),
             "retracted_tokens": chunk_values(retracted_tokens, "retracted_tokens"),
         },
