@@ -21,6 +21,7 @@ from streamscope_cli.commands.migrate import migrate
 from streamscope_cli.commands.proxy import proxy
 from streamscope_cli.commands.replay import replay
 from streamscope_cli.commands.report import report
+from streamscope_cli.commands.retention import retention
 from streamscope_cli.commands.spool import spool
 from streamscope_cli.commands.sql import sql
 from streamscope_cli.commands.tenant_grants import tenant_grants
@@ -38,6 +39,7 @@ def cli() -> None:
 for _command in (
     collector,
     migrate,
+    retention,
     sql,
     tenant_grants,
     spool,

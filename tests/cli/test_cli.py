@@ -40,6 +40,22 @@ def test_migrate_prints_the_cluster_schema_for_review(tmp_path):
     assert "ON CLUSTER" not in single and "CREATE TABLE IF NOT EXISTS streams\n" in single
 
 
+def test_retention_is_shown_defaulted_and_set_per_table(tmp_path):
+    dsn = f"chdb://{tmp_path / 'store'}"
+    migrated = run("migrate", "--storage", dsn, "--retention-defaults")
+    assert migrated.returncode == 0, migrated.stderr
+    assert "chunk_arrays keeps 14 days" in migrated.stdout and "alerts keeps 365 days" in migrated.stdout
+    changed = run("retention", "--storage", dsn, "--set", "chunk_arrays=7", "--set", "alerts=0")
+    assert changed.returncode == 0, changed.stderr
+    shown = {line.split()[0]: line.split(None, 1)[1] for line in changed.stdout.splitlines()}
+    assert shown["chunk_arrays"].startswith("7 days") and shown["alerts"].startswith("everything")
+    assert shown["streams"].startswith("30 days")
+    again = run("migrate", "--storage", dsn, "--retention-defaults")  # a chosen TTL is kept; only alerts had none
+    assert again.stdout.splitlines() == ["schema is up to date", "alerts keeps 365 days"]
+    wrong = run("retention", "--storage", dsn, "--set", "chunks=3")
+    assert wrong.returncode == 1 and "no retention for 'chunks'" in wrong.stderr and "Traceback" not in wrong.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -70,7 +86,7 @@ def test_a_collector_that_may_not_migrate_names_what_is_missing(tmp_path):
 
 
 def test_help_shows_an_example():
-    for command in ("collector", "migrate", "sql", "demo"):
+    for command in ("collector", "migrate", "retention", "sql", "demo"):
         result = run(command, "--help")
         assert result.returncode == 0 and "Example:" in result.stdout
 

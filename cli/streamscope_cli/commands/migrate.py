@@ -30,24 +30,32 @@ T = TypeVar("T")
     help="Make the tables on this ClickHouse cluster (remote_servers): replicated, behind distributed tables.",
 )
 @click.option(
+    "--retention-defaults",
+    is_flag=True,
+    help="Then give every table without a TTL its default retention (see `streamscope retention`).",
+)
+@click.option(
     "--print",
     "print_only",
     is_flag=True,
     help="Print the statements every migration runs (on --cluster, rewritten for it) instead of running them.",
 )
 @fail_plainly
-def migrate(storage_dsn: str | None, wait_s: float, cluster: str | None, print_only: bool) -> None:
+def migrate(
+    storage_dsn: str | None, wait_s: float, cluster: str | None, retention_defaults: bool, print_only: bool
+) -> None:
     """Create or update the tables (the collector also does this when it starts).
 
     \b
     Example:
       streamscope migrate --storage chdb:///var/lib/streamscope
       streamscope migrate --storage clickhouse://admin:secret@clickhouse:8123/streamscope --wait-s 120
+      streamscope migrate --storage clickhouse://admin:secret@clickhouse:8123/streamscope --retention-defaults
       streamscope migrate --storage clickhouse://admin:secret@clickhouse-1:8123/streamscope --cluster streamscope
       streamscope migrate --cluster streamscope --print
     """
     from streamscope_ingest import store
-    from streamscope_ingest.store import migrations
+    from streamscope_ingest.store import migrations, retention
 
     if print_only:
         every = migrations.available()
@@ -63,13 +71,18 @@ def migrate(storage_dsn: str | None, wait_s: float, cluster: str | None, print_o
     client = within(wait_s, lambda: store.connect(target))
     try:
         applied = migrations.migrate(client, cluster=cluster)
+        if applied:
+            for migration in applied:
+                click.echo(f"applied {migration.path.name}")
+        else:
+            click.echo("schema is up to date")
+        if retention_defaults:
+            given = retention.missing_defaults(retention.current(client, cluster=cluster is not None))
+            retention.apply(client, given, cluster=cluster)
+            for table, days in given.items():
+                click.echo(f"{table} keeps {days} days")
     finally:
         client.close()
-    if applied:
-        for migration in applied:
-            click.echo(f"applied {migration.path.name}")
-    else:
-        click.echo("schema is up to date")
 
 
 def within(

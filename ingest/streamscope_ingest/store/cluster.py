@@ -151,6 +151,8 @@ class ClusterSchema:
             table.settings.update(settings)
             listed = ", ".join(f"{setting} = {value}" for setting, value in settings.items())
             return [Statement(f"{local} MODIFY SETTING {listed}")]
+        if verb in ("MODIFY TTL", "REMOVE TTL"):  # rows expire where they are stored
+            return [Statement(f"{local} {action}")]
         if verb in ("ADD COLUMN", "MODIFY COLUMN", "DROP COLUMN", "RENAME COLUMN", "COMMENT COLUMN"):
             # the distributed table carries the columns too (it reads the local ones by name)
             return [Statement(f"{local} {action}"), Statement(f"ALTER TABLE {name} {self._on()} {action}")]

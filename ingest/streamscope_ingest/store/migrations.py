@@ -113,6 +113,15 @@ def planned(
     return [(m, statements) for m, statements in rewritten if m.version in wanted]
 
 
+def cluster_schema(cluster: str, directory: Path | None = None) -> ClusterSchema:
+    """The rewriter for ``cluster`` after every migration: it knows the tables they made, to rewrite more."""
+    schema = ClusterSchema(cluster)
+    for migration in available(directory):
+        for sql in migration.statements():
+            schema.rewrite(sql)
+    return schema
+
+
 def migrate(
     client: Client, directory: Path | None = None, *, cluster: str | None = None, lock_wait_s: float = LOCK_WAIT_S
 ) -> list[Migration]:
