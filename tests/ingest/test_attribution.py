@@ -506,6 +506,43 @@ def test_a_host_pause_through_a_gateways_flush_leaves_the_stall_to_the_gateway()
     assert only(attribute(direct, server, [], spec_active=False, rules=RULES)).cause == "client_host"
 
 
+def test_a_flush_the_readers_host_read_late_leaves_nothing_behind_for_the_flush_after_it():
+    """A gateway flushes every 900 ms; the reader's host read one flush 200 ms late and the next 350 ms late.
+    Content the server sent just after the first of those flushes went out before the reader read it, so it
+    looks left behind by the connection; the gateway held it for its next flush, which came on time."""
+    server = timeline([20.0] * 400)
+    flushes = 300 * MS + 900 * MS * np.arange(12)
+    batch = np.searchsorted(flushes, server.offsets_us + 2 * MS)  # the flush that releases each chunk
+    read_late = np.zeros(flushes.size, dtype=np.int64)
+    read_late[2], read_late[3] = 200 * MS, 350 * MS
+    arrived = Timeline(server.start_us - 5 * MS, flushes[batch] + read_late[batch] + 8 * MS, server.content_bytes)
+    second, third = (int(i) + 1 for i in np.flatnonzero(np.diff(batch))[1:3])
+    watched_reader = watched(arrived, {second: 200, third: 100})  # the watch saw part of the second lag
+    stalls = {s.seq: s for s in attribute(watched_reader, server, [], spec_active=False, rules=RULES)}
+    assert stalls[third].cause == "network_buffering"
+    assert stalls[third].evidence["previous_read_late_ms"] == "200.0"
+    assert {s.cause for s in stalls.values()} == {"network_buffering"}
+    # unwatched, nothing says the read before was late: content sent that long before it was left behind
+    stalls = {s.seq: s for s in attribute(arrived, server, [], spec_active=False, rules=RULES)}
+    assert (stalls[third].cause, stalls[third].evidence["hiccup"]) == ("connection", "left content behind")
+
+
+def test_a_flush_the_readers_host_read_late_does_not_stand_out_as_a_hiccup():
+    """The reader's host held one of a 900 ms gateway's flushes 600 ms longer (the watch saw 450 ms of it): the
+    wait stands out from the flushes by the host's doing, not the connection's."""
+    server = timeline([20.0] * 400)
+    flushes = 300 * MS + 900 * MS * np.arange(12)
+    batch = np.searchsorted(flushes, server.offsets_us + 2 * MS)
+    read_late = np.zeros(flushes.size, dtype=np.int64)
+    read_late[3] = 600 * MS
+    arrived = Timeline(server.start_us - 5 * MS, flushes[batch] + read_late[batch] + 8 * MS, server.content_bytes)
+    third = int(np.flatnonzero(np.diff(batch))[2]) + 1
+    stalls = {s.seq: s for s in attribute(watched(arrived, {third: 450}), server, [], spec_active=False, rules=RULES)}
+    assert (stalls[third].cause, stalls[third].evidence["secondary_cause"]) == ("network_buffering", "client_host")
+    stalls = {s.seq: s for s in attribute(arrived, server, [], spec_active=False, rules=RULES)}
+    assert (stalls[third].cause, stalls[third].evidence["hiccup"]) == ("connection", "stands out from the flushes")
+
+
 def test_a_watched_client_is_judged_by_its_own_evidence_not_by_its_peers():
     server = timeline([20.0] * 40)
     late = held(server, (21, 300))

@@ -69,6 +69,7 @@ from the frame that painted them. For each client stall:
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -433,8 +434,20 @@ def attribute(
         for k, (stall, network_us) in list(network.items()):
             if _shared_pause(stall, network_us, hosts, rules, host_watched=host is not None):
                 del network[k]
-    _network_causes(list(network.values()), behind, first_held, rules)
+    stalled_at = sorted(int(np.searchsorted(c_index, stall.seq)) for stall in waiting)
+    late = [_read_late(host, stalled_at, k) for k in network]
+    _network_causes(list(network.values()), late, behind, first_held, rules)
     return stalls
+
+
+def _read_late(host: np.ndarray | None, stalled_at: list[int], k: int) -> int:
+    """How late the reader's host let it read the content before stall ``k``'s chunk: the longest host delay since
+    the stall before (content positions ``stalled_at``). A chunk read after a long gap is measured; the ones read
+    right after it, in the same burst, were as late."""
+    if host is None:
+        return 0
+    start = stalled_at[max(0, bisect.bisect_left(stalled_at, k) - 1)] if stalled_at[0] < k else 0
+    return int(host[start:k].max()) if k > start else 0
 
 
 def _host_delays(client: Timeline, content_index: np.ndarray) -> np.ndarray | None:
@@ -515,27 +528,38 @@ def _on_screen(stall: Stall, rules: StallRules) -> bool:
     return False
 
 
-def _network_causes(network: list[tuple[Stall, int]], behind: bool, first_held_us: int, rules: StallRules) -> None:
+def _network_causes(
+    network: list[tuple[Stall, int]], read_late_us: list[int], behind: bool, first_held_us: int, rules: StallRules
+) -> None:
     """A buffering gateway or a connection hiccup, for the stalls the path caused (each with how long the path held
-    its chunk): in a stream the path held all along (``_held_all_along``) the gateway's, unless a stall
-    stands out from its flushes or left content behind; elsewhere a stalled connection, when the path held the
-    chunk as long as a lost segment takes to be sent again."""
+    its chunk, and how late the reader's own host let it read the content before): in a stream the path held all
+    along (``_held_all_along``) the gateway's, unless a stall stands out from its flushes or left content
+    behind; elsewhere a stalled connection, when the path held the chunk as long as a lost segment takes to be
+    sent again."""
     if not network:
         return
-    typical = float(np.median([stall.wait_us for stall, _ in network]))
+    # what the path made each wait, less the host's part of it (the reader's host held what had arrived)
+    waited = [stall.wait_us - max(0, (stall.path_delay_us or 0) - network_us) for stall, network_us in network]
+    typical = float(np.median(waited))
     added = [stall.wait_us - (stall.server_gap_us or 0) for stall, _ in network]  # what the path added in the wait
     held = max(first_held_us, float(np.median(added)))  # how long the gateway holds: its first chunk, or typically
-    for (stall, network_us), path_added in zip(network, added, strict=True):
+    for (stall, network_us), path_added, read_late, path_wait in zip(network, added, read_late_us, waited, strict=True):
         assert stall.path_delay_us is not None
-        already_sent = stall.path_delay_us - stall.wait_us  # before the previous chunk arrived
+        # before the previous chunk arrived, which the reader read late when its host held it: it came that much
+        # sooner, and a flush then may have released this one with it
+        already_sent = stall.path_delay_us - stall.wait_us - read_late
         left_behind = already_sent >= rules.left_behind_us and path_added - held >= rules.left_behind_extra_us
-        stands_out = stall.wait_us > rules.hiccup_factor * typical and stall.wait_us - typical >= rules.hiccup_extra_us
+        stands_out = path_wait > rules.hiccup_factor * typical and path_wait - typical >= rules.hiccup_extra_us
         hiccup = not behind or left_behind or (len(network) >= 2 and stands_out)
         stall.evidence["network_stalls_in_stream"] = str(len(network))
         stall.evidence["first_chunk_path_delay_ms"] = f"{first_held_us / 1000:.1f}"
         stall.evidence["held_all_along"] = str(behind).lower()
         if already_sent > 0:
             stall.evidence["sent_before_previous_arrived_ms"] = f"{already_sent / 1000:.1f}"
+        if read_late:
+            stall.evidence["previous_read_late_ms"] = f"{read_late / 1000:.1f}"
+        if behind and hiccup:
+            stall.evidence["hiccup"] = "left content behind" if left_behind else "stands out from the flushes"
         if hiccup and network_us < rules.connection_floor_us:
             stall.cause, stall.confidence = "unknown", 0.3
             stall.evidence["network"] = "held on the path for less than a retransmission timeout"
