@@ -7,7 +7,11 @@ expands it, for a time range covering all the data (the worst case: nothing is p
 ``--runs`` times through ``streamscope_ingest.store.sql.query_json``, the read path of ``streamscope sql`` and the alert
 evaluation. The table gives each panel's median and worst time and the rows it returned.
 
-    python -m benchmarks.query_latency [--quick] [--streams 50000] [--chunks 200] [--runs 5]
+``--copies N`` then writes the stored streams N-1 more times straight into the store, each copy with its own
+trace ids and an hour earlier than the one before (``INSERT ... SELECT``, not the decode path): the same
+panels over N times the chunks, for sizes the decode path and the attribution job would take too long to load.
+
+    python -m benchmarks.query_latency [--quick] [--streams 50000] [--chunks 200] [--runs 5] [--copies 1]
 """
 
 from __future__ import annotations
@@ -42,6 +46,43 @@ def load(client, streams: int, chunks: int) -> tuple[int, QueryContext]:
     return total, QueryContext(first - timedelta(minutes=1), last + timedelta(minutes=10), timedelta(seconds=5))
 
 
+COPIED = ("streams", "chunk_arrays", "stalls", "stream_quality", "stream_smoothing")
+"""The tables the panels read, copied with their streams."""
+_STORED_AT = ("ingested_at", "attributed_at")
+
+
+def copy_streams(client, copies: int, ctx: QueryContext) -> QueryContext:
+    """Write every stored stream ``copies - 1`` more times, each copy shifted back by the span of the originals
+    and with trace ids that start with its number; returns a context spanning them all."""
+    shift_us = int((ctx.end - ctx.start).total_seconds() * 1e6)
+    since = ctx.start.strftime("%Y-%m-%d %H:%M:%S")
+    for table in COPIED:
+        columns = client.query(
+            "SELECT name, type FROM system.columns WHERE database = currentDatabase() AND table = {t:String} "
+            "AND default_kind NOT IN ('ALIAS', 'MATERIALIZED') ORDER BY position",
+            parameters={"t": table},
+        ).result_rows
+        names = [name for name, _ in columns if name not in _STORED_AT]
+        for copy in range(1, copies):
+            values = ", ".join(_copied(name, kind, copy, shift_us * copy) for name, kind in columns if name in names)
+            client.command(
+                f"INSERT INTO {table} ({', '.join(names)}) SELECT {values} FROM {table} "
+                f"WHERE start_time >= toDateTime64('{since}', 6, 'UTC')"
+            )
+    return QueryContext(ctx.start - timedelta(microseconds=shift_us * (copies - 1)), ctx.end, ctx.interval)
+
+
+def _copied(name: str, kind: str, copy: int, shift_us: int) -> str:
+    prefix = f"leftPad(lower(hex(toUInt32({copy}))), 8, '0')"
+    if name == "trace_id":
+        return f"concat({prefix}, substring(trace_id, 9))"
+    if name == "trace_id_bytes":
+        return f"toFixedString(unhex(concat({prefix}, substring(lower(hex(trace_id_bytes)), 9))), 16)"
+    if "DateTime64" in kind:
+        return f"{name} - toIntervalMicrosecond({shift_us})"
+    return name
+
+
 def panel_queries(client, ctx: QueryContext) -> dict[str, str]:
     """Every distinct panel's SQL as the plugin sends it; trace panels draw the stream with the longest stall."""
     worst = client.query("SELECT trace_id FROM stalls ORDER BY gap_us DESC LIMIT 1").result_rows
@@ -61,6 +102,7 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=50_000)
     parser.add_argument("--chunks", type=int, default=200, help="mean chunks per stream")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--copies", type=int, default=1, help="store the streams this many times (see above)")
     args = parser.parse_args()
     streams = 5_000 if args.quick else args.streams
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:  # the engine may still be merging
@@ -69,6 +111,12 @@ def main() -> None:
         t0 = time.perf_counter()
         chunks, ctx = load(client, streams, args.chunks)
         loaded_s = time.perf_counter() - t0
+        if args.copies > 1:
+            ctx = copy_streams(client, args.copies, ctx)
+            stored = "SELECT (SELECT uniqExact(trace_id) FROM streams), (SELECT sum(length(gap_us)) FROM chunk_arrays)"
+            streams, chunks = client.query(stored).result_rows[0]
+            for table in COPIED:
+                client.command(f"OPTIMIZE TABLE {table}")  # settle the parts as merges would over the hour
         results = []
         for key, query in panel_queries(client, ctx).items():
             times = []
@@ -77,7 +125,9 @@ def main() -> None:
                 document = sql.query_json(client, query)
                 times.append((time.perf_counter() - t0) * 1000)
             results.append((key, statistics.median(times), max(times), len(sql.parse_result(document).rows)))
-    print(f"{streams:,} streams, {chunks:,} chunks (loaded and attributed in {loaded_s:.0f} s); {args.runs} runs each")
+    how = f"loaded and attributed in {loaded_s:.0f} s"
+    how += f", then stored {args.copies} times" if args.copies > 1 else ""
+    print(f"{streams:,} streams, {chunks:,} chunks ({how}); {args.runs} runs each")
     print(f"{'panel':28} {'median ms':>10} {'max ms':>8} {'rows':>6}")
     for key, median, worst, rows in sorted(results, key=lambda r: -r[1]):
         print(f"{key:28} {median:10.1f} {worst:8.1f} {rows:6}")
