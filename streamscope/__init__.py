@@ -6,6 +6,7 @@ any OTLP backend) receives.
 """
 
 from streamscope._internal.httpx_client import astream_sse, stream_sse
+from streamscope._internal.instruments import flush_metrics
 from streamscope._internal.observer import StreamEvent
 from streamscope._internal.openai_client import instrument_openai
 from streamscope._internal.recorder import Encoding, Outcome, Side, StreamRecorder, set_default_encoding
@@ -20,6 +21,7 @@ __all__ = [
     "StreamEvent",
     "StreamRecorder",
     "astream_sse",
+    "flush_metrics",
     "instrument_openai",
     "otlp_exporter",
     "set_default_encoding",

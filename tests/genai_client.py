@@ -58,6 +58,8 @@ class Exporting:
     def finish(self) -> dict[str, list[dict[str, Any]]]:
         """Export everything, shut down, and return the copies: the spans and the histogram points."""
         self.tracer_provider.shutdown()
+        if "streamscope" in sys.modules:  # its streaming histograms are recorded on a thread of their own
+            sys.modules["streamscope"].flush_metrics()
         data = self.metrics.get_metrics_data()  # None when nothing was measured
         histograms = [
             {

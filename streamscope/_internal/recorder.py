@@ -13,7 +13,6 @@ network's. Checking for such a gap is one comparison a chunk.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import struct
@@ -145,7 +144,7 @@ class StreamRecorder:
             self._attributes.update(attributes)
         self._parent = parent
         try:
-            self._tracer = trace.get_tracer("streamscope", tracer_provider=tracer_provider)
+            self._tracer = _tracer(tracer_provider)
         except Exception:
             _warn_once("tracer", "streamscope: the tracer provider failed; streams are not recorded")
             self._tracer = trace.NoOpTracer()
@@ -449,7 +448,6 @@ class StreamRecorder:
             attributes[sc.STREAMSCOPE_JSON_FIELD_OFFSETS_US] = [self._offset_us(at) for _, at in progress.fields]
 
     def _record_metrics(self, content_offsets: list[int]) -> None:
-        first_chunk, per_chunk = instruments.streaming_histograms(self._meter_provider)
         labels: dict[str, AttributeValue] = {}
         for key in (
             sc.GEN_AI_OPERATION_NAME,
@@ -462,9 +460,21 @@ class StreamRecorder:
             value = self._attributes.get(key)
             if isinstance(value, str | bool | int | float):
                 labels[key] = value
-        first_chunk.record(content_offsets[0] / 1e6, labels)
-        for previous, current in itertools.pairwise(content_offsets):
-            per_chunk.record((current - previous) / 1e6, labels)
+        instruments.RECORDS.submit(self._meter_provider, labels, content_offsets)
+
+
+_tracers: weakref.WeakKeyDictionary[trace.TracerProvider, trace.Tracer] = weakref.WeakKeyDictionary()
+
+
+def _tracer(provider: trace.TracerProvider | None) -> trace.Tracer:
+    """streamscope's tracer on ``provider`` (None: the global one), made once per provider: ``get_tracer``
+    costs tens of microseconds, a stream's worth of chunks. (Until a global provider is set, the global one is a
+    proxy whose tracers follow the provider set later.)"""
+    provider = provider or trace.get_tracer_provider()
+    tracer = _tracers.get(provider)
+    if tracer is None:
+        tracer = _tracers[provider] = trace.get_tracer("streamscope", tracer_provider=provider)
+    return tracer
 
 
 def _sparse_int64s(length: int, values: Mapping[int, int]) -> bytes:

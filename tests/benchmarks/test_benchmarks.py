@@ -13,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = {
     "sdk_overhead": "span.add_event per chunk",
+    "sdk_setup": "StreamRecorder, with a MeterProvider",
     "wire_cost": "packed, int arrays  json",
     "chunk_codecs": "gap_us UInt32",
     "chunk_layout": "arrays, one row per stream",

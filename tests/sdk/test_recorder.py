@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import gc
+import threading
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 
+import streamscope
 import streamscope._internal.recorder as recorder_module
 from streamscope import StreamRecorder
 from streamscope import semconv as sc
@@ -40,6 +42,7 @@ def test_semconv_streaming_histograms_with_their_buckets(clock, spans):
         clock.advance_us(wait)
         recorder.chunk(1, 4, 90)
     recorder.finish()
+    assert streamscope.flush_metrics()  # recorded on a thread of their own
     points = {
         m.name: m.data.data_points[0]
         for rm in reader.get_metrics_data().resource_metrics
@@ -250,3 +253,36 @@ def test_a_stream_that_took_nothing_back_sends_no_retraction_arrays(clock, spans
         rec.chunk(1, 5, 40)
     (span,) = exporter.get_finished_spans()
     assert sc.STREAMSCOPE_CHUNKS_RETRACTED_BYTES not in span.attributes
+
+
+def test_streaming_histograms_are_recorded_off_the_streams_thread_and_never_pile_up(monkeypatch, caplog):
+    """A finished stream hands its measurements over; a thread records them. When that thread cannot keep up,
+    streams past ``MAX_PENDING`` are dropped, counted and warned about, not kept without bound."""
+    started, release, recorded = threading.Event(), threading.Event(), []
+
+    def slow_record(meter_provider, labels, offsets_us):
+        started.set()
+        release.wait(10)
+        recorded.append(list(offsets_us))
+
+    monkeypatch.setattr(instruments, "record", slow_record)
+    monkeypatch.setattr(instruments, "MAX_PENDING", 3)
+    records = instruments.DeferredRecords()
+    records.submit(None, {}, [0, 500])
+    assert started.wait(10)  # the thread holds the first stream
+    for stream in range(1, 6):
+        records.submit(None, {}, [0, 1_000 * stream])
+    assert not records.flush(timeout_s=0.05)
+    release.set()
+    assert records.flush(timeout_s=10)
+    assert records.dropped == 2
+    assert recorded == [[0, 500]] + [[0, 1_000 * stream] for stream in range(1, 4)]  # and the three that waited
+    assert "streaming histograms fall behind" in caplog.text
+
+
+def test_a_tracer_is_made_once_per_provider_and_follows_the_global_one(monkeypatch):
+    first, second = TracerProvider(), TracerProvider()
+    tracers = [recorder_module._tracer(p) for p in (first, first, second)]
+    assert tracers[0] is tracers[1] and tracers[0] is not tracers[2]
+    monkeypatch.setattr(recorder_module.trace, "get_tracer_provider", lambda: second)
+    assert recorder_module._tracer(None) is tracers[2]  # the global provider's, whichever is global now
