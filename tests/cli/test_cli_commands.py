@@ -20,6 +20,7 @@ from streamscope_cli.commands.sql import sql
 TOP_LEVEL = (
     "collector",
     "migrate",
+    "retention",
     "sql",
     "tenant-grants",
     "spool",
