@@ -96,10 +96,10 @@ class Watch:
         return max(0, pending, held) // 1000
 
     def held_us(self, since_ns: int, until_ns: int) -> int:
-        """Microseconds of the longest hold of the host within [``since_ns``, ``until_ns``], wherever it fell (at
-        least ``late_us``). A hold that ended well before the read did not delay it on its own (what arrived
-        during it was read when it ended), but a peer on the same host (an engine beside its load generator)
-        was held too, and sent late because of it."""
+        """Microseconds of the longest kept hold of the host within [``since_ns``, ``until_ns``], wherever it fell
+        (``late_us`` adds a beat overdue at the read). A hold that ended well before the read did not delay it on
+        its own (what arrived during it was read when it ended), but a peer on the same host (an engine beside
+        its load generator) was held too, and sent late because of it."""
         held = 0
         with self._lock:
             for start, end in reversed(self._late):
@@ -107,7 +107,7 @@ class Watch:
                     break
                 if start < until_ns:
                     held = max(held, min(end, until_ns) - max(start, since_ns))
-        return max(held // 1000, self.late_us(since_ns, until_ns))
+        return held // 1000
 
     def _beat(self, due_ns: int, ran_ns: int) -> None:
         """Keep [due, ran] when the beat ran late; the lock is held."""

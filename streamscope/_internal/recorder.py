@@ -277,7 +277,8 @@ class StreamRecorder:
             return
         try:
             since = times[-1] if times else self._start_ns
-            late_us, held_us = watch.late_us(since, now), watch.held_us(since, now)
+            late_us = watch.late_us(since, now)
+            held_us = max(late_us, watch.held_us(since, now))
         except Exception:
             _warn_once("host_delay", "streamscope: could not read the host watch; host delays are not recorded")
             self._release_watch()

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
 from streamscope import env
 from streamscope.errors import RetryableWriteError
 from streamscope_cli.options import fail_plainly, storage_option
+
+if TYPE_CHECKING:
+    from streamscope_ingest.store.cluster import Statement
 
 T = TypeVar("T")
 
@@ -61,9 +64,7 @@ def migrate(
         every = migrations.available()
         for migration, statements in migrations.planned(every, every, cluster):
             click.echo(f"-- {migration.path.name}")
-            for statement in statements:
-                settings = " ".join(f"{name}={value}" for name, value in statement.settings.items())
-                click.echo(f"{statement.sql};" + (f"  -- with {settings}" if settings else ""))
+            echo_statements(statements)
         return
     target = store.parse_dsn(storage_dsn or env.default_storage_dsn())
     if cluster and target.engine != "server":
@@ -83,6 +84,13 @@ def migrate(
                 click.echo(f"{table} keeps {days} days")
     finally:
         client.close()
+
+
+def echo_statements(statements: Iterable[Statement]) -> None:
+    """Print statements for review, each with the settings it runs with."""
+    for statement in statements:
+        settings = " ".join(f"{name}={value}" for name, value in statement.settings.items())
+        click.echo(f"{statement.sql};" + (f"  -- with {settings}" if settings else ""))
 
 
 def within(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from streamscope import env
-from streamscope_cli.commands.migrate import within
+from streamscope_cli.commands.migrate import echo_statements, within
 from streamscope_cli.options import fail_plainly, storage_option
 
 
@@ -56,9 +56,8 @@ def retention(
     from streamscope_ingest import store
     from streamscope_ingest.store import retention as tables
 
-    if print_only and not defaults:
-        for statement in tables.planned_statements(days, cluster):
-            click.echo(f"{statement.sql};")
+    if print_only and not defaults:  # nothing to read from the store first
+        echo_statements(tables.planned_statements(days, cluster))
         return
     target = store.parse_dsn(storage_dsn or env.default_storage_dsn())
     client = within(wait_s, lambda: store.connect(target, create_database=False))
@@ -66,8 +65,7 @@ def retention(
         kept = tables.current(client, cluster=cluster is not None)
         wanted = {**(tables.missing_defaults(kept) if defaults else {}), **days}
         if print_only:
-            for statement in tables.planned_statements(wanted, cluster):
-                click.echo(f"{statement.sql};")
+            echo_statements(tables.planned_statements(wanted, cluster))
             return
         if wanted:
             tables.apply(client, wanted, cluster=cluster)

@@ -446,7 +446,8 @@ def _read_late(host: np.ndarray | None, stalled_at: list[int], k: int) -> int:
     right after it, in the same burst, were as late."""
     if host is None:
         return 0
-    start = stalled_at[max(0, bisect.bisect_left(stalled_at, k) - 1)] if stalled_at[0] < k else 0
+    before = bisect.bisect_left(stalled_at, k)
+    start = stalled_at[before - 1] if before else 0
     return int(host[start:k].max()) if k > start else 0
 
 
