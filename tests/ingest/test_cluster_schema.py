@@ -13,6 +13,7 @@ import pytest
 from streamscope_ingest import store
 from streamscope_ingest.store import migrations
 from streamscope_ingest.store.cluster import LOCAL_SUFFIX, TRACE_KEYS, ClusterFormMissing, ClusterSchema, Statement
+from streamscope_ingest.store.lease import claims_table_ddl
 
 CLUSTER = "streamscope"
 
@@ -120,3 +121,9 @@ def test_the_rewrite_makes_the_single_node_tables_and_views_column_for_column(st
     single = columns(store_client)
     assert columns(cluster_like) == single
     assert {"streams", "chunks", "chunk_arrays", "chunk_timeline", "stream_metrics"} <= set(single)
+
+
+def test_the_attribution_leases_keeper_table_parses_on_the_cluster(store_client):
+    sql = claims_table_ddl("streamscope", CLUSTER)
+    formatted = store_client.query("SELECT formatQuery({q:String})", parameters={"q": sql}).result_rows[0][0]
+    assert f"ON CLUSTER {CLUSTER}" in formatted and "KeeperMap('/streamscope/streamscope/" in formatted

@@ -35,8 +35,8 @@ if TYPE_CHECKING:  # the command module stays light until it runs
 @click.option(
     "--no-attribution",
     is_flag=True,
-    help="Do not run the attribution job here. Collectors on one server share it by a lease; on a cluster, run it "
-    "on one collector.",
+    help="Do not run the attribution job here. Collectors over one store share it by a lease (on a cluster, its "
+    "claims are keys in Keeper), so every collector may run it.",
 )
 @click.option(
     "--max-request-mib",

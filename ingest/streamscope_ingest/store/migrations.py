@@ -8,7 +8,7 @@ a migration that rebuilds a table must not copy its rows twice.
 
 On a cluster (``cluster``: its name in the servers' ``remote_servers``) the same files run as ``store.cluster``
 rewrites them, from any one node: the bookkeeping table is replicated to every node, and the lock is a key in
-ClickHouse Keeper (a ``KeeperMap`` table), which every node sees at once.
+ClickHouse Keeper (a ``KeeperMap`` table), which every node sees at once, as are the attribution lease's claims.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from clickhouse_connect.driver.exceptions import DatabaseError
 from streamscope.errors import SchemaMismatch
 from streamscope_ingest import store
 from streamscope_ingest.store.cluster import GLOBAL_PATH, ClusterSchema, Statement
+from streamscope_ingest.store.lease import claims_table_ddl
 from streamscope_ingest.store.schema_files import migrations_dir
 
 MIGRATIONS_TABLE = "schema_migrations"
@@ -127,6 +128,8 @@ def migrate(
 ) -> list[Migration]:
     """Apply every pending migration in order; return the ones applied now (empty when up to date)."""
     with store.translated_errors():
+        if cluster is not None:  # the attribution lease's claims: Keeper's, not a migration's (no data to move)
+            client.command(claims_table_ddl(str(client.database), cluster))
         if not _pending(client, directory, cluster):
             return []
         lock = _migration_lock(client, lock_wait_s) if cluster is None else _keeper_lock(client, cluster, lock_wait_s)
