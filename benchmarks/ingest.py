@@ -315,7 +315,9 @@ def insert_only(packed: Workload, events: Workload) -> tuple[float, float, float
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="a small run (2,000 streams) that prints the same table")
+    parser.add_argument(
+        "--quick", action="store_true", help="a small run (2,000 streams, 4 senders) that prints the same table"
+    )
     parser.add_argument("--streams", type=int, default=20_000)
     parser.add_argument("--chunks", type=int, default=250, help="mean chunks per stream")
     parser.add_argument("--per-request", type=int, default=100, help="stream spans per OTLP request")
@@ -324,14 +326,15 @@ def main() -> None:
     )
     args = parser.parse_args()
     streams = 2_000 if args.quick else args.streams
+    senders_runs = [4] if args.quick else args.senders
     packed = workload("packed", streams, args.chunks, args.per_request)
     events = workload("events", streams, args.chunks, args.per_request)
     runs = {
         f"{name}, {senders} senders": through_collector(load, senders)
         for name, load in (("packed", packed), ("events", events))
-        for senders in args.senders
+        for senders in senders_runs
     }
-    for senders in args.senders:
+    for senders in senders_runs:
         runs[f"packed, {senders} senders, answered once stored"] = through_collector(
             packed, senders, "--store-wait-s", "5"
         )

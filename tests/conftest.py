@@ -13,6 +13,7 @@ from streamscope_collector.config import CollectorConfig
 from streamscope_collector.service import Collector
 from streamscope_ingest import store
 from streamscope_ingest.store import migrations
+from tests.migrated_schema import MigratedSchema
 
 
 @pytest.fixture(scope="session")
@@ -21,8 +22,33 @@ def chdb_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def storage_dsn(chdb_dir: Path) -> str:
+def empty_storage_dsn(chdb_dir: Path) -> str:
+    """A database no migration ran on (it is made on first connection)."""
     return f"chdb://{chdb_dir}?database=t_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def migrated_schema(chdb_dir: Path) -> MigratedSchema:
+    """Every migration, run once for the session; each test's database gets a copy of what they made."""
+    dsn = f"chdb://{chdb_dir}?database=migrated_{uuid.uuid4().hex[:12]}"
+    client = store.connect(store.parse_dsn(dsn))
+    try:
+        migrations.migrate(client)
+        return MigratedSchema.of(client)
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def storage_dsn(empty_storage_dsn: str, migrated_schema: MigratedSchema) -> str:
+    """A database with every migration applied: a copy of the session's migrated one (running the migrations for
+    every test would cost seconds each on a busy host). tests/ingest/test_migrations.py runs them itself."""
+    client = store.connect(store.parse_dsn(empty_storage_dsn))
+    try:
+        migrated_schema.copy_to(client)
+    finally:
+        client.close()
+    return empty_storage_dsn
 
 
 @pytest.fixture

@@ -18,6 +18,12 @@ from streamscope_ingest.store.writer import ClickHouseWriter, table_columns
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture
+def storage_dsn(empty_storage_dsn: str) -> str:
+    """A database no migration ran on: these tests run them."""
+    return empty_storage_dsn
+
+
 def test_migrations_apply_in_order_once(store_client):
     assert migrations.migrate(store_client) == []  # the fixture already applied them all
     versions = [m.version for m in migrations.available()]
