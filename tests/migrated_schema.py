@@ -26,7 +26,7 @@ class MigratedSchema:
     def of(cls, client: Client) -> MigratedSchema:
         database = str(client.database)
         rows = client.query(TABLES_SQL, parameters={"database": database}).result_rows
-        return cls(database, [(name, bool(view), create, bool(rows)) for name, view, create, rows in rows])
+        return cls(database, [(name, bool(view), create, bool(filled)) for name, view, create, filled in rows])
 
     def copy_to(self, client: Client) -> None:
         target = str(client.database)
@@ -39,12 +39,12 @@ class MigratedSchema:
             if has_rows:
                 client.command(f"INSERT INTO {target}.{name} SELECT * FROM {self.database}.{name}")
         while views:  # a view may read another: make each once what it reads is there
-            failed = []
+            failed: list[tuple[str, Exception]] = []
             for create in views:
                 try:
                     client.command(qualified.sub(f"{target}.", create))
-                except Exception:
-                    failed.append(create)
+                except Exception as exc:
+                    failed.append((create, exc))
             if len(failed) == len(views):
                 raise RuntimeError(f"views that cannot be made in {target}: {failed}")
-            views = failed
+            views = [create for create, _ in failed]

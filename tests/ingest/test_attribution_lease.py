@@ -14,10 +14,12 @@ from tests.ingest.test_attribution_job import MS, T0, span, trace_hex, with_gap,
 
 
 def jobs(client, count: int, lease_s: float) -> list[AttributionJob]:
-    def lease(i: int) -> Lease:
-        return Lease(client, client, JOB, holder=f"job-{i}", lease_s=lease_s)
-
-    return [AttributionJob(client, settle_s=0, pass_streams=2, lease=lease(i)) for i in range(count)]
+    return [
+        AttributionJob(
+            client, settle_s=0, pass_streams=2, lease=Lease(client, client, JOB, holder=f"job-{i}", lease_s=lease_s)
+        )
+        for i in range(count)
+    ]
 
 
 def store_streams(client, traces: range) -> None:
