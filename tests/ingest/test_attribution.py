@@ -411,6 +411,32 @@ def test_short_stalls_on_a_busy_host_are_connections_though_every_chunk_was_late
     assert {s.cause for s in stalls} == {"connection"}, [s.evidence for s in stalls]
 
 
+def test_back_to_back_connection_stalls_read_in_bursts_after_a_live_start_are_connections():
+    """Stalls that follow one another leave no content flowing between them, and a busy reader reads what comes
+    in twos: every chunk late or in a release, as a flushing gateway's. But the stream began live, its first
+    chunks each on time and on its own, and a gateway holds a stream from its first byte."""
+    server = timeline([20.0] * 100)
+    client = held(server, (13, 320), (29, 380), (49, 440), (71, 460))
+    offsets = client.offsets_us.copy()
+    for k in range(3, offsets.size - 1, 2):  # from the third chunk on, the reader's host reads two at a time
+        offsets[k] = max(offsets[k], offsets[k + 1])
+    client = Timeline(client.start_us, offsets, client.content_bytes)
+    stalls = attribute(client, server, [], spec_active=False, rules=RULES)
+    assert [s.seq for s in stalls] == [13, 29, 49, 71]
+    assert {s.cause for s in stalls} == {"connection"}, [s.evidence for s in stalls]
+    assert {s.evidence["held_all_along"] for s in stalls} == {"false"}
+
+
+def test_one_connection_stall_that_held_most_of_a_short_stream_after_a_start_on_time_is_a_connection():
+    """An engine that emits chunks two at a time, and one stall of the connection that held most of what was left
+    and then handed it over at once: most chunks held and none on their own, as a flushing gateway's. But the
+    chunks before the stall came on time, and a gateway holds a stream from its first byte."""
+    server = timeline([0.0, 20.0] * 35)
+    client = held(server, (21, 800))
+    stall = only(attribute(client, server, [], spec_active=False, rules=RULES))
+    assert (stall.seq, stall.cause, stall.evidence["held_all_along"]) == (21, "connection", "false"), stall.evidence
+
+
 def test_a_gateway_that_flushes_on_bytes_holds_the_first_chunk_briefly_and_is_still_a_gateway():
     server = timeline([10.0] * 150)
     client = gateway(server, 200)  # the first chunk is held 200 ms, under the held-first-chunk mark

@@ -117,6 +117,11 @@ class StallRules:
     """A gateway that buffers hands chunks over in flushes, each with the several it held: a stream that got more
     than this share of its chunks on their own (nothing arriving within ``release_us`` before or after) streamed
     freely between its stalls, however late a busy host made its chunks."""
+    start_chunks: int = 4
+    """A stream with this many content chunks (the first aside) before its first network stall shows whether a
+    gateway held it from the start: if most of them came on time, none did, whatever the stalls made of the chunks
+    after (a connection that stalls leaves its client behind, or hands over what it held at once, as a flush does;
+    a stall late in a short stream leaves most of its chunks held)."""
     caught_up_share: float = 0.5
     """A release whose freshest chunk was at most this share as late as the chunk that ended the stall caught the
     client up: a flush releases everything it holds; a connection that resumes after a stall stays behind."""
@@ -315,6 +320,15 @@ class Arrivals:
             end += 1
         return int(self.path_us[k:end].min())
 
+    def held_from_start(self, before: int, rules: StallRules) -> bool | None:
+        """Whether the path held this stream's content from its start, as a gateway that buffers does from the
+        first byte: most chunks after the first and before content chunk ``before`` late on the path. None when
+        fewer than ``start_chunks`` came before it."""
+        start = self.path_us[1:before]
+        if start.size < rules.start_chunks:
+            return None
+        return float(np.mean(start >= rules.held_chunk_us)) >= rules.held_share
+
     def silent_through(self, start_us: int, end_us: int, rules: StallRules) -> bool | None:
         """Whether the server emitted none of this stream's content well inside ``start_us``..``end_us`` (server
         clock); None when the stream was not being served across that window."""
@@ -482,11 +496,11 @@ def _held_all_along(arrivals: Arrivals, first_held_us: int, network: list[int], 
     it held most chunks, its network stalls each ending in a release that caught the client up (a flush hands
     over everything it holds; a connection that resumes after a stall stays behind, its chunks late but not held
     back together), and it handed over next to nothing on its own. One stall is enough when every chunk came so:
-    a gateway flushing on bytes makes a stall only when a flush comes a little late. A stall after a start on
-    time with chunks arriving one by one is a connection's, whatever came after."""
+    a gateway flushing on bytes makes a stall only when a flush comes a little late. A stream that began on time
+    (``Arrivals.held_from_start``) was held by no gateway."""
     if first_held_us >= rules.held_first_chunk_us:
         return True
-    if not network or not arrivals.held_in_flushes(rules):
+    if not network or arrivals.held_from_start(min(network), rules) is False or not arrivals.held_in_flushes(rules):
         return False
     return float(np.median([arrivals.caught_up(k, rules) for k in network])) <= rules.caught_up_share
 
