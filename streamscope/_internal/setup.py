@@ -98,7 +98,14 @@ def otlp_exporter(
     from opentelemetry.exporter.otlp.proto.http import Compression
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    return OTLPSpanExporter(endpoint=traces_url, headers=header_dict, compression=Compression.Gzip if gzip else None)
+    if not gzip:
+        return OTLPSpanExporter(endpoint=traces_url, headers=header_dict)
+    from streamscope._internal.gzip_session import GzipSession
+
+    # the session gzips at a fast level; the exporter's own gzip (level 9) stays off
+    return OTLPSpanExporter(
+        endpoint=traces_url, headers=header_dict, compression=Compression.NoCompression, session=GzipSession()
+    )
 
 
 def _insecure(endpoint: str | None) -> bool | None:
