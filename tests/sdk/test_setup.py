@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import gzip
+import http.server
+import threading
+from collections.abc import Iterator
+
 import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 import streamscope
 from tests.support import wait_for_rows
@@ -26,3 +32,59 @@ def test_setup_exports_gzipped_stream_spans(collector, protocol, monkeypatch):
 def test_unknown_protocol_is_refused():
     with pytest.raises(ValueError, match="http/protobuf, http/json or grpc"):
         streamscope.setup("x", protocol="thrift", set_global=False)
+
+
+class _Recording(http.server.BaseHTTPRequestHandler):
+    """An OTLP/HTTP endpoint that keeps each request's Content-Encoding and body (a raw socket, no collector)."""
+
+    received: list[tuple[str | None, bytes]]
+
+    def do_POST(self) -> None:
+        self.received.append(
+            (self.headers.get("Content-Encoding"), self.rfile.read(int(self.headers["Content-Length"])))
+        )
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def recording_endpoint() -> Iterator[tuple[str, list[tuple[str | None, bytes]]]]:
+    received: list[tuple[str | None, bytes]] = []
+    handler = type("Handler", (_Recording,), {"received": received})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", received
+    server.shutdown()
+
+
+def _export_one_stream(endpoint: str) -> None:
+    provider = streamscope.setup("svc", endpoint=endpoint, set_global=False)
+    with streamscope.StreamRecorder(side="client", provider="openai", tracer_provider=provider) as recorder:
+        for _ in range(50):
+            recorder.chunk(1, 4, 90)
+    provider.shutdown()
+
+
+def test_http_requests_are_one_gzip_member_by_default(recording_endpoint, monkeypatch):
+    for variable in ("OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION"):
+        monkeypatch.delenv(variable, raising=False)
+    endpoint, received = recording_endpoint
+    _export_one_stream(endpoint)
+    [(encoding, body)] = received
+    assert encoding == "gzip"
+    request = ExportTraceServiceRequest.FromString(gzip.decompress(body))
+    [span] = request.resource_spans[0].scope_spans[0].spans
+    assert {a.key for a in span.attributes} >= {"streamscope.chunks.offset_us", "streamscope.chunks.tokens"}
+
+
+def test_the_standard_variable_turns_compression_off(recording_endpoint, monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "none")
+    endpoint, received = recording_endpoint
+    _export_one_stream(endpoint)
+    [(encoding, body)] = received
+    assert encoding is None
+    assert ExportTraceServiceRequest.FromString(body).resource_spans
