@@ -18,6 +18,11 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from streamscope._internal.recorder import Encoding, set_default_encoding
 
 COMPRESSION_VARIABLES = ("OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION")
+CREDENTIAL_VARIABLES = (
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER",
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER",
+)
+"""Variables that give the OTLP/HTTP exporter a requests session of the application's (a credential provider)."""
 EVENTS_PER_SPAN = 65_536
 """Span event limit set unless OTEL_SPAN_EVENT_COUNT_LIMIT says otherwise (the SDK default is 128)."""
 
@@ -38,8 +43,9 @@ def setup(
     ``endpoint`` is the collector's base URL (http://host:4318 for OTLP/HTTP, http://host:4317 for gRPC);
     ``protocol`` is ``http/protobuf`` (default), ``http/json`` or ``grpc``. Requests are gzipped unless
     OTEL_EXPORTER_OTLP_[TRACES_]COMPRESSION says otherwise: packed timelines shrink about threefold
-    (benchmarks/wire_cost.py). ``exporter`` replaces the exporter built from those (``otlp_exporter`` builds
-    it, for an application that wraps it).
+    (benchmarks/wire_cost.py). Over OTLP/HTTP protobuf at zlib's default level (``gzip_session``), unless a
+    credential provider gives the exporter its session. ``exporter`` replaces the exporter built from those
+    (``otlp_exporter`` builds it, for an application that wraps it).
     """
     if encoding is not None:
         set_default_encoding(encoding)
@@ -100,6 +106,9 @@ def otlp_exporter(
 
     if not gzip:
         return OTLPSpanExporter(endpoint=traces_url, headers=header_dict)
+    if any(name in os.environ for name in CREDENTIAL_VARIABLES):
+        # the exporter sends through the application's own session: it gzips itself (level 9)
+        return OTLPSpanExporter(endpoint=traces_url, headers=header_dict, compression=Compression.Gzip)
     from streamscope._internal.gzip_session import GzipSession
 
     # the session gzips at a fast level; the exporter's own gzip (level 9) stays off

@@ -88,3 +88,13 @@ def test_the_standard_variable_turns_compression_off(recording_endpoint, monkeyp
     [(encoding, body)] = received
     assert encoding is None
     assert ExportTraceServiceRequest.FromString(body).resource_spans
+
+
+def test_a_credential_provider_session_is_left_to_the_exporter(monkeypatch):
+    """The exporter loads the application's session (an entry point the variable names) when none is given: this
+    one names none that exists, so the exporter refuses, which it can only do if setup() passed no session."""
+    for variable in ("OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER", "no-such-provider")
+    with pytest.raises(RuntimeError, match="no-such-provider"):
+        streamscope.setup("svc", endpoint="http://127.0.0.1:4318", set_global=False)
