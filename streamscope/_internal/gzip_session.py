@@ -9,19 +9,12 @@ compressed here and the exporter's own compression is left off.
 
 from __future__ import annotations
 
-import zlib
+import gzip
 from typing import Any, Final
 
 import requests
 
 LEVEL: Final = 6
-_GZIP_WINDOW: Final = 16 + zlib.MAX_WBITS  # a gzip header and trailer around the deflate stream
-
-
-def gzip_body(body: bytes, level: int = LEVEL) -> bytes:
-    """``body`` as one gzip member."""
-    compressor = zlib.compressobj(level, zlib.DEFLATED, _GZIP_WINDOW)
-    return compressor.compress(body) + compressor.flush()
 
 
 class GzipSession(requests.Session):
@@ -30,6 +23,6 @@ class GzipSession(requests.Session):
     def request(self, method: str, url: str, **kwargs: Any) -> requests.Response:  # type: ignore[override]
         body = kwargs.get("data")
         if isinstance(body, bytes) and body:
-            kwargs["data"] = gzip_body(body)
+            kwargs["data"] = gzip.compress(body, compresslevel=LEVEL, mtime=0)
             kwargs["headers"] = {**(kwargs.get("headers") or {}), "Content-Encoding": "gzip"}
         return super().request(method, url, **kwargs)

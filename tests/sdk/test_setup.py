@@ -11,13 +11,19 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 import streamscope
+from streamscope._internal.setup import COMPRESSION_VARIABLES
 from tests.support import wait_for_rows
 
 
-@pytest.mark.parametrize("protocol", ["http/protobuf", "http/json", "grpc"])
-def test_setup_exports_gzipped_stream_spans(collector, protocol, monkeypatch):
-    for variable in ("OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION"):
+@pytest.fixture
+def gzip_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No compression variable set: setup() gzips."""
+    for variable in COMPRESSION_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "http/json", "grpc"])
+def test_setup_exports_gzipped_stream_spans(collector, protocol, gzip_by_default):
     endpoint = f"http://{collector.grpc_endpoint}" if protocol == "grpc" else collector.http_url
     provider = streamscope.setup(f"svc-{protocol}", endpoint=endpoint, protocol=protocol, set_global=False)
     with streamscope.StreamRecorder(side="client", provider="openai", tracer_provider=provider) as recorder:
@@ -69,9 +75,7 @@ def _export_one_stream(endpoint: str) -> None:
     provider.shutdown()
 
 
-def test_http_requests_are_one_gzip_member_by_default(recording_endpoint, monkeypatch):
-    for variable in ("OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION"):
-        monkeypatch.delenv(variable, raising=False)
+def test_http_requests_are_one_gzip_member_by_default(recording_endpoint, gzip_by_default):
     endpoint, received = recording_endpoint
     _export_one_stream(endpoint)
     [(encoding, body)] = received
@@ -90,11 +94,9 @@ def test_the_standard_variable_turns_compression_off(recording_endpoint, monkeyp
     assert ExportTraceServiceRequest.FromString(body).resource_spans
 
 
-def test_a_credential_provider_session_is_left_to_the_exporter(monkeypatch):
+def test_a_credential_provider_session_is_left_to_the_exporter(gzip_by_default, monkeypatch):
     """The exporter loads the application's session (an entry point the variable names) when none is given: this
     one names none that exists, so the exporter refuses, which it can only do if setup() passed no session."""
-    for variable in ("OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION"):
-        monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER", "no-such-provider")
     with pytest.raises(RuntimeError, match="no-such-provider"):
         streamscope.setup("svc", endpoint="http://127.0.0.1:4318", set_global=False)
