@@ -88,7 +88,43 @@ def _itl_bucket_columns() -> str:
         columns.append(f'countIf(gap_us > {lower * 1000} AND gap_us <= {upper * 1000}) AS "{upper}"')
         lower = upper
     columns.append(f'countIf(gap_us > {lower * 1000}) AS "{OVERFLOW_BUCKET}"')
-    return ",\n    ".join(columns)
+    return ",\n        ".join(columns)
+
+
+def _itl_bucket_sums() -> str:
+    """The heatmap's rows from ``gap_histograms``, whose ``itl_upper_ms`` is the row's bound."""
+    bounds = [*ITL_BUCKETS_MS, HISTOGRAM_OVERFLOW_MS]
+    names = [*map(str, ITL_BUCKETS_MS), OVERFLOW_BUCKET]
+    return ",\n        ".join(f'sumIf(gaps, itl_upper_ms = {b}) AS "{n}"' for b, n in zip(bounds, names, strict=True))
+
+
+GAP_BUCKET_RATIO = 1.01
+"""``gap_histograms.gap_bucket`` k ≥ 1 holds the gaps in [ratio^(k-1), ratio^k) µs (migration 0030)."""
+HISTOGRAM_OVERFLOW_MS = 65535
+"""``gap_histograms.itl_upper_ms`` of a gap above every bound of ``ITL_BUCKETS_MS``."""
+HISTOGRAM_STEPS_S = (3600, 300, 60, 5)
+"""The interval lengths ``gap_histograms`` counts at, longest first."""
+HISTOGRAM_STEP = (
+    f"step = (if(arrayFirst(s -> $__interval_s % s = 0, {list(HISTOGRAM_STEPS_S)}) AS whole_step > 0, "
+    f"whole_step, {HISTOGRAM_STEPS_S[-1]}) AS read_step)"
+)
+"""The longest step the query's interval is a whole multiple of (the shortest, for an interval under it): its
+rows fall each in one interval, and the fewest rows are read."""
+HISTOGRAM_RANGE = "interval_start > $__fromTime - toIntervalSecond(read_step) AND interval_start <= $__toTime"
+"""The rows of every interval that meets the range: a stream that started in the range is always counted, and
+one that started up to a step before it may be."""
+HISTOGRAM_INTERVAL = (
+    f"toStartOfInterval(interval_start, toIntervalSecond(greatest($__interval_s, {HISTOGRAM_STEPS_S[-1]})))"
+)
+
+
+def gap_quantile_ms(level: float, histogram: str, count: str, name: str) -> str:
+    """SQL for quantile ``level`` of the gaps a sorted ``histogram`` (array of (gap_bucket, gaps)) counts,
+    ``count`` in all, in ms: the bucket holding quantileExact's rank (index floor(level × count) of the sorted
+    gaps), read as its geometric middle. ``name`` keeps the expression's alias apart."""
+    bucket = f"bucket_{name}"
+    at = f"arrayFirst((b, c) -> c > floor({level} * {count}), {histogram}.1, arrayCumSum({histogram}.2))"
+    return f"if(({at} AS {bucket}) = 0, 0, pow({GAP_BUCKET_RATIO}, {bucket} - 0.5) / 1000)"
 
 
 VARIABLES = ("tenant", "service", "provider", "model", "route")
@@ -149,6 +185,15 @@ SIZED = "coverage IN ('full', 'partial')"
 """Streams whose chunks' sizes are known: figures of tokens and bytes per chunk read only these (a source that
 stamped arrivals alone says nothing of what a chunk carried)."""
 SELECTED_CHUNKS = _selected(over_chunks=True)
+ROUTES_ALL = "($__conditionalAll(0, $route))"
+"""True when every route is chosen. ``gap_histograms`` carry no route (the server span's, known once that span
+arrives), so a panel over them answers from raw chunks while routes are chosen: each such panel is a UNION ALL
+of the two, and the branch whose condition is false reads nothing."""
+HISTOGRAMS_SELECTED = (
+    f"{HISTOGRAM_STEP} AND {HISTOGRAM_RANGE} AND {ON_SIDE} "
+    f"AND {filters('tenant', 'service', 'provider', 'model')} AND {ROUTES_ALL}"
+)
+"""Rows of ``gap_histograms`` for the panel's interval, range, side and variables."""
 STALL_FILTERS = f"{ON_SIDE} AND {filters('tenant', 'service', 'model', 'route')}"
 """Stalls and quality rows carry no provider (stalls are found on the client and browser sides)."""
 ATTRIBUTED_STALL = (
@@ -171,12 +216,19 @@ ITL_HEATMAP = Panel(
     "Inter-token latency over time",
     "Client-side gaps between content chunks, counted per latency bucket (upper bound in ms) per interval.",
     "heatmap",
-    f"""SELECT
-    $__timeInterval(start_time) AS time,
-    {_itl_bucket_columns()}
-FROM chunks
-WHERE {SELECTED_CHUNKS} AND kind = 'content'
-GROUP BY time
+    f"""SELECT * FROM (
+    SELECT {HISTOGRAM_INTERVAL} AS time,
+        {_itl_bucket_sums()}
+    FROM gap_histograms
+    WHERE {HISTOGRAMS_SELECTED}
+    GROUP BY time
+    UNION ALL
+    SELECT $__timeInterval(start_time) AS time,
+        {_itl_bucket_columns()}
+    FROM chunks
+    WHERE {SELECTED_CHUNKS} AND kind = 'content' AND NOT {ROUTES_ALL}
+    GROUP BY time
+)
 ORDER BY time""",
     unit="ms",
 )
@@ -340,11 +392,26 @@ MODEL_TEXTURE = Panel(
     g.gap_p99_ms AS gap_p99_ms, g.gap_max_ms AS gap_max_ms, s.tokens_per_s_p50 AS tokens_per_s_p50,
     s.stall_rate AS stall_rate, t.tool_calls AS tool_calls, t.tool_call_pause_ms_p50 AS tool_call_pause_ms_p50
 FROM (
-    SELECT model, count() AS gaps, quantilesExact(0.5, 0.95, 0.99)(gap_us) AS q,
-        q[1] / 1000 AS gap_p50_ms, q[2] / 1000 AS gap_p95_ms, q[3] / 1000 AS gap_p99_ms,
-        max(gap_us) / 1000 AS gap_max_ms
+    SELECT model, gaps, {gap_quantile_ms(0.5, "histogram", "gaps", "p50")} AS gap_p50_ms,
+        {gap_quantile_ms(0.95, "histogram", "gaps", "p95")} AS gap_p95_ms,
+        {gap_quantile_ms(0.99, "histogram", "gaps", "p99")} AS gap_p99_ms, gap_max_ms
+    FROM (
+        SELECT model, sum(counted) AS gaps, arraySort(groupArray((gap_bucket, counted))) AS histogram,
+            max(longest) / 1000 AS gap_max_ms
+        FROM (
+            SELECT model, gap_bucket, sum(gaps) AS counted, max(gap_max_us) AS longest
+            FROM gap_histograms
+            WHERE {HISTOGRAMS_SELECTED}
+            GROUP BY model, gap_bucket
+        )
+        GROUP BY model
+    )
+    UNION ALL
+    SELECT model, count() AS gaps, quantilesExact(0.5, 0.95, 0.99)(gap_us)[1] / 1000 AS gap_p50_ms,
+        quantilesExact(0.5, 0.95, 0.99)(gap_us)[2] / 1000 AS gap_p95_ms,
+        quantilesExact(0.5, 0.95, 0.99)(gap_us)[3] / 1000 AS gap_p99_ms, max(gap_us) / 1000 AS gap_max_ms
     FROM chunks
-    WHERE {SELECTED_CHUNKS} AND kind = 'content'
+    WHERE {SELECTED_CHUNKS} AND kind = 'content' AND NOT {ROUTES_ALL}
     GROUP BY model
 ) AS g
 LEFT JOIN (

@@ -1,0 +1,82 @@
+"""``gap_histograms`` (migration 0030): every content gap stored in ``chunk_arrays`` is counted, at each step, in
+the heatmap row and the log bucket the migration documents, checked against a Python reading of the raw chunks;
+the migration's copy of rows stored before it counts what its view counts."""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from collections import Counter
+
+from streamscope import semconv as sc
+from streamscope_ingest.store import migrations
+from tests.support import T0, store_spans, stream_span
+
+S = 1_000_000_000  # ns
+STEPS_S = (5, 60, 300, 3600)
+ITL_BOUNDS_MS = (10, 25, 50, 100, 200, 400, 800, 1600, 3200)
+ROWS_MS = (*ITL_BOUNDS_MS, 65535)
+RATIO = 1.01
+KEY = "step, side, toUnixTimestamp(interval_start), model, itl_upper_ms, gap_bucket"
+
+
+def spans():
+    """Gaps on and around the heatmap's bounds, two chunks at once (a gap of 0), one over every bound, on two
+    sides and two models, streams starting in different 5 s, minute and hour intervals."""
+    offsets = [0, 10, 20, 20, 45, 95, 95.001, 295, 4295, 4305.5, 4306]  # gaps 10, 10, 0, 25, 50, 0.001, 200, 4000 ms
+    made = []
+    for n, start_s in enumerate((0, 3, 7, 61, 3599, 3601)):
+        for side, model in (("client", "m-1"), ("server", "m-2")):
+            made.append(
+                stream_span(
+                    n + 1,
+                    1 if side == "client" else 2,
+                    side=side,
+                    offsets_ms=[o * (1 + n / 7) for o in offsets],
+                    tokens=[1] * len(offsets),
+                    start_ns=T0 + start_s * S,
+                    attributes={sc.GEN_AI_REQUEST_MODEL: model},
+                )
+            )
+    return made
+
+
+def expected(client) -> Counter:
+    """The rows the migration documents, computed here from the raw chunks."""
+    rows = client.query(
+        "SELECT toUnixTimestamp(start_time), side, model, gap_us FROM chunks WHERE kind = 'content'"
+    ).result_rows
+    counted: Counter = Counter()
+    for start_s, side, model, gap in rows:
+        upper = 0 if gap == 0 else ROWS_MS[bisect_left(ITL_BOUNDS_MS, gap / 1000)]
+        bucket = 0 if gap == 0 else math.floor(math.log(gap) / math.log(RATIO)) + 1
+        for step in STEPS_S:
+            counted[(step, side, start_s // step * step, model, upper, bucket)] += 1
+    return counted
+
+
+def stored(client) -> tuple[Counter, dict]:
+    rows = client.query(f"SELECT {KEY}, sum(gaps), max(gap_max_us) FROM gap_histograms GROUP BY {KEY}").result_rows
+    return Counter({tuple(row[:6]): row[6] for row in rows}), {tuple(row[:6]): row[7] for row in rows}
+
+
+def test_every_content_gap_is_counted_at_every_step_in_its_row_and_bucket(store_client):
+    store_spans(store_client, spans())
+    counts, longest = stored(store_client)
+    assert counts == expected(store_client)
+    exact_bounds = store_client.query("SELECT countIf(gap_us IN (10000, 25000)) FROM chunks").result_rows[0][0]
+    assert exact_bounds > 0 and {0, 10, 25, 65535} <= {key[4] for key in counts}  # a gap on a bound: that row
+    raw_longest = store_client.query("SELECT max(gap_us) FROM chunks WHERE kind = 'content'").result_rows[0][0]
+    assert max(longest.values()) == raw_longest
+
+
+def test_the_migrations_copy_counts_what_its_view_counts(store_client):
+    store_spans(store_client, spans())
+    by_view = stored(store_client)
+    [migration] = [m for m in migrations.available() if m.name == "gap_histograms"]
+    *_, view, truncate, copy = migration.statements()
+    assert view.split(" AS\n", 1)[1] == copy.split("\n", 1)[1]  # one SELECT, written twice
+    store_client.command(truncate)
+    assert stored(store_client)[0] == Counter()
+    store_client.command(copy)
+    assert stored(store_client) == by_view
