@@ -181,6 +181,10 @@ def timed_goodput(slo_us: str) -> str:
     return f"countIf(ifNull(gap_max_us, 0) <= {slo_us} AND {TIMED}) / nullIf(countIf({TIMED}), 0)"
 
 
+UNTIMED_CHUNKS = "coverage IN ('partial', 'unreadable')"
+"""Streams whose chunks may be stored without every arrival known: of the streams the attribution job rates (those
+with chunks), the ones not ``TIMED``. Their set is small where the timed streams' is the fleet, so figures over
+timed streams' verdicts leave these out rather than look the timed ones up."""
 SIZED = "coverage IN ('full', 'partial')"
 """Streams whose chunks' sizes are known: figures of tokens and bytes per chunk read only these (a source that
 stamped arrivals alone says nothing of what a chunk carried)."""
@@ -478,7 +482,9 @@ SMOOTHING_TRADE = Panel(
     {_before_and_after("round(quantileExact(0.5)(andes_{when}), 3) AS andes_qoe_p50_{when}")}
 FROM stream_smoothing
 WHERE $__timeFilter(start_time) AND {STALL_FILTERS}
-    AND (trace_id, span_id) IN (SELECT trace_id, span_id FROM streams WHERE $__timeFilter(start_time) AND {TIMED})
+    AND (trace_id, span_id) NOT IN (
+        SELECT trace_id, span_id FROM streams WHERE $__timeFilter(start_time) AND {UNTIMED_CHUNKS}
+    )
 GROUP BY depth_ms
 ORDER BY depth_ms""",
 )

@@ -187,6 +187,18 @@ def test_the_smoothing_trade_by_hand(frozen_store):
     assert frozen_trade == [(0, 200_000), (0, 50_000), (220_000, 20_000)]  # 500 ms of lead outlasts the freeze
 
 
+def test_the_smoothing_trade_leaves_out_streams_whose_timeline_has_holes(frozen_store):
+    """A stream whose sender dropped chunks is rated by the job (it has chunks) but its gaps are not all known."""
+    holed = stream_span(3, 1, side="client", offsets_ms=steady(40), tokens=[1] * 40, start_ns=T0,
+                        attributes={sc.STREAMSCOPE_CHUNKS_DROPPED: 5})  # fmt: skip
+    store_spans(frozen_store, [holed])
+    AttributionJob(frozen_store, settle_s=0).run_once(until=datetime.now(UTC))
+    rated = "SELECT count() FROM stream_smoothing WHERE trace_id = {t:String}"
+    assert frozen_store.query(rated, parameters={"t": f"{3:032x}"}).result_rows[0][0] > 0
+    trade = build_report(run_on(frozen_store), START, END, slo_us=400_000).result("smoothing_trade")
+    assert {row[trade.names.index("streams")] for row in trade.rows} == {2}
+
+
 @pytest.mark.parametrize(
     ("buffer", "expected"),
     [
