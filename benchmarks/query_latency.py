@@ -7,6 +7,9 @@ expands it, for a time range covering all the data (the worst case: nothing is p
 ``--runs`` times through ``streamscope_ingest.store.sql.query_json``, the read path of ``streamscope sql`` and the alert
 evaluation. The table gives each panel's median and worst time and the rows it returned.
 
+The gap quantiles of ``model_texture`` come from ``gap_histograms`` (migration 0030): the last line gives their
+largest relative error against ``quantileExact`` over the same raw chunks, per quantile.
+
 ``--copies N`` then writes the stored streams N-1 more times straight into the store, each copy with its own
 trace ids and an hour earlier than the one before (``INSERT ... SELECT``, not the decode path): the same
 panels over N times the chunks, for sizes the decode path and the attribution job would take too long to load.
@@ -25,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from benchmarks.storage import requests
 from streamscope_dashboards.boards import BOARDS
 from streamscope_dashboards.macros import QueryContext, resolve
-from streamscope_dashboards.panels import DEFAULTS
+from streamscope_dashboards.panels import DEFAULTS, MODEL_TEXTURE
 from streamscope_ingest import store
 from streamscope_ingest.analysis.attribution_job import AttributionJob
 from streamscope_ingest.decode.traces import decode_traces
@@ -96,6 +99,24 @@ def panel_queries(client, ctx: QueryContext) -> dict[str, str]:
     return queries
 
 
+QUANTILES = ("gap_p50_ms", "gap_p95_ms", "gap_p99_ms")
+EXACT_GAPS_SQL = """
+SELECT model, quantilesExact(0.5, 0.95, 0.99)(gap_us) FROM chunks
+WHERE $__timeFilter(start_time) AND side = 'client' AND kind = 'content' GROUP BY model
+"""
+
+
+def quantile_errors(client, ctx: QueryContext) -> dict[str, float]:
+    """The largest relative error, over the models, of each gap quantile ``model_texture`` shows."""
+    shown = client.query(resolve(MODEL_TEXTURE.sql, ctx, DEFAULTS))
+    rows = [dict(zip(shown.column_names, row)) for row in shown.result_rows]
+    exact = dict(client.query(resolve(EXACT_GAPS_SQL, ctx, DEFAULTS)).result_rows)
+    return {
+        name: max(abs(row[name] / (exact[row["model"]][i] / 1000) - 1) for row in rows)
+        for i, name in enumerate(QUANTILES)
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="5,000 streams: the same table, sooner")
@@ -125,6 +146,7 @@ def main() -> None:
                 document = sql.query_json(client, query)
                 times.append((time.perf_counter() - t0) * 1000)
             results.append((key, statistics.median(times), max(times), len(sql.parse_result(document).rows)))
+        errors = quantile_errors(client, ctx)
     how = f"loaded and attributed in {loaded_s:.0f} s"
     how += f", then stored {args.copies} times" if args.copies > 1 else ""
     print(f"{streams:,} streams, {chunks:,} chunks ({how}); {args.runs} runs each")
@@ -134,6 +156,8 @@ def main() -> None:
     over = [key for key, median, _, _ in results if median > TARGET_MS]
     slowest = max(median for _, median, _, _ in results)
     print(f"{len(results)} panels; slowest median {slowest:.0f} ms; over {TARGET_MS} ms: {len(over)} {over or ''}")
+    listed = ", ".join(f"{name.split('_')[1]} {error:.3%}" for name, error in errors.items())
+    print(f"model_texture's gap quantiles against quantileExact, largest relative error: {listed}")
 
 
 if __name__ == "__main__":
