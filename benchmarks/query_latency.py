@@ -1,9 +1,10 @@
 """Query latency of every dashboard panel on the embedded engine, over 50,000 streams / about 10 million chunks.
 
 The streams (the synthetic generator of chunk_codecs.py: lognormal gaps with rare stalls, spread over one
-hour) go through the real decode and write path; the attribution job then rates them, so the stall and
-quality panels have rows to read. Every distinct panel of every dashboard is expanded as the Grafana plugin
-expands it, for a time range covering all the data (the worst case: nothing is pruned by time), and run
+hour; every third calls a tool half way) go through the real decode and write path; the attribution job then
+rates them, so the stall and quality panels have rows to read. Every distinct panel of every dashboard is
+expanded as the Grafana plugin expands it, for a time range covering all the data (the worst case: nothing is
+pruned by time), and run
 ``--runs`` times through ``streamscope_ingest.store.sql.query_json``, the read path of ``streamscope sql`` and the alert
 evaluation. The table gives each panel's median and worst time and the rows it returned.
 
@@ -41,7 +42,7 @@ TARGET_MS = 300
 def load(client, streams: int, chunks: int) -> tuple[int, QueryContext]:
     """Write the streams and attribute them; returns the chunk count and a context spanning all of them."""
     writer = ClickHouseWriter(client)
-    for request in requests(streams, chunks, per_request=500):
+    for request in requests(streams, chunks, per_request=500, tool_call_every=3):
         writer.insert(decode_traces(request, tenant="default", stall_threshold_us=400_000))
     AttributionJob(client, settle_s=0).run_once(until=datetime.now(UTC) + timedelta(minutes=1))
     (total, first, last) = client.query("SELECT count(), min(start_time), max(start_time) FROM chunks").result_rows[0]

@@ -42,7 +42,17 @@ def _text(value: str) -> AnyValue:
     return AnyValue(string_value=value)
 
 
-def requests(streams: int, chunks: int, per_request: int = 200) -> list[ExportTraceServiceRequest]:
+def _tool_call(index: int, chunks: int, every: int) -> list[KeyValue]:
+    if not every or index % every:
+        return []
+    return [KeyValue(key=sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK, value=AnyValue(int_value=chunks // 2))]
+
+
+def requests(
+    streams: int, chunks: int, per_request: int = 200, tool_call_every: int = 0
+) -> list[ExportTraceServiceRequest]:
+    """The synthetic streams as OTLP requests; with ``tool_call_every`` n, every n-th stream calls a tool at its
+    middle chunk (``streamscope.first_tool_call_chunk``)."""
     data = synthetic_chunks(streams, chunks)
     bounds = np.flatnonzero(np.diff(data["stream"])) + 1
     pieces = np.split(np.arange(data["stream"].size), bounds)
@@ -66,6 +76,7 @@ def requests(streams: int, chunks: int, per_request: int = 200) -> list[ExportTr
                     KeyValue(key=sc.STREAMSCOPE_CHUNKS_TOKENS, value=_ints(data["tokens"][rows])),
                     KeyValue(key=sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES, value=_ints(data["content_bytes"][rows])),
                     KeyValue(key=sc.STREAMSCOPE_CHUNKS_WIRE_BYTES, value=_ints(data["wire_bytes"][rows])),
+                    *_tool_call(index, rows.size, tool_call_every),
                 ],
             )
         )

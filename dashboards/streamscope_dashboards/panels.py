@@ -386,6 +386,13 @@ GROUP BY model
 ORDER BY streams DESC, model""",
 )
 
+
+def streams_with(*columns: str) -> str:
+    """``streams`` as a subquery with the ``model`` column the variables filter on, and ``columns`` more."""
+    extra = "".join(f", {column}" for column in columns)
+    return f"(SELECT *, if(response_model != '', response_model, request_model) AS model{extra} FROM streams)"
+
+
 MODEL_TEXTURE = Panel(
     "model_texture",
     "Stream texture by model version",
@@ -426,16 +433,10 @@ LEFT JOIN (
     GROUP BY model
 ) AS s ON s.model = g.model
 LEFT JOIN (
-    SELECT c.model AS model, count() AS tool_calls, quantileExact(0.5)(c.gap_us) / 1000 AS tool_call_pause_ms_p50
-    FROM chunks AS c
-    INNER JOIN (
-        SELECT toFixedString(unhex(trace_id), 16) AS trace_id_bytes, toFixedString(unhex(span_id), 8) AS span_id_bytes,
-            first_tool_call_seq
-        FROM streams
-        WHERE $__timeFilter(start_time) AND first_tool_call_seq IS NOT NULL
-    ) AS f ON f.trace_id_bytes = c.trace_id_bytes AND f.span_id_bytes = c.span_id_bytes
-        AND f.first_tool_call_seq = c.seq
-    WHERE $__timeFilter(c.start_time) AND c.{ON_SIDE} AND {filters(*VARIABLES, alias="c.", over_chunks=True)}
+    SELECT model, countIf(first_tool_call_seq IS NOT NULL) AS tool_calls,
+        quantileExact(0.5)(tool_call_pause_us) / 1000 AS tool_call_pause_ms_p50
+    FROM {streams_with()}
+    WHERE {SELECTED}
     GROUP BY model
 ) AS t ON t.model = g.model
 ORDER BY model""",
@@ -488,12 +489,6 @@ WHERE $__timeFilter(start_time) AND {STALL_FILTERS}
 GROUP BY depth_ms
 ORDER BY depth_ms""",
 )
-
-
-def streams_with(*columns: str) -> str:
-    """``streams`` as a subquery with the ``model`` column the variables filter on, and ``columns`` more."""
-    extra = "".join(f", {column}" for column in columns)
-    return f"(SELECT *, if(response_model != '', response_model, request_model) AS model{extra} FROM streams)"
 
 
 STRUCTURED_OUTPUT = Panel(

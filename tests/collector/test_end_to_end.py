@@ -348,13 +348,15 @@ def test_the_pause_before_a_tool_call_is_the_gap_at_first_tool_call_seq(collecto
     client = collector.query_client
     rows = client.query(
         """
-        SELECT s.response_model, s.first_tool_call_seq, c.gap_us
+        SELECT s.response_model, s.first_tool_call_seq, c.gap_us, s.tool_call_pause_us
         FROM streams AS s
         INNER JOIN chunks AS c ON c.tenant = s.tenant AND c.span_id = s.span_id AND c.seq = s.first_tool_call_seq
         """
     ).result_rows
-    assert {model: (seq, gap) for model, seq, gap in rows} == expected
-    assert client.query("SELECT countIf(first_tool_call_seq IS NULL), count() FROM streams").result_rows == [(1, 4)]
+    assert {model: (seq, gap) for model, seq, gap, _ in rows} == expected
+    assert all(pause == gap for _, _, gap, pause in rows)  # kept with the stream when it is decoded
+    without = "SELECT countIf(first_tool_call_seq IS NULL), countIf(tool_call_pause_us IS NULL), count() FROM streams"
+    assert client.query(without).result_rows == [(1, 1, 4)]
 
 
 @pytest.mark.parametrize("encoding", ["packed", "events"])

@@ -1,6 +1,7 @@
 """The panels over ``gap_histograms`` on the embedded store: the ITL heatmap counts what the raw chunks hold, the
 texture's gap quantiles are within 0.5 % of ClickHouse's quantileExact (counts and the longest gap exact), and
-with routes chosen both answer from the raw chunks (the histograms carry no route)."""
+with routes chosen both answer from the raw chunks (the histograms carry no route). The texture's tool call
+pauses are read from ``streams`` (migration 0031)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import pytest
 from streamscope import semconv as sc
 from streamscope_dashboards.macros import QueryContext, resolve
 from streamscope_dashboards.panels import DEFAULTS, ITL_BUCKETS_MS, ITL_HEATMAP, MODEL_TEXTURE, OVERFLOW_BUCKET
-from tests.support import T0, store_spans, stream_span
+from streamscope_ingest.decode.traces import decode_traces
+from streamscope_ingest.store.writer import ClickHouseWriter
+from tests.support import T0, store_spans, stream_span, trace_request
 
 S = 1_000_000_000  # ns
 START = datetime.fromtimestamp(T0 / 1e9, UTC) - timedelta(seconds=5)
@@ -105,3 +108,17 @@ def test_the_gap_quantiles_are_within_half_a_percent_of_quantile_exact(store, in
 
 def test_with_a_route_chosen_the_gap_quantiles_are_exact(store):
     assert texture(run(store, MODEL_TEXTURE, 60, route=(ROUTED,))) == exact_texture(store, routed_only=True)
+
+
+def test_tool_calls_of_streams_decoded_before_their_pause_was_kept_count_but_stay_out_of_the_median(store_client):
+    def decoded(trace: int, pause_ms: float):
+        offsets = [10, 20, 30, 30 + pause_ms, 40 + pause_ms]
+        span = stream_span(trace, 1, side="client", offsets_ms=offsets, tokens=[1] * 5, start_ns=T0,
+                           attributes={sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK: 3})  # fmt: skip
+        return decode_traces(trace_request([span]), tenant="", stall_threshold_us=400_000)
+
+    earlier = decoded(1, 900)
+    earlier.blocks["streams"] = earlier.blocks["streams"].drop_columns(["tool_call_pause_us"])
+    ClickHouseWriter(store_client).write([earlier, decoded(2, 250)])
+    [row] = run(store_client, MODEL_TEXTURE, 60)
+    assert (row["tool_calls"], row["tool_call_pause_ms_p50"]) == (2, 250)

@@ -165,3 +165,20 @@ def test_chunks_written_without_host_delays_read_zeros_one_a_chunk(store_client)
     assert rows == [(f"{4:032x}", [0, 0, 0]), (f"{5:032x}", [0, 0]), (f"{6:032x}", [7])]
     watches = store_client.query("SELECT host_watch FROM streams ORDER BY trace_id").result_rows
     assert watches == [("",), ("",), ("thread",)]
+
+
+def test_a_tool_calls_pause_is_kept_with_its_stream_and_unknown_for_streams_decoded_before(store_client):
+    """The gap before the chunk at first_tool_call_seq; a batch an earlier version left in the spool has no such
+    column, and its stream reads NULL (its tool call is still there)."""
+    tool_call = {sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK: 3}
+    offsets = [10, 20, 30, 450, 460]
+
+    def decoded(trace: int) -> DecodedBatch:
+        span = stream_span(trace, 1, side="client", offsets_ms=offsets, tokens=[1] * 5, attributes=tool_call)
+        return decode_traces(trace_request([span]), tenant="t", stall_threshold_us=400_000)
+
+    earlier = decoded(1)
+    earlier.blocks["streams"] = earlier.blocks["streams"].drop_columns(["tool_call_pause_us"])
+    ClickHouseWriter(store_client).write([earlier, decoded(2)])
+    rows = store_client.query("SELECT first_tool_call_seq, tool_call_pause_us FROM streams ORDER BY trace_id")
+    assert rows.result_rows == [(3, None), (3, 420_000)]

@@ -90,10 +90,11 @@ STREAMS_DEFAULTED = pa.schema(
         ("retracted_bytes", pa.uint64()),
         ("retracted_tokens", pa.uint64()),
         ("retraction_shown_us", pa.list_(pa.uint64())),
+        ("tool_call_pause_us", pa.uint32()),
     ]
 )
-"""Columns of streams that decode writes although their DDL has a DEFAULT (migrations 0023, 0026 and 0027), for
-rows written without them (by an earlier version)."""
+"""Columns of streams that decode writes although their DDL has a DEFAULT (migrations 0023, 0026, 0027 and
+0031), for rows written without them (by an earlier version)."""
 JSON_PROGRESS_UNKNOWN: dict[str, object] = {
     "json_document": "",
     "json_outcome": "",
@@ -110,6 +111,8 @@ NOTHING_RETRACTED: dict[str, object] = {
     "retraction_shown_us": [],
 }
 """The retraction columns of a stream that took nothing back (what the DDL defaults to)."""
+PAUSE_UNKNOWN: dict[str, object] = {"tool_call_pause_us": None}
+"""The tool call pause of a stream decoded before it was kept (what the DDL defaults to)."""
 STREAMS_DECODED = pa.unify_schemas([STREAMS, STREAMS_DEFAULTED])
 """What decode writes to streams: ``STREAMS`` then ``STREAMS_DEFAULTED``."""
 SOURCE_STREAMSCOPE = "streamscope"
@@ -173,7 +176,7 @@ def completed(table: str, block: pa.Table) -> pa.Table:
             truncated = block["timeline_truncated"].to_numpy(zero_copy_only=False)
             coverage = np.where(truncated, COVERAGE_PARTIAL, COVERAGE_FULL).tolist()
             block = _with_column(block, "coverage", pa.array(coverage, _LC))
-        for name, value in (JSON_PROGRESS_UNKNOWN | NOTHING_RETRACTED).items():
+        for name, value in (JSON_PROGRESS_UNKNOWN | NOTHING_RETRACTED | PAUSE_UNKNOWN).items():
             if name not in block.column_names:
                 field = STREAMS_DECODED.field(name)
                 block = _with_column(block, name, pa.array([value] * block.num_rows, field.type))

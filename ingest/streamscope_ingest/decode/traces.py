@@ -558,6 +558,16 @@ def _all_valid(timelines: _Timelines) -> bool:
     )
 
 
+def _tool_call_pauses(rows: list[dict[str, Any]], lengths: np.ndarray, gap_us: np.ndarray) -> list[int | None]:
+    """Each stream's gap before the chunk at its ``first_tool_call_seq``; None without one (or without the chunks
+    it counts, a stream stored without its timeline)."""
+    starts = np.cumsum(lengths) - lengths
+    return [
+        int(gap_us[starts[i] + seq]) if (seq := row["first_tool_call_seq"]) is not None and seq < lengths[i] else None
+        for i, row in enumerate(rows)
+    ]
+
+
 def _timeline_error(offsets: np.ndarray, values: np.ndarray | Sequence[np.ndarray | None]) -> str | None:
     if offsets.size == 0:
         return None
@@ -625,6 +635,7 @@ def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: i
         "retracted_bytes": pa.array(taken_back.bytes),
         "retracted_tokens": pa.array(taken_back.tokens),
         "retraction_shown_us": pa.array(taken_back.shown_us, pa.list_(pa.uint64())),
+        "tool_call_pause_us": pa.array(_tool_call_pauses(rows, lengths, timeline.gap_us), pa.uint32()),
     }
     decoded = columns.STREAMS_DECODED
     from_rows = pa.Table.from_pylist(rows, schema=pa.schema(f for f in decoded if f.name not in derived))

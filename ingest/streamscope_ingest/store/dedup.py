@@ -27,6 +27,9 @@ STREAMS = "streams"
 _HEX_KEY = ("trace_id", "span_id")
 _BYTES_KEY = ("trace_id_bytes", "span_id_bytes")
 """A table keys its rows by span with the ids in hex, or (chunk_arrays) with their bytes."""
+_LOOKED_UP = ["tenant", "start_time", *_HEX_KEY]
+"""What the lookup reads of each batch's streams: columns every version decodes, so batches an earlier version
+left in the spool go in one lookup with those decoded now."""
 
 _STORED_KEYS = """
 SELECT concat(trace_id, span_id) FROM streams
@@ -38,7 +41,7 @@ WHERE tenant IN {tenants:Array(String)}
 
 def drop_repeated_spans(client: Client, batches: Sequence[DecodedBatch]) -> tuple[list[DecodedBatch], int]:
     """``batches`` without spans stored before or repeated within them; returns them and how many spans went."""
-    streams = [b.blocks[STREAMS] for b in batches if b.rows(STREAMS)]
+    streams = [b.blocks[STREAMS].select(_LOOKED_UP) for b in batches if b.rows(STREAMS)]
     if not streams:
         return list(batches), 0
     seen = _stored_keys(client, pa.concat_tables(streams))
