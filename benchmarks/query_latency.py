@@ -12,8 +12,9 @@ The gap quantiles of ``model_texture`` come from ``gap_histograms`` (migration 0
 largest relative error against ``quantileExact`` over the same raw chunks, per quantile.
 
 ``--copies N`` then writes the stored streams N-1 more times straight into the store, each copy with its own
-trace ids and an hour earlier than the one before (``INSERT ... SELECT``, not the decode path): the same
-panels over N times the chunks, for sizes the decode path and the attribution job would take too long to load.
+trace ids and whole hours earlier than the one before (``INSERT ... SELECT``, not the decode path; the gap
+histograms copied with them): the same panels over N times the chunks, for sizes the decode path and the
+attribution job would take too long to load.
 
     python -m benchmarks.query_latency [--quick] [--streams 50000] [--chunks 200] [--runs 5] [--copies 1]
 """
@@ -50,16 +51,18 @@ def load(client, streams: int, chunks: int) -> tuple[int, QueryContext]:
     return total, QueryContext(first - timedelta(minutes=1), last + timedelta(minutes=10), timedelta(seconds=5))
 
 
-COPIED = ("streams", "chunk_arrays", "stalls", "stream_quality", "stream_smoothing")
+COPIED = ("streams", "chunk_arrays", "gap_histograms", "stalls", "stream_quality", "stream_smoothing")
 """The tables the panels read, copied with their streams."""
 _STORED_AT = ("ingested_at", "attributed_at")
+_HOUR_US = 3_600_000_000
 
 
 def copy_streams(client, copies: int, ctx: QueryContext) -> QueryContext:
-    """Write every stored stream ``copies - 1`` more times, each copy shifted back by the span of the originals
-    and with trace ids that start with its number; returns a context spanning them all."""
-    shift_us = int((ctx.end - ctx.start).total_seconds() * 1e6)
-    since = ctx.start.strftime("%Y-%m-%d %H:%M:%S")
+    """Write every stored row ``copies - 1`` more times, each copy shifted back by the span of the originals
+    (rounded up to whole hours, so the histograms' intervals stay whole) and with trace ids that start with its
+    number; returns a context spanning them all."""
+    span_us = int((ctx.end - ctx.start).total_seconds() * 1e6)
+    shift_us = -(-span_us // _HOUR_US) * _HOUR_US
     for table in COPIED:
         columns = client.query(
             "SELECT name, type FROM system.columns WHERE database = currentDatabase() AND table = {t:String} "
@@ -67,23 +70,22 @@ def copy_streams(client, copies: int, ctx: QueryContext) -> QueryContext:
             parameters={"t": table},
         ).result_rows
         names = [name for name, _ in columns if name not in _STORED_AT]
-        for copy in range(1, copies):
-            values = ", ".join(_copied(name, kind, copy, shift_us * copy) for name, kind in columns if name in names)
-            client.command(
-                f"INSERT INTO {table} ({', '.join(names)}) SELECT {values} FROM {table} "
-                f"WHERE start_time >= toDateTime64('{since}', 6, 'UTC')"
-            )
+        values = ", ".join(_copied(name, kind, shift_us) for name, kind in columns if name in names)
+        client.command(  # one read of the originals for every copy
+            f"INSERT INTO {table} ({', '.join(names)}) SELECT {values} "
+            f"FROM {table} ARRAY JOIN range(1, {copies}) AS copy"
+        )
     return QueryContext(ctx.start - timedelta(microseconds=shift_us * (copies - 1)), ctx.end, ctx.interval)
 
 
-def _copied(name: str, kind: str, copy: int, shift_us: int) -> str:
-    prefix = f"leftPad(lower(hex(toUInt32({copy}))), 8, '0')"
+def _copied(name: str, kind: str, shift_us: int) -> str:
+    prefix = "leftPad(lower(hex(toUInt32(copy))), 8, '0')"
     if name == "trace_id":
         return f"concat({prefix}, substring(trace_id, 9))"
     if name == "trace_id_bytes":
         return f"toFixedString(unhex(concat({prefix}, substring(lower(hex(trace_id_bytes)), 9))), 16)"
-    if "DateTime64" in kind:
-        return f"{name} - toIntervalMicrosecond({shift_us})"
+    if "DateTime" in kind:
+        return f"{name} - toIntervalMicrosecond({shift_us} * copy)"
     return name
 
 

@@ -61,17 +61,6 @@ QUERY = "sql: "
 """An action ``sql: <statement>`` runs the statement as ``streamscope sql`` does, and gives its rows."""
 INSERT_AS = "insert spans of "
 """An action ``insert spans of <tenant>`` stores a stream for that tenant."""
-DEFINER_AS = "views write as "
-"""An action ``views write as <user>``: every materialized view writes with that user's rights, as on a server
-where that user ran ``migrate`` (a view's definer is the account that made it; here every account is ``default``)."""
-
-
-def views_write_as(client: Client, user: str) -> None:
-    views = client.query(
-        "SELECT name FROM system.tables WHERE database = currentDatabase() AND engine = 'MaterializedView'"
-    ).result_rows
-    for (view,) in views:
-        client.command(f"ALTER TABLE {view} MODIFY DEFINER = {user} SQL SECURITY DEFINER")
 
 
 def outcome(action: Callable[[Client], object], client: Client) -> str:
@@ -89,8 +78,6 @@ def action_named(name: str) -> Callable[[Client], object]:
         return lambda client: Rows(json.dumps(sql.parse_result(sql.query_json(client, name.removeprefix(QUERY))).rows))
     if name.startswith(INSERT_AS):
         return lambda client: ClickHouseWriter(client).insert(spans(name.removeprefix(INSERT_AS)))
-    if name.startswith(DEFINER_AS):
-        return lambda client: views_write_as(client, name.removeprefix(DEFINER_AS))
     return ACTIONS[name]
 
 

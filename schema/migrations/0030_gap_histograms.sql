@@ -9,11 +9,11 @@
 --   gap_bucket      0 for a gap of 0, else k for a gap in [1.01^(k-1), 1.01^k) µs: a quantile read as the
 --                   bucket's geometric middle is within 0.5 % of the exact one, ranked as quantileExact ranks
 --   gaps            how many gaps; gap_max_us the longest
--- Gaps are grouped by a 64-bit hash of the stream's labels, fixed-size keys: the engine's work per chunk is
--- 71 ns against 174 grouping by the labels themselves (docs/benchmarks.md). Raw chunks stay the source of one
--- trace's drilldown and of exact re-computation. The view counts what is inserted into chunk_arrays from now on;
--- the INSERT counts what is stored already (run again whole after a crash: the copy starts from an empty table).
--- Rows that a collector of an older version writes meanwhile are not counted: upgrade them first.
+-- The collector's writer counts the chunks it inserts (streamscope_ingest.decode.gap_histograms), under the
+-- insert's deduplication token; the INSERT below counts, the same way in SQL, the chunks stored before (it runs
+-- again whole after a crash: the copy starts from an empty table). Chunks that collectors write while it runs may
+-- be counted twice: stop them first. Raw chunks stay the source of one trace's drilldown and of exact
+-- re-computation.
 CREATE TABLE IF NOT EXISTS gap_histograms
 (
     step           UInt16,
@@ -30,53 +30,22 @@ CREATE TABLE IF NOT EXISTS gap_histograms
 )
 ENGINE = AggregatingMergeTree
 PARTITION BY toDate(interval_start)
-ORDER BY (step, tenant, side, interval_start, service, provider, model, itl_upper_ms, gap_bucket);
-CREATE MATERIALIZED VIEW IF NOT EXISTS gap_histograms_from_chunks TO gap_histograms AS
-SELECT step, any(tenant) AS tenant, any(side) AS side,
-    toDateTime(intDiv(toUInt32(five_s), step) * step, 'UTC') AS interval_start, any(service) AS service,
-    any(provider) AS provider, any(model) AS model, itl_upper_ms, gap_bucket, sum(counted) AS gaps,
-    max(longest) AS gap_max_us
-FROM (
-    SELECT labels, any(tenant) AS tenant, any(side) AS side, five_s, any(service) AS service, any(provider) AS provider,
-        any(model) AS model,
-        multiIf(gap = 0, 0, gap > 3200000, 65535,
-            arrayFirst(bound -> gap <= bound * 1000, [10, 25, 50, 100, 200, 400, 800, 1600, 3200])) AS itl_upper_ms,
-        if(gap = 0, 0, toUInt16(floor(log(gap) / log(1.01)) + 1)) AS gap_bucket,
-        count() AS counted, max(gap) AS longest
-    FROM (
-        SELECT tenant, side, service, provider, model, gap_us, kind,
-            cityHash64(tenant, side, service, provider, model) AS labels,
-            toStartOfInterval(start_time, toIntervalSecond(5)) AS five_s
-        FROM chunk_arrays
-    )
-    ARRAY JOIN gap_us AS gap, kind AS chunk_kind
-    WHERE chunk_kind = 'content'
-    GROUP BY labels, five_s, itl_upper_ms, gap_bucket
-)
-ARRAY JOIN [5, 60, 300, 3600] AS step
-GROUP BY step, labels, interval_start, itl_upper_ms, gap_bucket;
+ORDER BY (step, tenant, side, interval_start, service, provider, model, itl_upper_ms, gap_bucket)
+SETTINGS non_replicated_deduplication_window = 10000;
 TRUNCATE TABLE gap_histograms;
 INSERT INTO gap_histograms
-SELECT step, any(tenant) AS tenant, any(side) AS side,
-    toDateTime(intDiv(toUInt32(five_s), step) * step, 'UTC') AS interval_start, any(service) AS service,
-    any(provider) AS provider, any(model) AS model, itl_upper_ms, gap_bucket, sum(counted) AS gaps,
-    max(longest) AS gap_max_us
+SELECT step, tenant, side, toDateTime(intDiv(toUInt32(five_s), step) * step, 'UTC') AS interval_start, service,
+    provider, model, itl_upper_ms, gap_bucket, sum(counted) AS gaps, max(longest) AS gap_max_us
 FROM (
-    SELECT labels, any(tenant) AS tenant, any(side) AS side, five_s, any(service) AS service, any(provider) AS provider,
-        any(model) AS model,
+    SELECT tenant, side, toStartOfInterval(start_time, toIntervalSecond(5)) AS five_s, service, provider, model,
         multiIf(gap = 0, 0, gap > 3200000, 65535,
             arrayFirst(bound -> gap <= bound * 1000, [10, 25, 50, 100, 200, 400, 800, 1600, 3200])) AS itl_upper_ms,
         if(gap = 0, 0, toUInt16(floor(log(gap) / log(1.01)) + 1)) AS gap_bucket,
         count() AS counted, max(gap) AS longest
-    FROM (
-        SELECT tenant, side, service, provider, model, gap_us, kind,
-            cityHash64(tenant, side, service, provider, model) AS labels,
-            toStartOfInterval(start_time, toIntervalSecond(5)) AS five_s
-        FROM chunk_arrays
-    )
+    FROM chunk_arrays
     ARRAY JOIN gap_us AS gap, kind AS chunk_kind
     WHERE chunk_kind = 'content'
-    GROUP BY labels, five_s, itl_upper_ms, gap_bucket
+    GROUP BY tenant, side, five_s, service, provider, model, itl_upper_ms, gap_bucket
 )
 ARRAY JOIN [5, 60, 300, 3600] AS step
-GROUP BY step, labels, interval_start, itl_upper_ms, gap_bucket;
+GROUP BY step, tenant, side, interval_start, service, provider, model, itl_upper_ms, gap_bucket;

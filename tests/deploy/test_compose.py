@@ -20,7 +20,7 @@ from streamscope_cli.main import cli
 from streamscope_dashboards import alerts, fleet, panels
 from streamscope_dashboards.macros import QueryContext, resolve
 from streamscope_ingest import store
-from tests.clickhouse_account import DEFINER_AS, run_as
+from tests.clickhouse_account import run_as
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_SCHEMA = ROOT / "tests" / "fixtures" / "schemas" / "compose-spec.json"  # the Compose Specification's schema
@@ -271,37 +271,25 @@ def test_grafana_user_only_reads_the_streamscope_database():
     assert reader.find("password").get("from_env") in services()["clickhouse"]["environment"]
 
 
-def engine_users_config(account: ET.Element, definer: ET.Element | None = None) -> str:
-    """A users config for the embedded engine whose ``default`` user has ``account``'s grants and profile; with
-    ``definer``, that account too, under its own name (the materialized views write as it)."""
+def engine_users_config(account: ET.Element) -> str:
+    """A users config for the embedded engine whose ``default`` user has ``account``'s grants and profile."""
     config = ET.Element("clickhouse")
     profiles = ET.SubElement(config, "profiles")
     profiles.extend(users_config().find("profiles"))
     ET.SubElement(profiles, "default")
     ET.SubElement(ET.SubElement(config, "quotas"), "default")
-    users = ET.SubElement(config, "users")
-    for name, holder in [("default", account), *([(definer.tag, definer)] if definer is not None else [])]:
-        made = ET.SubElement(users, name)
-        ET.SubElement(made, "password")
-        ET.SubElement(ET.SubElement(made, "networks"), "ip").text = "::/0"
-        ET.SubElement(made, "profile").text = holder.findtext("profile")
-        ET.SubElement(made, "quota").text = "default"
-        made.append(holder.find("grants"))
+    default = ET.SubElement(ET.SubElement(config, "users"), "default")
+    ET.SubElement(default, "password")
+    ET.SubElement(ET.SubElement(default, "networks"), "ip").text = "::/0"
+    ET.SubElement(default, "profile").text = account.findtext("profile")
+    ET.SubElement(default, "quota").text = "default"
+    default.append(account.find("grants"))
     return ET.tostring(config, encoding="unicode")
 
 
-def full_access() -> ET.Element:
-    """An account that may do anything: the test's own setup."""
-    account = ET.Element("setup")
-    ET.SubElement(account, "profile").text = "default"
-    ET.SubElement(ET.SubElement(account, "grants"), "query").text = "GRANT ALL ON *.*"
-    return account
-
-
 def as_account(name: str, data: Path, *actions: str) -> dict[str, str]:
-    """Try ``actions`` (tests.clickhouse_account) as the account ``name`` on the engine at ``data``, where the
-    materialized views write as the account that migrated (``service_target("migrate")``), as on the server."""
-    return run_as(data, engine_users_config(user(name), user(service_target("migrate").username)), name, *actions)
+    """Try ``actions`` (tests.clickhouse_account) as the account ``name`` on the engine at ``data``."""
+    return run_as(data, engine_users_config(user(name)), name, *actions)
 
 
 def test_each_account_may_do_its_job_and_nothing_more_on_the_clickhouse_engine(tmp_path):
@@ -314,10 +302,6 @@ def test_each_account_may_do_its_job_and_nothing_more_on_the_clickhouse_engine(t
     )
     grafana = datasource()["jsonData"]["username"]
     assert as_account(admin.username, data, "create database", "migrate") == {"create database": "ok", "migrate": "ok"}
-    # what a server records when the admin makes the views (CREATE ... DEFINER = CURRENT_USER, the default)
-    views = f"{DEFINER_AS}{admin.username}"
-    setup = engine_users_config(full_access(), user(admin.username))
-    assert run_as(data, setup, "setup", views) == {views: "ok"}
 
     trespass = ("create database", "migrate", "alter delete", "truncate", "drop table")
     assert as_account(

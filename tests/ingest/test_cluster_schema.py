@@ -14,7 +14,6 @@ from streamscope_ingest import store
 from streamscope_ingest.store import migrations
 from streamscope_ingest.store.cluster import LOCAL_SUFFIX, TRACE_KEYS, ClusterFormMissing, ClusterSchema, Statement
 from streamscope_ingest.store.lease import claims_table_ddl
-from tests.support import store_spans, stream_span
 
 CLUSTER = "streamscope"
 
@@ -128,22 +127,3 @@ def test_the_attribution_leases_keeper_table_parses_on_the_cluster(store_client)
     sql = claims_table_ddl("streamscope", CLUSTER)
     formatted = store_client.query("SELECT formatQuery({q:String})", parameters={"q": sql}).result_rows[0][0]
     assert f"ON CLUSTER {CLUSTER}" in formatted and "KeeperMap('/streamscope/streamscope/" in formatted
-
-
-def test_a_materialized_view_reads_and_writes_each_nodes_local_tables():
-    _, statements = rewritten()
-    [view] = [s.sql for s in statements if s.sql.startswith("CREATE MATERIALIZED VIEW")]
-    assert f" gap_histograms_from_chunks ON CLUSTER {CLUSTER} TO gap_histograms{LOCAL_SUFFIX} AS" in view
-    assert re.findall(r"\bFROM (\w+)", view) == [f"chunk_arrays{LOCAL_SUFFIX}"]
-
-
-def test_on_the_cluster_the_gap_histograms_count_the_chunks_a_node_stores(store_client, chdb_dir):
-    store_spans(store_client, [stream_span(n, 1, side="client", offsets_ms=[0, 5, 30, 31, 90 * n], tokens=[1] * 5)
-                               for n in range(1, 4)])  # fmt: skip
-    _, statements = rewritten()
-    cluster_like = store.connect(store.parse_dsn(f"chdb://{chdb_dir}?database=c_{uuid.uuid4().hex[:12]}"))
-    for statement in statements:
-        cluster_like.command(declustered(statement, cluster_like), settings=statement.settings)
-    cluster_like.command(f"INSERT INTO chunk_arrays{LOCAL_SUFFIX} SELECT * FROM {store_client.database}.chunk_arrays")
-    counted = "SELECT step, interval_start, gap_bucket, sum(gaps) FROM gap_histograms GROUP BY ALL ORDER BY ALL"
-    assert cluster_like.query(counted).result_rows == store_client.query(counted).result_rows != []

@@ -377,8 +377,25 @@ ALERTS = pa.schema(
     ]
 )
 
+GAP_HISTOGRAMS = pa.schema(  # content gaps counted (migration 0030, streamscope_ingest.decode.gap_histograms)
+    [
+        ("step", pa.uint16()),
+        ("tenant", _LC),
+        ("side", _LC),
+        ("interval_start", pa.timestamp("s", tz="UTC")),
+        ("service", _LC),
+        ("provider", _LC),
+        ("model", _LC),
+        ("itl_upper_ms", pa.uint16()),
+        ("gap_bucket", pa.uint16()),
+        ("gaps", pa.uint64()),
+        ("gap_max_us", pa.uint32()),
+    ]
+)
+
 TABLES: dict[str, pa.Schema] = {  # in write order (ingest/streamscope_ingest/store/writer.py)
     "chunk_arrays": CHUNKS,
+    "gap_histograms": GAP_HISTOGRAMS,  # counted by the writer from chunk_arrays
     "streams": STREAMS,
     "ground_truth": GROUND_TRUTH,
     "engine_samples": ENGINE_SAMPLES,

@@ -13,9 +13,7 @@ becomes, on every node:
   ``distributed_product_mode = 'local'``), else by its sorting key, so a block sent again goes to the shard it went
   to before, where its insert deduplication token is known.
 
-Views are created on every node and read the distributed tables. A materialized view is made on every node over
-the local tables, writing to its target's local table: each node aggregates the rows inserted into its shard, and
-queries through the distributed target add the nodes' rows up. Settings the single node needs for
+Views are created on every node and read the distributed tables. Settings the single node needs for
 deduplication of unreplicated tables become the replicated ones. A statement with no known cluster form is an
 error (``ClusterFormMissing``), not a guess: a new kind of migration statement gets its rule here, with a test.
 """
@@ -45,10 +43,6 @@ _CREATE_TABLE = re.compile(
 )
 _CREATE_TABLE_AS = re.compile(rf"^CREATE TABLE (IF NOT EXISTS )?{_NAME}\s+AS\s+{_NAME}\s*$", re.S)
 _CREATE_VIEW = re.compile(rf"^CREATE (OR REPLACE )?VIEW (IF NOT EXISTS )?{_NAME}\s+(AS\s.*)$", re.S)
-_CREATE_MATERIALIZED_VIEW = re.compile(
-    rf"^CREATE MATERIALIZED VIEW (IF NOT EXISTS )?{_NAME}\s+TO {_NAME}\s+(AS\s.*)$", re.S
-)
-_FROM = re.compile(rf"\bFROM\s+{_NAME}")
 _ALTER = re.compile(rf"^ALTER TABLE {_NAME}\s+(.*)$", re.S)
 _DEDUPLICATION = re.compile(r"\bnon_replicated_deduplication_window\b")
 _TRUNCATE = re.compile(rf"^TRUNCATE TABLE (IF EXISTS )?{_NAME}\s*$")
@@ -98,8 +92,6 @@ class ClusterSchema:
             return self._create_table(sql)
         if head.startswith(("CREATE VIEW", "CREATE OR REPLACE")):
             return self._create_view(sql)
-        if head.startswith("CREATE MATERIALIZED VIEW"):
-            return self._create_materialized_view(sql)
         if head.startswith("ALTER TABLE"):
             return self._alter(sql)
         if head.startswith("INSERT INTO"):
@@ -146,20 +138,6 @@ class ClusterSchema:
             raise ClusterFormMissing(f"no cluster form for: {sql[:80]}")
         or_replace, if_not_exists, name, body = match.groups()
         return [Statement(f"CREATE {or_replace or ''}VIEW {if_not_exists or ''}{name} {self._on()} {body}")]
-
-    def _create_materialized_view(self, sql: str) -> list[Statement]:
-        match = _CREATE_MATERIALIZED_VIEW.match(sql)
-        if match is None:
-            raise ClusterFormMissing(f"no cluster form for: {sql[:80]}")
-        if_not_exists, name, target, body = match.groups()
-        self._known(target)
-        local_body = _FROM.sub(lambda m: f"FROM {self._local(m.group(1))}", body)
-        made = f"CREATE MATERIALIZED VIEW {if_not_exists or ''}{name} {self._on()} TO {target}{LOCAL_SUFFIX}"
-        return [Statement(f"{made} {local_body}")]
-
-    def _local(self, name: str) -> str:
-        """A table's local name on each node; a view's own name (it reads through to the distributed tables)."""
-        return name + LOCAL_SUFFIX if name in self.tables else name
 
     def _alter(self, sql: str) -> list[Statement]:
         match = _ALTER.match(sql)

@@ -33,11 +33,9 @@ class Readable:
 
 
 def tenant_readables(client: Client) -> list[Readable]:
-    """The tables and views of ``client``'s database with a ``tenant`` column; not the materialized views, whose
-    rows are in the tables they write to."""
+    """The tables and views of ``client``'s database with a ``tenant`` column."""
     rows = client.query(
-        "SELECT name, engine != 'View' FROM system.tables WHERE database = currentDatabase() "
-        "AND engine != 'MaterializedView' AND name IN "
+        "SELECT name, engine != 'View' FROM system.tables WHERE database = currentDatabase() AND name IN "
         "(SELECT table FROM system.columns WHERE database = currentDatabase() AND name = 'tenant') ORDER BY name"
     ).result_rows
     return [Readable(name, bool(filtered)) for name, filtered in rows]

@@ -4,6 +4,8 @@ Knows ClickHouse and nothing of OTLP. Every insert carries a deduplication token
 spool segment it comes from) and the table, and the tables keep a window of recent tokens (migration 0016):
 writing the same segment again, after a crash between the insert and the spool's confirmation, stores
 nothing twice. Spans a client sent again in a later request are dropped first (``streamscope_ingest.store.dedup``).
+The content gaps of the chunks it inserts are counted into ``gap_histograms`` in the same insert, under a token
+of their own.
 
 At start it checks that the tables' columns are the ones ingest builds (the blocks' Arrow schemas), so a
 store that was not migrated fails loudly instead of mid-write.
@@ -21,8 +23,11 @@ from clickhouse_connect.driver.client import Client
 from streamscope.errors import SchemaMismatch
 from streamscope_ingest import store
 from streamscope_ingest.decode import columns
-from streamscope_ingest.decode.batch import DecodedBatch, concat
+from streamscope_ingest.decode.batch import CHUNK_ARRAYS, DecodedBatch, concat
+from streamscope_ingest.decode.gap_histograms import gap_histograms
 from streamscope_ingest.store.dedup import drop_repeated_spans
+
+GAP_HISTOGRAMS = "gap_histograms"
 
 
 def table_columns(client: Client, table: str) -> list[str]:
@@ -83,9 +88,13 @@ class ClickHouseWriter:
     ) -> None:
         """Insert ``batch``'s rows as they are (no lookup), through the inserting client only."""
         token = token or uuid.uuid4().hex
+        blocks = dict(batch.blocks)
+        arrays = blocks.get(CHUNK_ARRAYS)
+        if arrays is not None and arrays.num_rows:
+            blocks[GAP_HISTOGRAMS] = gap_histograms(arrays)
         with store.translated_errors(writing=True):
             for table in columns.TABLES:
-                block = batch.blocks.get(table)
+                block = blocks.get(table)
                 if table not in skip and block is not None and block.num_rows:
                     settings = {"insert_deduplication_token": f"{token}-{table}"}
                     self._client.insert_arrow(table, block, settings=settings)

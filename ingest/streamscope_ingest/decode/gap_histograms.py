@@ -1,0 +1,97 @@
+"""The ``gap_histograms`` rows of a ``chunk_arrays`` block: its content gaps counted per interval of the stream's
+start, labels, ITL heatmap row and log bucket (migration 0030 documents the table, and its copy of rows stored
+before it counts the same way in SQL; a test holds the two together).
+
+The writer counts each block as it inserts it, after the repeated spans are left out, under the block's own
+insert deduplication token, so a replayed insert is not counted twice.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from streamscope_ingest.decode import columns
+
+STEPS_S = (5, 60, 300, 3600)
+"""The interval lengths every gap is counted at (the panels read the longest their interval is a multiple of)."""
+ITL_BOUNDS_MS = (10, 25, 50, 100, 200, 400, 800, 1600, 3200)
+"""The ITL heatmap's row bounds (``streamscope_dashboards.panels.ITL_BUCKETS_MS``, which a test compares)."""
+OVERFLOW_MS = 65535
+"""``itl_upper_ms`` of a gap above every bound; 0 is a gap of 0 (no heatmap row)."""
+BUCKET_RATIO = 1.01
+"""``gap_bucket`` k >= 1 holds the gaps in [ratio^(k-1), ratio^k) µs."""
+LABELS = ("tenant", "side", "service", "provider", "model")
+
+_UPPER_MS = np.array([0, *ITL_BOUNDS_MS, OVERFLOW_MS], dtype=np.uint16)
+_BOUNDS_US = np.array(ITL_BOUNDS_MS, dtype=np.uint32) * 1000
+_BUCKET_BITS, _CELL_BITS = 12, 16  # gap_bucket < 2^12 (a UInt32 gap is bucket 2231 at most), 11 heatmap rows
+
+
+def gap_histograms(chunk_arrays: pa.Table) -> pa.Table:
+    """The rows counting ``chunk_arrays``' content gaps, one per step, interval, labels, heatmap row and bucket."""
+    gap_lists = chunk_arrays["gap_us"].combine_chunks()
+    lengths = np.diff(gap_lists.offsets.to_numpy())
+    content = chunk_arrays["kind"].combine_chunks().values.to_numpy() == columns.KIND_CONTENT
+    gaps = gap_lists.values.to_numpy()[content]
+    if not gaps.size:
+        return columns.GAP_HISTOGRAMS.empty_table()
+    stream = np.repeat(np.arange(lengths.size), lengths)[content]
+    labels, group_of_stream = _label_groups(chunk_arrays)
+    start_s = chunk_arrays["start_time"].combine_chunks().cast(pa.int64()).to_numpy() // 1_000_000
+
+    row = np.where(gaps == 0, 0, np.searchsorted(_BOUNDS_US, gaps, side="left") + 1)
+    bucket = np.zeros(gaps.size, dtype=np.int64)
+    positive = gaps > 0
+    bucket[positive] = np.floor(np.log(gaps[positive]) / np.log(BUCKET_RATIO)).astype(np.int64) + 1
+    cells = (group_of_stream[stream] << _CELL_BITS) | (row << _BUCKET_BITS) | bucket
+    # One sort of the gaps, by (cell, interval at the shortest step); a longer step's intervals keep that order,
+    # so each step after the first merges neighbouring rows only.
+    finest = start_s[stream] // STEPS_S[0]
+    order = np.argsort(cells * (int(finest.max() - finest.min()) + 1) + (finest - finest.min()))
+    runs = (cells[order], finest[order] * STEPS_S[0], np.ones(gaps.size, np.uint64), gaps[order])
+    blocks = []
+    for step in STEPS_S:
+        runs = _merged(runs[0], runs[1] // step * step, runs[2], runs[3])
+        blocks.append(_block(step, labels, *runs))
+    return pa.concat_tables(blocks)
+
+
+def _merged(
+    cells: np.ndarray, starts: np.ndarray, counted: np.ndarray, longest: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Neighbouring rows of one cell and interval as one: their counts added, the longest gap kept."""
+    first = np.ones(cells.size, dtype=bool)
+    first[1:] = (cells[1:] != cells[:-1]) | (starts[1:] != starts[:-1])
+    at = np.flatnonzero(first)
+    return cells[at], starts[at], np.add.reduceat(counted, at), np.maximum.reduceat(longest, at)
+
+
+def _label_groups(chunk_arrays: pa.Table) -> tuple[pa.Table, np.ndarray]:
+    """The distinct label sets of the block's streams (by their dictionary codes), and each stream's index among
+    them."""
+    codes = []
+    for name in LABELS:
+        column = chunk_arrays[name].combine_chunks()
+        encoded = column if pa.types.is_dictionary(column.type) else column.dictionary_encode()
+        codes.append(encoded.indices.to_numpy(zero_copy_only=False))
+    _, first, group_of_stream = np.unique(np.stack(codes, axis=1), axis=0, return_index=True, return_inverse=True)
+    return chunk_arrays.select(list(LABELS)).take(pa.array(first)), group_of_stream.ravel().astype(np.int64)
+
+
+def _block(
+    step: int, labels: pa.Table, cells: np.ndarray, starts: np.ndarray, counted: np.ndarray, longest: np.ndarray
+) -> pa.Table:
+    by_labels = labels.take(pa.array(cells >> _CELL_BITS))
+    cell = cells & ((1 << _CELL_BITS) - 1)
+    values = {
+        "step": pa.array(np.full(cells.size, step, dtype=np.uint16)),
+        **{name: by_labels[name].combine_chunks() for name in ("tenant", "side")},
+        "interval_start": pa.array(starts, pa.timestamp("s", tz="UTC")),
+        **{name: by_labels[name].combine_chunks() for name in ("service", "provider", "model")},
+        "itl_upper_ms": pa.array(_UPPER_MS[cell >> _BUCKET_BITS]),
+        "gap_bucket": pa.array((cell & ((1 << _BUCKET_BITS) - 1)).astype(np.uint16)),
+        "gaps": pa.array(counted),
+        "gap_max_us": pa.array(longest),
+    }
+    return pa.Table.from_arrays(list(values.values()), schema=columns.GAP_HISTOGRAMS)
