@@ -63,7 +63,7 @@ def copy_streams(client, copies: int, ctx: QueryContext) -> QueryContext:
     number; returns a context spanning them all."""
     span_us = int((ctx.end - ctx.start).total_seconds() * 1e6)
     shift_us = -(-span_us // _HOUR_US) * _HOUR_US
-    for table in COPIED:
+    for table in (t for t in COPIED if client.command(f"EXISTS TABLE {t}")):  # a build before 0030 has no histograms
         columns = client.query(
             "SELECT name, type FROM system.columns WHERE database = currentDatabase() AND table = {t:String} "
             "AND default_kind NOT IN ('ALIAS', 'MATERIALIZED') ORDER BY position",
