@@ -57,13 +57,18 @@ _STORED_AT = ("ingested_at", "attributed_at")
 _HOUR_US = 3_600_000_000
 
 
+def copied_tables(client) -> list[str]:
+    """``COPIED``, but those a build before migration 0030 lacks (the gap histograms)."""
+    return [table for table in COPIED if client.command(f"EXISTS TABLE {table}")]
+
+
 def copy_streams(client, copies: int, ctx: QueryContext) -> QueryContext:
     """Write every stored row ``copies - 1`` more times, each copy shifted back by the span of the originals
     (rounded up to whole hours, so the histograms' intervals stay whole) and with trace ids that start with its
     number; returns a context spanning them all."""
     span_us = int((ctx.end - ctx.start).total_seconds() * 1e6)
     shift_us = -(-span_us // _HOUR_US) * _HOUR_US
-    for table in (t for t in COPIED if client.command(f"EXISTS TABLE {t}")):  # a build before 0030 has no histograms
+    for table in copied_tables(client):
         columns = client.query(
             "SELECT name, type FROM system.columns WHERE database = currentDatabase() AND table = {t:String} "
             "AND default_kind NOT IN ('ALIAS', 'MATERIALIZED') ORDER BY position",
@@ -139,7 +144,7 @@ def main() -> None:
             ctx = copy_streams(client, args.copies, ctx)
             stored = "SELECT (SELECT uniqExact(trace_id) FROM streams), (SELECT sum(length(gap_us)) FROM chunk_arrays)"
             streams, chunks = client.query(stored).result_rows[0]
-            for table in COPIED:
+            for table in copied_tables(client):
                 client.command(f"OPTIMIZE TABLE {table}")  # settle the parts as merges would over the hour
         results = []
         for key, query in panel_queries(client, ctx).items():
