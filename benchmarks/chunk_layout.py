@@ -8,8 +8,9 @@ The streams are the synthetic ones of ``benchmarks.storage``, decoded by
 ``seq`` added to the key: the ``chunks`` table before migration 0020. Both tables take the same inserts of
 ``--per-insert`` streams, alternating which goes first, with merges stopped, so only the insert is timed: the
 process's CPU time over all threads. Then both are merged (``OPTIMIZE … FINAL``) and measured on disk. The ITL
-heatmap panel runs as the plugin expands it over the rows; over the arrays with array functions; and as it runs
-in the product, over the ``chunks`` view that unrolls the arrays (``ARRAY JOIN``). So does a per-model query of
+heatmap counted from raw chunks (the panel's answer while routes are chosen) runs as the plugin expands it over
+the rows; over the arrays with array functions; and over the ``chunks`` view that unrolls the arrays
+(``ARRAY JOIN``). So does a per-model query of
 the gap quantiles. Each answer is compared with the rows'.
 
     python -m benchmarks.chunk_layout [--quick] [--streams 4000] [--chunks 250] [--per-insert 400] [--rounds 3]
@@ -30,7 +31,7 @@ import pyarrow.compute as pc
 
 from benchmarks.storage import on_disk, requests
 from streamscope_dashboards.macros import QueryContext, resolve
-from streamscope_dashboards.panels import DEFAULTS, ITL_HEATMAP
+from streamscope_dashboards.panels import DEFAULTS, raw_itl_heatmap
 from streamscope_ingest import store
 from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.store import migrations, sql
@@ -107,7 +108,7 @@ def timed_query(client, query: str, runs: int = 5) -> tuple[float, list]:
 
 
 def heatmap_over_arrays(over_rows: str) -> str:
-    """The heatmap panel's SQL with each bucket counted in the streams' arrays of content gaps."""
+    """The raw heatmap's SQL with each bucket counted in the streams' arrays of content gaps."""
     buckets = re.sub(r"countIf\((.+?)\) AS", r"sum(arrayCount(gap_us -> \1, gaps)) AS", over_rows)
     head, where = buckets.split("FROM chunks\nWHERE ", 1)
     where, tail = where.split(" AND kind = 'content'\n", 1)
@@ -147,7 +148,7 @@ def main() -> None:
         first, last = client.query(f"SELECT min(start_time), max(start_time) FROM {ROWS}").result_rows[0]
         first, last = (t.replace(tzinfo=UTC) if t.tzinfo is None else t for t in (first, last))
         span = QueryContext(first - timedelta(minutes=1), last + timedelta(minutes=1), timedelta(seconds=5))
-        heatmap = resolve(ITL_HEATMAP.sql, span, DEFAULTS)
+        heatmap = resolve(raw_itl_heatmap() + "\nORDER BY time", span, DEFAULTS)
         queries = {
             ROWS: (heatmap.replace("FROM chunks", f"FROM {ROWS}"), GAP_QUANTILES.format(table=ROWS)),
             ARRAYS: (heatmap_over_arrays(heatmap), GAP_QUANTILES_OVER_ARRAYS),

@@ -88,7 +88,7 @@ def _itl_bucket_columns() -> str:
         columns.append(f'countIf(gap_us > {lower * 1000} AND gap_us <= {upper * 1000}) AS "{upper}"')
         lower = upper
     columns.append(f'countIf(gap_us > {lower * 1000}) AS "{OVERFLOW_BUCKET}"')
-    return ",\n        ".join(columns)
+    return ",\n    ".join(columns)
 
 
 def _itl_bucket_sums() -> str:
@@ -215,6 +215,17 @@ WHERE database = currentDatabase() AND table = 'chunk_arrays' AND active
 """Bytes on disk per stored chunk, over the whole table (parts do not split by time or tenant); NULL while no
 chunk is stored (streams of sources without chunks still take rows)."""
 
+
+def raw_itl_heatmap(condition: str = "") -> str:
+    """The heatmap counted from raw chunks (with ``condition`` added to its filter): the panel's answer while
+    routes are chosen, and what layouts of chunks are compared on (benchmarks/chunk_layout.py)."""
+    return f"""SELECT $__timeInterval(start_time) AS time,
+    {_itl_bucket_columns()}
+FROM chunks
+WHERE {SELECTED_CHUNKS} AND kind = 'content'{condition}
+GROUP BY time"""
+
+
 ITL_HEATMAP = Panel(
     "itl_heatmap",
     "Inter-token latency over time",
@@ -227,11 +238,7 @@ ITL_HEATMAP = Panel(
     WHERE {HISTOGRAMS_SELECTED}
     GROUP BY time
     UNION ALL
-    SELECT $__timeInterval(start_time) AS time,
-        {_itl_bucket_columns()}
-    FROM chunks
-    WHERE {SELECTED_CHUNKS} AND kind = 'content' AND NOT {ROUTES_ALL}
-    GROUP BY time
+{raw_itl_heatmap(f" AND NOT {ROUTES_ALL}")}
 )
 ORDER BY time""",
     unit="ms",
