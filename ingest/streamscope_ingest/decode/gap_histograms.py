@@ -49,11 +49,16 @@ def gap_histograms(chunk_arrays: pa.Table) -> pa.Table:
     # so each step after the first merges neighbouring rows only.
     finest = start_s[stream] // STEPS_S[0]
     order = np.argsort(cells * (int(finest.max() - finest.min()) + 1) + (finest - finest.min()))
-    runs = (cells[order], finest[order] * STEPS_S[0], np.ones(gaps.size, np.uint64), gaps[order])
+    cells, starts, counted, longest = (
+        cells[order],
+        finest[order] * STEPS_S[0],
+        np.ones(gaps.size, np.uint64),
+        gaps[order],
+    )
     blocks = []
     for step in STEPS_S:
-        runs = _merged(runs[0], runs[1] // step * step, runs[2], runs[3])
-        blocks.append(_block(step, labels, *runs))
+        cells, starts, counted, longest = _merged(cells, starts // step * step, counted, longest)
+        blocks.append(_block(step, labels, cells, starts, counted, longest))
     return pa.concat_tables(blocks)
 
 

@@ -90,7 +90,7 @@ class ClickHouseWriter:
         token = token or uuid.uuid4().hex
         blocks = dict(batch.blocks)
         arrays = blocks.get(CHUNK_ARRAYS)
-        if arrays is not None and arrays.num_rows:
+        if arrays is not None and arrays.num_rows and GAP_HISTOGRAMS not in skip:
             blocks[GAP_HISTOGRAMS] = gap_histograms(arrays)
         with store.translated_errors(writing=True):
             for table in columns.TABLES:
