@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streamscope_ingest.analysis.quality import andes_qoe, fluidity_index
+from streamscope_ingest.analysis.quality import andes_qoe, andes_qoes, fluidity_index, fluidity_indices
 
 MS = 1000
 
@@ -117,3 +117,21 @@ def test_the_indices_agree_with_their_definitions_on_random_streams(seed):
     assert andes_qoe(offsets, tokens, ttft, rate) == pytest.approx(
         andes_by_breakpoints(offsets, tokens, ttft, rate), abs=1e-9
     )
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_each_row_of_a_stream_shown_several_ways_gets_its_own_indices(seed):
+    rng = np.random.default_rng(seed)
+    size = int(rng.integers(20, 200))
+    offsets = np.cumsum(rng.lognormal(np.log(40 * MS), 1.0, size).astype(np.int64)) + 300 * MS
+    tokens = rng.choice([0, 1, 1, 2], size=size)
+    tokens[0] = 1
+    stalled = offsets + np.where(np.arange(size) >= size // 2, 2_000 * MS, 0)
+    rows = np.vstack((offsets, stalled, offsets + 250 * MS))
+    fluidity = fluidity_indices(rows, tokens, 500 * MS, 20 * MS)
+    andes = andes_qoes(rows, tokens, 500 * MS, 100.0)
+    assert fluidity is not None and andes is not None
+    for row, fluid, qoe in zip(rows, fluidity, andes, strict=True):
+        assert fluid == pytest.approx(fluidity_token_by_token(row, tokens, 500 * MS, 20 * MS), abs=1e-12)
+        assert qoe == pytest.approx(andes_by_breakpoints(row, tokens, 500 * MS, 100.0), abs=1e-9)
+    assert fluidity[1] < fluidity[0] and andes[1] < andes[0]  # the rows differ: each was measured on its own

@@ -229,9 +229,7 @@ def find_stalls(timeline: Timeline, rules: StallRules) -> list[Stall]:
         return []
     gaps = np.diff(shown)
     median = float(np.median(gaps))
-    stalled = (gaps >= rules.absolute_us) | (
-        (gaps >= rules.relative_floor_us) & (gaps >= rules.relative_factor * max(median, 1.0))
-    )
+    stalled = np.flatnonzero(stalls_among(gaps, median, rules))
     return [
         Stall(
             seq=int(index[k + 1]),
@@ -241,8 +239,15 @@ def find_stalls(timeline: Timeline, rules: StallRules) -> list[Stall]:
             screen_us=int(min(gaps[k], shown[k + 1] - arrived[k + 1])),
             evidence={"median_gap_ms": f"{median / 1000:.1f}"},
         )
-        for k in np.flatnonzero(stalled)
+        for k in stalled
     ]
+
+
+def stalls_among(gaps: np.ndarray, median: float | np.ndarray, rules: StallRules) -> np.ndarray:
+    """Which of a stream's ``gaps`` (as shown) are stalls by ``rules``: long, or long and many times the median
+    gap. ``gaps`` may be rows of one stream shown in several ways, each with its ``median`` (a column)."""
+    usual = np.maximum(median, 1.0)
+    return (gaps >= rules.absolute_us) | ((gaps >= rules.relative_floor_us) & (gaps >= rules.relative_factor * usual))
 
 
 @dataclass(frozen=True)

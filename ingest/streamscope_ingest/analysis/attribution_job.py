@@ -24,7 +24,7 @@ import logging
 import threading
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -284,7 +284,7 @@ class AttributionJob:
 
     def _smoothing(self, timeline: Timeline, counts: np.ndarray, identity: dict[str, str]) -> Iterator[Row]:
         for smoothed in smooth_each(timeline, counts, self.buffers, self.rules, self.quality.in_us()):
-            yield {**identity, "start_time": timeline.start_us, **asdict(smoothed)}
+            yield {**identity, "start_time": timeline.start_us, **vars(smoothed)}
 
 
 def _rows(column: pa.ChunkedArray) -> list[np.ndarray]:

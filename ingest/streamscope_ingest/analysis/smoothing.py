@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streamscope_ingest.analysis.attribution import StallRules, Timeline, find_stalls
-from streamscope_ingest.analysis.quality import andes_qoe, fluidity_index
+from streamscope_ingest.analysis.attribution import StallRules, Timeline, stalls_among
+from streamscope_ingest.analysis.quality import andes_qoes, fluidity_indices
 
 DEPTHS_MS = (100, 250, 500)
 """The buffer depths the attribution job replays every stream behind, for the dashboards' side-by-side panel."""
@@ -82,13 +82,14 @@ class Smoothed:
     andes_after: float | None
 
 
-def reveal_times(arrivals_us: np.ndarray, depth_us: float, rate_us: float) -> np.ndarray:
-    """When each chunk arriving at ``arrivals_us`` (sorted) is shown behind the buffer (see the module)."""
+def reveal_times(arrivals_us: np.ndarray, depth_us: float | np.ndarray, rate_us: float | np.ndarray) -> np.ndarray:
+    """When each chunk arriving at ``arrivals_us`` (sorted) is shown behind the buffer (see the module); a row per
+    buffer when ``depth_us`` and ``rate_us`` are columns of several."""
     arrivals = np.asarray(arrivals_us, dtype=np.float64)
     if arrivals.size == 0:
         return arrivals
-    steps = np.arange(arrivals.size) * rate_us
-    return steps + np.maximum(arrivals[0] + depth_us, np.maximum.accumulate(arrivals - steps))
+    steps = np.arange(arrivals.size) * np.asarray(rate_us)
+    return steps + np.maximum(arrivals[0] + np.asarray(depth_us), np.maximum.accumulate(arrivals - steps, axis=-1))
 
 
 def smooth(
@@ -109,37 +110,37 @@ def smooth_each(
     if index.size < 2:
         return []
     counts = np.asarray(tokens, dtype=np.int64)[index]
-    gaps = np.diff(shown)
-
-    def indices(offsets: np.ndarray) -> tuple[float | None, float | None]:
-        return (
-            fluidity_index(offsets, counts, targets.first_deadline_us, targets.token_deadline_us),
-            andes_qoe(offsets, counts, targets.expected_ttft_us, targets.reading_tokens_per_s),
+    seen = np.asarray(shown, dtype=np.int64)
+    gaps = np.diff(seen)
+    usual_us = max(float(np.median(gaps)), 1.0)
+    rates_us = np.array([[b.rate_ms * 1000 if b.rate_ms is not None else usual_us] for b in buffers])
+    depths_us = np.array([[b.depth_ms * 1000] for b in buffers])
+    # the stream as seen, then behind each buffer: a row each, measured together
+    shown_as = np.vstack((seen, np.rint(reveal_times(seen, depths_us, rates_us)).astype(np.int64)))
+    fluidity = fluidity_indices(shown_as, counts, targets.first_deadline_us, targets.token_deadline_us)
+    andes = andes_qoes(shown_as, counts, targets.expected_ttft_us, targets.reading_tokens_per_s)
+    gaps_as = np.diff(shown_as, axis=1)
+    stalls = stalls_among(gaps_as, np.median(gaps_as, axis=1, keepdims=True), rules).sum(axis=1)
+    longest = gaps_as.max(axis=1)
+    return [
+        Smoothed(
+            depth_ms=buffer.depth_ms,
+            rate_ms=float(rates_us[row - 1, 0]) / 1000,
+            added_ttft_us=int(shown_as[row, 0] - seen[0]),
+            added_end_us=int(shown_as[row, -1] - seen[-1]),
+            stalls_before=int(stalls[0]),
+            stalls_after=int(stalls[row]),
+            longest_gap_before_us=int(longest[0]),
+            longest_gap_after_us=int(longest[row]),
+            fluidity_before=_index(fluidity, 0),
+            fluidity_after=_index(fluidity, row),
+            andes_before=_index(andes, 0),
+            andes_after=_index(andes, row),
         )
+        for row, buffer in enumerate(buffers, start=1)
+    ]
 
-    before = Timeline(timeline.start_us, np.asarray(shown, dtype=np.int64), np.ones(shown.size, dtype=np.int64))
-    fluidity_before, andes_before = indices(before.offsets_us)
-    stalls_before = len(find_stalls(before, rules))
-    smoothed = []
-    for buffer in buffers:
-        rate_us = buffer.rate_ms * 1000 if buffer.rate_ms is not None else max(float(np.median(gaps)), 1.0)
-        revealed = np.rint(reveal_times(shown, buffer.depth_ms * 1000, rate_us)).astype(np.int64)
-        after = Timeline(timeline.start_us, revealed, np.ones(revealed.size, dtype=np.int64))
-        fluidity_after, andes_after = indices(revealed)
-        smoothed.append(
-            Smoothed(
-                depth_ms=buffer.depth_ms,
-                rate_ms=rate_us / 1000,
-                added_ttft_us=int(revealed[0] - shown[0]),
-                added_end_us=int(revealed[-1] - shown[-1]),
-                stalls_before=stalls_before,
-                stalls_after=len(find_stalls(after, rules)),
-                longest_gap_before_us=int(gaps.max()),
-                longest_gap_after_us=int(np.diff(revealed).max()),
-                fluidity_before=fluidity_before,
-                fluidity_after=fluidity_after,
-                andes_before=andes_before,
-                andes_after=andes_after,
-            )
-        )
-    return smoothed
+
+def _index(values: np.ndarray | None, row: int) -> float | None:
+    """A quality index of one row, None where it has none."""
+    return None if values is None or np.isnan(values[row]) else float(values[row])
