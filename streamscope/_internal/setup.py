@@ -102,7 +102,8 @@ def otlp_exporter(
     if protocol != "http/protobuf":
         raise ValueError(f"protocol must be http/protobuf, http/json or grpc, not {protocol!r}")
     from opentelemetry.exporter.otlp.proto.http import Compression
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    from streamscope._internal.otlp_http_exporter import InPlaceEncodingExporter as OTLPSpanExporter
 
     if not gzip:
         return OTLPSpanExporter(endpoint=traces_url, headers=header_dict)
