@@ -290,3 +290,17 @@ def test_shutdown_ends_a_batch_by_batch_retry_and_leaves_the_segment_in_the_spoo
     stopping.join(timeout=30)
     assert not stopping.is_alive(), "shutdown waited on a store that stays busy"
     assert [s.seq for s in Spool(tmp_path, max_bytes=10**8).pending()] == [1]
+
+
+def test_a_span_stored_before_is_found_by_its_ids_whatever_their_bytes(tmp_path, store_client):
+    """The lookup binds each span's key as the number its hex spells: ids of distinct bytes (and a leading zero)
+    must read the same in the query as in the batch."""
+    span = plain_stream_span(1, [0, 10, 20])
+    span.trace_id, span.span_id = bytes(range(16)), bytes(range(200, 208))
+    sent = decode_traces(request_of(span), tenant="a", stall_threshold_us=1)
+    writer = GroupCommitWriter(Spool(tmp_path, max_bytes=10**8), ClickHouseWriter(store_client), FAST_RETRY)
+    writer.submit(sent).stored.result(timeout=10)
+    writer.submit(decode_traces(request_of(span), tenant="a", stall_threshold_us=1)).stored.result(timeout=10)
+    writer.shutdown()
+    assert stored(store_client) == [("a", 3)]
+    assert stored(store_client, "streams") == [("a", 1)]
