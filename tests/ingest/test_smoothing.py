@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from streamscope_ingest.analysis.attribution import StallRules, Timeline
 from streamscope_ingest.analysis.quality import andes_qoe
-from streamscope_ingest.analysis.smoothing import Buffer, Targets, reveal_times, smooth
+from streamscope_ingest.analysis.smoothing import Buffer, Targets, reveal_times, smooth, smooth_each
 
 MS = 1000
 TIGHT = Targets(
@@ -78,6 +78,19 @@ def test_a_browser_is_smoothed_from_what_it_painted():
 def test_a_stream_without_two_content_chunks_has_nothing_to_smooth():
     timeline = Timeline(0, np.array([100, 200]), np.array([0, 7]))
     assert smooth(timeline, np.array([0, 2]), Buffer(250), StallRules(), TIGHT) is None
+
+
+def test_several_buffers_at_once_are_each_buffer_alone():
+    timeline, tokens = stream(ARRIVALS_MS)
+    buffers = [Buffer(100), Buffer(500), Buffer(250, 80), Buffer(0, 400)]
+    together = smooth_each(timeline, tokens, buffers, StallRules(), TIGHT)
+    assert together == [smooth(timeline, tokens, buffer, StallRules(), TIGHT) for buffer in buffers]
+    assert len({(s.added_end_us, s.stalls_after, s.andes_after) for s in together}) == len(buffers)
+
+
+def test_no_buffers_nothing_to_report():
+    timeline, tokens = stream(ARRIVALS_MS)
+    assert smooth_each(timeline, tokens, (), StallRules(), TIGHT) == []
 
 
 @given(

@@ -107,7 +107,7 @@ def smooth_each(
     """``smooth`` behind each of ``buffers``, the stream as its reader saw it measured once; empty without two
     content chunks."""
     index, _, shown = timeline.shown()
-    if index.size < 2:
+    if index.size < 2 or not buffers:
         return []
     counts = np.asarray(tokens, dtype=np.int64)[index]
     seen = np.asarray(shown, dtype=np.int64)
