@@ -14,7 +14,10 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 from streamscope import semconv as sc
-from streamscope_ingest.analysis.attribution_job import AttributionJob, QualityTargets
+from streamscope_ingest.analysis.attribution import StallRules, Timeline
+from streamscope_ingest.analysis.attribution_job import AttributionJob, QualityTargets, measured
+from streamscope_ingest.analysis.quality import andes_qoe, fluidity_index
+from streamscope_ingest.analysis.smoothing import Buffer, smooth_each
 from streamscope_ingest.decode.logs import decode_logs
 from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.store.writer import ClickHouseWriter
@@ -260,3 +263,24 @@ def test_streams_held_together_by_the_endpoint_they_streamed_from_are_the_paths(
     rows = store_client.query("SELECT cause, evidence['held_together_with'] FROM stalls ORDER BY trace_id").result_rows
     together = "2 of 2 streams in flight on endpoint gw.example:8443" if shared else ""
     assert rows == [("connection", together)] * 3
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_a_streams_quality_is_that_of_its_arrivals_whether_or_not_smoothing_measured_it(seed):
+    """The job takes a stream's quality indices from its smoothing's "before" figures where they are the same
+    measure (no paints, every chunk with tokens brought content); elsewhere it measures them apart."""
+    rng = np.random.default_rng(seed)
+    size = int(rng.integers(0, 150))
+    offsets = np.cumsum(rng.lognormal(np.log(40_000), 1.0, size).astype(np.int64)) + 200_000
+    content = rng.integers(1, 60, size) * (rng.random(size) > 0.1)
+    counts = rng.choice([0, 1, 2, 4], size=size)
+    if seed % 2:
+        counts[content == 0] = 0  # every chunk with tokens brought content
+    paint = rng.integers(0, 30_000, size) if seed % 3 == 0 else None
+    timeline = Timeline(0, offsets, content, paint)
+    targets = QualityTargets(300, 20, 300, 60).in_us()  # tight: the measures tell the timelines apart
+    buffers = [Buffer(100), Buffer(500)]
+    (fluidity, andes), smoothed = measured(timeline, counts, buffers, StallRules(), targets)
+    assert fluidity == fluidity_index(offsets, counts, targets.first_deadline_us, targets.token_deadline_us)
+    assert andes == andes_qoe(offsets, counts, targets.expected_ttft_us, targets.reading_tokens_per_s)
+    assert smoothed == smooth_each(timeline, counts, buffers, StallRules(), targets)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -45,7 +45,7 @@ from streamscope_ingest.analysis.attribution import (
     attribute,
 )
 from streamscope_ingest.analysis.quality import andes_qoe, fluidity_index
-from streamscope_ingest.analysis.smoothing import DEPTHS_MS, Buffer, Targets, smooth_each
+from streamscope_ingest.analysis.smoothing import DEPTHS_MS, Buffer, Smoothed, Targets, smooth_each
 from streamscope_ingest.decode import columns
 from streamscope_ingest.store.lease import Lease
 
@@ -240,6 +240,12 @@ class AttributionJob:
         rows: list[Row] = []
         quality: list[Row] = []
         smoothing: list[Row] = []
+        targets = self.quality.in_us()
+        settings = {
+            "first_deadline_ms": self.quality.first_deadline_ms,
+            "token_deadline_ms": self.quality.token_deadline_ms,
+            "reading_tokens_per_s": self.quality.reading_tokens_per_s,
+        }
         for tenant, trace, span, service, side, model, _instance, _start, _duration in streams:
             if (trace, span) not in sides_of:
                 continue
@@ -263,28 +269,28 @@ class AttributionJob:
                 "node_name": node,
             }
             rows.extend(_row(stall, identity) for stall in stalls)
-            quality.append(self._quality(client, tokens[(trace, span)], len(stalls), identity))
-            smoothing.extend(self._smoothing(client, tokens[(trace, span)], identity))
+            (fluidity, andes), smoothed = measured(client, tokens[(trace, span)], self.buffers, self.rules, targets)
+            at = {**identity, "start_time": client.start_us}
+            quality.append({**at, "stalls": len(stalls), "fluidity_index": fluidity, "andes_qoe": andes, **settings})
+            smoothing.extend({**at, **vars(s)} for s in smoothed)
         return rows, quality, smoothing
 
-    def _quality(self, timeline: Timeline, counts: np.ndarray, stalls: int, identity: dict[str, str]) -> Row:
-        targets, in_us = self.quality, self.quality.in_us()
-        return {
-            **identity,
-            "start_time": timeline.start_us,
-            "stalls": stalls,
-            "fluidity_index": fluidity_index(
-                timeline.offsets_us, counts, in_us.first_deadline_us, in_us.token_deadline_us
-            ),
-            "andes_qoe": andes_qoe(timeline.offsets_us, counts, in_us.expected_ttft_us, in_us.reading_tokens_per_s),
-            "first_deadline_ms": targets.first_deadline_ms,
-            "token_deadline_ms": targets.token_deadline_ms,
-            "reading_tokens_per_s": targets.reading_tokens_per_s,
-        }
 
-    def _smoothing(self, timeline: Timeline, counts: np.ndarray, identity: dict[str, str]) -> Iterator[Row]:
-        for smoothed in smooth_each(timeline, counts, self.buffers, self.rules, self.quality.in_us()):
-            yield {**identity, "start_time": timeline.start_us, **vars(smoothed)}
+def measured(
+    timeline: Timeline, counts: np.ndarray, buffers: Sequence[Buffer], rules: StallRules, targets: Targets
+) -> tuple[tuple[float | None, float | None], list[Smoothed]]:
+    """A stream's quality indices (fluidity, Andes QoE) over its arrivals, and what each smoothing buffer would
+    have made of it. Where the arrivals are what its reader saw (no paints measured) and every chunk that carried
+    tokens carried content, the indices are the smoothing's "before" figures, already measured."""
+    smoothed = smooth_each(timeline, counts, buffers, rules, targets)
+    seen_as_arrived = timeline.paint_delay_us is None and not np.any(counts[timeline.content_bytes <= 0] > 0)
+    if smoothed and seen_as_arrived:
+        return (smoothed[0].fluidity_before, smoothed[0].andes_before), smoothed
+    offsets = timeline.offsets_us
+    return (
+        fluidity_index(offsets, counts, targets.first_deadline_us, targets.token_deadline_us),
+        andes_qoe(offsets, counts, targets.expected_ttft_us, targets.reading_tokens_per_s),
+    ), smoothed
 
 
 def _rows(column: pa.ChunkedArray) -> list[np.ndarray]:
