@@ -44,8 +44,9 @@ def setup(
     ``protocol`` is ``http/protobuf`` (default), ``http/json`` or ``grpc``. Requests are gzipped unless
     OTEL_EXPORTER_OTLP_[TRACES_]COMPRESSION says otherwise: packed timelines shrink about threefold
     (benchmarks/wire_cost.py). Over OTLP/HTTP protobuf at zlib's default level (``gzip_session``), unless a
-    credential provider gives the exporter its session. ``exporter`` replaces the exporter built from those
-    (``otlp_exporter`` builds it, for an application that wraps it).
+    credential provider gives the exporter its session; its batches are encoded in place (``otlp_http_exporter``).
+    ``exporter`` replaces the exporter built from those (``otlp_exporter`` builds it, for an application that
+    wraps it).
     """
     if encoding is not None:
         set_default_encoding(encoding)
