@@ -137,3 +137,23 @@ def test_a_malformed_host_delay_rejects_its_span_only(host_delay_us, watch, reas
     assert reason in rejection.reason
     assert batch.blocks["streams"]["trace_id"].to_pylist() == [f"{8:032x}"]
     assert pc.list_flatten(batch.blocks["chunk_arrays"]["host_delay_us"]).to_pylist() == [5]
+
+
+def test_a_string_over_the_limit_is_stored_cut_and_its_span_named_in_the_warning():
+    long_model, long_note = "m" * 70_000, "n" * 65_537
+    span = stream_span(
+        7,
+        9,
+        side="client",
+        offsets_ms=[10],
+        tokens=[1],
+        attributes={sc.GEN_AI_REQUEST_MODEL: long_model, "note": long_note},
+    )
+    batch = decode_traces(trace_request([span]), tenant="t", stall_threshold_us=400_000)
+    subject = f"span {(9).to_bytes(8, 'big').hex()} of trace {(7).to_bytes(16, 'big').hex()}"
+    assert batch.warnings == [
+        f"{subject}: request_model, model, note cut to 65536 characters"
+    ]  # columns, then attributes
+    streams = batch.blocks["streams"].to_pylist()
+    assert streams[0]["request_model"] == long_model[:65_536]
+    assert streams[0]["attributes"]["note"] == long_note[:65_536]

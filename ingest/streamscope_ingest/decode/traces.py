@@ -158,7 +158,7 @@ def decode_traces(
                     else:
                         stream = _decode_foreign(span, foreign, tenant, service, resource_strings)
                     limits.check_chunks(stream.chunk_count)
-                    if warning := limits.truncate(_subject(span), stream.row, stream.row["attributes"]):
+                    if warning := limits.truncate(stream.subject, stream.row, stream.row["attributes"]):
                         warnings.append(warning)
                     accepted.append(stream)
                     warnings += [f"{stream.subject}: {note}" for note in stream.notes]
