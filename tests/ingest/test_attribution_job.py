@@ -15,7 +15,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 
 from streamscope import semconv as sc
 from streamscope_ingest.analysis.attribution import StallRules, Timeline
-from streamscope_ingest.analysis.attribution_job import AttributionJob, QualityTargets, measured
+from streamscope_ingest.analysis.attribution_job import CHUNKS_SQL, AttributionJob, QualityTargets, measured
 from streamscope_ingest.analysis.quality import andes_qoe, fluidity_index
 from streamscope_ingest.analysis.smoothing import Buffer, smooth_each
 from streamscope_ingest.decode.logs import decode_logs
@@ -284,3 +284,25 @@ def test_a_streams_quality_is_that_of_its_arrivals_whether_or_not_smoothing_meas
     assert fluidity == fluidity_index(offsets, counts, targets.first_deadline_us, targets.token_deadline_us)
     assert andes == andes_qoe(offsets, counts, targets.expected_ttft_us, targets.reading_tokens_per_s)
     assert smoothed == smooth_each(timeline, counts, buffers, StallRules(), targets)
+
+
+def test_the_jobs_chunk_offsets_are_the_timeline_views_for_every_kind_of_chunk(store_client):
+    """The job reads offsets from each stream's arrays; ``chunk_timeline`` is their definition (content moves the
+    clock on; a lead, aside or retract chunk sits its own gap after the content before it)."""
+    kinds = ["lead", "first", "content", "aside", "content", "retract", "content", "aside"]
+    for trace, gaps in (("0a" * 16, [5, 100, 40, 7, 30, 3, 2_000_000, 9]), ("b0" * 16, [0, 1, 1, 0, 1, 0, 1, 0])):
+        store_client.command(
+            "INSERT INTO chunk_arrays (tenant, start_time, trace_id_bytes, span_id_bytes, service, side, provider,"
+            " model, kind, gap_us, tokens, content_bytes, wire_bytes, paint_delay_us, render_us) VALUES"
+            f" ('t', now64(6), unhex('{trace}'), unhex('0102030405060708'), 's', 'client', 'p', 'm', {kinds},"
+            f" {gaps}, {[1] * 8}, {[4] * 8}, {[0] * 8}, {[0] * 8}, {[0] * 8})"
+        )
+    view = store_client.query(
+        "SELECT trace_id, span_id, groupArray(offset_us) FROM (SELECT * FROM chunk_timeline ORDER BY seq)"
+        " GROUP BY trace_id, span_id ORDER BY trace_id"
+    ).result_rows
+    ours = store_client.query(CHUNKS_SQL, parameters={"traces": ["0a" * 16, "b0" * 16]}).result_rows
+    assert sorted((trace, span, list(offsets)) for trace, span, offsets, *_ in ours) == [
+        (trace, span, list(offsets)) for trace, span, offsets in view
+    ]
+    assert view[0][2] == [5, 100, 140, 147, 170, 173, 2_000_170, 2_000_179]  # as the view's rule reads
