@@ -272,11 +272,13 @@ def test_a_streams_quality_is_that_of_its_arrivals_whether_or_not_smoothing_meas
     rng = np.random.default_rng(seed)
     size = int(rng.integers(0, 150))
     offsets = np.cumsum(rng.lognormal(np.log(40_000), 1.0, size).astype(np.int64)) + 200_000
+    if seed % 4 == 1 and size > 3:  # an aside's own gap can put it past the content after it
+        offsets[1], offsets[2] = offsets[2] + 5_000, offsets[1]
     content = rng.integers(1, 60, size) * (rng.random(size) > 0.1)
     counts = rng.choice([0, 1, 2, 4], size=size)
     if seed % 2:
         counts[content == 0] = 0  # every chunk with tokens brought content
-    paint = rng.integers(0, 30_000, size) if seed % 3 == 0 else None
+    paint = [rng.integers(0, 30_000, size), np.zeros(size, np.int64), None][seed % 3]  # painted late, at once, unknown
     timeline = Timeline(0, offsets, content, paint)
     targets = QualityTargets(300, 20, 300, 60).in_us()  # tight: the measures tell the timelines apart
     buffers = [Buffer(100), Buffer(500)]

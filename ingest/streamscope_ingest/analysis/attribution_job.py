@@ -282,10 +282,11 @@ def measured(
     timeline: Timeline, counts: np.ndarray, buffers: Sequence[Buffer], rules: StallRules, targets: Targets
 ) -> tuple[tuple[float | None, float | None], list[Smoothed]]:
     """A stream's quality indices (fluidity, Andes QoE) over its arrivals, and what each smoothing buffer would
-    have made of it. Where the arrivals are what its reader saw (no paints measured) and every chunk that carried
+    have made of it. Where its reader saw each chunk as it arrived (no later paint) and every chunk that carried
     tokens carried content, the indices are the smoothing's "before" figures, already measured."""
     smoothed = smooth_each(timeline, counts, buffers, rules, targets)
-    seen_as_arrived = timeline.paint_delay_us is None and not np.any(counts[timeline.content_bytes <= 0] > 0)
+    _, arrived, shown = timeline.shown()
+    seen_as_arrived = np.array_equal(arrived, shown) and not np.any(counts[timeline.content_bytes <= 0] > 0)
     if smoothed and seen_as_arrived:
         return (smoothed[0].fluidity_before, smoothed[0].andes_before), smoothed
     offsets = timeline.offsets_us
