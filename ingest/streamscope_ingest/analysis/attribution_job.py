@@ -74,10 +74,12 @@ SELECT lower(hex(trace_id_bytes)), lower(hex(span_id_bytes)),
         arrayCumSum(arrayMap((gap, k) -> if(k IN ('first', 'content'), toUInt64(gap), 0), gap_us, kind))),
     content_bytes, tokens, paint_delay_us, host_delay_us, host_held_us
 FROM chunk_arrays
-WHERE trace_id_bytes IN (SELECT toFixedString(unhex(arrayJoin({traces:Array(String)})), 16))
+WHERE start_time BETWEEN fromUnixTimestamp64Micro({first:Int64}) AND fromUnixTimestamp64Micro({last:Int64})
+  AND trace_id_bytes IN (SELECT toFixedString(unhex(arrayJoin({traces:Array(String)})), 16))
 """
 """Each stream's chunk offsets as ``chunk_timeline`` computes them (a test holds the two together), from its row of
-arrays: the view's window over one row per chunk costs three times as much."""
+arrays: the view's window over one row per chunk costs three times as much. A stream's chunks are stored under its
+start time, so the spans' first and last start bound what is read (the table's partitions and index)."""
 EVENTS_SQL = """
 SELECT node_name, kind, toUnixTimestamp64Micro(start_time), toUnixTimestamp64Micro(ifNull(end_time, now64(6)))
 FROM engine_events
@@ -205,7 +207,10 @@ class AttributionJob:
         chunks: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]]
         chunks = {}
         tokens: dict[tuple[str, str], np.ndarray] = {}
-        timelines = self._client.query_arrow(CHUNKS_SQL, parameters={"traces": traces})
+        starts = [start for spans_of_trace in sides.values() for *_, start in spans_of_trace]
+        timelines = self._client.query_arrow(
+            CHUNKS_SQL, parameters={"traces": traces, "first": min(starts, default=0), "last": max(starts, default=0)}
+        )
         ids = zip(*(timelines.column(i).to_pylist() for i in (0, 1)))
         per_chunk = (_rows(timelines.column(i)) for i in range(2, 8))
         for key, offsets, content, counts, paint, host, held in zip(ids, *per_chunk):
