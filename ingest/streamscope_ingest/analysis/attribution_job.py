@@ -290,15 +290,20 @@ def measured(
     have made of it. Where its reader saw each chunk as it arrived (no later paint) and every chunk that carried
     tokens carried content, the indices are the smoothing's "before" figures, already measured."""
     smoothed = smooth_each(timeline, counts, buffers, rules, targets)
-    _, arrived, shown = timeline.shown()
-    seen_as_arrived = np.array_equal(arrived, shown) and not np.any(counts[timeline.content_bytes <= 0] > 0)
-    if smoothed and seen_as_arrived:
+    if smoothed and _seen_as_arrived(timeline, counts):
         return (smoothed[0].fluidity_before, smoothed[0].andes_before), smoothed
     offsets = timeline.offsets_us
     return (
         fluidity_index(offsets, counts, targets.first_deadline_us, targets.token_deadline_us),
         andes_qoe(offsets, counts, targets.expected_ttft_us, targets.reading_tokens_per_s),
     ), smoothed
+
+
+def _seen_as_arrived(timeline: Timeline, counts: np.ndarray) -> bool:
+    """Whether the reader saw each content chunk as it arrived, and every chunk with tokens brought content: then
+    its arrivals and what it saw are one timeline, for the quality indices."""
+    _, arrived, shown = timeline.shown()
+    return np.array_equal(arrived, shown) and not np.any(counts[timeline.content_bytes <= 0] > 0)
 
 
 def _rows(column: pa.ChunkedArray) -> list[np.ndarray]:

@@ -22,8 +22,7 @@ def fluidity_index(
     offsets_us: np.ndarray, tokens: np.ndarray, first_deadline_us: float, token_deadline_us: float
 ) -> float | None:
     """Etalon's fluidity-index in [0, 1]; None for a stream without tokens."""
-    indices = fluidity_indices(np.asarray(offsets_us)[np.newaxis], tokens, first_deadline_us, token_deadline_us)
-    return None if indices is None else float(indices[0])
+    return of_row(fluidity_indices(np.asarray(offsets_us)[np.newaxis], tokens, first_deadline_us, token_deadline_us), 0)
 
 
 def fluidity_indices(
@@ -62,8 +61,7 @@ def andes_qoe(
     offsets_us: np.ndarray, tokens: np.ndarray, expected_ttft_us: float, reading_tokens_per_s: float
 ) -> float | None:
     """Andes-style QoE in [0, 1] (1: never behind what the reader expected); None without tokens."""
-    qoes = andes_qoes(np.asarray(offsets_us)[np.newaxis], tokens, expected_ttft_us, reading_tokens_per_s)
-    return None if qoes is None or np.isnan(qoes[0]) else float(qoes[0])
+    return of_row(andes_qoes(np.asarray(offsets_us)[np.newaxis], tokens, expected_ttft_us, reading_tokens_per_s), 0)
 
 
 def andes_qoes(
@@ -92,3 +90,8 @@ def andes_qoes(
     behind = np.where(late <= pace, late * late / (2 * pace), late - pace / 2)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(whole > 0, 1.0 - behind.sum(axis=1) / whole, np.nan)
+
+
+def of_row(indices: np.ndarray | None, row: int) -> float | None:
+    """One row's index from ``fluidity_indices`` or ``andes_qoes``; None where the row has none."""
+    return None if indices is None or np.isnan(indices[row]) else float(indices[row])

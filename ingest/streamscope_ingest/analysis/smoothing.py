@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from streamscope_ingest.analysis.attribution import StallRules, Timeline, stalls_among
-from streamscope_ingest.analysis.quality import andes_qoes, fluidity_indices
+from streamscope_ingest.analysis.quality import andes_qoes, fluidity_indices, of_row
 
 DEPTHS_MS = (100, 250, 500)
 """The buffer depths the attribution job replays every stream behind, for the dashboards' side-by-side panel."""
@@ -111,16 +111,17 @@ def smooth_each(
         return []
     counts = np.asarray(tokens, dtype=np.int64)[index]
     seen = np.asarray(shown, dtype=np.int64)
-    gaps = np.diff(seen)
-    usual_us = max(float(np.median(gaps)), 1.0)
-    rates_us = np.array([[b.rate_ms * 1000 if b.rate_ms is not None else usual_us] for b in buffers])
+    median_us = float(np.median(np.diff(seen)))
+    rates_us = np.array([[b.rate_ms * 1000 if b.rate_ms is not None else max(median_us, 1.0)] for b in buffers])
     depths_us = np.array([[b.depth_ms * 1000] for b in buffers])
+    revealed = np.rint(reveal_times(seen, depths_us, rates_us)).astype(np.int64)
     # the stream as seen, then behind each buffer: a row each, measured together
-    shown_as = np.vstack((seen, np.rint(reveal_times(seen, depths_us, rates_us)).astype(np.int64)))
+    shown_as = np.vstack((seen, revealed))
     fluidity = fluidity_indices(shown_as, counts, targets.first_deadline_us, targets.token_deadline_us)
     andes = andes_qoes(shown_as, counts, targets.expected_ttft_us, targets.reading_tokens_per_s)
     gaps_as = np.diff(shown_as, axis=1)
-    stalls = stalls_among(gaps_as, np.median(gaps_as, axis=1, keepdims=True), rules).sum(axis=1)
+    medians = np.vstack(([[median_us]], np.median(gaps_as[1:], axis=1, keepdims=True)))  # the seen one known
+    stalls = stalls_among(gaps_as, medians, rules).sum(axis=1)
     longest = gaps_as.max(axis=1)
     return [
         Smoothed(
@@ -132,15 +133,10 @@ def smooth_each(
             stalls_after=int(stalls[row]),
             longest_gap_before_us=int(longest[0]),
             longest_gap_after_us=int(longest[row]),
-            fluidity_before=_index(fluidity, 0),
-            fluidity_after=_index(fluidity, row),
-            andes_before=_index(andes, 0),
-            andes_after=_index(andes, row),
+            fluidity_before=of_row(fluidity, 0),
+            fluidity_after=of_row(fluidity, row),
+            andes_before=of_row(andes, 0),
+            andes_after=of_row(andes, row),
         )
         for row, buffer in enumerate(buffers, start=1)
     ]
-
-
-def _index(values: np.ndarray | None, row: int) -> float | None:
-    """A quality index of one row, None where it has none."""
-    return None if values is None or np.isnan(values[row]) else float(values[row])
