@@ -4,12 +4,8 @@ it sending through a real socket."""
 from __future__ import annotations
 
 import gzip
-import http.server
 import logging
-import threading
-from collections.abc import Iterator
 
-import pytest
 from opentelemetry import context, trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as stock_encode_spans
 from opentelemetry.sdk.resources import Resource
@@ -20,7 +16,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 
 import streamscope
 from streamscope._internal.otlp_http_exporter import InPlaceEncodingExporter
-from streamscope._internal.setup import COMPRESSION_VARIABLES, otlp_exporter
+from streamscope._internal.setup import otlp_exporter
 from streamscope._internal.span_encoding import encode_spans
 
 
@@ -88,47 +84,23 @@ def test_values_the_sdk_would_not_set_are_encoded_as_the_stock_encoder_does(capl
     assert "Failed to encode key bad" in caplog.text
 
 
-class _Sink(http.server.BaseHTTPRequestHandler):
-    bodies: list[bytes]
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        self.bodies.append(gzip.decompress(body) if self.headers.get("Content-Encoding") == "gzip" else body)
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def sink() -> Iterator[tuple[str, list[bytes]]]:
-    bodies: list[bytes] = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), type("Sink", (_Sink,), {"bodies": bodies}))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", bodies
-    server.shutdown()
-
-
-def test_setup_exports_through_the_in_place_encoding(sink, monkeypatch):
-    for name in COMPRESSION_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-    endpoint, bodies = sink
+def test_setup_exports_through_the_in_place_encoding(recording_endpoint, gzip_by_default):
+    endpoint, received = recording_endpoint
     exporter = otlp_exporter(endpoint)  # what setup() exports through
     assert isinstance(exporter, InPlaceEncodingExporter) and exporter.encodes_in_place
     spans = recorded_spans()
     assert exporter.export(spans) is SpanExportResult.SUCCESS
     exporter.shutdown()
-    [body] = bodies
-    assert body == stock_encode_spans(spans).SerializePartialToString()
+    [(encoding, body)] = received
+    assert encoding == "gzip"
+    assert gzip.decompress(body) == stock_encode_spans(spans).SerializePartialToString()
 
 
-def test_a_batch_over_the_size_limit_is_dropped_as_the_stock_exporter_drops_it(sink, caplog):
-    endpoint, bodies = sink
+def test_a_batch_over_the_size_limit_is_dropped_as_the_stock_exporter_drops_it(recording_endpoint, caplog):
+    endpoint, received = recording_endpoint
     exporter = InPlaceEncodingExporter(endpoint=f"{endpoint}/v1/traces", max_request_size=100)
     with caplog.at_level(logging.WARNING):
         assert exporter.export(recorded_spans()) is SpanExportResult.FAILURE
-    assert not bodies and "exceeds max_request_size 100" in caplog.text
+    assert not received and "exceeds max_request_size 100" in caplog.text
     exporter.shutdown()
     assert exporter.export([]) is SpanExportResult.FAILURE  # after shutdown, as the stock exporter
