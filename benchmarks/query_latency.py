@@ -51,14 +51,23 @@ def load(client, streams: int, chunks: int) -> tuple[int, QueryContext]:
     return total, QueryContext(first - timedelta(minutes=1), last + timedelta(minutes=10), timedelta(seconds=5))
 
 
-COPIED = ("streams", "chunk_arrays", "gap_histograms", "stalls", "stream_quality", "stream_smoothing")
+COPIED = (
+    "streams",
+    "chunk_arrays",
+    "gap_histograms",
+    "stream_histograms",
+    "stalls",
+    "stream_quality",
+    "stream_smoothing",
+    "smoothing_histograms",
+)
 """The tables the panels read, copied with their streams."""
 _STORED_AT = ("ingested_at", "attributed_at")
 _HOUR_US = 3_600_000_000
 
 
 def copied_tables(client) -> list[str]:
-    """``COPIED``, but those a build before migration 0030 lacks (the gap histograms)."""
+    """``COPIED``, but those a build before migrations 0030 and 0032 lacks (the histograms)."""
     return [table for table in COPIED if client.command(f"EXISTS TABLE {table}")]
 
 

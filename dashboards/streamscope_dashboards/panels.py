@@ -118,13 +118,33 @@ HISTOGRAM_INTERVAL = (
 )
 
 
+def bucket_at(level: float, histogram: str, count: str) -> str:
+    """SQL for the bucket of a sorted ``histogram`` (array of (bucket, count)), ``count`` in all, that holds
+    quantileExact's rank for ``level`` (index floor(level × count) of the sorted values)."""
+    return f"arrayFirst((b, c) -> c > floor({level} * {count}), {histogram}.1, arrayCumSum({histogram}.2))"
+
+
 def gap_quantile_ms(level: float, histogram: str, count: str, name: str) -> str:
-    """SQL for quantile ``level`` of the gaps a sorted ``histogram`` (array of (gap_bucket, gaps)) counts,
-    ``count`` in all, in ms: the bucket holding quantileExact's rank (index floor(level × count) of the sorted
-    gaps), read as its geometric middle. ``name`` keeps the expression's alias apart."""
+    """SQL for quantile ``level`` of the gaps a sorted ``histogram`` of ``gap_histograms`` buckets counts, ``count``
+    in all, in ms: the bucket holding quantileExact's rank, read as its geometric middle. ``name`` keeps the
+    expression's alias apart."""
     bucket = f"bucket_{name}"
-    at = f"arrayFirst((b, c) -> c > floor({level} * {count}), {histogram}.1, arrayCumSum({histogram}.2))"
+    at = bucket_at(level, histogram, count)
     return f"if(({at} AS {bucket}) = 0, 0, pow({GAP_BUCKET_RATIO}, {bucket} - 0.5) / 1000)"
+
+
+STREAM_ZERO_BUCKET = -32768
+"""``stream_histograms``' and ``smoothing_histograms``' bucket of a duration or rate of 0 (migration 0032)."""
+INDEX_STEPS = 10_000
+"""Their bucket k of a quality index holds [k, k + 1) / INDEX_STEPS."""
+
+
+def figure_value(bucket: str, index: bool = False) -> str:
+    """SQL for the value a ``stream_histograms`` or ``smoothing_histograms`` ``bucket`` stands for: a duration's or
+    rate's log bucket read as its geometric middle, an ``index``'s step as its middle."""
+    if index:
+        return f"({bucket} + 0.5) / {INDEX_STEPS}"
+    return f"if({bucket} = {STREAM_ZERO_BUCKET}, 0, pow({GAP_BUCKET_RATIO}, {bucket} - 0.5))"
 
 
 VARIABLES = ("tenant", "service", "provider", "model", "route")
@@ -193,11 +213,40 @@ ROUTES_ALL = "($__conditionalAll(0, $route))"
 """True when every route is chosen. ``gap_histograms`` carry no route (the server span's, known once that span
 arrives), so a panel over them answers from raw chunks while routes are chosen: each such panel is a UNION ALL
 of the two, and the branch whose condition is false reads nothing."""
+
+
+def _within(step: int) -> str:
+    """Rows of intervals inside the whole intervals of ``step`` that the range holds."""
+    return (
+        f"interval_start >= toDateTime(intDiv(toUInt32($__fromTime) + {step - 1}, {step}) * {step}, 'UTC') "
+        f"AND interval_start < toDateTime(intDiv(toUInt32($__toTime), {step}) * {step}, 'UTC')"
+    )
+
+
+def _over_range() -> str:
+    longest_first = HISTOGRAM_STEPS_S
+    parts = []
+    for i, step in enumerate(longest_first):
+        held = _within(step) if step != longest_first[-1] else HISTOGRAM_RANGE.replace("read_step", str(step))
+        outside = f" AND NOT ({_within(longest_first[i - 1])})" if i else ""
+        parts.append(f"(step = {step} AND {held}{outside})")
+    return "(" + "\n    OR ".join(parts) + ")"
+
+
+HISTOGRAMS_OVER_RANGE = _over_range()
+"""The histogram rows that count the range once, for a panel that does not draw intervals (a table): each whole
+hour of the range from the hour's rows, the rest from the longest step that fits, its edges from 5 s rows (those
+that meet the range, as ``HISTOGRAM_RANGE``). What it reads grows with the labels, not with the range."""
+
 HISTOGRAMS_SELECTED = (
     f"{HISTOGRAM_STEP} AND {HISTOGRAM_RANGE} AND {ON_SIDE} "
     f"AND {filters('tenant', 'service', 'provider', 'model')} AND {ROUTES_ALL}"
 )
 """Rows of ``gap_histograms`` for the panel's interval, range, side and variables."""
+TABLE_HISTOGRAMS_SELECTED = (
+    f"{HISTOGRAMS_OVER_RANGE} AND {ON_SIDE} AND {filters('tenant', 'service', 'provider', 'model')} AND {ROUTES_ALL}"
+)
+"""Rows of ``gap_histograms`` or ``stream_histograms`` counting the range once, for the side and variables."""
 STALL_FILTERS = f"{ON_SIDE} AND {filters('tenant', 'service', 'model', 'route')}"
 """Stalls and quality rows carry no provider (stalls are found on the client and browser sides)."""
 ATTRIBUTED_STALL = (
@@ -400,6 +449,26 @@ def streams_with(*columns: str) -> str:
     return f"(SELECT *, if(response_model != '', response_model, request_model) AS model{extra} FROM streams)"
 
 
+TOKENS_PER_S = "tokens / if(last_content_us > ttft_us, (last_content_us - ttft_us) / 1e6, NULL)"
+"""``stream_metrics.tokens_per_s`` over ``streams`` (a test holds the two together)."""
+
+
+def figures_of(table: str, keys: str, selected: str) -> str:
+    """SQL for each figure of a ``table`` of per-stream histograms per ``keys`` and figure, over rows ``selected``:
+    ``counted`` streams, ``positive`` those above bucket 0, ``total`` the sum of the buckets (a count figure's sum)
+    and ``median`` the bucket holding the median."""
+    median = bucket_at(0.5, "arraySort(groupArray((bucket, n)))", "counted")
+    return f"""SELECT {keys}, figure, sum(n) AS counted, sumIf(n, bucket > 0) AS positive,
+            sumIf(toUInt64(bucket) * n, bucket > 0) AS total, {median} AS median
+        FROM (
+            SELECT {keys}, figure, bucket, sum(streams) AS n
+            FROM {table}
+            WHERE {selected}
+            GROUP BY {keys}, figure, bucket
+        )
+        GROUP BY {keys}, figure"""
+
+
 MODEL_TEXTURE = Panel(
     "model_texture",
     "Stream texture by model version",
@@ -408,7 +477,7 @@ MODEL_TEXTURE = Panel(
     "table",
     f"""SELECT g.model AS model, g.gaps AS gaps, g.gap_p50_ms AS gap_p50_ms, g.gap_p95_ms AS gap_p95_ms,
     g.gap_p99_ms AS gap_p99_ms, g.gap_max_ms AS gap_max_ms, s.tokens_per_s_p50 AS tokens_per_s_p50,
-    s.stall_rate AS stall_rate, t.tool_calls AS tool_calls, t.tool_call_pause_ms_p50 AS tool_call_pause_ms_p50
+    s.stall_rate AS stall_rate, s.tool_calls AS tool_calls, s.tool_call_pause_ms_p50 AS tool_call_pause_ms_p50
 FROM (
     SELECT model, gaps, {gap_quantile_ms(0.5, "histogram", "gaps", "p50")} AS gap_p50_ms,
         {gap_quantile_ms(0.95, "histogram", "gaps", "p95")} AS gap_p95_ms,
@@ -419,7 +488,7 @@ FROM (
         FROM (
             SELECT model, gap_bucket, sum(gaps) AS counted, max(gap_max_us) AS longest
             FROM gap_histograms
-            WHERE {HISTOGRAMS_SELECTED}
+            WHERE {TABLE_HISTOGRAMS_SELECTED}
             GROUP BY model, gap_bucket
         )
         GROUP BY model
@@ -433,19 +502,22 @@ FROM (
     GROUP BY model
 ) AS g
 LEFT JOIN (
+    SELECT model,
+        round(anyIf(toNullable({figure_value("median")}), figure = 'tokens_per_s'), 1) AS tokens_per_s_p50,
+        round(anyIf(positive, figure = 'stall_count') / anyIf(counted, figure = 'stall_count'), 3) AS stall_rate,
+        anyIf(positive, figure = 'tool_call') AS tool_calls,
+        anyIf(toNullable({figure_value("median")}), figure = 'tool_call_pause_us') / 1000 AS tool_call_pause_ms_p50
+    FROM ({figures_of("stream_histograms", "model", TABLE_HISTOGRAMS_SELECTED)})
+    GROUP BY model
+    UNION ALL
     SELECT model, round(quantileExact(0.5)(tokens_per_s), 1) AS tokens_per_s_p50,
-        round(countIf(stall_count > 0) / count(), 3) AS stall_rate
-    FROM stream_metrics
-    WHERE {SELECTED}
+        round(countIf(stall_count > 0) / count(), 3) AS stall_rate,
+        countIf(first_tool_call_seq IS NOT NULL) AS tool_calls,
+        quantileExact(0.5)(tool_call_pause_us) / 1000 AS tool_call_pause_ms_p50
+    FROM {streams_with(f"{TOKENS_PER_S} AS tokens_per_s")}
+    WHERE {SELECTED} AND NOT {ROUTES_ALL}
     GROUP BY model
 ) AS s ON s.model = g.model
-LEFT JOIN (
-    SELECT model, countIf(first_tool_call_seq IS NOT NULL) AS tool_calls,
-        quantileExact(0.5)(tool_call_pause_us) / 1000 AS tool_call_pause_ms_p50
-    FROM {streams_with()}
-    WHERE {SELECTED}
-    GROUP BY model
-) AS t ON t.model = g.model
 ORDER BY model""",
 )
 
@@ -472,6 +544,22 @@ def _before_and_after(column: str) -> str:
     return ", ".join(column.format(when=when) for when in ("before", "after"))
 
 
+SMOOTHING_HISTOGRAMS_SELECTED = (
+    f"{HISTOGRAMS_OVER_RANGE} AND {ON_SIDE} AND {filters('tenant', 'service', 'model')} AND {ROUTES_ALL}"
+)
+"""Rows of ``smoothing_histograms`` counting the range once, for the side and variables (no provider: as
+``stream_smoothing``)."""
+
+
+_LONGEST_GAP_MS = "round({value} / 1000, 1) AS longest_gap_p50_{when}_ms"
+
+
+def _median_of(figure: str, column: str, index: bool = False) -> str:
+    """``column`` with ``{value}`` the median of ``figure`` (a ``figures_of`` row's), NULL where none is counted."""
+    value = f"anyIf(toNullable({figure_value('median', index)}), figure = '{figure}')"
+    return column.replace("{value}", value)
+
+
 SMOOTHING_TRADE = Panel(
     "smoothing_trade",
     "What smoothing would buy",
@@ -481,19 +569,31 @@ SMOOTHING_TRADE = Panel(
     "the median longest gap, and the quality indices' medians before and after, over streams whose every "
     "chunk's time is known. Worth it where stalls fall much more than the indices do.",
     "table",
-    f"""SELECT depth_ms, count() AS streams,
-    round(quantileExact(0.5)(added_end_us) / 1000, 1) AS added_end_p50_ms,
-    {_before_and_after("round(countIf(stalls_{when} > 0) / count(), 3) AS stalled_share_{when}")},
-    {_before_and_after("sum(stalls_{when}) AS stall_count_{when}")},
-    {_before_and_after("round(quantileExact(0.5)(longest_gap_{when}_us) / 1000, 1) AS longest_gap_p50_{when}_ms")},
-    {_before_and_after("round(quantileExact(0.5)(fluidity_{when}), 3) AS fluidity_p50_{when}")},
-    {_before_and_after("round(quantileExact(0.5)(andes_{when}), 3) AS andes_qoe_p50_{when}")}
-FROM stream_smoothing
-WHERE $__timeFilter(start_time) AND {STALL_FILTERS}
-    AND (trace_id, span_id) NOT IN (
-        SELECT trace_id, span_id FROM streams WHERE $__timeFilter(start_time) AND {UNTIMED_CHUNKS}
-    )
-GROUP BY depth_ms
+    f"""SELECT * FROM (
+    SELECT depth_ms, anyIf(counted, figure = 'stalls_before') AS streams,
+        round(anyIf(toNullable({figure_value("median")}), figure = 'added_end_us') / 1000, 1) AS added_end_p50_ms,
+        {_before_and_after("round(anyIf(positive, figure = 'stalls_{when}') / streams, 3) AS stalled_share_{when}")},
+        {_before_and_after("anyIf(total, figure = 'stalls_{when}') AS stall_count_{when}")},
+        {_before_and_after(_median_of("longest_gap_{when}_us", _LONGEST_GAP_MS))},
+        {_before_and_after(_median_of("fluidity_{when}", "round({value}, 3) AS fluidity_p50_{when}", index=True))},
+        {_before_and_after(_median_of("andes_{when}", "round({value}, 3) AS andes_qoe_p50_{when}", index=True))}
+    FROM ({figures_of("smoothing_histograms", "depth_ms", SMOOTHING_HISTOGRAMS_SELECTED)})
+    GROUP BY depth_ms
+    UNION ALL
+    SELECT depth_ms, count() AS streams,
+        round(quantileExact(0.5)(added_end_us) / 1000, 1) AS added_end_p50_ms,
+        {_before_and_after("round(countIf(stalls_{when} > 0) / count(), 3) AS stalled_share_{when}")},
+        {_before_and_after("sum(stalls_{when}) AS stall_count_{when}")},
+        {_before_and_after("round(quantileExact(0.5)(longest_gap_{when}_us) / 1000, 1) AS longest_gap_p50_{when}_ms")},
+        {_before_and_after("round(quantileExact(0.5)(fluidity_{when}), 3) AS fluidity_p50_{when}")},
+        {_before_and_after("round(quantileExact(0.5)(andes_{when}), 3) AS andes_qoe_p50_{when}")}
+    FROM stream_smoothing
+    WHERE $__timeFilter(start_time) AND {STALL_FILTERS} AND NOT {ROUTES_ALL}
+        AND (trace_id, span_id) NOT IN (
+            SELECT trace_id, span_id FROM streams WHERE $__timeFilter(start_time) AND {UNTIMED_CHUNKS}
+        )
+    GROUP BY depth_ms
+)
 ORDER BY depth_ms""",
 )
 

@@ -145,7 +145,8 @@ def test_every_panel_runs_and_the_hand_worked_numbers_hold(store):
     by_model = {row[0]: dict(zip(texture.names, row)) for row in texture.rows}
     # quantiles from the gap histograms: the bucket's middle, within 0.5 %; counts and the longest gap exact
     assert by_model["m-2"]["gaps"] == 38 + 22 and by_model["m-2"]["gap_p50_ms"] == pytest.approx(60, rel=0.005)
-    assert (by_model["m-2"]["tool_calls"], by_model["m-2"]["tool_call_pause_ms_p50"]) == (2, 170)
+    assert by_model["m-2"]["tool_calls"] == 2
+    assert by_model["m-2"]["tool_call_pause_ms_p50"] == pytest.approx(170, rel=0.005)  # a bucket's middle
     assert by_model[""]["tool_calls"] in (0, None)
     assert by_model[""]["gap_p50_ms"] == pytest.approx(20, rel=0.005) and by_model[""]["gap_max_ms"] == 720
 
@@ -179,7 +180,8 @@ def test_the_smoothing_trade_by_hand(frozen_store):
         (2, 0.5, 0.0, 1, 0),
         (2, 0.5, 0.0, 1, 0),
     ]
-    assert [rows[d]["added_end_p50_ms"] for d in (100, 250, 500)] == [100, 250, 500]  # the median of two: the larger
+    # the median of two, the larger, as its bucket's middle (smoothing_histograms)
+    assert [rows[d]["added_end_p50_ms"] for d in (100, 250, 500)] == pytest.approx([100, 250, 500], rel=0.005)
     frozen_trade = store_client.query(
         "SELECT added_end_us, longest_gap_after_us FROM stream_smoothing WHERE trace_id = {t:String} ORDER BY depth_ms",
         parameters={"t": f"{2:032x}"},

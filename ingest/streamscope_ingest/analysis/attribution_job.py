@@ -1,5 +1,6 @@
 """The attribution job: attribute the stalls of streams that have settled and write them to ``stalls``, their
-quality indices to ``stream_quality``, and what smoothing buffers would have made of them to ``stream_smoothing``.
+quality indices to ``stream_quality``, and what smoothing buffers would have made of them to ``stream_smoothing``
+(counted, for the fleet panel, in ``smoothing_histograms``).
 
 Why a periodic job rather than materialized views: a stall's cause needs both sides of the stream and the
 node's engine events, which arrive in separate requests, seconds apart; a view fires on one insert into one
@@ -47,12 +48,16 @@ from streamscope_ingest.analysis.attribution import (
 from streamscope_ingest.analysis.quality import andes_qoe, fluidity_index
 from streamscope_ingest.analysis.smoothing import DEPTHS_MS, Buffer, Smoothed, Targets, smooth_each
 from streamscope_ingest.decode import columns
+from streamscope_ingest.decode.stream_histograms import smoothing_histograms
 from streamscope_ingest.store.lease import Lease
 
 log = logging.getLogger(__name__)
 Row = dict[str, Any]
 JOB = "stalls"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+TIMED = "timed"
+"""A smoothing row's mark: its stream's every arrival is known, so ``smoothing_histograms`` counts it (as
+``smoothing_trade`` reads only those)."""
 
 STREAMS_SQL = """
 SELECT tenant, trace_id, span_id, service, side, if(response_model != '', response_model, request_model),
@@ -65,7 +70,8 @@ LIMIT {limit:UInt32} WITH TIES
 """At most ``limit`` streams, and every stream stored in the same instant as the last: the pass can end there."""
 TRACES_SQL = """
 SELECT trace_id, span_id, side, node_name, toUnixTimestamp64Micro(start_time), host_watch != '',
-       if(server_address != '', concat(server_address, ':', toString(server_port)), '')
+       if(server_address != '', concat(server_address, ':', toString(server_port)), ''),
+       coverage IN ('full', 'arrivals')
 FROM streams WHERE trace_id IN {traces:Array(String)}
 """
 CHUNKS_SQL = """
@@ -187,9 +193,11 @@ class AttributionJob:
                     "stream_quality", pa.Table.from_pylist(quality, schema=columns.STREAM_QUALITY)
                 )
             if smoothing:
-                self._insert_client.insert_arrow(
-                    "stream_smoothing", pa.Table.from_pylist(smoothing, schema=columns.STREAM_SMOOTHING)
-                )
+                smoothed = pa.Table.from_pylist(smoothing, schema=columns.STREAM_SMOOTHING)
+                self._insert_client.insert_arrow("stream_smoothing", smoothed)
+                counted = smoothed.filter(pa.array([row[TIMED] for row in smoothing]))
+                if counted.num_rows:
+                    self._insert_client.insert_arrow("smoothing_histograms", smoothing_histograms(counted))
             self._insert_client.insert("attribution_progress", [[JOB, until]], column_names=["job", "through"])
             return len(stalls), caught_up
 
@@ -198,10 +206,13 @@ class AttributionJob:
         sides: dict[str, list[tuple[str, str, str, int]]] = defaultdict(list)
         watched: set[tuple[str, str]] = set()
         endpoints: dict[tuple[str, str], str] = {}
+        timed: set[tuple[str, str]] = set()
         spans = self._client.query(TRACES_SQL, parameters={"traces": traces}).result_rows
-        for trace, span, side, node, start, host_watched, endpoint in spans:
+        for trace, span, side, node, start, host_watched, endpoint, every_arrival_known in spans:
             sides[trace].append((span, side, node, start))
             endpoints[(trace, span)] = endpoint
+            if every_arrival_known:
+                timed.add((trace, span))
             if host_watched:
                 watched.add((trace, span))
         chunks: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]]
@@ -279,7 +290,7 @@ class AttributionJob:
             (fluidity, andes), smoothed = measured(client, tokens[(trace, span)], self.buffers, self.rules, targets)
             at = {**identity, "start_time": client.start_us}
             quality.append({**at, "stalls": len(stalls), "fluidity_index": fluidity, "andes_qoe": andes, **settings})
-            smoothing.extend({**at, **vars(s)} for s in smoothed)
+            smoothing.extend({**at, **vars(s), TIMED: (trace, span) in timed} for s in smoothed)
         return rows, quality, smoothing
 
 

@@ -343,6 +343,21 @@ STREAM_SMOOTHING = pa.schema(
     ]
 )
 
+SMOOTHING_HISTOGRAMS = pa.schema(  # stream_smoothing counted (migration 0032, decode.stream_histograms)
+    [
+        ("step", pa.uint16()),
+        ("tenant", _LC),
+        ("side", _LC),
+        ("interval_start", pa.timestamp("s", tz="UTC")),
+        ("service", _LC),
+        ("model", _LC),
+        ("depth_ms", pa.float32()),
+        ("figure", _LC),
+        ("bucket", pa.int16()),
+        ("streams", pa.uint64()),
+    ]
+)
+
 INGEST_REQUESTS = pa.schema(
     [
         ("tenant", _LC),
@@ -393,9 +408,25 @@ GAP_HISTOGRAMS = pa.schema(  # content gaps counted (migration 0030, streamscope
     ]
 )
 
+STREAM_HISTOGRAMS = pa.schema(  # per-stream figures counted (migration 0032, decode.stream_histograms)
+    [
+        ("step", pa.uint16()),
+        ("tenant", _LC),
+        ("side", _LC),
+        ("interval_start", pa.timestamp("s", tz="UTC")),
+        ("service", _LC),
+        ("provider", _LC),
+        ("model", _LC),
+        ("figure", _LC),
+        ("bucket", pa.int16()),
+        ("streams", pa.uint64()),
+    ]
+)
+
 TABLES: dict[str, pa.Schema] = {  # in write order (ingest/streamscope_ingest/store/writer.py)
     "chunk_arrays": CHUNKS,
     "gap_histograms": GAP_HISTOGRAMS,  # counted by the writer from chunk_arrays
+    "stream_histograms": STREAM_HISTOGRAMS,  # counted by the writer from streams
     "streams": STREAMS,
     "ground_truth": GROUND_TRUTH,
     "engine_samples": ENGINE_SAMPLES,
@@ -404,6 +435,7 @@ TABLES: dict[str, pa.Schema] = {  # in write order (ingest/streamscope_ingest/st
     "stalls": STALLS,
     "stream_quality": STREAM_QUALITY,
     "stream_smoothing": STREAM_SMOOTHING,
+    "smoothing_histograms": SMOOTHING_HISTOGRAMS,  # counted by the attribution job from stream_smoothing
     "ingest_requests": INGEST_REQUESTS,
     "alerts": ALERTS,  # Grafana's webhook deliveries: never in a batch with OTLP rows or their request log
 }

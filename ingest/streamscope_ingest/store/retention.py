@@ -37,6 +37,8 @@ RETAINED: tuple[Retained, ...] = (
     Retained("chunk_arrays", "start_time", 14),
     Retained("streams", "start_time", 30),
     Retained("gap_histograms", "interval_start", 30),
+    Retained("stream_histograms", "interval_start", 30),
+    Retained("smoothing_histograms", "interval_start", 30),
     Retained("stalls", "start_time", 30),
     Retained("stream_quality", "start_time", 30),
     Retained("stream_smoothing", "start_time", 30),

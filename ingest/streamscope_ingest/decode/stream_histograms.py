@@ -1,0 +1,134 @@
+"""Per-stream figures counted per interval of the stream's start and labels, so the fleet panels that take their
+medians and shares read a number of rows that grows with the range, not with the streams stored (migration 0032):
+``stream_histograms`` counts each ``streams`` block the writer inserts, ``smoothing_histograms`` each block of
+``stream_smoothing`` rows the attribution job writes. A row counts the streams whose figure fell in one bucket:
+
+- durations and rates: ``gap_histograms``' log buckets (k holds [1.01^(k-1), 1.01^k)), ``ZERO`` for 0, so a
+  median read as the bucket's geometric middle is within 0.5 % of quantileExact's;
+- counts (stalls; a tool call, 0 or 1): the count itself, so shares and sums are exact;
+- quality indices (0 to 1): steps of 1/``INDEX_STEPS``, read as the step's middle.
+
+A NULL figure (no content yet, no tool call) is not counted, as quantileExact leaves NULLs out. The migration's
+copy of rows stored before it counts the same way in SQL (a test holds the two together).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from streamscope_ingest.decode import columns
+from streamscope_ingest.decode.gap_histograms import BUCKET_RATIO, STEPS_S
+
+ZERO = -32768
+"""The bucket of a duration or rate of 0 (bucket 0 holds [1/1.01, 1))."""
+INDEX_STEPS = 10_000
+"""A quality index's bucket k holds [k, k + 1) / INDEX_STEPS."""
+_MOST = 32767
+
+STREAM_LABELS = ("tenant", "side", "service", "provider", "model")
+SMOOTHING_LABELS = ("tenant", "side", "service", "model", "depth_ms")
+
+
+def log_buckets(values: np.ndarray) -> np.ndarray:
+    """The log bucket of each value (≥ 0; NaN gives an arbitrary bucket the caller masks)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        buckets = np.floor(np.log(values) / np.log(BUCKET_RATIO)) + 1
+    return np.where(values == 0, ZERO, np.clip(np.nan_to_num(buckets), -_MOST, _MOST)).astype(np.int16)
+
+
+def count_buckets(values: np.ndarray) -> np.ndarray:
+    return np.minimum(values, _MOST).astype(np.int16)
+
+
+def index_buckets(values: np.ndarray) -> np.ndarray:
+    """Each index's step; ``values`` as stored (Float32), widened before scaling as ClickHouse does."""
+    scaled = np.floor(np.asarray(values, dtype=np.float32).astype(np.float64) * INDEX_STEPS)
+    return np.clip(np.nan_to_num(scaled), -_MOST, _MOST).astype(np.int16)
+
+
+def stream_histograms(streams: pa.Table) -> pa.Table:
+    """The ``stream_histograms`` rows of a ``streams`` block: each stream's stall count, whether it called a tool,
+    its pace (``stream_metrics.tokens_per_s``) and the pause before its first tool call."""
+    response, request = (_strings(streams[f"{which}_model"]) for which in ("response", "request"))
+    labels = streams.select(list(STREAM_LABELS[:-1])).append_column(
+        "model", pc.if_else(pc.not_equal(response, ""), response, request)
+    )
+    ttft, last = (_floats(streams[name]) for name in ("ttft_us", "last_content_us"))
+    has_content = last > ttft  # False where either is NULL (NaN)
+    content_s = np.where(has_content, last - ttft, 1.0) / 1e6
+    figures = {
+        "stall_count": pa.array(count_buckets(streams["stall_count"].to_numpy())),
+        "tool_call": pa.array(streams["first_tool_call_seq"].is_valid().to_numpy(zero_copy_only=False), pa.int16()),
+        "tokens_per_s": pa.array(log_buckets(_floats(streams["tokens"]) / content_s), mask=~has_content),
+    }
+    if "tool_call_pause_us" in streams.column_names:  # absent from blocks decoded before it was kept
+        pause = _floats(streams["tool_call_pause_us"])
+        figures["tool_call_pause_us"] = pa.array(log_buckets(pause), mask=np.isnan(pause))
+    return counted(labels, streams["start_time"], figures, columns.STREAM_HISTOGRAMS)
+
+
+def smoothing_histograms(smoothing: pa.Table) -> pa.Table:
+    """The ``smoothing_histograms`` rows of ``stream_smoothing`` rows: each stream's figures before and after each
+    buffer depth."""
+    figures = {"added_end_us": log_buckets(_floats(smoothing["added_end_us"]))}
+    for when in ("before", "after"):
+        figures[f"stalls_{when}"] = count_buckets(smoothing[f"stalls_{when}"].to_numpy())
+    for when in ("before", "after"):
+        figures[f"longest_gap_{when}_us"] = log_buckets(_floats(smoothing[f"longest_gap_{when}_us"]))
+    masked = {}
+    for name in ("fluidity", "andes"):
+        for when in ("before", "after"):
+            values = _floats(smoothing[f"{name}_{when}"])
+            masked[f"{name}_{when}"] = pa.array(index_buckets(values), mask=np.isnan(values))
+    figures = {name: pa.array(buckets) for name, buckets in figures.items()} | masked
+    labels = smoothing.select(list(SMOOTHING_LABELS))
+    return counted(labels, smoothing["start_time"], figures, columns.SMOOTHING_HISTOGRAMS)
+
+
+def counted(
+    labels: pa.Table, start_time: pa.ChunkedArray | pa.Array, figures: Mapping[str, pa.Array], schema: pa.Schema
+) -> pa.Table:
+    """Rows of ``schema`` counting, at every step of ``STEPS_S``, the streams (rows of ``labels``, started at
+    ``start_time``) in each figure's bucket, per interval and labels; NULL buckets are not counted."""
+    seconds = pc.divide(pc.cast(start_time, pa.int64()), 1_000_000).to_numpy(zero_copy_only=False)
+    finest = seconds // STEPS_S[0] * STEPS_S[0]
+    plain = {name: labels[name].cast(pa.string()) if pa.types.is_dictionary(labels[name].type) else labels[name]
+             for name in labels.column_names}  # fmt: skip
+    parts = []
+    for figure, buckets in figures.items():
+        part = pa.table({**plain, "finest": finest, "figure": pa.repeat(figure, labels.num_rows), "bucket": buckets})
+        parts.append(part.filter(pc.is_valid(part["bucket"])))
+    each = pa.concat_tables(parts)
+    keys = [*labels.column_names, "interval_start", "figure", "bucket"]
+    blocks = []
+    for step in STEPS_S:
+        at_step = each.append_column("interval_start", pc.multiply(pc.divide(each["finest"], step), step))
+        rows = at_step.group_by(keys, use_threads=False).aggregate([([], "count_all")])
+        rows = rows.append_column("step", pa.repeat(pa.scalar(step, pa.uint16()), rows.num_rows))
+        blocks.append(rows.rename_columns([*keys, "streams", "step"]).select(schema.names))
+    table = pa.concat_tables(blocks)
+    return pa.Table.from_arrays(
+        [_as(table[name], field.type) for name, field in zip(schema.names, schema)], schema=schema
+    )
+
+
+def _as(column: pa.ChunkedArray, kind: pa.DataType) -> pa.Array:
+    column = column.combine_chunks()
+    if pa.types.is_dictionary(kind):
+        return column.dictionary_encode().cast(kind)
+    if pa.types.is_timestamp(kind):
+        return column.cast(pa.int64()).cast(kind)
+    return column.cast(kind)
+
+
+def _strings(column: pa.ChunkedArray) -> pa.Array:
+    return column.combine_chunks().cast(pa.string())
+
+
+def _floats(column: pa.ChunkedArray) -> np.ndarray:
+    """A numeric column as float64, NaN where NULL (integers of µs are exact in float64)."""
+    return column.combine_chunks().cast(pa.float64()).to_numpy(zero_copy_only=False)

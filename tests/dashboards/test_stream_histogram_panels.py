@@ -1,0 +1,157 @@
+"""The panels over ``stream_histograms`` and ``smoothing_histograms`` (migration 0032) on the embedded store:
+``model_texture``'s pace, stall rate and tool calls and ``smoothing_trade`` read as the exact figures over the
+stored rows say (counts and shares exact, medians within 0.5 % for times and rates, within a step of 1/10,000 for
+quality indices); a range that cuts hours and minutes counts each stream whose 5 s interval meets it, once; with
+routes chosen both answer from the raw rows."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from streamscope import semconv as sc
+from streamscope_dashboards.macros import QueryContext, resolve
+from streamscope_dashboards.panels import DEFAULTS, MODEL_TEXTURE, SMOOTHING_TRADE, TOKENS_PER_S
+from streamscope_ingest.analysis.attribution_job import AttributionJob
+from tests.support import T0, store_spans, stream_span
+
+S = 1_000_000_000  # ns
+START = datetime.fromtimestamp(T0 / 1e9, UTC)
+HOURS = 3
+ROUTED = "/v1/routed"
+
+
+@pytest.fixture
+def store(store_client):
+    """Client streams of two models over three hours at random pace, some with a stall, every fifth calling a tool
+    and every seventh missing its last chunks; every third trace's server span was served on ``ROUTED``."""
+    rng = random.Random(11)
+    spans = []
+    for n in range(90):
+        chunks = rng.randrange(20, 60)
+        offsets, at = [], 0.0
+        for _ in range(chunks):
+            at += rng.lognormvariate(3.2, 0.6) + (700 if rng.random() < 0.03 else 0)
+            offsets.append(round(at, 3))
+        attributes: dict = {sc.GEN_AI_REQUEST_MODEL: f"m-{n % 2}"}
+        if n % 5 == 0:
+            attributes[sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK] = chunks // 2
+        if n % 7 == 0:
+            attributes[sc.STREAMSCOPE_CHUNKS_DROPPED] = 2
+        start = T0 + rng.randrange(HOURS * 3600) * S
+        tokens = [rng.randrange(1, 4) for _ in offsets]
+        spans.append(stream_span(n + 1, 1, side="client", offsets_ms=offsets, tokens=tokens, start_ns=start,
+                                 attributes=attributes))  # fmt: skip
+        route = {sc.HTTP_ROUTE: ROUTED if n % 3 == 0 else "/v1/other", **attributes}
+        spans.append(stream_span(n + 1, 2, side="server", offsets_ms=offsets, tokens=tokens, start_ns=start,
+                                 attributes=route))  # fmt: skip
+    store_spans(store_client, spans)
+    AttributionJob(store_client, settle_s=0).run_once(until=datetime.now(UTC) + timedelta(minutes=1))
+    return store_client
+
+
+WHOLE = (START - timedelta(minutes=1), START + timedelta(hours=HOURS, minutes=1))
+CUT = (START + timedelta(minutes=67, seconds=23), START + timedelta(hours=2, minutes=41, seconds=2))
+"""A range that starts and ends inside hours, minutes and 5 s intervals."""
+
+
+def run(client, panel, within: tuple[datetime, datetime], **variables) -> list[dict]:
+    ctx = QueryContext(*within, timedelta(seconds=5))
+    result = client.query(resolve(panel.sql, ctx, {**DEFAULTS, **variables}))
+    return [dict(zip(result.column_names, row)) for row in result.result_rows]
+
+
+def meeting(within: tuple[datetime, datetime]) -> str:
+    """Client streams whose 5 s interval meets the range: what the histograms count for it."""
+    first, last = (int(t.timestamp()) for t in within)
+    return f"side = 'client' AND intDiv(toUnixTimestamp(start_time), 5) * 5 BETWEEN {first - 4} AND {last}"
+
+
+def routed(only: bool) -> str:
+    return f" AND trace_id IN (SELECT trace_id FROM streams WHERE route = '{ROUTED}')" if only else ""
+
+
+def exact_streams(client, within, routed_only: bool = False) -> dict[str, tuple]:
+    rows = client.query(
+        f"SELECT model, quantileExact(0.5)(tokens_per_s), countIf(stall_count > 0) / count(), "
+        f"countIf(first_tool_call_seq IS NOT NULL), quantileExact(0.5)(tool_call_pause_us) / 1000 "
+        f"FROM (SELECT *, if(response_model != '', response_model, request_model) AS model, "
+        f"{TOKENS_PER_S} AS tokens_per_s FROM streams) WHERE {meeting(within)}{routed(routed_only)} GROUP BY model"
+    ).result_rows
+    return {model: rest for model, *rest in rows}
+
+
+@pytest.mark.parametrize("within", [WHOLE, CUT])
+def test_the_texture_reads_each_models_pace_stalls_and_tool_calls_as_the_streams_say(store, within):
+    exact, shown = exact_streams(store, within), run(store, MODEL_TEXTURE, within)
+    assert {row["model"] for row in shown} == exact.keys() == {"m-0", "m-1"}
+    for row in shown:
+        pace, stalled, tool_calls, pause = exact[row["model"]]
+        assert row["tokens_per_s_p50"] == pytest.approx(pace, rel=0.005, abs=0.05)
+        assert (row["stall_rate"], row["tool_calls"]) == (round(stalled, 3), tool_calls) and tool_calls > 0
+        assert row["tool_call_pause_ms_p50"] == pytest.approx(pause, rel=0.005)
+        assert row["tool_call_pause_ms_p50"] != pause  # a bucket's middle, not the pause itself
+    assert 0 < max(row["stall_rate"] for row in shown) < 1
+
+
+def test_the_panels_pace_is_stream_metrics(store):
+    differ = f"SELECT count() FROM stream_metrics AS m JOIN (SELECT trace_id, span_id, {TOKENS_PER_S} AS pace " \
+        "FROM streams) AS s USING (trace_id, span_id) WHERE NOT (m.tokens_per_s <=> s.pace)"  # fmt: skip
+    assert store.query(differ).result_rows[0][0] == 0
+
+
+def test_with_a_route_chosen_the_texture_is_exact(store):
+    exact = exact_streams(store, WHOLE, routed_only=True)
+    for row in run(store, MODEL_TEXTURE, WHOLE, route=(ROUTED,)):
+        pace, stalled, tool_calls, pause = exact[row["model"]]
+        assert (row["tokens_per_s_p50"], row["stall_rate"]) == (round(pace, 1), round(stalled, 3))
+        assert (row["tool_calls"], row["tool_call_pause_ms_p50"]) == (tool_calls, pause)
+
+
+def exact_smoothing(client, within, routed_only: bool = False) -> dict[float, dict]:
+    """Per depth: streams, stall shares and counts exact; the medians (as the panel's columns, unrounded)."""
+    timed = "(trace_id, span_id) IN (SELECT trace_id, span_id FROM streams WHERE coverage = 'full')"
+    result = client.query(
+        "SELECT depth_ms, count() AS streams, quantileExact(0.5)(added_end_us) / 1000 AS added_end_p50_ms, "
+        "countIf(stalls_before > 0) / count() AS stalled_share_before, "
+        "countIf(stalls_after > 0) / count() AS stalled_share_after, "
+        "sum(stalls_before) AS stall_count_before, sum(stalls_after) AS stall_count_after, "
+        "quantileExact(0.5)(longest_gap_before_us) / 1000 AS longest_gap_p50_before_ms, "
+        "quantileExact(0.5)(longest_gap_after_us) / 1000 AS longest_gap_p50_after_ms, "
+        "quantileExact(0.5)(fluidity_before) AS fluidity_p50_before, "
+        "quantileExact(0.5)(fluidity_after) AS fluidity_p50_after, "
+        "quantileExact(0.5)(andes_before) AS andes_qoe_p50_before, "
+        "quantileExact(0.5)(andes_after) AS andes_qoe_p50_after "
+        f"FROM stream_smoothing WHERE {timed} AND {meeting(within)}{routed(routed_only)} GROUP BY depth_ms"
+    )
+    return {row[0]: dict(zip(result.column_names, row)) for row in result.result_rows}
+
+
+@pytest.mark.parametrize("within", [WHOLE, CUT])
+def test_the_smoothing_trade_reads_each_depth_as_the_timed_streams_say(store, within):
+    exact, shown = exact_smoothing(store, within), run(store, SMOOTHING_TRADE, within)
+    assert [row["depth_ms"] for row in shown] == sorted(exact) and len(shown) > 1
+    untimed = store.query("SELECT count() FROM streams WHERE coverage = 'partial'").result_rows[0][0]
+    assert untimed > 0
+    for row in shown:
+        expected = exact[row["depth_ms"]]
+        for name in ("streams", "stall_count_before", "stall_count_after"):
+            assert row[name] == expected[name], name
+        for name in ("stalled_share_before", "stalled_share_after"):
+            assert row[name] == round(expected[name], 3), name
+        for name in ("added_end_p50_ms", "longest_gap_p50_before_ms", "longest_gap_p50_after_ms"):
+            assert row[name] == pytest.approx(expected[name], rel=0.005, abs=0.05), name
+        for name in ("fluidity_p50_before", "fluidity_p50_after", "andes_qoe_p50_before", "andes_qoe_p50_after"):
+            assert row[name] == pytest.approx(expected[name], abs=0.0011), name
+    assert any(row["stall_count_before"] > row["stall_count_after"] for row in shown)
+
+
+def test_with_a_route_chosen_the_smoothing_trade_is_exact(store):
+    exact = exact_smoothing(store, WHOLE, routed_only=True)
+    for row in run(store, SMOOTHING_TRADE, WHOLE, route=(ROUTED,)):
+        expected = exact[row["depth_ms"]]
+        assert row["streams"] == expected["streams"]
+        assert row["fluidity_p50_before"] == round(expected["fluidity_p50_before"], 3)
+        assert row["longest_gap_p50_after_ms"] == round(expected["longest_gap_p50_after_ms"], 1)

@@ -1,0 +1,160 @@
+"""``stream_histograms`` and ``smoothing_histograms`` (migration 0032): every stream is counted at every step in the
+bucket the migration documents, checked against a Python reading of the stored rows; the attribution job counts
+the smoothing rows of timed streams only; the migration's copies count what the writer and the job count; a
+replayed insert is not counted twice."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from streamscope import semconv as sc
+from streamscope_ingest.analysis.attribution_job import AttributionJob
+from streamscope_ingest.decode.traces import decode_traces
+from streamscope_ingest.store import migrations
+from streamscope_ingest.store.writer import ClickHouseWriter
+from tests.support import T0, store_spans, stream_span, trace_request
+
+S = 1_000_000_000  # ns
+STEPS_S = (5, 60, 300, 3600)
+ZERO, MOST = -32768, 32767
+
+
+def spans():
+    """Client and server streams of two models starting in different 5 s, minute and hour intervals: with and
+    without stalls, one calling a tool, one whose tokens are all 0 (a pace of 0), one with a single chunk (no
+    pace), one whose last chunks were dropped (partial)."""
+    made = []
+    for n, start_s in enumerate((0, 3, 7, 61, 302, 3599, 3601)):
+        offsets = [0, 10, 20 + n, 45, 95 + 7 * n, 95.5 + 7 * n, 700 + 100 * n, 710 + 100 * n]
+        attributes: dict = {sc.GEN_AI_REQUEST_MODEL: f"m-{n % 2}"}
+        if n == 2:
+            attributes[sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK] = 5
+        if n == 4:
+            attributes[sc.STREAMSCOPE_CHUNKS_DROPPED] = 3
+        tokens = [0] * len(offsets) if n == 5 else [1, 2, 1, 3, 1, 1, 2, 1]
+        if n == 6:
+            offsets, tokens = offsets[:1], tokens[:1]
+        for side, span in (("client", 1), ("server", 2)):
+            made.append(stream_span(n + 1, span, side=side, offsets_ms=offsets, tokens=tokens,
+                                    content_bytes=[4] * len(tokens), start_ns=T0 + start_s * S,
+                                    attributes=attributes))  # fmt: skip
+    return made
+
+
+def log_bucket(value: float) -> int:
+    return ZERO if value == 0 else max(-MOST, min(MOST, math.floor(math.log(value) / math.log(1.01)) + 1))
+
+
+def index_bucket(value: float) -> int:
+    return max(-MOST, min(MOST, math.floor(value * 10_000)))
+
+
+def expected_streams(client) -> Counter:
+    """The rows migration 0032 documents, computed here from ``stream_metrics`` and ``streams``."""
+    rows = client.query(
+        "SELECT toUnixTimestamp(m.start_time), m.side, m.model, m.stall_count, m.tokens_per_s, "
+        "s.first_tool_call_seq IS NOT NULL, s.tool_call_pause_us FROM stream_metrics AS m "
+        "JOIN streams AS s USING (trace_id, span_id)"
+    ).result_rows
+    counted: Counter = Counter()
+    for start_s, side, model, stalls, pace, tool_call, pause in rows:
+        figures = {"stall_count": min(stalls, MOST), "tool_call": int(tool_call)}
+        if pace is not None:
+            figures["tokens_per_s"] = log_bucket(pace)
+        if pause is not None:
+            figures["tool_call_pause_us"] = log_bucket(pause)
+        for figure, bucket in figures.items():
+            for step in STEPS_S:
+                counted[(step, side, start_s // step * step, model, figure, bucket)] += 1
+    return counted
+
+
+def stored(client, table: str, key: str) -> Counter:
+    rows = client.query(f"SELECT {key}, sum(streams) FROM {table} GROUP BY {key}").result_rows
+    return Counter({tuple(row[:-1]): row[-1] for row in rows})
+
+
+STREAM_KEY = "step, side, toUnixTimestamp(interval_start), model, figure, bucket"
+SMOOTHING_KEY = "step, side, toUnixTimestamp(interval_start), model, depth_ms, figure, bucket"
+
+
+def attributed(client) -> None:
+    AttributionJob(client, settle_s=0).run_once(until=datetime.now(UTC) + timedelta(minutes=1))
+
+
+def test_every_stream_is_counted_at_every_step_in_its_figures_buckets(store_client):
+    store_spans(store_client, spans())
+    counts = stored(store_client, "stream_histograms", STREAM_KEY)
+    assert counts == expected_streams(store_client)
+    figures = Counter(key[4] for key in counts if key[0] == 3600)
+    assert figures["tool_call_pause_us"] == 2  # one stream on each side called a tool
+    assert {key[5] for key in counts if key[4] == "tokens_per_s"} >= {ZERO}  # a pace of 0
+    assert sum(n for key, n in counts.items() if key[0] == 5 and key[4] == "stall_count") == 14
+    assert sum(n for key, n in counts.items() if key[0] == 5 and key[4] == "tokens_per_s") == 12  # one lone chunk
+
+
+def expected_smoothing(client) -> Counter:
+    """The smoothing rows of streams whose every arrival is known, counted as migration 0032 documents."""
+    rows = client.query(
+        "SELECT toUnixTimestamp(start_time), side, model, depth_ms, added_end_us, stalls_before, stalls_after, "
+        "longest_gap_before_us, longest_gap_after_us, fluidity_before, fluidity_after, andes_before, andes_after "
+        "FROM stream_smoothing WHERE (trace_id, span_id) IN "
+        "(SELECT trace_id, span_id FROM streams WHERE coverage IN ('full', 'arrivals'))"
+    ).result_rows
+    counted: Counter = Counter()
+    for start_s, side, model, depth, end, *values in rows:
+        stalls, longest, indices = values[:2], values[2:4], values[4:]
+        buckets = {"added_end_us": log_bucket(end)}
+        buckets |= {f"stalls_{w}": min(v, MOST) for w, v in zip(("before", "after"), stalls)}
+        buckets |= {f"longest_gap_{w}_us": log_bucket(v) for w, v in zip(("before", "after"), longest)}
+        names = ("fluidity_before", "fluidity_after", "andes_before", "andes_after")
+        buckets |= {name: index_bucket(v) for name, v in zip(names, indices) if v is not None}
+        for figure, bucket in buckets.items():
+            for step in STEPS_S:
+                counted[(step, side, start_s // step * step, model, depth, figure, bucket)] += 1
+    return counted
+
+
+def test_the_job_counts_the_smoothing_of_timed_streams_only(store_client):
+    store_spans(store_client, spans())
+    attributed(store_client)
+    counts = stored(store_client, "smoothing_histograms", SMOOTHING_KEY)
+    assert counts == expected_smoothing(store_client)
+    partial = "SELECT count() FROM stream_smoothing WHERE trace_id = (SELECT trace_id FROM streams " \
+        "WHERE coverage = 'partial' LIMIT 1)"  # fmt: skip
+    assert store_client.query(partial).result_rows[0][0] > 0  # its rows are stored, not counted
+    depths = store_client.query("SELECT uniqExact(depth_ms) FROM stream_smoothing").result_rows[0][0]
+    counted_streams = sum(n for key, n in counts.items() if key[0] == 3600 and key[5] == "stalls_before")
+    timed = store_client.query(
+        "SELECT uniqExact(trace_id, span_id) FROM stream_smoothing WHERE (trace_id, span_id) IN "
+        "(SELECT trace_id, span_id FROM streams WHERE coverage = 'full')"
+    ).result_rows[0][0]
+    assert counted_streams == timed * depths and timed > 0
+
+
+@pytest.mark.parametrize(("table", "key"), [("stream_histograms", STREAM_KEY), ("smoothing_histograms", SMOOTHING_KEY)])
+def test_the_migrations_copy_counts_what_was_counted_as_rows_were_written(store_client, table, key):
+    store_spans(store_client, spans())
+    attributed(store_client)
+    as_written = stored(store_client, table, key)
+    assert as_written
+    [migration] = [m for m in migrations.available() if m.name == "stream_histograms"]
+    statements = migration.statements()
+    truncate = statements.index(f"TRUNCATE TABLE {table}")
+    store_client.command(statements[truncate])
+    assert stored(store_client, table, key) == Counter()
+    store_client.command(statements[truncate + 1])
+    assert stored(store_client, table, key) == as_written
+
+
+def test_an_insert_replayed_under_its_token_is_counted_once(store_client):
+    batch = decode_traces(trace_request(spans()[:6]), tenant="t", stall_threshold_us=400_000)
+    writer = ClickHouseWriter(store_client)
+    writer.insert(batch, token="segment-1")
+    once = stored(store_client, "stream_histograms", STREAM_KEY)
+    writer.insert(batch, token="segment-1")  # a crash before the spool's confirmation: the segment again
+    assert stored(store_client, "stream_histograms", STREAM_KEY) == once and sum(once.values()) > 0
