@@ -36,7 +36,7 @@ def gap_histograms(chunk_arrays: pa.Table) -> pa.Table:
     gaps = gap_lists.values.to_numpy()[content]
     if not gaps.size:
         return columns.GAP_HISTOGRAMS.empty_table()
-    labels, group_of_stream = _label_groups(chunk_arrays)
+    labels, group_of_stream = label_groups(chunk_arrays.select(list(LABELS)))
     finest = chunk_arrays["start_time"].combine_chunks().cast(pa.int64()).to_numpy() // (STEPS_S[0] * 1_000_000)
     # Counted by cell and interval at the shortest step in one hash aggregation (sorting every gap costs several
     # times more). Its few rows are sorted by (cell, interval); a longer step's intervals keep that order, so each
@@ -79,16 +79,15 @@ def _merged(
     return cells[at], starts[at], np.add.reduceat(counted, at), np.maximum.reduceat(longest, at)
 
 
-def _label_groups(chunk_arrays: pa.Table) -> tuple[pa.Table, np.ndarray]:
-    """The distinct label sets of the block's streams (by their dictionary codes), and each stream's index among
-    them."""
+def label_groups(labels: pa.Table) -> tuple[pa.Table, np.ndarray]:
+    """The distinct rows of ``labels`` (compared by their dictionary codes), and each row's index among them."""
     codes = []
-    for name in LABELS:
-        column = chunk_arrays[name].combine_chunks()
+    for name in labels.column_names:
+        column = labels[name].combine_chunks()
         encoded = column if pa.types.is_dictionary(column.type) else column.dictionary_encode()
         codes.append(encoded.indices.to_numpy(zero_copy_only=False))
     _, first, group_of_stream = np.unique(np.stack(codes, axis=1), axis=0, return_index=True, return_inverse=True)
-    return chunk_arrays.select(list(LABELS)).take(pa.array(first)), group_of_stream.ravel().astype(np.int64)
+    return labels.take(pa.array(first)), group_of_stream.ravel().astype(np.int64)
 
 
 def _block(

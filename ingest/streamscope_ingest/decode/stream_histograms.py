@@ -21,13 +21,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamscope_ingest.decode import columns
-from streamscope_ingest.decode.gap_histograms import BUCKET_RATIO, STEPS_S
+from streamscope_ingest.decode.gap_histograms import BUCKET_RATIO, STEPS_S, label_groups
 
 ZERO = -32768
 """The bucket of a duration or rate of 0 (bucket 0 holds [1/1.01, 1))."""
 INDEX_STEPS = 10_000
 """A quality index's bucket k holds [k, k + 1) / INDEX_STEPS."""
 _MOST = 32767
+_BUCKET_BITS = 16
+_BUCKET_MASK = (1 << _BUCKET_BITS) - 1
 
 STREAM_LABELS = ("tenant", "side", "service", "provider", "model")
 SMOOTHING_LABELS = ("tenant", "side", "service", "model", "depth_ms")
@@ -94,34 +96,50 @@ def counted(
 ) -> pa.Table:
     """Rows of ``schema`` counting, at every step of ``STEPS_S``, the streams (rows of ``labels``, started at
     ``start_time``) in each figure's bucket, per interval and labels; NULL buckets are not counted."""
+    distinct, group = label_groups(labels)
     seconds = pc.divide(pc.cast(start_time, pa.int64()), 1_000_000).to_numpy(zero_copy_only=False)
-    finest = seconds // STEPS_S[0] * STEPS_S[0]
-    plain = {name: labels[name].cast(pa.string()) if pa.types.is_dictionary(labels[name].type) else labels[name]
-             for name in labels.column_names}  # fmt: skip
-    parts = []
-    for figure, buckets in figures.items():
-        part = pa.table({**plain, "finest": finest, "figure": pa.repeat(figure, labels.num_rows), "bucket": buckets})
-        parts.append(part.filter(pc.is_valid(part["bucket"])))
-    each = pa.concat_tables(parts)
-    keys = [*labels.column_names, "interval_start", "figure", "bucket"]
-    blocks = []
+    # An integer per counted figure: its labels, figure and bucket (its cell); each step counts the distinct pairs
+    # of cell and interval.
+    keys, starts = [], []
+    for number, buckets in enumerate(figures.values()):
+        known = buckets.is_valid().to_numpy(zero_copy_only=False)
+        bucket = buckets.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)[known]
+        keys.append((group[known] * len(figures) + number) << _BUCKET_BITS | (bucket - ZERO))
+        starts.append(seconds[known])
+    key, start = np.concatenate(keys), np.concatenate(starts)
+    if not key.size:
+        return schema.empty_table()
+    cells, steps, interval_starts, counts = [], [], [], []
     for step in STEPS_S:
-        at_step = each.append_column("interval_start", pc.multiply(pc.divide(each["finest"], step), step))
-        rows = at_step.group_by(keys, use_threads=False).aggregate([([], "count_all")])
-        rows = rows.append_column("step", pa.repeat(pa.scalar(step, pa.uint16()), rows.num_rows))
-        blocks.append(rows.rename_columns([*keys, "streams", "step"]).select(schema.names))
-    table = pa.concat_tables(blocks)
-    return pa.Table.from_arrays(
-        [_as(table[name], field.type) for name, field in zip(schema.names, schema)], schema=schema
-    )
+        interval = start // step
+        lowest = int(interval.min())
+        span = int(interval.max()) - lowest + 1
+        combined, counted_here = np.unique(key * span + (interval - lowest), return_counts=True)
+        cells.append(combined // span)
+        interval_starts.append((combined % span + lowest) * step)
+        steps.append(np.full(combined.size, step, dtype=np.uint16))
+        counts.append(counted_here)
+    cell = np.concatenate(cells)
+    of_labels = cell >> _BUCKET_BITS
+    by_labels = distinct.take(pa.array(of_labels // len(figures)))
+    values = {
+        "step": pa.array(np.concatenate(steps)),
+        **{name: by_labels[name].combine_chunks() for name in distinct.column_names},
+        "interval_start": pa.array(np.concatenate(interval_starts), pa.timestamp("s", tz="UTC")),
+        "figure": pa.DictionaryArray.from_arrays(pa.array(of_labels % len(figures), pa.int32()), list(figures)),
+        "bucket": pa.array(((cell & _BUCKET_MASK) + ZERO).astype(np.int16)),
+        "streams": pa.array(np.concatenate(counts).astype(np.uint64)),
+    }
+    return pa.Table.from_arrays([_as(values[name], field.type) for name, field in zip(schema.names, schema)],
+                                schema=schema)  # fmt: skip
 
 
-def _as(column: pa.ChunkedArray, kind: pa.DataType) -> pa.Array:
-    column = column.combine_chunks()
-    if pa.types.is_dictionary(kind):
+def _as(column: pa.Array | pa.ChunkedArray, kind: pa.DataType) -> pa.Array:
+    """``column`` as the schema's type (labels as dictionaries, whatever their encoding in the block)."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_dictionary(kind) and not pa.types.is_dictionary(column.type):
         return column.dictionary_encode().cast(kind)
-    if pa.types.is_timestamp(kind):
-        return column.cast(pa.int64()).cast(kind)
     return column.cast(kind)
 
 
