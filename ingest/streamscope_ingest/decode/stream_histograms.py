@@ -14,7 +14,7 @@ copy of rows stored before it counts the same way in SQL (a test holds the two t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -43,7 +43,7 @@ def log_buckets(values: np.ndarray) -> np.ndarray:
 
 
 def count_buckets(values: np.ndarray) -> np.ndarray:
-    return np.minimum(values, _MOST).astype(np.int16)
+    return np.minimum(np.nan_to_num(values), _MOST).astype(np.int16)
 
 
 def index_buckets(values: np.ndarray) -> np.ndarray:
@@ -63,30 +63,24 @@ def stream_histograms(streams: pa.Table) -> pa.Table:
     has_content = last > ttft  # False where either is NULL (NaN)
     content_s = np.where(has_content, last - ttft, 1.0) / 1e6
     figures = {
-        "stall_count": pa.array(count_buckets(streams["stall_count"].to_numpy())),
+        "stall_count": _figure(streams["stall_count"], count_buckets),
         "tool_call": pa.array(streams["first_tool_call_seq"].is_valid().to_numpy(zero_copy_only=False), pa.int16()),
         "tokens_per_s": pa.array(log_buckets(_floats(streams["tokens"]) / content_s), mask=~has_content),
     }
     if "tool_call_pause_us" in streams.column_names:  # absent from blocks decoded before it was kept
-        pause = _floats(streams["tool_call_pause_us"])
-        figures["tool_call_pause_us"] = pa.array(log_buckets(pause), mask=np.isnan(pause))
+        figures["tool_call_pause_us"] = _figure(streams["tool_call_pause_us"], log_buckets)
     return counted(labels, streams["start_time"], figures, columns.STREAM_HISTOGRAMS)
 
 
 def smoothing_histograms(smoothing: pa.Table) -> pa.Table:
     """The ``smoothing_histograms`` rows of ``stream_smoothing`` rows: each stream's figures before and after each
     buffer depth."""
-    figures = {"added_end_us": log_buckets(_floats(smoothing["added_end_us"]))}
-    for when in ("before", "after"):
-        figures[f"stalls_{when}"] = count_buckets(smoothing[f"stalls_{when}"].to_numpy())
-    for when in ("before", "after"):
-        figures[f"longest_gap_{when}_us"] = log_buckets(_floats(smoothing[f"longest_gap_{when}_us"]))
-    masked = {}
-    for name in ("fluidity", "andes"):
+    figures = {"added_end_us": _figure(smoothing["added_end_us"], log_buckets)}
+    for name, bucketed in (("stalls", count_buckets), ("longest_gap", log_buckets), ("fluidity", index_buckets),
+                           ("andes", index_buckets)):  # fmt: skip
         for when in ("before", "after"):
-            values = _floats(smoothing[f"{name}_{when}"])
-            masked[f"{name}_{when}"] = pa.array(index_buckets(values), mask=np.isnan(values))
-    figures = {name: pa.array(buckets) for name, buckets in figures.items()} | masked
+            column = f"{name}_{when}_us" if name == "longest_gap" else f"{name}_{when}"
+            figures[column] = _figure(smoothing[column], bucketed)
     labels = smoothing.select(list(SMOOTHING_LABELS))
     return counted(labels, smoothing["start_time"], figures, columns.SMOOTHING_HISTOGRAMS)
 
@@ -141,6 +135,12 @@ def _as(column: pa.Array | pa.ChunkedArray, kind: pa.DataType) -> pa.Array:
     if pa.types.is_dictionary(kind) and not pa.types.is_dictionary(column.type):
         return column.dictionary_encode().cast(kind)
     return column.cast(kind)
+
+
+def _figure(column: pa.ChunkedArray, bucketed: Callable[[np.ndarray], np.ndarray]) -> pa.Array:
+    """A column's buckets, NULL where the column is."""
+    values = _floats(column)
+    return pa.array(bucketed(values), mask=np.isnan(values))
 
 
 def _strings(column: pa.ChunkedArray) -> pa.Array:
