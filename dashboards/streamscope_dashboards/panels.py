@@ -110,7 +110,14 @@ HISTOGRAM_STEP = (
 )
 """The longest step the query's interval is a whole multiple of (the shortest, for an interval under it): its
 rows fall each in one interval, and the fewest rows are read."""
-HISTOGRAM_RANGE = "interval_start > $__fromTime - toIntervalSecond(read_step) AND interval_start <= $__toTime"
+
+
+def _meeting(step: str) -> str:
+    """Rows of the intervals of ``step`` seconds (SQL) that meet the range."""
+    return f"interval_start > $__fromTime - toIntervalSecond({step}) AND interval_start <= $__toTime"
+
+
+HISTOGRAM_RANGE = _meeting("read_step")
 """The rows of every interval that meets the range: a stream that started in the range is always counted, and
 one that started up to a step before it may be."""
 HISTOGRAM_INTERVAL = (
@@ -227,7 +234,7 @@ def _over_range() -> str:
     longest_first = HISTOGRAM_STEPS_S
     parts = []
     for i, step in enumerate(longest_first):
-        held = _within(step) if step != longest_first[-1] else HISTOGRAM_RANGE.replace("read_step", str(step))
+        held = _within(step) if step != longest_first[-1] else _meeting(str(step))
         outside = f" AND NOT ({_within(longest_first[i - 1])})" if i else ""
         parts.append(f"(step = {step} AND {held}{outside})")
     return "(" + "\n    OR ".join(parts) + ")"
