@@ -144,16 +144,6 @@ STREAM_ZERO_BUCKET = -32768
 """``stream_histograms``' and ``smoothing_histograms``' bucket of a duration or rate of 0 (migration 0032)."""
 INDEX_STEPS = 10_000
 """Their bucket k of a quality index holds [k, k + 1) / INDEX_STEPS."""
-
-
-def figure_value(bucket: str, index: bool = False) -> str:
-    """SQL for the value a ``stream_histograms`` or ``smoothing_histograms`` ``bucket`` stands for: a duration's or
-    rate's log bucket read as its geometric middle, an ``index``'s step as its middle."""
-    if index:
-        return f"({bucket} + 0.5) / {INDEX_STEPS}"
-    return f"if({bucket} = {STREAM_ZERO_BUCKET}, 0, pow({GAP_BUCKET_RATIO}, {bucket} - 0.5))"
-
-
 VARIABLES = ("tenant", "service", "provider", "model", "route")
 """Multi-valued dashboard variables, All by default (and in the report). Each filters the column of its name,
 but route: that is the server's (``http.route``), so a client row is kept when its trace's server span was
@@ -476,6 +466,16 @@ def figures_of(table: str, keys: str, selected: str) -> str:
         GROUP BY {keys}, figure"""
 
 
+def figure_median(figure: str, index: bool = False) -> str:
+    """SQL for the median of ``figure`` over a ``figures_of`` query's rows (per its keys), NULL where none is
+    counted: a duration's or rate's log bucket read as its geometric middle, an ``index``'s step as its middle."""
+    if index:
+        value = f"(median + 0.5) / {INDEX_STEPS}"
+    else:
+        value = f"if(median = {STREAM_ZERO_BUCKET}, 0, pow({GAP_BUCKET_RATIO}, median - 0.5))"
+    return f"anyIf(toNullable({value}), figure = '{figure}')"
+
+
 MODEL_TEXTURE = Panel(
     "model_texture",
     "Stream texture by model version",
@@ -510,10 +510,10 @@ FROM (
 ) AS g
 LEFT JOIN (
     SELECT model,
-        round(anyIf(toNullable({figure_value("median")}), figure = 'tokens_per_s'), 1) AS tokens_per_s_p50,
+        round({figure_median("tokens_per_s")}, 1) AS tokens_per_s_p50,
         round(anyIf(positive, figure = 'stall_count') / anyIf(counted, figure = 'stall_count'), 3) AS stall_rate,
         anyIf(positive, figure = 'tool_call') AS tool_calls,
-        anyIf(toNullable({figure_value("median")}), figure = 'tool_call_pause_us') / 1000 AS tool_call_pause_ms_p50
+        {figure_median("tool_call_pause_us")} / 1000 AS tool_call_pause_ms_p50
     FROM ({figures_of("stream_histograms", "model", TABLE_HISTOGRAMS_SELECTED)})
     GROUP BY model
     UNION ALL
@@ -558,13 +558,9 @@ SMOOTHING_HISTOGRAMS_SELECTED = (
 ``stream_smoothing``)."""
 
 
-_LONGEST_GAP_MS = "round({value} / 1000, 1) AS longest_gap_p50_{when}_ms"
-
-
-def _median_of(figure: str, column: str, index: bool = False) -> str:
-    """``column`` with ``{value}`` the median of ``figure`` (a ``figures_of`` row's), NULL where none is counted."""
-    value = f"anyIf(toNullable({figure_value('median', index)}), figure = '{figure}')"
-    return column.replace("{value}", value)
+_LONGEST_GAP_MEDIANS = _before_and_after(
+    f"round({figure_median('longest_gap_{when}_us')} / 1000, 1) AS longest_gap_p50_{{when}}_ms"
+)
 
 
 SMOOTHING_TRADE = Panel(
@@ -578,12 +574,12 @@ SMOOTHING_TRADE = Panel(
     "table",
     f"""SELECT * FROM (
     SELECT depth_ms, anyIf(counted, figure = 'stalls_before') AS streams,
-        round(anyIf(toNullable({figure_value("median")}), figure = 'added_end_us') / 1000, 1) AS added_end_p50_ms,
+        round({figure_median("added_end_us")} / 1000, 1) AS added_end_p50_ms,
         {_before_and_after("round(anyIf(positive, figure = 'stalls_{when}') / streams, 3) AS stalled_share_{when}")},
         {_before_and_after("anyIf(total, figure = 'stalls_{when}') AS stall_count_{when}")},
-        {_before_and_after(_median_of("longest_gap_{when}_us", _LONGEST_GAP_MS))},
-        {_before_and_after(_median_of("fluidity_{when}", "round({value}, 3) AS fluidity_p50_{when}", index=True))},
-        {_before_and_after(_median_of("andes_{when}", "round({value}, 3) AS andes_qoe_p50_{when}", index=True))}
+        {_LONGEST_GAP_MEDIANS},
+        {_before_and_after(f"round({figure_median('fluidity_{when}', index=True)}, 3) AS fluidity_p50_{{when}}")},
+        {_before_and_after(f"round({figure_median('andes_{when}', index=True)}, 3) AS andes_qoe_p50_{{when}}")}
     FROM ({figures_of("smoothing_histograms", "depth_ms", SMOOTHING_HISTOGRAMS_SELECTED)})
     GROUP BY depth_ms
     UNION ALL

@@ -343,19 +343,19 @@ STREAM_SMOOTHING = pa.schema(
     ]
 )
 
+_PER_INTERVAL = [
+    ("step", pa.uint16()),
+    ("tenant", _LC),
+    ("side", _LC),
+    ("interval_start", pa.timestamp("s", tz="UTC")),
+    ("service", _LC),
+]
+"""The leading columns of the tables counted per interval (migrations 0030 and 0032)."""
+_STREAMS_COUNTED = [("figure", _LC), ("bucket", pa.int16()), ("streams", pa.uint64())]
+"""The trailing columns of the per-stream histograms (migration 0032)."""
+
 SMOOTHING_HISTOGRAMS = pa.schema(  # stream_smoothing counted (migration 0032, decode.stream_histograms)
-    [
-        ("step", pa.uint16()),
-        ("tenant", _LC),
-        ("side", _LC),
-        ("interval_start", pa.timestamp("s", tz="UTC")),
-        ("service", _LC),
-        ("model", _LC),
-        ("depth_ms", pa.float32()),
-        ("figure", _LC),
-        ("bucket", pa.int16()),
-        ("streams", pa.uint64()),
-    ]
+    [*_PER_INTERVAL, ("model", _LC), ("depth_ms", pa.float32()), *_STREAMS_COUNTED]
 )
 
 INGEST_REQUESTS = pa.schema(
@@ -394,11 +394,7 @@ ALERTS = pa.schema(
 
 GAP_HISTOGRAMS = pa.schema(  # content gaps counted (migration 0030, streamscope_ingest.decode.gap_histograms)
     [
-        ("step", pa.uint16()),
-        ("tenant", _LC),
-        ("side", _LC),
-        ("interval_start", pa.timestamp("s", tz="UTC")),
-        ("service", _LC),
+        *_PER_INTERVAL,
         ("provider", _LC),
         ("model", _LC),
         ("itl_upper_ms", pa.uint16()),
@@ -409,18 +405,7 @@ GAP_HISTOGRAMS = pa.schema(  # content gaps counted (migration 0030, streamscope
 )
 
 STREAM_HISTOGRAMS = pa.schema(  # per-stream figures counted (migration 0032, decode.stream_histograms)
-    [
-        ("step", pa.uint16()),
-        ("tenant", _LC),
-        ("side", _LC),
-        ("interval_start", pa.timestamp("s", tz="UTC")),
-        ("service", _LC),
-        ("provider", _LC),
-        ("model", _LC),
-        ("figure", _LC),
-        ("bucket", pa.int16()),
-        ("streams", pa.uint64()),
-    ]
+    [*_PER_INTERVAL, ("provider", _LC), ("model", _LC), *_STREAMS_COUNTED]
 )
 
 TABLES: dict[str, pa.Schema] = {  # in write order (ingest/streamscope_ingest/store/writer.py)
