@@ -9,9 +9,10 @@ pruned by time), and run
 evaluation. The table gives each panel's median and worst time and the rows it returned.
 
 The gap quantiles of ``model_texture`` come from ``gap_histograms`` (migration 0030), its per-stream medians and
-``smoothing_trade``'s from ``stream_histograms`` and ``smoothing_histograms`` (migration 0032): the last lines give
-each figure's largest error against ``quantileExact`` over the same rows (relative for times and rates, absolute
-for quality indices).
+``smoothing_trade``'s from ``stream_histograms`` and ``smoothing_histograms`` (migration 0032), those of
+``stream_shape`` and ``chunk_economics`` from ``stream_histograms`` too (0033): the last lines give each figure's
+largest error against ``quantileExact`` over the same rows (relative for times and rates, absolute for quality
+indices). Sums, counts and the tokens per chunk are exact (``stream_totals``, 0033).
 
 ``--copies N`` then writes the stored streams N-1 more times straight into the store, each copy with its own
 trace ids and whole hours earlier than the one before (``INSERT ... SELECT``, not the decode path; the gap
@@ -33,9 +34,12 @@ from benchmarks.storage import requests
 from streamscope_dashboards.boards import BOARDS
 from streamscope_dashboards.macros import QueryContext, resolve
 from streamscope_dashboards.panels import (
+    CHUNK_ECONOMICS,
     DEFAULTS,
     MODEL_TEXTURE,
+    SIZED,
     SMOOTHING_TRADE,
+    STREAM_SHAPE,
     TOKENS_PER_S,
     UNTIMED_CHUNKS,
     streams_with,
@@ -65,6 +69,7 @@ COPIED = (
     "chunk_arrays",
     "gap_histograms",
     "stream_histograms",
+    "stream_totals",
     "stalls",
     "stream_quality",
     "stream_smoothing",
@@ -76,7 +81,7 @@ _HOUR_US = 3_600_000_000
 
 
 def copied_tables(client) -> list[str]:
-    """``COPIED``, but those a build before migrations 0030 and 0032 lacks (the histograms)."""
+    """``COPIED``, but those a build before migrations 0030, 0032 and 0033 lacks (the histograms and totals)."""
     return [table for table in COPIED if client.command(f"EXISTS TABLE {table}")]
 
 
@@ -150,6 +155,18 @@ WHERE $__timeFilter(start_time) AND side = 'client'
     AND (trace_id, span_id) NOT IN (SELECT trace_id, span_id FROM streams WHERE {UNTIMED_CHUNKS})
 GROUP BY depth_ms
 """
+EXACT_SHAPE_SQL = """
+SELECT model, quantileExact(0.5)(tokens_per_s) AS tokens_per_s_p50,
+    quantileExact(0.5)(first_byte_lead_us) / 1000 AS first_byte_lead_ms_p50,
+    quantileExact(0.5)(head_burst_ratio) AS head_burst_ratio_p50
+FROM stream_metrics
+WHERE $__timeFilter(start_time) AND side = 'client' GROUP BY model
+"""
+EXACT_CHUNK_PACE_SQL = f"""
+SELECT model, quantileExact(0.5)(chunks_per_s) AS chunks_per_s_p50
+FROM stream_metrics
+WHERE $__timeFilter(start_time) AND side = 'client' AND {SIZED} GROUP BY model
+"""
 SKETCHED = (
     # panel, the SQL of the exact figures, the key column, the columns compared, relative (else absolute) errors
     (MODEL_TEXTURE, EXACT_GAPS_SQL, "model", ("gap_p50_ms", "gap_p95_ms", "gap_p99_ms"), True),
@@ -158,8 +175,11 @@ SKETCHED = (
      ("added_end_p50_ms", "longest_gap_p50_before_ms", "longest_gap_p50_after_ms"), True),
     (SMOOTHING_TRADE, EXACT_SMOOTHING_SQL, "depth_ms",
      ("fluidity_p50_before", "fluidity_p50_after", "andes_qoe_p50_before", "andes_qoe_p50_after"), False),
+    (STREAM_SHAPE, EXACT_SHAPE_SQL, "model", ("tokens_per_s_p50", "first_byte_lead_ms_p50", "head_burst_ratio_p50"),
+     True),
+    (CHUNK_ECONOMICS, EXACT_CHUNK_PACE_SQL, "model", ("chunks_per_s_p50",), True),
 )  # fmt: skip
-"""The figures panels read from histograms (migrations 0030 and 0032), against quantileExact over the rows."""
+"""The figures panels read from histograms (migrations 0030, 0032 and 0033), against quantileExact over the rows."""
 
 
 def sketch_errors(client, ctx: QueryContext) -> list[str]:

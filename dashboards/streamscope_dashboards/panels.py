@@ -315,6 +315,56 @@ ORDER BY time, cause""",
     stacked=True,
 )
 
+
+def streams_with(*columns: str) -> str:
+    """``streams`` as a subquery with the ``model`` column the variables filter on, and ``columns`` more."""
+    extra = "".join(f", {column}" for column in columns)
+    return f"(SELECT *, if(response_model != '', response_model, request_model) AS model{extra} FROM streams)"
+
+
+TOKENS_PER_S = "tokens / if(last_content_us > ttft_us, (last_content_us - ttft_us) / 1e6, NULL)"
+"""``stream_metrics.tokens_per_s`` over ``streams`` (a test holds the two together)."""
+
+
+def figures_of(table: str, keys: str, selected: str) -> str:
+    """SQL for each figure of a ``table`` of per-stream histograms per ``keys`` and figure, over rows ``selected``:
+    ``counted`` streams, ``positive`` those above bucket 0, ``total`` the sum of the buckets (a count figure's sum)
+    and ``median`` the bucket holding the median."""
+    median = bucket_at(0.5, "arraySort(groupArray((bucket, n)))", "counted")
+    return f"""SELECT {keys}, figure, sum(n) AS counted, sumIf(n, bucket > 0) AS positive,
+            sumIf(toUInt64(bucket) * n, bucket > 0) AS total, {median} AS median
+        FROM (
+            SELECT {keys}, figure, bucket, sum(streams) AS n
+            FROM {table}
+            WHERE {selected}
+            GROUP BY {keys}, figure, bucket
+        )
+        GROUP BY {keys}, figure"""
+
+
+def figure_median(figure: str, index: bool = False) -> str:
+    """SQL for the median of ``figure`` over a ``figures_of`` query's rows (per its keys), NULL where none is
+    counted: a duration's or rate's log bucket read as its geometric middle, an ``index``'s step as its middle."""
+    if index:
+        value = f"(median + 0.5) / {INDEX_STEPS}"
+    else:
+        value = f"if(median = {STREAM_ZERO_BUCKET}, 0, pow({GAP_BUCKET_RATIO}, median - 0.5))"
+    return f"anyIf(toNullable({value}), figure = '{figure}')"
+
+
+_SHAPE_FIGURES = ("tokens_per_s", "first_byte_lead_us", "head_burst_ratio")
+
+
+def _figures_in(selected: str, *figures: str) -> str:
+    """The histogram rows ``selected`` of ``figures`` only."""
+    return f"{selected} AND figure IN ({', '.join(repr(figure) for figure in figures)})"
+
+
+_MEDIAN_TOKENS_PER_CHUNK = (
+    f"{median_of('sumMap(content_chunks_by_tokens)', 'sum(content_chunks)')} AS median_tokens_per_chunk"
+)
+"""Over ``stream_totals`` or the streams: exact either way, the chunks by tokens being summed at insert."""
+
 TOKENS_PER_CHUNK = Panel(
     "tokens_per_chunk",
     "Tokens per chunk (median)",
@@ -322,11 +372,18 @@ TOKENS_PER_CHUNK = Panel(
     "The median is the typical chunk; Chunk economics gives the mean (all tokens over all chunks), which a few "
     "large chunks pull up.",
     "timeseries",
-    f"""SELECT $__timeInterval(start_time) AS time, concat(provider, ' ', model) AS series,
-    {median_of("sumMap(content_chunks_by_tokens)", "sum(content_chunks)")} AS median_tokens_per_chunk
-FROM stream_metrics
-WHERE {SELECTED} AND content_chunks > 0 AND {SIZED}
-GROUP BY time, series
+    f"""SELECT * FROM (
+    SELECT {HISTOGRAM_INTERVAL} AS time, concat(provider, ' ', model) AS series, {_MEDIAN_TOKENS_PER_CHUNK}
+    FROM stream_totals
+    WHERE {HISTOGRAMS_SELECTED} AND {SIZED}
+    GROUP BY time, series
+    HAVING sum(content_chunks) > 0
+    UNION ALL
+    SELECT $__timeInterval(start_time) AS time, concat(provider, ' ', model) AS series, {_MEDIAN_TOKENS_PER_CHUNK}
+    FROM stream_metrics
+    WHERE {SELECTED} AND content_chunks > 0 AND {SIZED} AND NOT {ROUTES_ALL}
+    GROUP BY time, series
+)
 ORDER BY time, series""",
     unit="short",
 )
@@ -393,10 +450,17 @@ FROM (
         lagInFrame(median) OVER w AS previous,
         lagInFrame(chunks) OVER w AS previous_chunks
     FROM (
+        SELECT {HISTOGRAM_INTERVAL} AS time, provider, model, sum(content_chunks) AS chunks,
+            {median_of("sumMap(content_chunks_by_tokens)", "chunks")} AS median
+        FROM stream_totals
+        WHERE {HISTOGRAMS_SELECTED} AND {SIZED}
+        GROUP BY time, provider, model
+        HAVING chunks > 0
+        UNION ALL
         SELECT $__timeInterval(start_time) AS time, provider, model, sum(content_chunks) AS chunks,
             {median_of("sumMap(content_chunks_by_tokens)", "chunks")} AS median
         FROM stream_metrics
-        WHERE {SELECTED} AND content_chunks > 0 AND {SIZED}
+        WHERE {SELECTED} AND content_chunks > 0 AND {SIZED} AND NOT {ROUTES_ALL}
         GROUP BY time, provider, model
     )
     WINDOW w AS (PARTITION BY provider, model ORDER BY time ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
@@ -426,54 +490,39 @@ STREAM_SHAPE = Panel(
     "Client streams by model: pace, the first byte's lead over the first content, bursts at the head "
     "followed by a stall, and streams stuck repeating themselves.",
     "table",
-    f"""SELECT model, count() AS streams,
-    round(quantileExact(0.5)(tokens_per_s), 1) AS tokens_per_s_p50,
-    quantileExact(0.5)(first_byte_lead_us) / 1000 AS first_byte_lead_ms_p50,
-    round(quantileExact(0.5)(head_burst_ratio), 2) AS head_burst_ratio_p50,
-    countIf(frontloaded_then_stalled) AS frontloaded_then_stalled,
-    countIf(stuck_loop) AS stuck_loops,
-    round(countIf(stall_count > 0) / streams, 3) AS stall_rate
-FROM stream_metrics
-WHERE {SELECTED}
-GROUP BY model
+    f"""SELECT * FROM (
+    SELECT t.model AS model, t.streams AS streams, f.tokens_per_s_p50 AS tokens_per_s_p50,
+        f.first_byte_lead_ms_p50 AS first_byte_lead_ms_p50, f.head_burst_ratio_p50 AS head_burst_ratio_p50,
+        t.frontloaded_then_stalled AS frontloaded_then_stalled, t.stuck_loops AS stuck_loops,
+        round(t.stalled / t.streams, 3) AS stall_rate
+    FROM (
+        SELECT model, sum(streams) AS streams, sum(frontloaded_then_stalled) AS frontloaded_then_stalled,
+            sum(stuck_loops) AS stuck_loops, sum(stalled) AS stalled
+        FROM stream_totals
+        WHERE {TABLE_HISTOGRAMS_SELECTED}
+        GROUP BY model
+    ) AS t
+    LEFT JOIN (
+        SELECT model, round({figure_median("tokens_per_s")}, 1) AS tokens_per_s_p50,
+            round({figure_median("first_byte_lead_us")} / 1000, 1) AS first_byte_lead_ms_p50,
+            round({figure_median("head_burst_ratio")}, 2) AS head_burst_ratio_p50
+        FROM ({figures_of("stream_histograms", "model", _figures_in(TABLE_HISTOGRAMS_SELECTED, *_SHAPE_FIGURES))})
+        GROUP BY model
+    ) AS f ON f.model = t.model
+    UNION ALL
+    SELECT model, count() AS streams,
+        round(quantileExact(0.5)(tokens_per_s), 1) AS tokens_per_s_p50,
+        round(quantileExact(0.5)(first_byte_lead_us) / 1000, 1) AS first_byte_lead_ms_p50,
+        round(quantileExact(0.5)(head_burst_ratio), 2) AS head_burst_ratio_p50,
+        countIf(frontloaded_then_stalled) AS frontloaded_then_stalled,
+        countIf(stuck_loop) AS stuck_loops,
+        round(countIf(stall_count > 0) / streams, 3) AS stall_rate
+    FROM stream_metrics
+    WHERE {SELECTED} AND NOT {ROUTES_ALL}
+    GROUP BY model
+)
 ORDER BY streams DESC, model""",
 )
-
-
-def streams_with(*columns: str) -> str:
-    """``streams`` as a subquery with the ``model`` column the variables filter on, and ``columns`` more."""
-    extra = "".join(f", {column}" for column in columns)
-    return f"(SELECT *, if(response_model != '', response_model, request_model) AS model{extra} FROM streams)"
-
-
-TOKENS_PER_S = "tokens / if(last_content_us > ttft_us, (last_content_us - ttft_us) / 1e6, NULL)"
-"""``stream_metrics.tokens_per_s`` over ``streams`` (a test holds the two together)."""
-
-
-def figures_of(table: str, keys: str, selected: str) -> str:
-    """SQL for each figure of a ``table`` of per-stream histograms per ``keys`` and figure, over rows ``selected``:
-    ``counted`` streams, ``positive`` those above bucket 0, ``total`` the sum of the buckets (a count figure's sum)
-    and ``median`` the bucket holding the median."""
-    median = bucket_at(0.5, "arraySort(groupArray((bucket, n)))", "counted")
-    return f"""SELECT {keys}, figure, sum(n) AS counted, sumIf(n, bucket > 0) AS positive,
-            sumIf(toUInt64(bucket) * n, bucket > 0) AS total, {median} AS median
-        FROM (
-            SELECT {keys}, figure, bucket, sum(streams) AS n
-            FROM {table}
-            WHERE {selected}
-            GROUP BY {keys}, figure, bucket
-        )
-        GROUP BY {keys}, figure"""
-
-
-def figure_median(figure: str, index: bool = False) -> str:
-    """SQL for the median of ``figure`` over a ``figures_of`` query's rows (per its keys), NULL where none is
-    counted: a duration's or rate's log bucket read as its geometric middle, an ``index``'s step as its middle."""
-    if index:
-        value = f"(median + 0.5) / {INDEX_STEPS}"
-    else:
-        value = f"if(median = {STREAM_ZERO_BUCKET}, 0, pow({GAP_BUCKET_RATIO}, median - 0.5))"
-    return f"anyIf(toNullable({value}), figure = '{figure}')"
 
 
 MODEL_TEXTURE = Panel(
@@ -643,6 +692,15 @@ GROUP BY model
 ORDER BY withdrawals DESC, streams DESC, model""",
 )
 
+_CHUNK_RATIOS = (
+    "round({alias}tokens / nullIf({alias}chunks, 0), 2) AS mean_tokens_per_chunk, "
+    "round({alias}wire_bytes / nullIf({alias}chunks, 0), 1) AS wire_bytes_per_chunk, "
+    "round({alias}wire_bytes / nullIf({alias}content_bytes, 0), 2) AS wire_per_content_byte"
+)
+"""Chunk economics' ratios of its sums (``{alias}``: the sums' table alias and a dot, or nothing)."""
+
+_CHUNK_PACE_SELECTED = _figures_in(TABLE_HISTOGRAMS_SELECTED, "chunks_per_s")
+
 CHUNK_ECONOMICS = Panel(
     "chunk_economics",
     "Chunk economics",
@@ -650,18 +708,37 @@ CHUNK_ECONOMICS = Panel(
     "OTLP bytes received per stored chunk (the collector's request log) and bytes on disk per chunk "
     "(ClickHouse parts).",
     "table",
-    f"""SELECT provider, model, count() AS streams, sum(content_chunks) AS chunks,
-    round(sum(tokens) / nullIf(sum(content_chunks), 0), 2) AS mean_tokens_per_chunk,
-    round(sum(wire_bytes) / nullIf(sum(content_chunks), 0), 1) AS wire_bytes_per_chunk,
-    round(sum(wire_bytes) / nullIf(sum(content_bytes), 0), 2) AS wire_per_content_byte,
-    round(quantileExact(0.5)(chunks_per_s), 1) AS chunks_per_s_p50,
+    f"""SELECT *,
     (SELECT round(sum(received_bytes) / nullIf(sum(rows['chunks']), 0), 2)
         FROM ingest_requests WHERE $__timeFilter(time) AND signal = 'traces') AS otlp_bytes_per_chunk,
     (SELECT round(({STORED_BYTES_SQL.strip()}), 2)) AS stored_bytes_per_chunk
-FROM stream_metrics
-WHERE {SELECTED} AND {SIZED}
-GROUP BY provider, model
-ORDER BY chunks DESC""",
+FROM (
+    SELECT t.provider AS provider, t.model AS model, t.streams AS streams, t.chunks AS chunks,
+        {_CHUNK_RATIOS.format(alias="t.")}, f.chunks_per_s_p50 AS chunks_per_s_p50
+    FROM (
+        SELECT provider, model, sum(streams) AS streams, sum(content_chunks) AS chunks, sum(tokens) AS tokens,
+            sum(wire_bytes) AS wire_bytes, sum(content_bytes) AS content_bytes
+        FROM stream_totals
+        WHERE {TABLE_HISTOGRAMS_SELECTED} AND {SIZED}
+        GROUP BY provider, model
+    ) AS t
+    LEFT JOIN (
+        SELECT provider, model, round({figure_median("chunks_per_s")}, 1) AS chunks_per_s_p50
+        FROM ({figures_of("stream_histograms", "provider, model", _CHUNK_PACE_SELECTED)})
+        GROUP BY provider, model
+    ) AS f ON f.provider = t.provider AND f.model = t.model
+    UNION ALL
+    SELECT provider, model, streams, chunks, {_CHUNK_RATIOS.format(alias="")}, chunks_per_s_p50
+    FROM (
+        SELECT provider, model, count() AS streams, sum(content_chunks) AS chunks, sum(tokens) AS tokens,
+            sum(wire_bytes) AS wire_bytes, sum(content_bytes) AS content_bytes,
+            round(quantileExact(0.5)(chunks_per_s), 1) AS chunks_per_s_p50
+        FROM stream_metrics
+        WHERE {SELECTED} AND {SIZED} AND NOT {ROUTES_ALL}
+        GROUP BY provider, model
+    )
+)
+ORDER BY chunks DESC, provider, model""",
 )
 
 CANCELLATION = Panel(
@@ -670,20 +747,27 @@ CANCELLATION = Panel(
     "Client streams cancelled or cut off, the tokens servers generated after that, and how long the cancel "
     "took to reach the server (round trip plus reaction, aligned through content).",
     "table",
-    f"""SELECT count() AS streams, countIf(outcome IN ('cancelled', 'disconnected')) AS cancelled,
-    round(cancelled / streams, 3) AS cancel_rate,
+    f"""SELECT t.streams AS streams, t.cancelled AS cancelled, round(cancelled / streams, 3) AS cancel_rate,
     c.tokens_after_cancel AS tokens_after_cancel, c.propagation_ms_p50 AS propagation_ms_p50,
     c.propagation_ms_p95 AS propagation_ms_p95
-FROM stream_metrics
+FROM (
+    SELECT sum(streams) AS streams, sum(cancelled) AS cancelled
+    FROM stream_totals
+    WHERE {TABLE_HISTOGRAMS_SELECTED}
+    HAVING streams > 0
+    UNION ALL
+    SELECT count() AS streams, countIf(outcome IN ('cancelled', 'disconnected')) AS cancelled
+    FROM stream_metrics
+    WHERE {SELECTED} AND NOT {ROUTES_ALL}
+    HAVING streams > 0
+) AS t
 CROSS JOIN (
     SELECT sum(tokens_after_cancel) AS tokens_after_cancel,
         quantileExact(0.5)(propagation_us) / 1000 AS propagation_ms_p50,
         quantileExact(0.95)(propagation_us) / 1000 AS propagation_ms_p95
     FROM cancellations
     WHERE {SELECTED}
-) AS c
-WHERE {SELECTED}
-GROUP BY c.tokens_after_cancel, c.propagation_ms_p50, c.propagation_ms_p95""",
+) AS c""",
 )
 
 STREAM_TIMELINE = Panel(

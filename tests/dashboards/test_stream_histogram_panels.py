@@ -1,8 +1,9 @@
-"""The panels over ``stream_histograms`` and ``smoothing_histograms`` (migration 0032) on the embedded store:
-``model_texture``'s pace, stall rate and tool calls and ``smoothing_trade`` read as the exact figures over the
-stored rows say (counts and shares exact, medians within 0.5 % for times and rates, within a step of 1/10,000 for
-quality indices); a range that cuts hours and minutes counts each stream whose 5 s interval meets it, once; with
-routes chosen both answer from the raw rows."""
+"""The panels over ``stream_histograms``, ``smoothing_histograms`` (migration 0032) and ``stream_totals`` (0033) on
+the embedded store: ``model_texture``'s pace, stall rate and tool calls, ``smoothing_trade``, the tokens per chunk
+and their changes, chunk economics, stream shape and cancellation read as the exact figures over the stored rows
+say (counts, sums and shares exact, medians within 0.5 % for times and rates, within a step of 1/10,000 for
+quality indices, exact for tokens per chunk); a range that cuts hours and minutes counts each stream whose 5 s
+interval meets it, once; with routes chosen every one answers from the raw rows."""
 
 from __future__ import annotations
 
@@ -13,7 +14,17 @@ import pytest
 
 from streamscope import semconv as sc
 from streamscope_dashboards.macros import QueryContext, resolve
-from streamscope_dashboards.panels import DEFAULTS, MODEL_TEXTURE, SMOOTHING_TRADE, TOKENS_PER_S
+from streamscope_dashboards.panels import (
+    CANCELLATION,
+    CHUNK_ECONOMICS,
+    CHUNKING_CHANGES,
+    DEFAULTS,
+    MODEL_TEXTURE,
+    SMOOTHING_TRADE,
+    STREAM_SHAPE,
+    TOKENS_PER_CHUNK,
+    TOKENS_PER_S,
+)
 from streamscope_ingest.analysis.attribution_job import AttributionJob
 from tests.support import T0, store_spans, stream_span
 
@@ -25,25 +36,34 @@ ROUTED = "/v1/routed"
 
 @pytest.fixture
 def store(store_client):
-    """Client streams of two models over three hours at random pace, some with a stall, every fifth calling a tool
-    and every seventh missing its last chunks; every third trace's server span was served on ``ROUTED``."""
+    """Client streams of two models over three hours at random pace, some with a stall, every fifth calling a tool,
+    every seventh missing its last chunks, every sixth cancelled, m-1's chunks carrying three times the tokens in
+    the last hour, every eighth repeating itself, every fourth
+    rushing its head (every eighth then stalling); every third trace's server span was served on ``ROUTED``."""
     rng = random.Random(11)
     spans = []
     for n in range(90):
         chunks = rng.randrange(20, 60)
         offsets, at = [], 0.0
-        for _ in range(chunks):
-            at += rng.lognormvariate(3.2, 0.6) + (700 if rng.random() < 0.03 else 0)
+        for i in range(chunks):
+            stall = 700 if rng.random() < 0.03 or (n % 8 == 0 and i == 12) else 0
+            at += 2 if n % 4 == 0 and i < 12 else rng.lognormvariate(3.2, 0.6) + stall
             offsets.append(round(at, 3))
-        attributes: dict = {sc.GEN_AI_REQUEST_MODEL: f"m-{n % 2}"}
+        attributes: dict = {sc.GEN_AI_REQUEST_MODEL: f"m-{n % 2}",
+                            sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US: round(offsets[0] * 1000 * rng.random())}  # fmt: skip
         if n % 5 == 0:
             attributes[sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK] = chunks // 2
         if n % 7 == 0:
             attributes[sc.STREAMSCOPE_CHUNKS_DROPPED] = 2
+        if n % 6 == 1:
+            attributes[sc.STREAMSCOPE_OUTCOME] = "cancelled"
+        if n % 8 == 3:
+            attributes[sc.STREAMSCOPE_REPETITION_SCORE] = 0.7
         start = T0 + rng.randrange(HOURS * 3600) * S
-        tokens = [rng.randrange(1, 4) for _ in offsets]
-        spans.append(stream_span(n + 1, 1, side="client", offsets_ms=offsets, tokens=tokens, start_ns=start,
-                                 attributes=attributes))  # fmt: skip
+        tokens = [rng.randrange(1, 4) * (3 if n % 2 and start >= T0 + 2 * 3600 * S else 1) for _ in offsets]
+        wire = [20 * t + rng.randrange(40) for t in tokens]
+        spans.append(stream_span(n + 1, 1, side="client", offsets_ms=offsets, tokens=tokens, wire_bytes=wire,
+                                 start_ns=start, attributes=attributes))  # fmt: skip
         route = {sc.HTTP_ROUTE: ROUTED if n % 3 == 0 else "/v1/other", **attributes}
         spans.append(stream_span(n + 1, 2, side="server", offsets_ms=offsets, tokens=tokens, start_ns=start,
                                  attributes=route))  # fmt: skip
@@ -57,8 +77,8 @@ CUT = (START + timedelta(minutes=67, seconds=23), START + timedelta(hours=2, min
 """A range that starts and ends inside hours, minutes and 5 s intervals."""
 
 
-def run(client, panel, within: tuple[datetime, datetime], **variables) -> list[dict]:
-    ctx = QueryContext(*within, timedelta(seconds=5))
+def run(client, panel, within: tuple[datetime, datetime], interval_s: int = 5, **variables) -> list[dict]:
+    ctx = QueryContext(*within, timedelta(seconds=interval_s))
     result = client.query(resolve(panel.sql, ctx, {**DEFAULTS, **variables}))
     return [dict(zip(result.column_names, row)) for row in result.result_rows]
 
@@ -155,3 +175,125 @@ def test_with_a_route_chosen_the_smoothing_trade_is_exact(store):
         assert row["streams"] == expected["streams"]
         assert row["fluidity_p50_before"] == round(expected["fluidity_p50_before"], 3)
         assert row["longest_gap_p50_after_ms"] == round(expected["longest_gap_p50_after_ms"], 1)
+
+
+def exact_metrics(client, within, columns: str, keys: tuple[str, ...] = ("model",), where: str = "") -> dict:
+    """``columns`` over the client streams (``stream_metrics``) whose 5 s interval meets the range, per ``keys``."""
+    grouped = ", ".join(keys)
+    result = client.query(
+        f"SELECT {grouped}, {columns} FROM stream_metrics WHERE {meeting(within)}{where} GROUP BY {grouped}"
+    )
+    width = len(keys)
+    return {row[:width]: dict(zip(result.column_names[width:], row[width:])) for row in result.result_rows}
+
+
+def near(expected: float, rounding: float) -> object:
+    """A log bucket's middle (within 0.5 %) as the panel rounds it (to ``rounding``)."""
+    return pytest.approx(expected, abs=abs(expected) * 0.005 + rounding / 2)
+
+
+SERIES = "concat(provider, ' ', model)"
+
+
+@pytest.mark.parametrize("interval_s", [5, 3600])
+def test_tokens_per_chunk_and_its_changes_are_the_streams_medians(store, interval_s):
+    shown = run(store, TOKENS_PER_CHUNK, WHOLE, interval_s)
+    exact = exact_metrics(
+        store,
+        WHOLE,
+        "arrayFirst((k, c) -> c > intDiv(sum(content_chunks), 2), mapKeys(sumMap(content_chunks_by_tokens)), "
+        "arrayCumSum(mapValues(sumMap(content_chunks_by_tokens)))) AS median",
+        (f"toUnixTimestamp(toStartOfInterval(start_time, toIntervalSecond({interval_s})))", SERIES),
+        " AND content_chunks > 0 AND coverage IN ('full', 'partial')",
+    )
+    assert {(int(row["time"].timestamp()), row["series"]): row["median_tokens_per_chunk"] for row in shown} == {
+        key: value["median"] for key, value in exact.items()
+    }
+    changes = run(store, CHUNKING_CHANGES, WHOLE, interval_s)
+    if interval_s == 3600:  # m-1's chunks carry three times the tokens from the third hour
+        assert [(row["model"], row["tokens_per_chunk_before"] * 3) for row in changes] == [
+            ("m-1", row["tokens_per_chunk_after"]) for row in changes
+        ] and len(changes) == 1
+
+
+ALL_ROUTES = {"route": (ROUTED, "/v1/other")}
+"""Every route chosen: the panels read the raw rows, and every client stream's server span is on one of them."""
+
+
+@pytest.mark.parametrize("panel", [TOKENS_PER_CHUNK, CHUNKING_CHANGES, CANCELLATION], ids=lambda p: p.key)
+def test_the_exact_panels_read_the_same_from_the_totals_and_the_raw_rows(store, panel):
+    from_totals, raw = run(store, panel, WHOLE, 3600), run(store, panel, WHOLE, 3600, **ALL_ROUTES)
+    assert from_totals == raw and from_totals
+
+
+@pytest.mark.parametrize("within", [WHOLE, CUT])
+def test_chunk_economics_sums_the_sized_streams(store, within):
+    exact = exact_metrics(
+        store,
+        within,
+        "count() AS streams, sum(content_chunks) AS chunks, round(sum(tokens) / sum(content_chunks), 2) AS tokens, "
+        "round(sum(wire_bytes) / sum(content_chunks), 1) AS wire, round(sum(wire_bytes) / sum(content_bytes), 2) "
+        "AS wire_per_content, quantileExact(0.5)(chunks_per_s) AS pace",
+        ("provider", "model"),
+        " AND coverage IN ('full', 'partial')",
+    )
+    shown = run(store, CHUNK_ECONOMICS, within)
+    assert len(shown) == len(exact) == 2
+    for row in shown:
+        expected = exact[(row["provider"], row["model"])]
+        assert (row["streams"], row["chunks"], row["mean_tokens_per_chunk"]) == (
+            expected["streams"], expected["chunks"], expected["tokens"]
+        )  # fmt: skip
+        assert (row["wire_bytes_per_chunk"], row["wire_per_content_byte"]) == (
+            expected["wire"], expected["wire_per_content"]
+        )  # fmt: skip
+        assert row["chunks_per_s_p50"] == near(expected["pace"], 0.1)
+
+
+@pytest.mark.parametrize("within", [WHOLE, CUT])
+def test_stream_shape_counts_each_models_streams_and_takes_their_medians(store, within):
+    exact = exact_metrics(
+        store,
+        within,
+        "count() AS streams, countIf(frontloaded_then_stalled) AS frontloaded, countIf(stuck_loop) AS stuck, "
+        "round(countIf(stall_count > 0) / count(), 3) AS stall_rate, quantileExact(0.5)(tokens_per_s) AS pace, "
+        "quantileExact(0.5)(first_byte_lead_us) / 1000 AS lead, quantileExact(0.5)(head_burst_ratio) AS burst",
+    )
+    shown = run(store, STREAM_SHAPE, within)
+    assert [row["model"] for row in shown] == sorted((m for (m,) in exact), key=lambda m: (-exact[(m,)]["streams"], m))
+    for row in shown:
+        expected = exact[(row["model"],)]
+        assert (row["streams"], row["frontloaded_then_stalled"], row["stuck_loops"], row["stall_rate"]) == (
+            expected["streams"], expected["frontloaded"], expected["stuck"], expected["stall_rate"]
+        )  # fmt: skip
+        assert row["tokens_per_s_p50"] == near(expected["pace"], 0.1)
+        assert row["first_byte_lead_ms_p50"] == near(expected["lead"], 0.1)
+        assert row["head_burst_ratio_p50"] == near(expected["burst"], 0.01)
+    assert sum(row["frontloaded_then_stalled"] for row in shown) > 0 and sum(row["stuck_loops"] for row in shown) > 0
+
+
+@pytest.mark.parametrize("within", [WHOLE, CUT])
+def test_cancellation_counts_the_cancelled_streams(store, within):
+    exact = exact_metrics(
+        store, within, "count() AS streams, countIf(outcome IN ('cancelled', 'disconnected')) AS cancelled", ("side",)
+    )[("client",)]
+    [row] = run(store, CANCELLATION, within)
+    assert (row["streams"], row["cancelled"], row["cancel_rate"]) == (
+        exact["streams"], exact["cancelled"], round(exact["cancelled"] / exact["streams"], 3)
+    ) and exact["cancelled"] > 0  # fmt: skip
+
+
+@pytest.mark.parametrize("panel", [CHUNK_ECONOMICS, STREAM_SHAPE], ids=lambda p: p.key)
+def test_with_every_route_chosen_the_tables_read_the_raw_rows(store, panel):
+    raw = run(store, panel, WHOLE, **ALL_ROUTES)
+    exact = {
+        CHUNK_ECONOMICS.key: "round(quantileExact(0.5)(chunks_per_s), 1) AS chunks_per_s_p50",
+        STREAM_SHAPE.key: "round(quantileExact(0.5)(head_burst_ratio), 2) AS head_burst_ratio_p50",
+    }[panel.key]
+    keys = ("provider", "model") if panel is CHUNK_ECONOMICS else ("model",)
+    where = " AND coverage IN ('full', 'partial')" if panel is CHUNK_ECONOMICS else ""
+    medians = exact_metrics(store, WHOLE, exact, keys, where)
+    name = exact.rsplit(" AS ", 1)[1]
+    assert {tuple(row[k] for k in keys): row[name] for row in raw} == {
+        key: value[name] for key, value in medians.items()
+    }

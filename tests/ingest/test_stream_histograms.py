@@ -1,13 +1,14 @@
-"""``stream_histograms`` and ``smoothing_histograms`` (migration 0032): every stream is counted at every step in the
-bucket the migration documents, checked against a Python reading of the stored rows; the attribution job counts
-the smoothing rows of timed streams only; the migration's copies count what the writer and the job count; a
-replayed insert is not counted twice."""
+"""``stream_histograms``, ``smoothing_histograms`` (migrations 0032, 0033) and ``stream_totals`` (0033): every stream
+is counted at every step in the bucket the migrations document, and summed, checked against a Python reading of
+the stored rows; the attribution job counts the smoothing rows of timed streams only; the migrations' copies count
+what the writer and the job count; a replayed insert is not counted twice."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import pytest
 
@@ -54,23 +55,63 @@ def index_bucket(value: float) -> int:
 
 
 def expected_streams(client) -> Counter:
-    """The rows migration 0032 documents, computed here from ``stream_metrics`` and ``streams``."""
+    """The rows migrations 0032 and 0033 document, computed here from ``stream_metrics`` and ``streams``."""
     rows = client.query(
         "SELECT toUnixTimestamp(m.start_time), m.side, m.model, m.stall_count, m.tokens_per_s, "
-        "s.first_tool_call_seq IS NOT NULL, s.tool_call_pause_us FROM stream_metrics AS m "
+        "s.first_tool_call_seq IS NOT NULL, s.tool_call_pause_us, m.first_byte_lead_us, m.head_burst_ratio, "
+        "if(m.coverage IN ('full', 'partial'), m.chunks_per_s, NULL) FROM stream_metrics AS m "
         "JOIN streams AS s USING (trace_id, span_id)"
     ).result_rows
     counted: Counter = Counter()
-    for start_s, side, model, stalls, pace, tool_call, pause in rows:
+    for start_s, side, model, stalls, pace, tool_call, pause, lead, burst, chunk_pace in rows:
         figures = {"stall_count": min(stalls, MOST), "tool_call": int(tool_call)}
-        if pace is not None:
-            figures["tokens_per_s"] = log_bucket(pace)
-        if pause is not None:
-            figures["tool_call_pause_us"] = log_bucket(pause)
+        for name, value in (("tokens_per_s", pace), ("tool_call_pause_us", pause), ("head_burst_ratio", burst),
+                            ("first_byte_lead_us", None if lead is None else max(lead, 0)),
+                            ("chunks_per_s", chunk_pace)):  # fmt: skip
+            if value is not None:
+                figures[name] = log_bucket(value)
         for figure, bucket in figures.items():
             for step in STEPS_S:
                 counted[(step, side, start_s // step * step, model, figure, bucket)] += 1
     return counted
+
+
+def expected_totals(client) -> Counter:
+    """Each step's interval, side, model and coverage with its streams' sums, as migration 0033 documents."""
+    rows = client.query(
+        "SELECT toUnixTimestamp(start_time), side, model, coverage, content_chunks, tokens, content_bytes, wire_bytes, "
+        "outcome IN ('cancelled', 'disconnected'), stall_count > 0, frontloaded_then_stalled, stuck_loop, "
+        "content_chunks_by_tokens FROM stream_metrics"
+    ).result_rows
+    summed: Counter = Counter()
+    for start_s, side, model, coverage, *sums, by_tokens in rows:
+        for step in STEPS_S:
+            key = (step, side, start_s // step * step, model, coverage)
+            summed[(*key, "streams")] += 1
+            for name, value in zip(TOTALS[1:], sums):
+                summed[(*key, name)] += int(value)
+            for tokens, chunks in by_tokens.items():
+                summed[(*key, f"tokens {tokens}")] += chunks
+    return summed
+
+
+TOTALS = ("streams", "content_chunks", "tokens", "content_bytes", "wire_bytes", "cancelled", "stalled",
+          "frontloaded_then_stalled", "stuck_loops")  # fmt: skip
+
+
+def stored_totals(client) -> Counter:
+    key = "step, side, toUnixTimestamp(interval_start), model, coverage"
+    sums = ", ".join(f"sum({name})" for name in TOTALS)
+    rows = client.query(
+        f"SELECT {key}, {sums}, sumMap(content_chunks_by_tokens) FROM stream_totals GROUP BY {key}"
+    ).result_rows
+    summed: Counter = Counter()
+    for row in rows:
+        for name, value in zip(TOTALS, row[5:-1]):
+            summed[(*row[:5], name)] = value
+        for tokens, chunks in row[-1].items():
+            summed[(*row[:5], f"tokens {tokens}")] = chunks
+    return +summed
 
 
 def stored(client, table: str, key: str) -> Counter:
@@ -95,6 +136,15 @@ def test_every_stream_is_counted_at_every_step_in_its_figures_buckets(store_clie
     assert {key[5] for key in counts if key[4] == "tokens_per_s"} >= {ZERO}  # a pace of 0
     assert sum(n for key, n in counts.items() if key[0] == 5 and key[4] == "stall_count") == 14
     assert sum(n for key, n in counts.items() if key[0] == 5 and key[4] == "tokens_per_s") == 12  # one lone chunk
+    assert sum(n for key, n in counts.items() if key[0] == 5 and key[4] == "chunks_per_s") == 12  # all sized
+
+
+def test_every_stream_is_summed_at_every_step(store_client):
+    store_spans(store_client, spans())
+    summed = stored_totals(store_client)
+    assert summed == +expected_totals(store_client)
+    assert sum(n for key, n in summed.items() if key[0] == 60 and key[5] == "streams") == 14
+    assert {key[4] for key in summed} == {"full", "partial"}
 
 
 def expected_smoothing(client) -> Counter:
@@ -136,25 +186,34 @@ def test_the_job_counts_the_smoothing_of_timed_streams_only(store_client):
     assert counted_streams == timed * depths and timed > 0
 
 
-@pytest.mark.parametrize(("table", "key"), [("stream_histograms", STREAM_KEY), ("smoothing_histograms", SMOOTHING_KEY)])
-def test_the_migrations_copy_counts_what_was_counted_as_rows_were_written(store_client, table, key):
+@pytest.mark.parametrize(
+    ("migration", "table", "counts"),
+    [
+        ("stream_totals", "stream_histograms", partial(stored, table="stream_histograms", key=STREAM_KEY)),
+        ("stream_totals", "stream_totals", stored_totals),
+        ("stream_histograms", "smoothing_histograms", partial(stored, table="smoothing_histograms", key=SMOOTHING_KEY)),
+    ],
+    ids=lambda value: value if isinstance(value, str) else "",
+)
+def test_the_migrations_copy_counts_what_was_counted_as_rows_were_written(store_client, migration, table, counts):
     store_spans(store_client, spans())
     attributed(store_client)
-    as_written = stored(store_client, table, key)
+    as_written = counts(store_client)
     assert as_written
-    [migration] = [m for m in migrations.available() if m.name == "stream_histograms"]
-    statements = migration.statements()
+    [copying] = [m for m in migrations.available() if m.name == migration]
+    statements = copying.statements()
     truncate = statements.index(f"TRUNCATE TABLE {table}")
     store_client.command(statements[truncate])
-    assert stored(store_client, table, key) == Counter()
+    assert counts(store_client) == Counter()
     store_client.command(statements[truncate + 1])
-    assert stored(store_client, table, key) == as_written
+    assert counts(store_client) == as_written
 
 
 def test_an_insert_replayed_under_its_token_is_counted_once(store_client):
     batch = decode_traces(trace_request(spans()[:6]), tenant="t", stall_threshold_us=400_000)
     writer = ClickHouseWriter(store_client)
     writer.insert(batch, token="segment-1")
-    once = stored(store_client, "stream_histograms", STREAM_KEY)
+    once = stored(store_client, "stream_histograms", STREAM_KEY), stored_totals(store_client)
     writer.insert(batch, token="segment-1")  # a crash before the spool's confirmation: the segment again
-    assert stored(store_client, "stream_histograms", STREAM_KEY) == once and sum(once.values()) > 0
+    assert (stored(store_client, "stream_histograms", STREAM_KEY), stored_totals(store_client)) == once
+    assert sum(once[0].values()) > 0 and sum(once[1].values()) > 0

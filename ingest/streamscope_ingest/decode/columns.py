@@ -408,10 +408,25 @@ STREAM_HISTOGRAMS = pa.schema(  # per-stream figures counted (migration 0032, de
     [*_PER_INTERVAL, ("provider", _LC), ("model", _LC), *_STREAMS_COUNTED]
 )
 
+STREAM_SUMS = ("streams", "content_chunks", "tokens", "content_bytes", "wire_bytes", "cancelled", "stalled",
+               "frontloaded_then_stalled", "stuck_loops")  # fmt: skip
+"""The summed columns of ``stream_totals``, in order (migration 0033)."""
+STREAM_TOTALS = pa.schema(  # streams summed per interval (migration 0033, decode.stream_histograms)
+    [
+        *_PER_INTERVAL,
+        ("provider", _LC),
+        ("model", _LC),
+        ("coverage", _LC),
+        *[(name, pa.uint64()) for name in STREAM_SUMS],
+        ("content_chunks_by_tokens", pa.map_(pa.uint16(), pa.uint64())),
+    ]
+)
+
 TABLES: dict[str, pa.Schema] = {  # in write order (ingest/streamscope_ingest/store/writer.py)
     "chunk_arrays": CHUNKS,
     "gap_histograms": GAP_HISTOGRAMS,  # counted by the writer from chunk_arrays
     "stream_histograms": STREAM_HISTOGRAMS,  # counted by the writer from streams
+    "stream_totals": STREAM_TOTALS,  # summed by the writer from streams
     "streams": STREAMS,
     "ground_truth": GROUND_TRUTH,
     "engine_samples": ENGINE_SAMPLES,

@@ -32,6 +32,8 @@ _BUCKET_BITS = 16
 _BUCKET_MASK = (1 << _BUCKET_BITS) - 1
 
 STREAM_LABELS = ("tenant", "side", "service", "provider", "model")
+SIZED = ("full", "partial")
+"""The coverages of streams whose chunks' sizes are known (``streams.coverage``)."""
 SMOOTHING_LABELS = ("tenant", "side", "service", "model", "depth_ms")
 
 
@@ -53,23 +55,76 @@ def index_buckets(values: np.ndarray) -> np.ndarray:
 
 
 def stream_histograms(streams: pa.Table) -> pa.Table:
-    """The ``stream_histograms`` rows of a ``streams`` block: each stream's stall count, whether it called a tool,
-    its pace (``stream_metrics.tokens_per_s``) and the pause before its first tool call."""
-    response, request = (_strings(streams[f"{which}_model"]) for which in ("response", "request"))
-    labels = streams.select(list(STREAM_LABELS[:-1])).append_column(
-        "model", pc.if_else(pc.not_equal(response, ""), response, request)
-    )
-    ttft, last = (_floats(streams[name]) for name in ("ttft_us", "last_content_us"))
+    """The ``stream_histograms`` rows of a ``streams`` block: each stream's figures of ``stream_metrics`` (migrations
+    0032 and 0033 list them)."""
+    ttft, last, tokens = (_floats(streams[name]) for name in ("ttft_us", "last_content_us", "tokens"))
     has_content = last > ttft  # False where either is NULL (NaN)
     content_s = np.where(has_content, last - ttft, 1.0) / 1e6
+    bursting, burst_ratio = _head_burst(streams)
+    sized = np.isin(_strings(streams["coverage"]).to_numpy(zero_copy_only=False), SIZED)
+    lead = _floats(streams["ttft_us"]) - _floats(streams["ttfb_us"])
     figures = {
         "stall_count": _figure(streams["stall_count"], count_buckets),
         "tool_call": pa.array(streams["first_tool_call_seq"].is_valid().to_numpy(zero_copy_only=False), pa.int16()),
-        "tokens_per_s": pa.array(log_buckets(_floats(streams["tokens"]) / content_s), mask=~has_content),
+        "tokens_per_s": pa.array(log_buckets(tokens / content_s), mask=~has_content),
+        "first_byte_lead_us": pa.array(log_buckets(np.maximum(lead, 0)), mask=np.isnan(lead)),
+        "head_burst_ratio": pa.array(log_buckets(burst_ratio), mask=~bursting),
+        "chunks_per_s": pa.array(
+            log_buckets(_floats(streams["content_chunks"]) / content_s), mask=~(has_content & sized)
+        ),
     }
     if "tool_call_pause_us" in streams.column_names:  # absent from blocks decoded before it was kept
         figures["tool_call_pause_us"] = _figure(streams["tool_call_pause_us"], log_buckets)
-    return counted(labels, streams["start_time"], figures, columns.STREAM_HISTOGRAMS)
+    return counted(_labels(streams), streams["start_time"], figures, columns.STREAM_HISTOGRAMS)
+
+
+def stream_totals(streams: pa.Table) -> pa.Table:
+    """The ``stream_totals`` rows of a ``streams`` block: per step, interval, labels and coverage, how many streams,
+    their sums and flags (``stream_metrics``'), and their content chunks by tokens added up (migration 0033)."""
+    labels = _labels(streams).append_column("coverage", streams["coverage"])
+    distinct, group = label_groups(labels)
+    bursting, burst_ratio = _head_burst(streams)
+    stalled = _floats(streams["stall_count"]) > 0
+    outcome = _strings(streams["outcome"]).to_numpy(zero_copy_only=False)
+    summed = {
+        "streams": np.ones(streams.num_rows),
+        **{name: _floats(streams[name]) for name in ("content_chunks", "tokens", "content_bytes", "wire_bytes")},
+        "cancelled": np.isin(outcome, ("cancelled", "disconnected")),
+        "stalled": stalled,
+        "frontloaded_then_stalled": bursting & (burst_ratio >= 3) & stalled,
+        "stuck_loops": _floats(streams["repetition_score"]) >= 0.5,  # False where NULL (NaN)
+    }
+    by_tokens = streams["content_chunks_by_tokens"].combine_chunks()
+    chunk_tokens = by_tokens.keys.to_numpy(zero_copy_only=False).astype(np.int64)
+    chunk_counts = by_tokens.items.to_numpy(zero_copy_only=False).astype(np.float64)
+    owner = np.repeat(np.arange(streams.num_rows), np.diff(by_tokens.offsets.to_numpy()))
+    seconds = pc.divide(pc.cast(streams["start_time"], pa.int64()), 1_000_000).to_numpy(zero_copy_only=False)
+    blocks = []
+    for step in STEPS_S:
+        interval = seconds // step
+        rows, row_of_stream = np.unique(np.stack([group, interval], axis=1), axis=0, return_inverse=True)
+        row_of_stream = row_of_stream.ravel()
+        entries, entry_of_chunk = np.unique(
+            np.stack([row_of_stream[owner], chunk_tokens], axis=1), axis=0, return_inverse=True
+        )
+        entry_counts = np.bincount(entry_of_chunk.ravel(), weights=chunk_counts, minlength=len(entries))
+        by_labels = distinct.take(pa.array(rows[:, 0]))
+        values = {
+            "step": pa.array(np.full(len(rows), step, dtype=np.uint16)),
+            **{name: by_labels[name].combine_chunks() for name in distinct.column_names},
+            "interval_start": pa.array(rows[:, 1] * step, pa.timestamp("s", tz="UTC")),
+            **{
+                name: pa.array(np.bincount(row_of_stream, column.astype(np.float64), len(rows)).astype(np.uint64))
+                for name, column in summed.items()
+            },
+            "content_chunks_by_tokens": pa.MapArray.from_arrays(
+                np.searchsorted(entries[:, 0], np.arange(len(rows) + 1)).astype(np.int32),
+                pa.array(entries[:, 1], pa.uint16()),
+                pa.array(entry_counts.astype(np.uint64)),
+            ),
+        }
+        blocks.append(_table(values, columns.STREAM_TOTALS))
+    return pa.concat_tables(blocks)
 
 
 def smoothing_histograms(smoothing: pa.Table) -> pa.Table:
@@ -124,8 +179,32 @@ def counted(
         "bucket": pa.array(((cell & _BUCKET_MASK) + ZERO).astype(np.int16)),
         "streams": pa.array(np.concatenate(counts).astype(np.uint64)),
     }
+    return _table(values, schema)
+
+
+def _head_burst(streams: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Which streams have a ``stream_metrics.head_burst_ratio`` (content past the first 200 ms, and tokens after
+    the head), and the ratio (arbitrary where they have none)."""
+    names = ("ttft_us", "last_content_us", "tokens", "head_tokens")
+    ttft, last, tokens, head = (_floats(streams[name]) for name in names)
+    bursting = (last > ttft + 200_000) & (tokens > head)
+    rest_s = np.where(bursting, last - ttft - 200_000, 1.0) / 1e6
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return bursting, (head / 0.2) / ((tokens - head) / rest_s)
+
+
+def _table(values: Mapping[str, pa.Array], schema: pa.Schema) -> pa.Table:
+    """``values`` as a table of ``schema``, each column cast to its type."""
     return pa.Table.from_arrays([_as(values[name], field.type) for name, field in zip(schema.names, schema)],
                                 schema=schema)  # fmt: skip
+
+
+def _labels(streams: pa.Table) -> pa.Table:
+    """A streams block's ``STREAM_LABELS``, the model as ``stream_metrics`` gives it."""
+    response, request = (_strings(streams[f"{which}_model"]) for which in ("response", "request"))
+    return streams.select(list(STREAM_LABELS[:-1])).append_column(
+        "model", pc.if_else(pc.not_equal(response, ""), response, request)
+    )
 
 
 def _as(column: pa.Array | pa.ChunkedArray, kind: pa.DataType) -> pa.Array:

@@ -38,6 +38,7 @@ RETAINED: tuple[Retained, ...] = (
     Retained("streams", "start_time", 30),
     Retained("gap_histograms", "interval_start", 30),
     Retained("stream_histograms", "interval_start", 30),
+    Retained("stream_totals", "interval_start", 30),
     Retained("smoothing_histograms", "interval_start", 30),
     Retained("stalls", "start_time", 30),
     Retained("stream_quality", "start_time", 30),

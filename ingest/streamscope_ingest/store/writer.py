@@ -4,8 +4,9 @@ Knows ClickHouse and nothing of OTLP. Every insert carries a deduplication token
 spool segment it comes from) and the table, and the tables keep a window of recent tokens (migration 0016):
 writing the same segment again, after a crash between the insert and the spool's confirmation, stores
 nothing twice. Spans a client sent again in a later request are dropped first (``streamscope_ingest.store.dedup``).
-The content gaps of the chunks it inserts are counted into ``gap_histograms``, and the per-stream figures of the
-streams into ``stream_histograms``, in the same insert, each under a token of its own.
+The content gaps of the chunks it inserts are counted into ``gap_histograms``, the per-stream figures of the
+streams into ``stream_histograms`` and their sums into ``stream_totals``, in the same insert, each under a token
+of its own.
 
 At start it checks that the tables' columns are the ones ingest builds (the blocks' Arrow schemas), so a
 store that was not migrated fails loudly instead of mid-write.
@@ -25,11 +26,12 @@ from streamscope_ingest import store
 from streamscope_ingest.decode import columns
 from streamscope_ingest.decode.batch import CHUNK_ARRAYS, DecodedBatch, concat
 from streamscope_ingest.decode.gap_histograms import gap_histograms
-from streamscope_ingest.decode.stream_histograms import stream_histograms
+from streamscope_ingest.decode.stream_histograms import stream_histograms, stream_totals
 from streamscope_ingest.store.dedup import drop_repeated_spans
 
 GAP_HISTOGRAMS = "gap_histograms"
 STREAM_HISTOGRAMS = "stream_histograms"
+STREAM_TOTALS = "stream_totals"
 
 
 def table_columns(client: Client, table: str) -> list[str]:
@@ -95,8 +97,11 @@ class ClickHouseWriter:
         if arrays is not None and arrays.num_rows and GAP_HISTOGRAMS not in skip:
             blocks[GAP_HISTOGRAMS] = gap_histograms(arrays)
         streams = blocks.get("streams")
-        if streams is not None and streams.num_rows and STREAM_HISTOGRAMS not in skip:
-            blocks[STREAM_HISTOGRAMS] = stream_histograms(streams)
+        if streams is not None and streams.num_rows:
+            if STREAM_HISTOGRAMS not in skip:
+                blocks[STREAM_HISTOGRAMS] = stream_histograms(streams)
+            if STREAM_TOTALS not in skip:
+                blocks[STREAM_TOTALS] = stream_totals(streams)
         with store.translated_errors(writing=True):
             for table in columns.TABLES:
                 block = blocks.get(table)
