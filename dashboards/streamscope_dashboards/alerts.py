@@ -30,7 +30,10 @@ from streamscope_dashboards.panels import (
     SIZED,
     SLO_US,
     TIMED,
+    figure_histogram,
+    figure_quantile,
     median_of,
+    over_range,
 )
 
 RULES_FILE = grafana_dir() / "provisioning" / "alerting" / "rules.yaml"
@@ -109,44 +112,33 @@ class RuleGroup:
     rules: tuple[Rule, ...]
 
 
-ITL_BAD = f"ifNull(gap_max_us, 0) > {SLO_US}"
-"""A client stream that broke the ITL SLO (a stream with one content chunk has no gap and cannot)."""
-
-
-def _since(seconds: int) -> str:
-    """Streams that started in the ``seconds`` before the evaluation."""
-    return f"start_time > $__toTime - INTERVAL {seconds} SECOND"
-
-
-def _window(seconds: int) -> str:
-    return f"{_since(seconds)} AND start_time <= $__toTime"
+def _last(seconds: int, until: int = 0) -> str:
+    """The pre-aggregated rows counting the client streams that started in the ``seconds`` before the evaluation
+    (less ``until`` seconds), each once (``panels.over_range``: a window's first 5 s may take in streams that
+    started up to 5 s before it)."""
+    end = f"$__toTime - toIntervalSecond({until})" if until else "$__toTime"
+    return f"{over_range(f'$__toTime - toIntervalSecond({seconds + until})', end)} AND side = 'client'"
 
 
 def burn_rate_sql(short_s: int, long_s: int) -> str:
     """The smaller of two windows' burn rates (share of bad streams / error budget), both ending at the
-    evaluation: it crosses a threshold only when both windows burn at least that fast."""
+    evaluation: it crosses a threshold only when both windows burn at least that fast. Read from
+    ``stream_totals``: its ``over_slo`` counts the streams with a content gap over the SLO."""
+    window = "SELECT sum(streams) AS streams, sum(over_slo) AS bad FROM stream_totals WHERE {} AND {}"
     return f"""SELECT least(
-    if(recent_streams >= {MIN_STREAMS}, recent_bad / recent_streams, 0),
-    if(streams >= {MIN_STREAMS}, bad / streams, 0)
+    if(recent.streams >= {MIN_STREAMS}, recent.bad / recent.streams, 0),
+    if(longer.streams >= {MIN_STREAMS}, longer.bad / longer.streams, 0)
 ) / {ERROR_BUDGET} AS burn_rate
-FROM (
-    SELECT count() AS streams, countIf(broke) AS bad,
-        countIf(recent) AS recent_streams, countIf(recent AND broke) AS recent_bad
-    FROM (
-        SELECT {ITL_BAD} AS broke, {_since(short_s)} AS recent
-        FROM stream_metrics
-        WHERE side = 'client' AND {TIMED} AND {_window(long_s)}
-    )
-)"""
+FROM ({window.format(_last(short_s), TIMED)}) AS recent
+CROSS JOIN ({window.format(_last(long_s), TIMED)}) AS longer"""
 
 
-def client_quantile_ms_sql(level: float, column: str, name: str) -> str:
-    """A quantile, in ms, of a per-stream µs column over the client streams in the query's range that have it;
-    0 with fewer than MIN_STREAMS of them."""
-    return f"""SELECT if(count({column}) >= {MIN_STREAMS}, ifNull(quantileExact({level})({column}), 0) / 1000, 0)
-    AS {name}
-FROM stream_metrics
-WHERE $__timeFilter(start_time) AND side = 'client'"""
+def client_quantile_ms_sql(level: float, figure: str, name: str) -> str:
+    """A quantile, in ms, of a per-stream µs ``figure`` of ``stream_histograms`` over the client streams in the
+    query's range that have it (the bucket's middle: within 0.5 %); 0 with fewer than MIN_STREAMS of them."""
+    at = figure_quantile(level, "histogram", "counted", name)
+    return f"""SELECT if(counted >= {MIN_STREAMS}, {at} / 1000, 0) AS {name}
+FROM ({figure_histogram(figure, _last(TAIL_WINDOW_S))})"""
 
 
 def _duration(seconds: int) -> str:
@@ -214,7 +206,7 @@ P99_OF_P99 = Rule(
     ),
     description=(
         "The tail of the tail: the streams that stall, stall for over the threshold at their own 99th "
-        f"percentile. Figured over client streams with gaps; with fewer than {MIN_STREAMS} it is 0."
+        f"percentile. Figured over client streams whose every gap is known; with fewer than {MIN_STREAMS} it is 0."
     ),
     runbook=(
         "Open the Stream quality dashboard (per-stream p99 distribution, ITL heatmap) and the Jitter attribution "
@@ -247,24 +239,24 @@ TTFT_P95 = Rule(
     ),
 )
 
+
+def _chunking(window: str) -> str:
+    """Each provider and model's content chunks and their median tokens per chunk in ``stream_totals``' rows
+    ``window`` (exact: the chunks are counted by their tokens)."""
+    return f"""SELECT provider, model, sum(content_chunks) AS chunks,
+        {median_of("sumMap(content_chunks_by_tokens)", "chunks")} AS median
+    FROM stream_totals
+    WHERE {window} AND {SIZED}
+    GROUP BY provider, model"""
+
+
 TOKENS_PER_CHUNK_DROP = Rule(
     uid="streamscope-tokens-per-chunk-drop",
     title="Tokens per chunk halved",
-    sql=f"""SELECT provider, model, now_median / before_median AS tokens_per_chunk_ratio
-FROM (
-    SELECT provider, model,
-        sumIf(content_chunks, recent) AS now_chunks,
-        {median_of("sumMapIf(content_chunks_by_tokens, recent)", "now_chunks")} AS now_median,
-        sumIf(content_chunks, NOT recent) AS before_chunks,
-        {median_of("sumMapIf(content_chunks_by_tokens, NOT recent)", "before_chunks")} AS before_median
-    FROM (
-        SELECT provider, model, content_chunks, content_chunks_by_tokens, {_since(CHUNKING_WINDOW_S)} AS recent
-        FROM stream_metrics
-        WHERE side = 'client' AND content_chunks > 0 AND {SIZED} AND {_window(2 * CHUNKING_WINDOW_S)}
-    )
-    GROUP BY provider, model
-)
-WHERE now_chunks >= {CHANGE_MIN_CHUNKS} AND before_chunks >= {CHANGE_MIN_CHUNKS} AND before_median > 0""",
+    sql=f"""SELECT provider, model, now.median / before.median AS tokens_per_chunk_ratio
+FROM ({_chunking(_last(CHUNKING_WINDOW_S))}) AS now
+INNER JOIN ({_chunking(_last(CHUNKING_WINDOW_S, until=CHUNKING_WINDOW_S))}) AS before USING (provider, model)
+WHERE now.chunks >= {CHANGE_MIN_CHUNKS} AND before.chunks >= {CHANGE_MIN_CHUNKS} AND before.median > 0""",
     evaluator="lte",
     threshold=CHUNKING_RATIO,
     range_s=2 * CHUNKING_WINDOW_S,

@@ -112,9 +112,9 @@ HISTOGRAM_STEP = (
 rows fall each in one interval, and the fewest rows are read."""
 
 
-def _meeting(step: str) -> str:
-    """Rows of the intervals of ``step`` seconds (SQL) that meet the range."""
-    return f"interval_start > $__fromTime - toIntervalSecond({step}) AND interval_start <= $__toTime"
+def _meeting(step: str, start: str = "$__fromTime", end: str = "$__toTime") -> str:
+    """Rows of the intervals of ``step`` seconds (SQL) that meet the range (``start`` to ``end``: SQL times)."""
+    return f"interval_start > {start} - toIntervalSecond({step}) AND interval_start <= {end}"
 
 
 HISTOGRAM_RANGE = _meeting("read_step")
@@ -212,28 +212,30 @@ arrives), so a panel over them answers from raw chunks while routes are chosen: 
 of the two, and the branch whose condition is false reads nothing."""
 
 
-def _within(step: int) -> str:
+def _within(step: int, start: str, end: str) -> str:
     """Rows of intervals inside the whole intervals of ``step`` that the range holds."""
     return (
-        f"interval_start >= toDateTime(intDiv(toUInt32($__fromTime) + {step - 1}, {step}) * {step}, 'UTC') "
-        f"AND interval_start < toDateTime(intDiv(toUInt32($__toTime), {step}) * {step}, 'UTC')"
+        f"interval_start >= toDateTime(intDiv(toUInt32({start}) + {step - 1}, {step}) * {step}, 'UTC') "
+        f"AND interval_start < toDateTime(intDiv(toUInt32({end}), {step}) * {step}, 'UTC')"
     )
 
 
-def _over_range() -> str:
+def over_range(start: str = "$__fromTime", end: str = "$__toTime") -> str:
+    """The histogram rows that count the streams started from ``start`` to ``end`` (SQL times; the query's range by
+    default) once: each whole hour from the hour's rows, the rest from the longest step that fits, the edges from
+    5 s rows (those that meet the range, as ``HISTOGRAM_RANGE``). What it reads grows with the labels, not with the
+    range."""
     longest_first = HISTOGRAM_STEPS_S
     parts = []
     for i, step in enumerate(longest_first):
-        held = _within(step) if step != longest_first[-1] else _meeting(str(step))
-        outside = f" AND NOT ({_within(longest_first[i - 1])})" if i else ""
+        held = _within(step, start, end) if step != longest_first[-1] else _meeting(str(step), start, end)
+        outside = f" AND NOT ({_within(longest_first[i - 1], start, end)})" if i else ""
         parts.append(f"(step = {step} AND {held}{outside})")
     return "(" + "\n    OR ".join(parts) + ")"
 
 
-HISTOGRAMS_OVER_RANGE = _over_range()
-"""The histogram rows that count the range once, for a panel that does not draw intervals (a table): each whole
-hour of the range from the hour's rows, the rest from the longest step that fits, its edges from 5 s rows (those
-that meet the range, as ``HISTOGRAM_RANGE``). What it reads grows with the labels, not with the range."""
+HISTOGRAMS_OVER_RANGE = over_range()
+"""The histogram rows that count the query's range once, for a panel that does not draw intervals (a table)."""
 
 HISTOGRAMS_SELECTED = (
     f"{HISTOGRAM_STEP} AND {HISTOGRAM_RANGE} AND {ON_SIDE} "
@@ -350,6 +352,31 @@ def figure_median(figure: str, index: bool = False) -> str:
     else:
         value = f"if(median = {STREAM_ZERO_BUCKET}, 0, pow({GAP_BUCKET_RATIO}, median - 0.5))"
     return f"anyIf(toNullable({value}), figure = '{figure}')"
+
+
+def figure_quantile(level: float, histogram: str, count: str, name: str) -> str:
+    """SQL for quantile ``level`` of a duration or rate whose ``stream_histograms`` buckets a sorted ``histogram``
+    counts, ``count`` in all: the bucket holding quantileExact's rank, read as its geometric middle. ``name`` keeps
+    the expression's alias apart."""
+    bucket = f"bucket_{name}"
+    at = bucket_at(level, histogram, count)
+    return f"if(({at} AS {bucket}) = {STREAM_ZERO_BUCKET}, 0, pow({GAP_BUCKET_RATIO}, {bucket} - 0.5))"
+
+
+def figure_histogram(figure: str, selected: str, *keys: str) -> str:
+    """SQL for the sorted histogram (``histogram``: array of (bucket, streams)) of one ``stream_histograms`` figure
+    and the streams it counts (``counted``), per ``keys`` (each ``name`` or ``expression AS name``) over the rows
+    ``selected``."""
+    names = [key.rsplit(" AS ", 1)[-1] for key in keys]
+    per_key = f"\n        GROUP BY {', '.join(names)}" if keys else ""
+    return f"""SELECT {"".join(f"{name}, " for name in names)}sum(n) AS counted,
+            arraySort(groupArray((bucket, n))) AS histogram
+        FROM (
+            SELECT {"".join(f"{key}, " for key in keys)}bucket, sum(streams) AS n
+            FROM stream_histograms
+            WHERE {selected} AND figure = '{figure}'
+            GROUP BY {"".join(f"{name}, " for name in names)}bucket
+        ){per_key}"""
 
 
 _SHAPE_FIGURES = ("tokens_per_s", "first_byte_lead_us", "head_burst_ratio")
@@ -825,14 +852,36 @@ FLEET_STATS = Panel(
     "timeline is known only in part (chunks lost by the sender, unreadable, a source that knew no chunks), which "
     "the gap figures leave out.",
     "stat",
-    f"""SELECT count() AS streams,
+    f"""SELECT t.counted AS streams, ttft.p50 / 1000 AS ttft_p50_ms, ttft.p95 / 1000 AS ttft_p95_ms,
+    p99.p99 / 1000 AS p99_of_p99_ms, t.itl_goodput AS itl_goodput, t.stall_rate AS stall_rate,
+    t.incomplete AS incomplete
+FROM (
+    SELECT sum(streams) AS counted, sumIf(streams, {TIMED}) AS timed,
+        (timed - sumIf(over_slo, {TIMED})) / nullIf(timed, 0) AS itl_goodput,
+        sumIf(stalled, {TIMED}) / nullIf(timed, 0) AS stall_rate, sumIf(streams, NOT {TIMED}) AS incomplete
+    FROM stream_totals
+    WHERE {TABLE_HISTOGRAMS_SELECTED}
+    HAVING {ROUTES_ALL}
+) AS t
+CROSS JOIN (
+    SELECT if(counted > 0, {figure_quantile(0.5, "histogram", "counted", "p50")}, NULL) AS p50,
+        if(counted > 0, {figure_quantile(0.95, "histogram", "counted", "p95")}, NULL) AS p95
+    FROM ({figure_histogram("ttft_us", TABLE_HISTOGRAMS_SELECTED)})
+) AS ttft
+CROSS JOIN (
+    SELECT if(counted > 0, {figure_quantile(0.99, "histogram", "counted", "p99")}, NULL) AS p99
+    FROM ({figure_histogram("gap_p99_us", TABLE_HISTOGRAMS_SELECTED)})
+) AS p99
+UNION ALL
+SELECT count() AS streams,
     quantileExact(0.5)(ttft_us) / 1000 AS ttft_p50_ms, quantileExact(0.95)(ttft_us) / 1000 AS ttft_p95_ms,
     quantileExactIf(0.99)(gap_p99_us, {TIMED}) / 1000 AS p99_of_p99_ms,
     {timed_goodput(str(SLO_US))} AS itl_goodput,
     countIf(stall_count > 0 AND {TIMED}) / nullIf(countIf({TIMED}), 0) AS stall_rate,
     countIf(NOT {TIMED}) AS incomplete
 FROM stream_metrics
-WHERE {SELECTED}""",
+WHERE {SELECTED} AND NOT {ROUTES_ALL}
+HAVING NOT {ROUTES_ALL}""",
 )
 
 ITL_GOODPUT = Panel(
@@ -841,11 +890,19 @@ ITL_GOODPUT = Panel(
     f"Share of client streams per interval whose every gap stayed within {SLO_US // 1000} ms; the line is the "
     f"{GOODPUT_TARGET:.0%} target the burn-rate alerts watch.",
     "timeseries",
-    f"""SELECT $__timeInterval(start_time) AS time, 'goodput' AS series,
-    countIf(ifNull(gap_max_us, 0) <= {SLO_US}) / count() AS itl_goodput
-FROM stream_metrics
-WHERE {SELECTED} AND {TIMED}
-GROUP BY time
+    f"""SELECT * FROM (
+    SELECT {HISTOGRAM_INTERVAL} AS time, 'goodput' AS series,
+        (sum(streams) - sum(over_slo)) / sum(streams) AS itl_goodput
+    FROM stream_totals
+    WHERE {HISTOGRAMS_SELECTED} AND {TIMED}
+    GROUP BY time
+    UNION ALL
+    SELECT $__timeInterval(start_time) AS time, 'goodput' AS series,
+        countIf(ifNull(gap_max_us, 0) <= {SLO_US}) / count() AS itl_goodput
+    FROM stream_metrics
+    WHERE {SELECTED} AND {TIMED} AND NOT {ROUTES_ALL}
+    GROUP BY time
+)
 ORDER BY time""",
     unit="percentunit",
     threshold=GOODPUT_TARGET,
@@ -857,9 +914,13 @@ TTFT_OVER_TIME = Panel(
     "TTFT p50 and p95 of client streams per interval.",
     "timeseries",
     f"""SELECT time, series, value FROM (
-    SELECT $__timeInterval(start_time) AS time, quantilesExact(0.5, 0.95)(ttft_us) AS q
+    SELECT time, [{figure_quantile(0.5, "histogram", "counted", "p50")},
+        {figure_quantile(0.95, "histogram", "counted", "p95")}] AS q
+    FROM ({figure_histogram("ttft_us", HISTOGRAMS_SELECTED, f"{HISTOGRAM_INTERVAL} AS time")})
+    UNION ALL
+    SELECT $__timeInterval(start_time) AS time, arrayMap(x -> toFloat64(x), quantilesExact(0.5, 0.95)(ttft_us)) AS q
     FROM stream_metrics
-    WHERE {SELECTED} AND ttft_us IS NOT NULL
+    WHERE {SELECTED} AND ttft_us IS NOT NULL AND NOT {ROUTES_ALL}
     GROUP BY time
 )
 ARRAY JOIN ['p50', 'p95'] AS series, arrayMap(x -> x / 1000, q) AS value
@@ -1010,10 +1071,18 @@ STREAM_SOURCES = Panel(
     "to the first token and the duration), duration (the call only), unreadable. Each figure reads only the "
     "streams that can give it.",
     "table",
-    f"""SELECT source, coverage, count() AS streams, round(count() / sum(count()) OVER (), 3) AS share
-FROM stream_metrics
-WHERE {SELECTED}
-GROUP BY source, coverage
+    f"""SELECT source, coverage, streams, round(streams / sum(streams) OVER (), 3) AS share
+FROM (
+    SELECT source, coverage, sum(streams) AS streams
+    FROM stream_totals
+    WHERE {TABLE_HISTOGRAMS_SELECTED}
+    GROUP BY source, coverage
+    UNION ALL
+    SELECT source, coverage, count() AS streams
+    FROM stream_metrics
+    WHERE {SELECTED} AND NOT {ROUTES_ALL}
+    GROUP BY source, coverage
+)
 ORDER BY streams DESC, source, coverage""",
 )
 

@@ -19,11 +19,15 @@ from streamscope_dashboards.panels import (
     CHUNK_ECONOMICS,
     CHUNKING_CHANGES,
     DEFAULTS,
+    FLEET_STATS,
+    ITL_GOODPUT,
     MODEL_TEXTURE,
     SMOOTHING_TRADE,
     STREAM_SHAPE,
+    STREAM_SOURCES,
     TOKENS_PER_CHUNK,
     TOKENS_PER_S,
+    TTFT_OVER_TIME,
 )
 from streamscope_ingest.analysis.attribution_job import AttributionJob
 from tests.support import T0, store_spans, stream_span
@@ -38,8 +42,8 @@ ROUTED = "/v1/routed"
 def store(store_client):
     """Client streams of two models over three hours at random pace, some with a stall, every fifth calling a tool,
     every seventh missing its last chunks, every sixth cancelled, m-1's chunks carrying three times the tokens in
-    the last hour, every eighth repeating itself, every fourth
-    rushing its head (every eighth then stalling); every third trace's server span was served on ``ROUTED``."""
+    the last hour, every eighth repeating itself, every fourth rushing its head (every eighth then stalling),
+    every ninth pausing 300 ms; every third trace's server span was served on ``ROUTED``."""
     rng = random.Random(11)
     spans = []
     for n in range(90):
@@ -47,6 +51,7 @@ def store(store_client):
         offsets, at = [], 0.0
         for i in range(chunks):
             stall = 700 if rng.random() < 0.03 or (n % 8 == 0 and i == 12) else 0
+            stall += 300 if n % 9 == 4 and i == 5 else 0  # over attribution's 150 ms, within the 400 ms SLO
             at += 2 if n % 4 == 0 and i < 12 else rng.lognormvariate(3.2, 0.6) + stall
             offsets.append(round(at, 3))
         attributes: dict = {sc.GEN_AI_REQUEST_MODEL: f"m-{n % 2}",
@@ -220,7 +225,9 @@ ALL_ROUTES = {"route": (ROUTED, "/v1/other")}
 """Every route chosen: the panels read the raw rows, and every client stream's server span is on one of them."""
 
 
-@pytest.mark.parametrize("panel", [TOKENS_PER_CHUNK, CHUNKING_CHANGES, CANCELLATION], ids=lambda p: p.key)
+@pytest.mark.parametrize(
+    "panel", [TOKENS_PER_CHUNK, CHUNKING_CHANGES, CANCELLATION, ITL_GOODPUT, STREAM_SOURCES], ids=lambda p: p.key
+)
 def test_the_exact_panels_read_the_same_from_the_totals_and_the_raw_rows(store, panel):
     from_totals, raw = run(store, panel, WHOLE, 3600), run(store, panel, WHOLE, 3600, **ALL_ROUTES)
     assert from_totals == raw and from_totals
@@ -297,3 +304,49 @@ def test_with_every_route_chosen_the_tables_read_the_raw_rows(store, panel):
     assert {tuple(row[k] for k in keys): row[name] for row in raw} == {
         key: value[name] for key, value in medians.items()
     }
+
+
+@pytest.mark.parametrize("within", [WHOLE, CUT])
+def test_fleet_stats_count_exactly_and_take_the_quantiles_from_the_buckets(store, within):
+    timed = "coverage IN ('full', 'arrivals')"
+    [expected] = exact_metrics(
+        store,
+        within,
+        f"count() AS streams, quantileExact(0.5)(ttft_us) / 1000 AS ttft_p50_ms, "
+        f"quantileExact(0.95)(ttft_us) / 1000 AS ttft_p95_ms, "
+        f"quantileExactIf(0.99)(gap_p99_us, {timed}) / 1000 AS p99_of_p99_ms, "
+        f"countIf(ifNull(gap_max_us, 0) <= 400000 AND {timed}) / countIf({timed}) AS itl_goodput, "
+        f"countIf(stall_count > 0 AND {timed}) / countIf({timed}) AS stall_rate, countIf(NOT {timed}) AS incomplete",
+        ("side",),
+    ).values()
+    [row] = run(store, FLEET_STATS, within)
+    for name in ("streams", "itl_goodput", "stall_rate", "incomplete"):
+        assert row[name] == expected[name], name
+    for name in ("ttft_p50_ms", "ttft_p95_ms", "p99_of_p99_ms"):
+        assert row[name] == pytest.approx(expected[name], rel=0.005) and row[name] != expected[name], name
+    assert 0 < row["itl_goodput"] < 1 and row["incomplete"] > 0
+    [raw] = run(store, FLEET_STATS, within, **ALL_ROUTES)
+    assert raw == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("interval_s", [5, 3600])
+def test_ttft_over_time_takes_each_intervals_quantiles_from_the_buckets(store, interval_s):
+    exact = exact_metrics(
+        store,
+        WHOLE,
+        "quantileExact(0.5)(ttft_us) / 1000 AS p50, quantileExact(0.95)(ttft_us) / 1000 AS p95",
+        (f"toUnixTimestamp(toStartOfInterval(start_time, toIntervalSecond({interval_s})))",),
+        " AND ttft_us IS NOT NULL",
+    )
+    shown = {
+        (int(row["time"].timestamp()), row["series"]): row["value"]
+        for row in run(store, TTFT_OVER_TIME, WHOLE, interval_s)
+    }
+    assert shown == pytest.approx(
+        {(time, series): value[series] for (time,), value in exact.items() for series in ("p50", "p95")}, rel=0.005
+    )
+    raw = {
+        (int(row["time"].timestamp()), row["series"]): row["value"]
+        for row in run(store, TTFT_OVER_TIME, WHOLE, interval_s, **ALL_ROUTES)
+    }
+    assert raw == {(time, series): value[series] for (time,), value in exact.items() for series in ("p50", "p95")}

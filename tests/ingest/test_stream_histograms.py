@@ -13,7 +13,9 @@ from functools import partial
 import pytest
 
 from streamscope import semconv as sc
+from streamscope_dashboards.panels import SLO_US as PANELS_SLO_US
 from streamscope_ingest.analysis.attribution_job import AttributionJob
+from streamscope_ingest.decode.stream_histograms import SLO_US
 from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.store import migrations
 from streamscope_ingest.store.writer import ClickHouseWriter
@@ -59,15 +61,16 @@ def expected_streams(client) -> Counter:
     rows = client.query(
         "SELECT toUnixTimestamp(m.start_time), m.side, m.model, m.stall_count, m.tokens_per_s, "
         "s.first_tool_call_seq IS NOT NULL, s.tool_call_pause_us, m.first_byte_lead_us, m.head_burst_ratio, "
-        "if(m.coverage IN ('full', 'partial'), m.chunks_per_s, NULL) FROM stream_metrics AS m "
+        "if(m.coverage IN ('full', 'partial'), m.chunks_per_s, NULL), m.ttft_us, "
+        "if(m.coverage IN ('full', 'arrivals'), m.gap_p99_us, NULL) FROM stream_metrics AS m "
         "JOIN streams AS s USING (trace_id, span_id)"
     ).result_rows
     counted: Counter = Counter()
-    for start_s, side, model, stalls, pace, tool_call, pause, lead, burst, chunk_pace in rows:
+    for start_s, side, model, stalls, pace, tool_call, pause, lead, burst, chunk_pace, ttft, p99 in rows:
         figures = {"stall_count": min(stalls, MOST), "tool_call": int(tool_call)}
         for name, value in (("tokens_per_s", pace), ("tool_call_pause_us", pause), ("head_burst_ratio", burst),
                             ("first_byte_lead_us", None if lead is None else max(lead, 0)),
-                            ("chunks_per_s", chunk_pace)):  # fmt: skip
+                            ("chunks_per_s", chunk_pace), ("ttft_us", ttft), ("gap_p99_us", p99)):  # fmt: skip
             if value is not None:
                 figures[name] = log_bucket(value)
         for figure, bucket in figures.items():
@@ -79,14 +82,14 @@ def expected_streams(client) -> Counter:
 def expected_totals(client) -> Counter:
     """Each step's interval, side, model and coverage with its streams' sums, as migration 0033 documents."""
     rows = client.query(
-        "SELECT toUnixTimestamp(start_time), side, model, coverage, content_chunks, tokens, content_bytes, wire_bytes, "
-        "outcome IN ('cancelled', 'disconnected'), stall_count > 0, frontloaded_then_stalled, stuck_loop, "
-        "content_chunks_by_tokens FROM stream_metrics"
+        "SELECT toUnixTimestamp(start_time), side, model, source, coverage, content_chunks, tokens, content_bytes, "
+        "wire_bytes, outcome IN ('cancelled', 'disconnected'), stall_count > 0, ifNull(gap_max_us, 0) > 400000, "
+        "frontloaded_then_stalled, stuck_loop, content_chunks_by_tokens FROM stream_metrics"
     ).result_rows
     summed: Counter = Counter()
-    for start_s, side, model, coverage, *sums, by_tokens in rows:
+    for start_s, side, model, source, coverage, *sums, by_tokens in rows:
         for step in STEPS_S:
-            key = (step, side, start_s // step * step, model, coverage)
+            key = (step, side, start_s // step * step, model, source, coverage)
             summed[(*key, "streams")] += 1
             for name, value in zip(TOTALS[1:], sums):
                 summed[(*key, name)] += int(value)
@@ -95,22 +98,22 @@ def expected_totals(client) -> Counter:
     return summed
 
 
-TOTALS = ("streams", "content_chunks", "tokens", "content_bytes", "wire_bytes", "cancelled", "stalled",
+TOTALS = ("streams", "content_chunks", "tokens", "content_bytes", "wire_bytes", "cancelled", "stalled", "over_slo",
           "frontloaded_then_stalled", "stuck_loops")  # fmt: skip
 
 
 def stored_totals(client) -> Counter:
-    key = "step, side, toUnixTimestamp(interval_start), model, coverage"
+    key = "step, side, toUnixTimestamp(interval_start), model, source, coverage"
     sums = ", ".join(f"sum({name})" for name in TOTALS)
     rows = client.query(
         f"SELECT {key}, {sums}, sumMap(content_chunks_by_tokens) FROM stream_totals GROUP BY {key}"
     ).result_rows
     summed: Counter = Counter()
     for row in rows:
-        for name, value in zip(TOTALS, row[5:-1]):
-            summed[(*row[:5], name)] = value
+        for name, value in zip(TOTALS, row[6:-1]):
+            summed[(*row[:6], name)] = value
         for tokens, chunks in row[-1].items():
-            summed[(*row[:5], f"tokens {tokens}")] = chunks
+            summed[(*row[:6], f"tokens {tokens}")] = chunks
     return +summed
 
 
@@ -143,8 +146,15 @@ def test_every_stream_is_summed_at_every_step(store_client):
     store_spans(store_client, spans())
     summed = stored_totals(store_client)
     assert summed == +expected_totals(store_client)
-    assert sum(n for key, n in summed.items() if key[0] == 60 and key[5] == "streams") == 14
-    assert {key[4] for key in summed} == {"full", "partial"}
+    assert sum(n for key, n in summed.items() if key[0] == 60 and key[6] == "streams") == 14
+    assert {key[5] for key in summed} == {"full", "partial"} and {key[4] for key in summed} == {"streamscope"}
+    assert sum(n for key, n in summed.items() if key[0] == 60 and key[6] == "over_slo") > 0
+
+
+def test_the_slo_the_writer_counts_is_the_migrations_and_the_dashboards():
+    [migration] = [m for m in migrations.available() if m.name == "stream_totals"]
+    assert f"ifNull(gap_max_us, 0) > {SLO_US})" in " ".join(migration.statements())
+    assert SLO_US == PANELS_SLO_US
 
 
 def expected_smoothing(client) -> Counter:

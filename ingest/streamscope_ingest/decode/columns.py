@@ -409,13 +409,14 @@ STREAM_HISTOGRAMS = pa.schema(  # per-stream figures counted (migration 0032, de
 )
 
 STREAM_SUMS = ("streams", "content_chunks", "tokens", "content_bytes", "wire_bytes", "cancelled", "stalled",
-               "frontloaded_then_stalled", "stuck_loops")  # fmt: skip
+               "over_slo", "frontloaded_then_stalled", "stuck_loops")  # fmt: skip
 """The summed columns of ``stream_totals``, in order (migration 0033)."""
 STREAM_TOTALS = pa.schema(  # streams summed per interval (migration 0033, decode.stream_histograms)
     [
         *_PER_INTERVAL,
         ("provider", _LC),
         ("model", _LC),
+        ("source", _LC),
         ("coverage", _LC),
         *[(name, pa.uint64()) for name in STREAM_SUMS],
         ("content_chunks_by_tokens", pa.map_(pa.uint16(), pa.uint64())),

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from streamscope.env import DEFAULT_STALL_THRESHOLD_MS
 from streamscope_ingest.decode import columns
 from streamscope_ingest.decode.gap_histograms import BUCKET_RATIO, STEPS_S, label_groups
 
@@ -34,6 +35,11 @@ _BUCKET_MASK = (1 << _BUCKET_BITS) - 1
 STREAM_LABELS = ("tenant", "side", "service", "provider", "model")
 SIZED = ("full", "partial")
 """The coverages of streams whose chunks' sizes are known (``streams.coverage``)."""
+TIMED = ("full", "arrivals")
+"""The coverages of streams whose every chunk's arrival is known."""
+SLO_US = round(DEFAULT_STALL_THRESHOLD_MS * 1000)
+"""The ITL SLO the dashboards and alert rules read (``streamscope_dashboards.panels.SLO_US``): ``over_slo`` counts
+the streams with a content gap over it (migration 0033 writes it as a number; a test compares)."""
 SMOOTHING_LABELS = ("tenant", "side", "service", "model", "depth_ms")
 
 
@@ -61,12 +67,16 @@ def stream_histograms(streams: pa.Table) -> pa.Table:
     has_content = last > ttft  # False where either is NULL (NaN)
     content_s = np.where(has_content, last - ttft, 1.0) / 1e6
     bursting, burst_ratio = _head_burst(streams)
-    sized = np.isin(_strings(streams["coverage"]).to_numpy(zero_copy_only=False), SIZED)
+    coverage = _strings(streams["coverage"]).to_numpy(zero_copy_only=False)
+    sized, timed = np.isin(coverage, SIZED), np.isin(coverage, TIMED)
     lead = _floats(streams["ttft_us"]) - _floats(streams["ttfb_us"])
+    p99 = _floats(streams["gap_p99_us"])
     figures = {
         "stall_count": _figure(streams["stall_count"], count_buckets),
         "tool_call": pa.array(streams["first_tool_call_seq"].is_valid().to_numpy(zero_copy_only=False), pa.int16()),
         "tokens_per_s": pa.array(log_buckets(tokens / content_s), mask=~has_content),
+        "ttft_us": _figure(streams["ttft_us"], log_buckets),
+        "gap_p99_us": pa.array(log_buckets(p99), mask=np.isnan(p99) | ~timed),
         "first_byte_lead_us": pa.array(log_buckets(np.maximum(lead, 0)), mask=np.isnan(lead)),
         "head_burst_ratio": pa.array(log_buckets(burst_ratio), mask=~bursting),
         "chunks_per_s": pa.array(
@@ -79,9 +89,12 @@ def stream_histograms(streams: pa.Table) -> pa.Table:
 
 
 def stream_totals(streams: pa.Table) -> pa.Table:
-    """The ``stream_totals`` rows of a ``streams`` block: per step, interval, labels and coverage, how many streams,
-    their sums and flags (``stream_metrics``'), and their content chunks by tokens added up (migration 0033)."""
-    labels = _labels(streams).append_column("coverage", streams["coverage"])
+    """The ``stream_totals`` rows of a ``streams`` block: per step, interval, labels, source and coverage, how many
+    streams, their sums and flags (``stream_metrics``'), and their content chunks by tokens added up (migration
+    0033)."""
+    labels = _labels(streams)
+    for name in ("source", "coverage"):
+        labels = labels.append_column(name, streams[name])
     distinct, group = label_groups(labels)
     bursting, burst_ratio = _head_burst(streams)
     stalled = _floats(streams["stall_count"]) > 0
@@ -91,6 +104,7 @@ def stream_totals(streams: pa.Table) -> pa.Table:
         **{name: _floats(streams[name]) for name in ("content_chunks", "tokens", "content_bytes", "wire_bytes")},
         "cancelled": np.isin(outcome, ("cancelled", "disconnected")),
         "stalled": stalled,
+        "over_slo": np.nan_to_num(_floats(streams["gap_max_us"])) > SLO_US,
         "frontloaded_then_stalled": bursting & (burst_ratio >= 3) & stalled,
         "stuck_loops": _floats(streams["repetition_score"]) >= 0.5,  # False where NULL (NaN)
     }
