@@ -4,7 +4,7 @@ The streams (the synthetic generator of chunk_codecs.py: lognormal gaps with rar
 hour; every third calls a tool half way) go through the real decode and write path; the attribution job then
 rates them, so the stall and quality panels have rows to read. Every distinct panel of every dashboard is
 expanded as the Grafana plugin expands it, for a time range covering all the data (the worst case: nothing is
-pruned by time), and run
+pruned by time), and so is every alert rule, as Grafana evaluates it at the end of the data; each is run
 ``--runs`` times through ``streamscope_ingest.store.sql.query_json``, the read path of ``streamscope sql`` and the alert
 evaluation. The table gives each panel's median and worst time and the rows it returned.
 
@@ -31,15 +31,18 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from benchmarks.storage import requests
+from streamscope_dashboards.alerts import RULES
 from streamscope_dashboards.boards import BOARDS
-from streamscope_dashboards.macros import QueryContext, resolve
+from streamscope_dashboards.macros import QueryContext, expand, resolve
 from streamscope_dashboards.panels import (
     CHUNK_ECONOMICS,
     DEFAULTS,
+    FLEET_STATS,
     MODEL_TEXTURE,
     SIZED,
     SMOOTHING_TRADE,
     STREAM_SHAPE,
+    TIMED,
     TOKENS_PER_S,
     UNTIMED_CHUNKS,
     streams_with,
@@ -117,6 +120,17 @@ def _copied(name: str, kind: str, shift_us: int) -> str:
     return name
 
 
+def rule_queries(ctx: QueryContext) -> dict[str, str]:
+    """Every alert rule's SQL as Grafana sends it when it evaluates the rule at the end of the data (its range
+    before that)."""
+    return {
+        f"alert {rule.uid.removeprefix('streamscope-')}": expand(
+            rule.sql, QueryContext(ctx.end - timedelta(seconds=rule.range_s), ctx.end, timedelta(seconds=1))
+        )
+        for rule in RULES
+    }
+
+
 def panel_queries(client, ctx: QueryContext) -> dict[str, str]:
     """Every distinct panel's SQL as the plugin sends it; trace panels draw the stream with the longest stall."""
     worst = client.query("SELECT trace_id FROM stalls ORDER BY gap_us DESC LIMIT 1").result_rows
@@ -167,8 +181,15 @@ SELECT model, quantileExact(0.5)(chunks_per_s) AS chunks_per_s_p50
 FROM stream_metrics
 WHERE $__timeFilter(start_time) AND side = 'client' AND {SIZED} GROUP BY model
 """
+EXACT_FLEET_SQL = f"""
+SELECT quantileExact(0.5)(ttft_us) / 1000 AS ttft_p50_ms, quantileExact(0.95)(ttft_us) / 1000 AS ttft_p95_ms,
+    quantileExactIf(0.99)(gap_p99_us, {TIMED}) / 1000 AS p99_of_p99_ms
+FROM stream_metrics
+WHERE $__timeFilter(start_time) AND side = 'client'
+"""
 SKETCHED = (
-    # panel, the SQL of the exact figures, the key column, the columns compared, relative (else absolute) errors
+    # panel, the SQL of the exact figures, the key column (None: one row), the columns compared, relative (else
+    # absolute) errors
     (MODEL_TEXTURE, EXACT_GAPS_SQL, "model", ("gap_p50_ms", "gap_p95_ms", "gap_p99_ms"), True),
     (MODEL_TEXTURE, EXACT_STREAMS_SQL, "model", ("tokens_per_s_p50", "tool_call_pause_ms_p50"), True),
     (SMOOTHING_TRADE, EXACT_SMOOTHING_SQL, "depth_ms",
@@ -178,6 +199,7 @@ SKETCHED = (
     (STREAM_SHAPE, EXACT_SHAPE_SQL, "model", ("tokens_per_s_p50", "first_byte_lead_ms_p50", "head_burst_ratio_p50"),
      True),
     (CHUNK_ECONOMICS, EXACT_CHUNK_PACE_SQL, "model", ("chunks_per_s_p50",), True),
+    (FLEET_STATS, EXACT_FLEET_SQL, None, ("ttft_p50_ms", "ttft_p95_ms", "p99_of_p99_ms"), True),
 )  # fmt: skip
 """The figures panels read from histograms (migrations 0030, 0032 and 0033), against quantileExact over the rows."""
 
@@ -187,10 +209,10 @@ def sketch_errors(client, ctx: QueryContext) -> list[str]:
     lines = []
     for panel, exact_sql, key, names, relative in SKETCHED:
         shown = _rows(client, resolve(panel.sql, ctx, DEFAULTS))
-        exact = {row[key]: row for row in _rows(client, resolve(exact_sql, ctx, DEFAULTS))}
+        exact = {row[key] if key else None: row for row in _rows(client, resolve(exact_sql, ctx, DEFAULTS))}
         worst = {}
         for name in names:
-            pairs = [(row[name], exact[row[key]][name]) for row in shown if row[name] is not None]
+            pairs = [(row[name], exact[row[key] if key else None][name]) for row in shown if row[name] is not None]
             errors = [abs(got / want - 1) if relative else abs(got - want) for got, want in pairs if want]
             worst[name] = max(errors, default=0.0)
         shown_as = "{:.3%}" if relative else "{:.4f}"
@@ -227,7 +249,7 @@ def main() -> None:
             for table in copied_tables(client):
                 client.command(f"OPTIMIZE TABLE {table}")  # settle the parts as merges would over the hour
         results = []
-        for key, query in panel_queries(client, ctx).items():
+        for key, query in {**panel_queries(client, ctx), **rule_queries(ctx)}.items():
             times = []
             for _ in range(args.runs):
                 t0 = time.perf_counter()
@@ -238,12 +260,12 @@ def main() -> None:
     how = f"loaded and attributed in {loaded_s:.0f} s"
     how += f", then stored {args.copies} times" if args.copies > 1 else ""
     print(f"{streams:,} streams, {chunks:,} chunks ({how}); {args.runs} runs each")
-    print(f"{'panel':28} {'median ms':>10} {'max ms':>8} {'rows':>6}")
+    print(f"{'panel or alert rule':28} {'median ms':>10} {'max ms':>8} {'rows':>6}")
     for key, median, worst, rows in sorted(results, key=lambda r: -r[1]):
         print(f"{key:28} {median:10.1f} {worst:8.1f} {rows:6}")
     over = [key for key, median, _, _ in results if median > TARGET_MS]
     slowest = max(median for _, median, _, _ in results)
-    print(f"{len(results)} panels; slowest median {slowest:.0f} ms; over {TARGET_MS} ms: {len(over)} {over or ''}")
+    print(f"{len(results)} queries; slowest median {slowest:.0f} ms; over {TARGET_MS} ms: {len(over)} {over or ''}")
     print("\n".join(errors))
 
 
