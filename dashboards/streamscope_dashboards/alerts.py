@@ -137,7 +137,7 @@ def client_quantile_ms_sql(level: float, figure: str, name: str) -> str:
     """A quantile, in ms, of a per-stream µs ``figure`` of ``stream_histograms`` over the client streams in the
     query's range that have it (the bucket's middle: within 0.5 %); 0 with fewer than MIN_STREAMS of them."""
     at = figure_quantile(level, "histogram", "counted", name)
-    return f"""SELECT if(counted >= {MIN_STREAMS}, {at} / 1000, 0) AS {name}
+    return f"""SELECT any(if(counted >= {MIN_STREAMS}, {at} / 1000, 0)) AS {name}
 FROM ({figure_histogram(figure, _last(TAIL_WINDOW_S))})"""
 
 

@@ -363,20 +363,20 @@ def figure_quantile(level: float, histogram: str, count: str, name: str) -> str:
     return f"if(({at} AS {bucket}) = {STREAM_ZERO_BUCKET}, 0, pow({GAP_BUCKET_RATIO}, {bucket} - 0.5))"
 
 
-def figure_histogram(figure: str, selected: str, *keys: str) -> str:
-    """SQL for the sorted histogram (``histogram``: array of (bucket, streams)) of one ``stream_histograms`` figure
-    and the streams it counts (``counted``), per ``keys`` (each ``name`` or ``expression AS name``) over the rows
-    ``selected``."""
-    names = [key.rsplit(" AS ", 1)[-1] for key in keys]
-    per_key = f"\n        GROUP BY {', '.join(names)}" if keys else ""
-    return f"""SELECT {"".join(f"{name}, " for name in names)}sum(n) AS counted,
-            arraySort(groupArray((bucket, n))) AS histogram
+def figure_histogram(figures: str | tuple[str, ...], selected: str, *keys: str) -> str:
+    """SQL for the sorted histogram (``histogram``: array of (bucket, streams)) of ``stream_histograms`` figures and
+    the streams it counts (``counted``), per figure and ``keys`` (each ``name`` or ``expression AS name``) over the
+    rows ``selected``."""
+    names = ", ".join(["figure", *(key.rsplit(" AS ", 1)[-1] for key in keys)])
+    wanted = ", ".join(f"'{figure}'" for figure in ((figures,) if isinstance(figures, str) else figures))
+    return f"""SELECT {names}, sum(n) AS counted, arraySort(groupArray((bucket, n))) AS histogram
         FROM (
-            SELECT {"".join(f"{key}, " for key in keys)}bucket, sum(streams) AS n
+            SELECT {", ".join(["figure", *keys])}, bucket, sum(streams) AS n
             FROM stream_histograms
-            WHERE {selected} AND figure = '{figure}'
-            GROUP BY {"".join(f"{name}, " for name in names)}bucket
-        ){per_key}"""
+            WHERE {selected} AND figure IN ({wanted})
+            GROUP BY {names}, bucket
+        )
+        GROUP BY {names}"""
 
 
 _SHAPE_FIGURES = ("tokens_per_s", "first_byte_lead_us", "head_burst_ratio")
@@ -844,6 +844,13 @@ GOODPUT_TARGET = 0.99
 product trustworthy; the 1% error budget is what the burn-rate alerts spend."""
 TENANT_FILTER = filters("tenant")
 
+
+def _figure_at(level: float, figure: str) -> str:
+    """SQL for quantile ``level`` of ``figure`` over ``figure_histogram`` rows; NULL where none is counted."""
+    at = figure_quantile(level, "histogram", "counted", f"{figure}_{round(level * 100)}")
+    return f"anyIf(toNullable({at}), figure = '{figure}')"
+
+
 FLEET_STATS = Panel(
     "fleet_stats",
     "Client streams",
@@ -852,8 +859,8 @@ FLEET_STATS = Panel(
     "timeline is known only in part (chunks lost by the sender, unreadable, a source that knew no chunks), which "
     "the gap figures leave out.",
     "stat",
-    f"""SELECT t.counted AS streams, ttft.p50 / 1000 AS ttft_p50_ms, ttft.p95 / 1000 AS ttft_p95_ms,
-    p99.p99 / 1000 AS p99_of_p99_ms, t.itl_goodput AS itl_goodput, t.stall_rate AS stall_rate,
+    f"""SELECT t.counted AS streams, f.ttft_p50 / 1000 AS ttft_p50_ms, f.ttft_p95 / 1000 AS ttft_p95_ms,
+    f.p99_of_p99 / 1000 AS p99_of_p99_ms, t.itl_goodput AS itl_goodput, t.stall_rate AS stall_rate,
     t.incomplete AS incomplete
 FROM (
     SELECT sum(streams) AS counted, sumIf(streams, {TIMED}) AS timed,
@@ -864,14 +871,10 @@ FROM (
     HAVING {ROUTES_ALL}
 ) AS t
 CROSS JOIN (
-    SELECT if(counted > 0, {figure_quantile(0.5, "histogram", "counted", "p50")}, NULL) AS p50,
-        if(counted > 0, {figure_quantile(0.95, "histogram", "counted", "p95")}, NULL) AS p95
-    FROM ({figure_histogram("ttft_us", TABLE_HISTOGRAMS_SELECTED)})
-) AS ttft
-CROSS JOIN (
-    SELECT if(counted > 0, {figure_quantile(0.99, "histogram", "counted", "p99")}, NULL) AS p99
-    FROM ({figure_histogram("gap_p99_us", TABLE_HISTOGRAMS_SELECTED)})
-) AS p99
+    SELECT {_figure_at(0.5, "ttft_us")} AS ttft_p50, {_figure_at(0.95, "ttft_us")} AS ttft_p95,
+        {_figure_at(0.99, "gap_p99_us")} AS p99_of_p99
+    FROM ({figure_histogram(("ttft_us", "gap_p99_us"), TABLE_HISTOGRAMS_SELECTED)})
+) AS f
 UNION ALL
 SELECT count() AS streams,
     quantileExact(0.5)(ttft_us) / 1000 AS ttft_p50_ms, quantileExact(0.95)(ttft_us) / 1000 AS ttft_p95_ms,

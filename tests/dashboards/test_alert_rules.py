@@ -358,6 +358,13 @@ def test_tokens_per_chunk_drop_is_per_provider_and_model(store_client):
     }
 
 
+@pytest.mark.parametrize("rule", alerts.RULES, ids=lambda rule: rule.uid)
+def test_an_empty_window_answers_zero_not_no_data(store_client, rule: alerts.Rule):
+    """Grafana turns a query that returns no row into No Data; a quiet fleet must read as 0, not as an error."""
+    instances = evaluate(rule.uid, run_on(store_client), AT)
+    assert instances == ({} if rule is alerts.TOKENS_PER_CHUNK_DROP else {(): (0, False)})
+
+
 def test_rule_queries_carry_the_plugin_version_so_the_editor_does_not_migrate_them():
     models = [item["model"] for rule in provisioned().values() for item in rule["data"] if item["refId"] == "A"]
     assert models and all(model["pluginVersion"] == grafana.PLUGIN_VERSION for model in models)
