@@ -19,7 +19,7 @@ BENCHMARKS = {
     "chunk_layout": "arrays, one row per stream",
     "storage": "information: the gaps carry",
     "ingest": "insert only: otel_traces baseline (events)",
-    "query_latency": "panels; slowest median",
+    "query_latency": "queries; slowest median",
     "collector_memory": "slow, 50,000 chunks/s",
     "attribution_accuracy": "with nothing injected:",
     "json_progress": "tool call",

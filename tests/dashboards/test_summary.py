@@ -49,7 +49,33 @@ def test_fleet_summary_by_hand(store_client):
     assert summary.tokens_per_chunk == pytest.approx(13 / 8)  # 6 + 3 + 4 tokens over 3 + 3 + 2 content chunks
     assert summary.wire_per_content_byte == pytest.approx(510 / 52)  # 220 + 150 + 140 wire bytes, 4 per token
     assert summary.cancel_rate == pytest.approx(1 / 3)
-    assert (summary.gap_p50_ms, summary.gap_p99_ms) == (20.0, 500.0)  # sorted gaps 20, 20, 20, 30, 500
+    # sorted gaps 20, 20, 20, 30, 500, each read as its gap_histograms bucket's middle
+    assert (summary.gap_p50_ms, summary.gap_p99_ms) == (pytest.approx(20, rel=0.005), pytest.approx(500, rel=0.005))
+
+
+def test_with_a_route_chosen_the_gaps_are_read_from_the_chunks_exactly(store_client):
+    """The gap histograms carry no route (the server span's): with one chosen, the summary reads the chunks of the
+    client streams whose trace was served on it."""
+    routed = {sc.HTTP_ROUTE: "/v1/chat"}
+    servers = [
+        stream_span(n, 100 + n, side="server", offsets_ms=[10, 20], tokens=[1, 1], start_ns=T0 + n, attributes=routed)
+        for n in (1, 2)
+    ]
+    clients = [
+        stream(1, [100, 120, 140, 160], [1, 1, 1, 1], [40, 40, 40, 40], "completed"),  # gaps 20, 20, 20
+        stream(2, [200, 700], [1, 1], [50, 50], "completed"),  # a 500 ms gap
+        stream(3, [300, 333], [1, 1], [50, 50], "completed"),  # not on the route
+    ]
+    store_spans(store_client, servers + clients)
+    since = datetime.fromtimestamp(T0 / 1e9 - 1, UTC)
+    ctx = QueryContext(since, since + timedelta(minutes=1), timedelta(seconds=10))
+    summary = summarize(
+        lambda q: sql.parse_result(sql.query_json(store_client, q)),
+        ctx,
+        slo_us=400_000,
+        variables={"route": ["/v1/chat"]},
+    )
+    assert (summary.gap_p50_ms, summary.gap_p95_ms, summary.gap_p99_ms) == (20.0, 500.0, 500.0)  # 20, 20, 20, 500
 
 
 def test_partial_timelines_are_counted_apart_and_left_out_of_per_stream_gap_figures(store_client):
