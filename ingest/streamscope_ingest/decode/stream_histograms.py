@@ -8,8 +8,10 @@ medians and shares read a number of rows that grows with the range, not with the
 - counts (stalls; a tool call, 0 or 1): the count itself, so shares and sums are exact;
 - quality indices (0 to 1): steps of 1/``INDEX_STEPS``, read as the step's middle.
 
-A NULL figure (no content yet, no tool call) is not counted, as quantileExact leaves NULLs out. The migration's
-copy of rows stored before it counts the same way in SQL (a test holds the two together).
+A NULL figure (no content yet, no tool call) is not counted, as quantileExact leaves NULLs out. ``stream_totals``
+(migration 0033) adds up each streams block instead: its streams, their sums and flags, and their content chunks
+by tokens, so sums, shares and the tokens-per-chunk median are exact. The migrations' copies of rows stored before
+them count the same way in SQL (a test holds the two together).
 """
 
 from __future__ import annotations
@@ -109,19 +111,11 @@ def stream_totals(streams: pa.Table) -> pa.Table:
         "stuck_loops": _floats(streams["repetition_score"]) >= 0.5,  # False where NULL (NaN)
     }
     by_tokens = streams["content_chunks_by_tokens"].combine_chunks()
-    chunk_tokens = by_tokens.keys.to_numpy(zero_copy_only=False).astype(np.int64)
-    chunk_counts = by_tokens.items.to_numpy(zero_copy_only=False).astype(np.float64)
-    owner = np.repeat(np.arange(streams.num_rows), np.diff(by_tokens.offsets.to_numpy()))
     seconds = pc.divide(pc.cast(streams["start_time"], pa.int64()), 1_000_000).to_numpy(zero_copy_only=False)
     blocks = []
     for step in STEPS_S:
-        interval = seconds // step
-        rows, row_of_stream = np.unique(np.stack([group, interval], axis=1), axis=0, return_inverse=True)
+        rows, row_of_stream = np.unique(np.stack([group, seconds // step], axis=1), axis=0, return_inverse=True)
         row_of_stream = row_of_stream.ravel()
-        entries, entry_of_chunk = np.unique(
-            np.stack([row_of_stream[owner], chunk_tokens], axis=1), axis=0, return_inverse=True
-        )
-        entry_counts = np.bincount(entry_of_chunk.ravel(), weights=chunk_counts, minlength=len(entries))
         by_labels = distinct.take(pa.array(rows[:, 0]))
         values = {
             "step": pa.array(np.full(len(rows), step, dtype=np.uint16)),
@@ -131,11 +125,7 @@ def stream_totals(streams: pa.Table) -> pa.Table:
                 name: pa.array(np.bincount(row_of_stream, column.astype(np.float64), len(rows)).astype(np.uint64))
                 for name, column in summed.items()
             },
-            "content_chunks_by_tokens": pa.MapArray.from_arrays(
-                np.searchsorted(entries[:, 0], np.arange(len(rows) + 1)).astype(np.int32),
-                pa.array(entries[:, 1], pa.uint16()),
-                pa.array(entry_counts.astype(np.uint64)),
-            ),
+            "content_chunks_by_tokens": _maps_added(by_tokens, row_of_stream, len(rows)),
         }
         blocks.append(_table(values, columns.STREAM_TOTALS))
     return pa.concat_tables(blocks)
@@ -194,6 +184,20 @@ def counted(
         "streams": pa.array(np.concatenate(counts).astype(np.uint64)),
     }
     return _table(values, schema)
+
+
+def _maps_added(maps: pa.MapArray, row_of_stream: np.ndarray, rows: int) -> pa.MapArray:
+    """Each row's map: the sum, key by key, of the maps (one per stream) of the streams in it."""
+    keys = maps.keys.to_numpy(zero_copy_only=False).astype(np.int64)
+    row_of_entry = np.repeat(row_of_stream, np.diff(maps.offsets.to_numpy()))
+    cells, cell_of_entry = np.unique(np.stack([row_of_entry, keys], axis=1), axis=0, return_inverse=True)
+    weights = maps.items.to_numpy(zero_copy_only=False).astype(np.float64)
+    sums = np.bincount(cell_of_entry.ravel(), weights=weights, minlength=len(cells))
+    return pa.MapArray.from_arrays(
+        np.searchsorted(cells[:, 0], np.arange(rows + 1)).astype(np.int32),
+        pa.array(cells[:, 1], pa.uint16()),
+        pa.array(sums.astype(np.uint64)),
+    )
 
 
 def _head_burst(streams: pa.Table) -> tuple[np.ndarray, np.ndarray]:
