@@ -20,6 +20,7 @@ from streamscope_dashboards.panels import (
     TABLE_HISTOGRAMS_SELECTED,
     TIMED,
     chosen,
+    gap_histogram,
     gap_quantile_ms,
     timed_goodput,
 )
@@ -51,15 +52,7 @@ GAPS_SQL = f"""
 SELECT q[1] AS gap_p50_us, q[2] AS gap_p95_us, q[3] AS gap_p99_us, gaps
 FROM (
     SELECT [{_GAP_QUANTILES_US}] AS q, gaps
-    FROM (
-        SELECT sum(counted) AS gaps, arraySort(groupArray((gap_bucket, counted))) AS histogram
-        FROM (
-            SELECT gap_bucket, sum(gaps) AS counted
-            FROM gap_histograms
-            WHERE {TABLE_HISTOGRAMS_SELECTED}
-            GROUP BY gap_bucket
-        )
-    )
+    FROM ({gap_histogram(TABLE_HISTOGRAMS_SELECTED)})
     WHERE {ROUTES_ALL}
     UNION ALL
     SELECT arrayMap(x -> toFloat64(x), quantilesExact(0.5, 0.95, 0.99)(gap_us)) AS q, count(gap_us) AS gaps

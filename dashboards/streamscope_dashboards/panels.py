@@ -140,6 +140,22 @@ def gap_quantile_ms(level: float, histogram: str, count: str, name: str) -> str:
     return f"if(({at} AS {bucket}) = 0, 0, pow({GAP_BUCKET_RATIO}, {bucket} - 0.5) / 1000)"
 
 
+def gap_histogram(selected: str, *keys: str) -> str:
+    """SQL for the sorted histogram (``histogram``: array of (gap_bucket, gaps)) of the content gaps
+    ``gap_histograms``' rows ``selected`` count, the gaps in all (``gaps``) and the longest (``gap_max_ms``), per
+    ``keys``."""
+    names = "".join(f"{key}, " for key in keys)
+    per_key = f"\n        GROUP BY {', '.join(keys)}" if keys else ""
+    return f"""SELECT {names}sum(counted) AS gaps, arraySort(groupArray((gap_bucket, counted))) AS histogram,
+            max(longest) / 1000 AS gap_max_ms
+        FROM (
+            SELECT {names}gap_bucket, sum(gaps) AS counted, max(gap_max_us) AS longest
+            FROM gap_histograms
+            WHERE {selected}
+            GROUP BY {names}gap_bucket
+        ){per_key}"""
+
+
 STREAM_ZERO_BUCKET = -32768
 """``stream_histograms``' and ``smoothing_histograms``' bucket of a duration or rate of 0 (migration 0032)."""
 INDEX_STEPS = 10_000
@@ -344,23 +360,34 @@ def figures_of(table: str, keys: str, selected: str) -> str:
         GROUP BY {keys}, figure"""
 
 
+def _log_bucket_value(bucket: str, alias: str = "") -> str:
+    """SQL for the value a duration's or rate's log ``bucket`` of ``stream_histograms`` or ``smoothing_histograms``
+    stands for, its geometric middle (``alias`` names the bucket's expression, read twice)."""
+    named = f"({bucket} AS {alias})" if alias else bucket
+    return f"if({named} = {STREAM_ZERO_BUCKET}, 0, pow({GAP_BUCKET_RATIO}, {alias or bucket} - 0.5))"
+
+
+def _of_figure(value: str, figure: str) -> str:
+    """SQL for ``value`` on the row of ``figure`` among rows per figure, NULL where there is none."""
+    return f"anyIf(toNullable({value}), figure = '{figure}')"
+
+
 def figure_median(figure: str, index: bool = False) -> str:
     """SQL for the median of ``figure`` over a ``figures_of`` query's rows (per its keys), NULL where none is
     counted: a duration's or rate's log bucket read as its geometric middle, an ``index``'s step as its middle."""
-    if index:
-        value = f"(median + 0.5) / {INDEX_STEPS}"
-    else:
-        value = f"if(median = {STREAM_ZERO_BUCKET}, 0, pow({GAP_BUCKET_RATIO}, median - 0.5))"
-    return f"anyIf(toNullable({value}), figure = '{figure}')"
+    return _of_figure(f"(median + 0.5) / {INDEX_STEPS}" if index else _log_bucket_value("median"), figure)
 
 
 def figure_quantile(level: float, histogram: str, count: str, name: str) -> str:
     """SQL for quantile ``level`` of a duration or rate whose ``stream_histograms`` buckets a sorted ``histogram``
     counts, ``count`` in all: the bucket holding quantileExact's rank, read as its geometric middle. ``name`` keeps
     the expression's alias apart."""
-    bucket = f"bucket_{name}"
-    at = bucket_at(level, histogram, count)
-    return f"if(({at} AS {bucket}) = {STREAM_ZERO_BUCKET}, 0, pow({GAP_BUCKET_RATIO}, {bucket} - 0.5))"
+    return _log_bucket_value(bucket_at(level, histogram, count), f"bucket_{name}")
+
+
+def _figures_in(selected: str, *figures: str) -> str:
+    """The histogram rows ``selected`` of ``figures`` only."""
+    return f"{selected} AND figure IN ({', '.join(repr(figure) for figure in figures)})"
 
 
 def figure_histogram(figures: str | tuple[str, ...], selected: str, *keys: str) -> str:
@@ -368,23 +395,18 @@ def figure_histogram(figures: str | tuple[str, ...], selected: str, *keys: str) 
     the streams it counts (``counted``), per figure and ``keys`` (each ``name`` or ``expression AS name``) over the
     rows ``selected``."""
     names = ", ".join(["figure", *(key.rsplit(" AS ", 1)[-1] for key in keys)])
-    wanted = ", ".join(f"'{figure}'" for figure in ((figures,) if isinstance(figures, str) else figures))
+    wanted = _figures_in(selected, *((figures,) if isinstance(figures, str) else figures))
     return f"""SELECT {names}, sum(n) AS counted, arraySort(groupArray((bucket, n))) AS histogram
         FROM (
             SELECT {", ".join(["figure", *keys])}, bucket, sum(streams) AS n
             FROM stream_histograms
-            WHERE {selected} AND figure IN ({wanted})
+            WHERE {wanted}
             GROUP BY {names}, bucket
         )
         GROUP BY {names}"""
 
 
 _SHAPE_FIGURES = ("tokens_per_s", "first_byte_lead_us", "head_burst_ratio")
-
-
-def _figures_in(selected: str, *figures: str) -> str:
-    """The histogram rows ``selected`` of ``figures`` only."""
-    return f"{selected} AND figure IN ({', '.join(repr(figure) for figure in figures)})"
 
 
 _MEDIAN_TOKENS_PER_CHUNK = (
@@ -565,17 +587,7 @@ FROM (
     SELECT model, gaps, {gap_quantile_ms(0.5, "histogram", "gaps", "p50")} AS gap_p50_ms,
         {gap_quantile_ms(0.95, "histogram", "gaps", "p95")} AS gap_p95_ms,
         {gap_quantile_ms(0.99, "histogram", "gaps", "p99")} AS gap_p99_ms, gap_max_ms
-    FROM (
-        SELECT model, sum(counted) AS gaps, arraySort(groupArray((gap_bucket, counted))) AS histogram,
-            max(longest) / 1000 AS gap_max_ms
-        FROM (
-            SELECT model, gap_bucket, sum(gaps) AS counted, max(gap_max_us) AS longest
-            FROM gap_histograms
-            WHERE {TABLE_HISTOGRAMS_SELECTED}
-            GROUP BY model, gap_bucket
-        )
-        GROUP BY model
-    )
+    FROM ({gap_histogram(TABLE_HISTOGRAMS_SELECTED, "model")})
     UNION ALL
     SELECT model, count() AS gaps, quantilesExact(0.5, 0.95, 0.99)(gap_us)[1] / 1000 AS gap_p50_ms,
         quantilesExact(0.5, 0.95, 0.99)(gap_us)[2] / 1000 AS gap_p95_ms,
@@ -847,8 +859,7 @@ TENANT_FILTER = filters("tenant")
 
 def _figure_at(level: float, figure: str) -> str:
     """SQL for quantile ``level`` of ``figure`` over ``figure_histogram`` rows; NULL where none is counted."""
-    at = figure_quantile(level, "histogram", "counted", f"{figure}_{round(level * 100)}")
-    return f"anyIf(toNullable({at}), figure = '{figure}')"
+    return _of_figure(figure_quantile(level, "histogram", "counted", f"{figure}_{round(level * 100)}"), figure)
 
 
 FLEET_STATS = Panel(
