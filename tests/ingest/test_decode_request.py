@@ -3,9 +3,13 @@ not, and stream values taken from the span or from its chunks."""
 
 from __future__ import annotations
 
+import itertools
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from streamscope import semconv as sc
@@ -156,3 +160,58 @@ def test_a_string_over_the_limit_is_stored_cut_and_its_span_named_in_the_warning
     streams = batch.blocks["streams"].to_pylist()
     assert streams[0]["request_model"] == long_model[:65_536]
     assert dict(streams[0]["attributes"])["note"] == long_note[:65_536]
+
+
+def as_bytes(span, *, only: int | None = None):
+    """``span`` with its packed arrays (or only the ``only``-th of them) in the bytes form the SDKs send."""
+    copy = type(span)()
+    copy.CopyFrom(span)
+    packed = [kv for kv in copy.attributes if kv.key in sc.PACKED_ARRAYS]
+    for index, kv in enumerate(packed):
+        if (only is None or index == only) and kv.value.HasField("array_value"):
+            kv.value.CopyFrom(AnyValue(bytes_value=int64_bytes([v.int_value for v in kv.value.array_value.values])))
+    return copy
+
+
+def _both_forms(spans):
+    """The request decoded with its arrays as int values (read span by span) and as bytes (read together)."""
+    results = []
+    for request_spans in (spans, [as_bytes(span) for span in spans]):
+        batch = decode_traces(trace_request(request_spans), tenant="t", stall_threshold_us=400_000)
+        blocks = {name: block.to_pydict() for name, block in batch.blocks.items()}
+        results.append((blocks, [(r.subject, r.reason) for r in batch.rejected]))
+    return results
+
+
+timeline = st.lists(st.tuples(st.integers(0, 900_000), st.integers(0, 9), st.integers(0, 40)), max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(timeline, min_size=1, max_size=6), st.booleans())
+def test_packed_arrays_sent_as_bytes_decode_as_the_same_arrays_sent_as_int_values(timelines, painted):
+    spans = [
+        stream_span(
+            1 + i, 1, side="browser", offsets_ms=[w / 1000 for w in itertools.accumulate(w for w, _, _ in chunks)],
+            tokens=[t for _, t, _ in chunks], content_bytes=[b for _, _, b in chunks],
+            paint_delay_us=[7 * t for _, t, _ in chunks] if painted else None,
+        )
+        for i, chunks in enumerate(timelines)
+    ]  # fmt: skip
+    as_ints, as_bytes_ = _both_forms(spans)
+    assert as_bytes_ == as_ints
+    assert not as_ints[1]
+
+
+def test_a_bad_timeline_among_bytes_arrays_rejects_its_span_only():
+    good = stream_span(1, 1, side="client", offsets_ms=[10, 20], tokens=[1, 1])
+    backwards = stream_span(2, 2, side="client", offsets_ms=[20, 10], tokens=[1, 1])
+    short = stream_span(3, 3, side="client", offsets_ms=[10, 20], tokens=[1, 1])
+    next(kv for kv in short.attributes if kv.key == sc.STREAMSCOPE_CHUNKS_TOKENS).value.array_value.values.pop()
+    mixed = as_bytes(stream_span(4, 4, side="client", offsets_ms=[1, 2, 3], tokens=[1, 2, 3]), only=0)
+    as_ints, as_bytes_ = _both_forms([good, backwards, short, mixed])
+    assert as_bytes_ == as_ints
+    assert [reason for _, reason in as_ints[1]] == [
+        "chunk arrays of unequal length (offset_us 2, tokens 1, content_bytes 2, wire_bytes 2)",
+        "chunk offsets are not in order",
+    ]
+    assert as_ints[0]["streams"]["trace_id"] == [f"{1:032x}", f"{4:032x}"]
