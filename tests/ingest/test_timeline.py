@@ -87,6 +87,22 @@ def test_vectorised_timeline_equals_reference(streams, threshold):
         assert int(stats.content_bytes[i]) == sum(size for _, size in streams[i])
 
 
+def test_gap_quantiles_of_streams_of_very_unequal_lengths():
+    """One long stream beside many short ones: the gaps are sorted another way (a row per stream would not fit)."""
+    rng = np.random.default_rng(7)
+    streams = [[(int(w), int(s)) for w, s in zip(rng.integers(0, 90_000, n), rng.integers(0, 3, n))]
+               for n in (6_000, *rng.integers(0, 12, 60))]  # fmt: skip
+    lengths = np.array([len(s) for s in streams], dtype=np.int64)
+    refs = [reference(s, 50_000) for s in streams]
+    offsets = np.array([o for r in refs for o in r[0]], dtype=np.int64)
+    content = np.array([size for s in streams for _, size in s], dtype=np.int64)
+    ones = np.ones(offsets.size, dtype=np.int64)
+    stats = stream_stats(lengths, offsets, ones, content, ones, build_timeline(lengths, offsets, content), 50_000)
+    for level, name in ((0.5, "p50"), (0.95, "p95"), (0.99, "p99")):
+        assert [value(stats.gap_quantiles_us[level], i) for i in range(len(streams))] == [r[3][name] for r in refs]
+    assert [value(stats.gap_max_us, i) for i in range(len(streams))] == [r[3]["max"] for r in refs]
+
+
 tokens_chunk = st.tuples(st.sampled_from(CHUNK_KINDS), st.one_of(st.integers(0, 8), st.integers(0, 65_535)))
 
 

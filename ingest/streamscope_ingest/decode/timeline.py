@@ -10,6 +10,7 @@ clamped to that maximum (and the chunk_timeline view's offsets after it are then
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -149,15 +150,13 @@ def stream_stats(
     itl_mask = timeline.kind == KIND_CONTENT
     itl_stream = stream[itl_mask]
     itl_gap = timeline.gap_us[itl_mask]
-    # Each stream's gaps in order: one sort of (stream, gap) pairs packed into a uint64, a third of lexsort's cost.
-    sorted_gap = np.sort((itl_stream.astype(np.uint64) << np.uint64(32)) | itl_gap).astype(np.uint32)
     count = np.bincount(itl_stream, minlength=n)
     with_gaps = np.flatnonzero(count)
-    begin = (np.cumsum(count) - count)[with_gaps]
+    sorted_gaps = _sorted_by_stream(itl_gap, count[with_gaps])
     count = count[with_gaps]
 
     def pick(index_in_stream: np.ndarray) -> PerStream:
-        return PerStream.at(n, with_gaps, sorted_gap[begin + index_in_stream], np.uint32)
+        return PerStream.at(n, with_gaps, sorted_gaps(index_in_stream), np.uint32)
 
     quantiles = {q: pick(np.minimum((q * count).astype(np.int64), count - 1)) for q in QUANTILES}
     p50, p99 = quantiles[0.5].values[with_gaps], quantiles[0.99].values[with_gaps]
@@ -178,6 +177,26 @@ def stream_stats(
         stall_count=np.bincount(itl_stream[itl_gap > stall_threshold_us], minlength=n).astype(np.uint32),
         chunks_by_tokens=content_chunks_by_tokens(stream, timeline.kind, tokens, n),
     )
+
+
+def _sorted_by_stream(gaps: np.ndarray, count: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """Each stream's gaps in order, read as ``sorted_gaps(i)``: the ``i[k]``-th smallest gap of the k-th stream.
+
+    ``gaps`` lists each stream's ``count`` gaps one stream after another. As a table of a row per stream (padded
+    with the largest gap) each row sorts on its own, many times faster than one sort of the flat array; streams of
+    very unequal lengths would make that table huge, so they take one sort of (stream, gap) pairs packed in a
+    uint64 instead.
+    """
+    begin = np.cumsum(count) - count
+    width = int(count.max(initial=0))
+    if count.size * width <= 2 * gaps.size + 4096:
+        table = np.full((count.size, width), _U32_MAX, dtype=np.uint32)
+        table[np.repeat(np.arange(count.size), count), np.arange(gaps.size) - np.repeat(begin, count)] = gaps
+        table.sort(axis=1)
+        return lambda index: table[np.arange(count.size), index]
+    owner = np.repeat(np.arange(count.size, dtype=np.uint64), count)
+    flat = np.sort((owner << np.uint64(32)) | gaps, kind="stable").astype(np.uint32)
+    return lambda index: flat[begin + index]
 
 
 def content_chunks_by_tokens(stream: np.ndarray, kind: np.ndarray, tokens: np.ndarray, streams: int) -> TokenHistograms:
