@@ -62,11 +62,15 @@ def gap_histograms(chunk_arrays: pa.Table) -> pa.Table:
 
 def _cells(gaps: np.ndarray) -> np.ndarray:
     """Each gap's heatmap row and log bucket, as ``row << _BUCKET_BITS | bucket``."""
-    row = np.where(gaps == 0, 0, np.searchsorted(_BOUNDS_US, gaps, side="left") + 1)
+    # the row: 0 for a gap of 0, else 1 + the bounds below it (a comparison per bound costs a tenth of a binary
+    # search per gap)
+    row = (gaps > 0).astype(np.uint8)
+    for bound in _BOUNDS_US:
+        row += gaps > bound
     bucket = np.zeros(gaps.size, dtype=np.int64)
     positive = gaps > 0
     bucket[positive] = np.floor(np.log(gaps[positive]) / np.log(BUCKET_RATIO)).astype(np.int64) + 1
-    return (row << _BUCKET_BITS) | bucket
+    return (row.astype(np.int64) << _BUCKET_BITS) | bucket
 
 
 def _merged(

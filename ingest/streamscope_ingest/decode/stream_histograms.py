@@ -114,13 +114,16 @@ def stream_totals(streams: pa.Table) -> pa.Table:
     seconds = pc.divide(pc.cast(streams["start_time"], pa.int64()), 1_000_000).to_numpy(zero_copy_only=False)
     blocks = []
     for step in STEPS_S:
-        rows, row_of_stream = np.unique(np.stack([group, seconds // step], axis=1), axis=0, return_inverse=True)
-        row_of_stream = row_of_stream.ravel()
-        by_labels = distinct.take(pa.array(rows[:, 0]))
+        interval = seconds // step
+        lowest = int(interval.min())
+        span = int(interval.max()) - lowest + 1
+        # one integer per (labels, interval): unique over one column costs a fraction of unique over rows
+        rows, row_of_stream = np.unique(group * span + (interval - lowest), return_inverse=True)
+        by_labels = distinct.take(pa.array(rows // span))
         values = {
             "step": pa.array(np.full(len(rows), step, dtype=np.uint16)),
             **{name: by_labels[name].combine_chunks() for name in distinct.column_names},
-            "interval_start": pa.array(rows[:, 1] * step, pa.timestamp("s", tz="UTC")),
+            "interval_start": pa.array((rows % span + lowest) * step, pa.timestamp("s", tz="UTC")),
             **{
                 name: pa.array(np.bincount(row_of_stream, column.astype(np.float64), len(rows)).astype(np.uint64))
                 for name, column in summed.items()
@@ -188,14 +191,14 @@ def counted(
 
 def _maps_added(maps: pa.MapArray, row_of_stream: np.ndarray, rows: int) -> pa.MapArray:
     """Each row's map: the sum, key by key, of the maps (one per stream) of the streams in it."""
-    keys = maps.keys.to_numpy(zero_copy_only=False).astype(np.int64)
-    row_of_entry = np.repeat(row_of_stream, np.diff(maps.offsets.to_numpy()))
-    cells, cell_of_entry = np.unique(np.stack([row_of_entry, keys], axis=1), axis=0, return_inverse=True)
+    keys = maps.keys.to_numpy(zero_copy_only=False).astype(np.int64)  # UInt16 token counts
+    row_of_entry = np.repeat(row_of_stream.astype(np.int64), np.diff(maps.offsets.to_numpy()))
+    cells, cell_of_entry = np.unique(row_of_entry << 16 | keys, return_inverse=True)
     weights = maps.items.to_numpy(zero_copy_only=False).astype(np.float64)
-    sums = np.bincount(cell_of_entry.ravel(), weights=weights, minlength=len(cells))
+    sums = np.bincount(cell_of_entry, weights=weights, minlength=len(cells))
     return pa.MapArray.from_arrays(
-        np.searchsorted(cells[:, 0], np.arange(rows + 1)).astype(np.int32),
-        pa.array(cells[:, 1], pa.uint16()),
+        np.searchsorted(cells >> 16, np.arange(rows + 1)).astype(np.int32),
+        pa.array(cells & 0xFFFF, pa.uint16()),
         pa.array(sums.astype(np.uint64)),
     )
 
