@@ -5,7 +5,8 @@ The streams are recorded by StreamRecorder in each encoding and encoded by OpenT
 before the clock starts. A ``streamscope collector`` process with its defaults (fsync'd spool, repeated-span
 lookup, attribution job) is started on a fresh store; senders post the requests over keep-alive connections,
 and the clock stops when a query sees every chunk committed. The collector's CPU time and peak RSS come from
-/proc, and the CPU time also by thread: the interpreter's, the engine's merges, and its other threads.
+/proc, and the CPU time also by thread (the interpreter's, the engine's merges, and its other threads) and the
+kernel's part of it.
 Senders post one request at a time each, as OpenTelemetry's exporters do; the command runs at each number of
 senders given (4 and 16: a few exporters and a busier fleet). The collector answers once a request is durable in
 its spool, and its writer inserts whatever has been spooled meanwhile at once. The packed runs are repeated with
@@ -17,7 +18,8 @@ The baseline is the same streams, recorded as span events, inserted into the Ope
 ClickHouse exporter's ``otel_traces`` table (``benchmarks.otel_traces``) on the same engine. Its rows are
 built before the clock, so only the engine's insert is timed: an upper bound for any exporter writing that
 table. Our own ``chunks``/``streams`` insert is timed the same way beside it, and after it the attribution job
-alone, over the streams just inserted: the collector's other cost per chunk, paid once streams settle.
+alone, over the streams just inserted: the collector's other cost per chunk, paid once streams settle. Last,
+the packed requests are parsed and decoded on one thread alone, as the collector does: our own code's share.
 
     python -m benchmarks.ingest [--quick] [--streams 20000] [--chunks 250] [--senders 4 16]
 """
@@ -50,6 +52,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from benchmarks import otel_traces
 from benchmarks.wire_cost import spans
 from streamscope import semconv as sc
+from streamscope_collector.pipeline import TRACES
 from streamscope_collector.service import running_collector
 from streamscope_ingest import store
 from streamscope_ingest.analysis.attribution_job import AttributionJob
@@ -156,6 +159,11 @@ class CollectorProcess:
     def cpu_seconds(self) -> float:
         return _cpu_seconds(Path(f"/proc/{self.process.pid}/stat"))
 
+    def system_cpu_seconds(self) -> float:
+        """The part of ``cpu_seconds`` spent in the kernel on the collector's behalf (page faults, file writes,
+        thread switches)."""
+        return _cpu_seconds(Path(f"/proc/{self.process.pid}/stat"), user=False)
+
     def cpu_by_thread(self) -> Counter[str]:
         """CPU seconds of the live threads by kind: the interpreter's (they keep the process's name), the engine's
         merges, and its other threads (insert and query pipelines). Threads that ended are not counted."""
@@ -186,10 +194,11 @@ class CollectorProcess:
         self._log.close()
 
 
-def _cpu_seconds(stat: Path) -> float:
-    """User and system CPU time from a /proc stat file (of a process or of one of its threads)."""
+def _cpu_seconds(stat: Path, user: bool = True) -> float:
+    """User (unless not ``user``) and system CPU time from a /proc stat file (of a process or of one of its
+    threads)."""
     fields = stat.read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return ((int(fields[11]) if user else 0) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 _THREAD_KINDS = {"MergeMutate": "engine merges"}
@@ -201,6 +210,8 @@ class Run:
     seconds: float
     cpu_s: float
     """The collector's CPU time until every chunk was committed."""
+    system_cpu_s: float
+    """The kernel's part of ``cpu_s``."""
     attribution_cpu_s: float
     """Its CPU time after that, until the attribution job had rated every stream."""
     peak_rss: int
@@ -275,18 +286,33 @@ def through_collector(load: Workload, senders: int, *options: str) -> Run:
             rated = collector.scalar("SELECT count() FROM stream_quality") + load.streams
             with Sampler(collector.rss_bytes, 0.2) as rss:
                 threads = collector.cpu_by_thread()
-                cpu0, t0 = collector.cpu_seconds(), time.perf_counter()
+                cpu0, t0, system0 = collector.cpu_seconds(), time.perf_counter(), collector.system_cpu_seconds()
                 post_all(collector.url, bodies, senders)
                 while collector.scalar("SELECT count() FROM chunks") < expected:
                     time.sleep(0.05)
                 seconds, cpu = time.perf_counter() - t0, collector.cpu_seconds() - cpu0
+                system = collector.system_cpu_seconds() - system0
                 threads = collector.cpu_by_thread() - threads
                 while collector.scalar("SELECT count() FROM stream_quality") < rated:
                     time.sleep(0.5)
                 attribution_cpu = collector.cpu_seconds() - cpu0 - cpu
         finally:
             collector.stop()
-    return Run(load.chunks, seconds, cpu, attribution_cpu, max(rss.samples, default=0), threads)
+    return Run(load.chunks, seconds, cpu, system, attribution_cpu, max(rss.samples, default=0), threads)
+
+
+def decode_only(load: Workload) -> float:
+    """CPU µs a chunk of parsing and decoding ``load``'s requests as the collector does, on this thread alone
+    (the best of three passes): the part of the collector's cost that is ours alone, without the engine, the
+    spool or other threads beside it."""
+    bodies = [request.SerializeToString() for request in load.requests]
+    best = float("inf")
+    for _ in range(3):
+        start = time.thread_time()
+        for body in bodies:
+            decode_traces(TRACES.parse(body, protobuf=True), tenant="default", stall_threshold_us=400_000)
+        best = min(best, time.thread_time() - start)
+    return best / load.chunks * 1e6
 
 
 def insert_only(packed: Workload, events: Workload) -> tuple[float, float, float]:
@@ -339,6 +365,7 @@ def main() -> None:
             packed, senders, "--store-wait-s", "5"
         )
     ours, baseline, attribution_alone = insert_only(packed, events)
+    decode_us = decode_only(packed)
     sent = len(packed.requests) * args.per_request
     print(f"{sent:,} streams, {packed.chunks:,} chunks, {args.per_request} per request")
     print(f"{'path':80} {'chunks/s':>11} {'CPU µs/chunk':>13} {'+ attribution':>14} {'peak RSS':>9}")
@@ -349,10 +376,12 @@ def main() -> None:
     print(f"{'insert only: chunks + streams tables (packed)':80} {ours:11,.0f}")
     print(f"{'insert only: otel_traces baseline (events)':80} {baseline:11,.0f}")
     print(f"{'attribution job alone, over the packed streams':80} {attribution_alone:11,.0f}")
+    print(f"{'decode only (parse and decode, one thread), packed':80} {1e6 / decode_us:11,.0f} {decode_us:13.2f}")
     for name, run in runs.items():
         threads = run.cpu_by_thread.most_common()
         split = ", ".join(f"{kind} {seconds / run.chunks * 1e6:.2f}" for kind, seconds in threads)
-        print(f"CPU µs/chunk until committed, {name}, by thread: {split}")
+        kernel = run.system_cpu_s / run.chunks * 1e6
+        print(f"CPU µs/chunk until committed, {name}, by thread: {split}; in the kernel {kernel:.2f} of all")
 
 
 if __name__ == "__main__":

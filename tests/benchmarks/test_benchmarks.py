@@ -18,7 +18,7 @@ BENCHMARKS = {
     "chunk_codecs": "gap_us UInt32",
     "chunk_layout": "arrays, one row per stream",
     "storage": "information: the gaps carry",
-    "ingest": "insert only: otel_traces baseline (events)",
+    "ingest": "decode only (parse and decode, one thread), packed",
     "query_latency": "queries; slowest median",
     "collector_memory": "slow, 50,000 chunks/s",
     "attribution_accuracy": "with nothing injected:",
