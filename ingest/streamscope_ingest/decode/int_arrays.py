@@ -26,6 +26,8 @@ _ELEMENT_TAG = 0x0A  # ArrayValue.values, length-delimited
 _INT_TAG = 0x18  # AnyValue.int_value, varint
 _MAX_VARINT_BYTES = 10
 _INT64_LE = np.dtype("<i8")
+INT64_BYTES = _INT64_LE.itemsize
+"""The bytes of one integer in the bytes form."""
 _DECIMAL = re.compile(r"-?[0-9]+")  # how OTLP/JSON may write an int64
 PASS_BYTES = 1 << 20
 """Serialised ArrayValues decoded in one numpy pass, at most (one array alone may be larger)."""
@@ -39,7 +41,7 @@ def element_count(value: AnyValue) -> int:
     """How many integers ``value`` holds, in either form (0 for anything else), without decoding them."""
     kind = value.WhichOneof("value")
     if kind == "bytes_value":
-        return len(value.bytes_value) // _INT64_LE.itemsize
+        return len(value.bytes_value) // INT64_BYTES
     return len(value.array_value.values) if kind == "array_value" else 0
 
 
@@ -64,8 +66,8 @@ def decode_int_arrays(values: Sequence[AnyValue]) -> list[np.ndarray | NotAnIntA
     kinds = {v.WhichOneof("value") for v in values}
     if kinds == {"bytes_value"}:
         raws = [v.bytes_value for v in values]
-        if not any(len(raw) % _INT64_LE.itemsize for raw in raws):
-            return _split(_from_bytes(b"".join(raws)), [len(raw) // _INT64_LE.itemsize for raw in raws])
+        if not any(len(raw) % INT64_BYTES for raw in raws):
+            return _split(_from_bytes(b"".join(raws)), [len(raw) // INT64_BYTES for raw in raws])
     elif kinds == {"array_value"}:
         return [array for group in _groups_by_size(values) for array in _decode_plain_together(group)]
     return _decode_each(values)
@@ -132,10 +134,16 @@ def _split(flat: np.ndarray, counts: list[int]) -> list[np.ndarray | NotAnIntArr
     return [flat[end - count : end] for end, count in zip(ends, counts, strict=True)]
 
 
-def _from_bytes(raw: bytes) -> np.ndarray:
-    if len(raw) % _INT64_LE.itemsize:
+def int64s(raw: bytes) -> np.ndarray:
+    """The integers of the bytes form, read in place (a read-only view of ``raw``); raises NotAnIntArray when its
+    length is not a whole number of them."""
+    if len(raw) % INT64_BYTES:
         raise NotAnIntArray(f"{len(raw)} bytes, not a whole number of 8-byte little-endian integers")
-    return np.frombuffer(raw, dtype=_INT64_LE).astype(np.int64)
+    return np.frombuffer(raw, dtype=_INT64_LE)
+
+
+def _from_bytes(raw: bytes) -> np.ndarray:
+    return int64s(raw).astype(np.int64)
 
 
 def _decode_wire(raw: bytes) -> np.ndarray | None:

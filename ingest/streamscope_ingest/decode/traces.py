@@ -27,7 +27,13 @@ from streamscope import semconv as sc
 from streamscope_ingest.decode import columns, sources
 from streamscope_ingest.decode.batch import DecodedBatch, Rejection
 from streamscope_ingest.decode.chunk_events import ChunkEventRejected, as_trace_view, chunk_events
-from streamscope_ingest.decode.int_arrays import NotAnIntArray, decode_int_arrays, element_count
+from streamscope_ingest.decode.int_arrays import (
+    INT64_BYTES,
+    NotAnIntArray,
+    decode_int_arrays,
+    element_count,
+    int64s,
+)
 from streamscope_ingest.decode.limits import DEFAULT_LIMITS, SpanLimits, SpanOverLimit
 from streamscope_ingest.decode.retractions import over_withdrawn, retraction_stats
 from streamscope_ingest.decode.timeline import PerStream, build_timeline, stream_stats
@@ -86,8 +92,6 @@ _OPTIONAL_ARRAYS = (
 )
 """Recommended, not required: a missing array is all zeros, which means not measured."""
 _U32_MAX = 2**32 - 1
-_INT64_LE = np.dtype("<i8")
-_INT64_BYTES = _INT64_LE.itemsize
 log = logging.getLogger(__name__)
 
 
@@ -492,13 +496,13 @@ def _packed_together(streams: list[_Stream]) -> _Timelines | None:
     raws = [value.bytes_value for s in streams for value in s.packed or () if value is not None]
     width = sum(sent)
     sizes = np.fromiter(map(len, raws), np.int64, len(raws)).reshape(len(streams), width)
-    if (sizes != (counts * _INT64_BYTES)[:, None]).any():
+    if (sizes != (counts * INT64_BYTES)[:, None]).any():
         return None  # arrays of unequal lengths, or not all bytes (an ArrayValue has no bytes_value)
     owner = np.repeat(np.arange(counts.size), counts)
     in_stream = np.arange(owner.size) - np.repeat(np.cumsum(counts) - counts, counts)
     block_starts = np.cumsum(counts * width) - counts * width  # each stream's arrays, one after another
     index = block_starts[owner] + in_stream + np.arange(width)[:, None] * counts[owner]
-    rows = np.frombuffer(b"".join(raws), _INT64_LE)[index]
+    rows = int64s(b"".join(raws))[index]
     values = np.zeros((len(sc.PACKED_ARRAYS) - 1, owner.size), dtype=np.int64)
     values[[i - 1 for i, present in enumerate(sent) if present and i]] = rows[1:]
     return _Timelines(counts, rows[0].astype(np.int64), values)
