@@ -114,16 +114,14 @@ def stream_totals(streams: pa.Table) -> pa.Table:
     seconds = pc.divide(pc.cast(streams["start_time"], pa.int64()), 1_000_000).to_numpy(zero_copy_only=False)
     blocks = []
     for step in STEPS_S:
-        interval = seconds // step
-        lowest = int(interval.min())
-        span = int(interval.max()) - lowest + 1
-        # one integer per (labels, interval): unique over one column costs a fraction of unique over rows
-        rows, row_of_stream = np.unique(group * span + (interval - lowest), return_inverse=True)
-        by_labels = distinct.take(pa.array(rows // span))
+        paired, split = _paired_with_interval(group, seconds, step)
+        rows, row_of_stream = np.unique(paired, return_inverse=True)
+        of_labels, starts = split(rows)
+        by_labels = distinct.take(pa.array(of_labels))
         values = {
             "step": pa.array(np.full(len(rows), step, dtype=np.uint16)),
             **{name: by_labels[name].combine_chunks() for name in distinct.column_names},
-            "interval_start": pa.array((rows % span + lowest) * step, pa.timestamp("s", tz="UTC")),
+            "interval_start": pa.array(starts, pa.timestamp("s", tz="UTC")),
             **{
                 name: pa.array(np.bincount(row_of_stream, column.astype(np.float64), len(rows)).astype(np.uint64))
                 for name, column in summed.items()
@@ -167,12 +165,11 @@ def counted(
         return schema.empty_table()
     cells, steps, interval_starts, counts = [], [], [], []
     for step in STEPS_S:
-        interval = start // step
-        lowest = int(interval.min())
-        span = int(interval.max()) - lowest + 1
-        combined, counted_here = np.unique(key * span + (interval - lowest), return_counts=True)
-        cells.append(combined // span)
-        interval_starts.append((combined % span + lowest) * step)
+        paired, split = _paired_with_interval(key, start, step)
+        combined, counted_here = np.unique(paired, return_counts=True)
+        cell, interval_start = split(combined)
+        cells.append(cell)
+        interval_starts.append(interval_start)
         steps.append(np.full(combined.size, step, dtype=np.uint16))
         counts.append(counted_here)
     cell = np.concatenate(cells)
@@ -187,6 +184,17 @@ def counted(
         "streams": pa.array(np.concatenate(counts).astype(np.uint64)),
     }
     return _table(values, schema)
+
+
+def _paired_with_interval(
+    keys: np.ndarray, seconds: np.ndarray, step: int
+) -> tuple[np.ndarray, Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]]:
+    """Each key with the ``step``-second interval its ``seconds`` fall in, as one integer (a unique over one column
+    costs a fraction of a unique over rows), and how to split such integers back into (key, interval start)."""
+    interval = seconds // step
+    lowest = int(interval.min())
+    span = int(interval.max()) - lowest + 1
+    return keys * span + (interval - lowest), lambda paired: (paired // span, (paired % span + lowest) * step)
 
 
 def _maps_added(maps: pa.MapArray, row_of_stream: np.ndarray, rows: int) -> pa.MapArray:
