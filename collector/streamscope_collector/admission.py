@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -91,35 +92,54 @@ class Reservation:
 
 
 class ExpansionGate:
-    """Memory and cores for parsing and decoding: requests take their share in turn, waiting holding only their
-    body; one that needs more than all of it takes all of it."""
+    """Memory and cores for parsing and decoding: requests take their share in the order they came, waiting
+    holding only their body; one that needs more than all of it takes all of it.
+
+    Each waiter waits on a condition of its own and only the first in line is woken when a turn frees, so a
+    large request is not overtaken for ever by smaller ones, and a release wakes one thread, not every waiter.
+    """
 
     def __init__(self, max_bytes: int, slots: int = _CORES, wait_s: float = 30.0) -> None:
         self.max_bytes, self.slots, self.wait_s = max_bytes, slots, wait_s
         self.used = 0
         self._active = 0
-        self._turn = threading.Condition()
+        self._lock = threading.Lock()
+        self._line: deque[threading.Condition] = deque()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._line)
 
     @contextmanager
     def parsing(self, inflated_bytes: int) -> Iterator[None]:
         """Hold a turn for a request of ``inflated_bytes`` while the block runs; raises Overloaded after
         ``wait_s`` without one."""
         need = min(EXPANSION * inflated_bytes, self.max_bytes)
-        with self._turn:
-            if not self._turn.wait_for(lambda: self._fits(need), timeout=self.wait_s):
-                raise Overloaded(f"collector busy: {self.used} bytes of requests being decoded")
-            self.used += need
-            self._active += 1
+        with self._lock:
+            turn = threading.Condition(self._lock)
+            self._line.append(turn)
+            try:
+                if not turn.wait_for(lambda: self._line[0] is turn and self._fits(need), timeout=self.wait_s):
+                    raise Overloaded(f"collector busy: {self.used} bytes of requests being decoded")
+                self.used += need
+                self._active += 1
+            finally:
+                self._line.remove(turn)
+                self._wake_first()
         try:
             yield
         finally:
-            with self._turn:
+            with self._lock:
                 self.used -= need
                 self._active -= 1
-                self._turn.notify_all()
+                self._wake_first()
 
     def _fits(self, need: int) -> bool:
         return self._active < self.slots and self.used + need <= self.max_bytes
+
+    def _wake_first(self) -> None:
+        if self._line:
+            self._line[0].notify()
 
 
 class TenantRate:

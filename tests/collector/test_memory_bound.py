@@ -98,6 +98,63 @@ def test_a_request_needing_more_than_the_whole_parsing_budget_parses_alone_in_it
     assert gate.used == 0
 
 
+def test_requests_take_their_turns_in_the_order_they_came_so_a_large_one_is_not_starved():
+    gate = ExpansionGate(max_bytes=100 * EXPANSION, slots=2, wait_s=5)
+    turns: list[int] = []
+    release_large, release_small = threading.Event(), threading.Event()
+    with gate.parsing(50):  # half the budget
+        large = threading.Thread(target=queue_one, args=(gate, 100, turns, release_large), daemon=True)
+        large.start()
+        wait_until(lambda: gate.waiting == 1, "the large request waiting", 10)
+        small = threading.Thread(target=queue_one, args=(gate, 10, turns, release_small), daemon=True)
+        small.start()
+        wait_until(lambda: gate.waiting == 2, "both waiting", 10)
+        time.sleep(0.1)
+        assert turns == []  # the small one fits beside the held turn, but the large one came first
+    wait_until(lambda: turns == [100], "the large request's turn", 10)
+    release_large.set()
+    wait_until(lambda: turns == [100, 10], "the small request's turn", 10)
+    release_small.set()
+    for thread in (large, small):
+        thread.join(5)
+    assert gate.used == 0 and gate.waiting == 0
+
+
+def test_a_request_that_gives_up_waiting_lets_the_one_behind_it_go_on():
+    gate = ExpansionGate(max_bytes=100 * EXPANSION, slots=2, wait_s=0.3)
+    turns: list[int] = []
+    release = threading.Event()
+    refused: list[BaseException] = []
+    with gate.parsing(50):
+        large = threading.Thread(target=lambda: refused.extend(overloaded(gate, 100)), daemon=True)
+        large.start()
+        wait_until(lambda: gate.waiting == 1, "the large request waiting", 10)
+        gate.wait_s = 5  # the one behind waits longer than the large one does
+        small = threading.Thread(target=queue_one, args=(gate, 10, turns, release), daemon=True)
+        small.start()
+        # once the large one gave up, not after its own wait
+        wait_until(lambda: turns == [10], "the small request's turn", 3)
+        assert len(refused) == 1 and isinstance(refused[0], Overloaded)
+        release.set()
+    for thread in (large, small):
+        thread.join(5)
+    assert gate.used == 0 and gate.waiting == 0
+
+
+def queue_one(gate: ExpansionGate, inflated_bytes: int, turns: list[int], release: threading.Event) -> None:
+    with gate.parsing(inflated_bytes):
+        turns.append(inflated_bytes)
+        release.wait(5)
+
+
+def overloaded(gate: ExpansionGate, inflated_bytes: int) -> list[BaseException]:
+    try:
+        with gate.parsing(inflated_bytes):
+            return []
+    except Overloaded as refusal:
+        return [refusal]
+
+
 def test_the_memory_counted_for_parsing_is_a_gauge(collector):
     with collector.admission.expansion.parsing(1000):
         assert metric(collector.http_url, "streamscope_collector_parsing_bytes") == EXPANSION * 1000
