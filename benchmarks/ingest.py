@@ -350,16 +350,23 @@ def main() -> None:
     parser.add_argument(
         "--senders", type=int, nargs="+", default=[4, 16], help="concurrent connections; one run per number given"
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="packed runs in a row per number of senders (the target is three in a row), each printed",
+    )
     args = parser.parse_args()
     streams = 2_000 if args.quick else args.streams
     senders_runs = [4] if args.quick else args.senders
     packed = workload("packed", streams, args.chunks, args.per_request)
     events = workload("events", streams, args.chunks, args.per_request)
     runs = {
-        f"{name}, {senders} senders": through_collector(load, senders)
-        for name, load in (("packed", packed), ("events", events))
+        f"packed, {senders} senders{repeat_label(run, args.repeat)}": through_collector(packed, senders)
         for senders in senders_runs
+        for run in range(1, args.repeat + 1)
     }
+    runs |= {f"events, {senders} senders": through_collector(events, senders) for senders in senders_runs}
     for senders in senders_runs:
         runs[f"packed, {senders} senders, answered once stored"] = through_collector(
             packed, senders, "--store-wait-s", "5"
@@ -382,6 +389,10 @@ def main() -> None:
         split = ", ".join(f"{kind} {seconds / run.chunks * 1e6:.2f}" for kind, seconds in threads)
         kernel = run.system_cpu_s / run.chunks * 1e6
         print(f"CPU µs/chunk until committed, {name}, by thread: {split}; in the kernel {kernel:.2f} of all")
+
+
+def repeat_label(run: int, runs: int) -> str:
+    return f", run {run} of {runs}" if runs > 1 else ""
 
 
 if __name__ == "__main__":

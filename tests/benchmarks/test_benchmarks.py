@@ -24,12 +24,14 @@ BENCHMARKS = {
     "attribution_accuracy": "with nothing injected:",
     "json_progress": "tool call",
 }
+OPTIONS = {"ingest": (["--repeat", "2"], "packed, 4 senders, run 2 of 2")}
+"""Options a benchmark's quick mode is run with, and a row they add."""
 
 
 @pytest.mark.parametrize("name", sorted(BENCHMARKS))
 def test_quick_mode_prints_its_table(name):
     run = subprocess.run(
-        [sys.executable, "-m", f"benchmarks.{name}", "--quick"],
+        [sys.executable, "-m", f"benchmarks.{name}", "--quick", *OPTIONS.get(name, ([], ""))[0]],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -38,4 +40,5 @@ def test_quick_mode_prints_its_table(name):
     assert run.returncode == 0, run.stderr[-3000:]
     assert BENCHMARKS[name] in run.stdout, run.stdout
     assert re.search(r"\d", run.stdout.split(BENCHMARKS[name], 1)[1]), "the table's row has no number"
+    assert OPTIONS.get(name, ([], ""))[1] in run.stdout, run.stdout
     assert "Traceback" not in run.stderr
