@@ -49,6 +49,7 @@ from streamscope_ingest.analysis.quality import andes_qoe, fluidity_index
 from streamscope_ingest.analysis.smoothing import DEPTHS_MS, Buffer, Smoothed, Targets, smooth_each
 from streamscope_ingest.decode import columns
 from streamscope_ingest.decode.stream_histograms import smoothing_histograms
+from streamscope_ingest.store.arrow_insert import insert_arrow
 from streamscope_ingest.store.lease import Lease
 
 log = logging.getLogger(__name__)
@@ -187,17 +188,17 @@ class AttributionJob:
                 log.warning("the attribution lease went to another collector during a pass; it writes nothing")
                 return 0, True
             if stalls:
-                self._insert_client.insert_arrow("stalls", pa.Table.from_pylist(stalls, schema=columns.STALLS))
+                insert_arrow(self._insert_client, "stalls", pa.Table.from_pylist(stalls, schema=columns.STALLS))
             if quality:
-                self._insert_client.insert_arrow(
-                    "stream_quality", pa.Table.from_pylist(quality, schema=columns.STREAM_QUALITY)
+                insert_arrow(
+                    self._insert_client, "stream_quality", pa.Table.from_pylist(quality, schema=columns.STREAM_QUALITY)
                 )
             if smoothing:
                 smoothed = pa.Table.from_pylist(smoothing, schema=columns.STREAM_SMOOTHING)
-                self._insert_client.insert_arrow("stream_smoothing", smoothed)
+                insert_arrow(self._insert_client, "stream_smoothing", smoothed)
                 counted = smoothed.filter(pa.array([row[TIMED] for row in smoothing]))
                 if counted.num_rows:
-                    self._insert_client.insert_arrow("smoothing_histograms", smoothing_histograms(counted))
+                    insert_arrow(self._insert_client, "smoothing_histograms", smoothing_histograms(counted))
             self._insert_client.insert("attribution_progress", [[JOB, until]], column_names=["job", "through"])
             return len(stalls), caught_up
 

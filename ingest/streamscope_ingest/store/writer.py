@@ -27,6 +27,7 @@ from streamscope_ingest.decode import columns
 from streamscope_ingest.decode.batch import CHUNK_ARRAYS, DecodedBatch, concat
 from streamscope_ingest.decode.gap_histograms import gap_histograms
 from streamscope_ingest.decode.stream_histograms import stream_histograms, stream_totals
+from streamscope_ingest.store.arrow_insert import insert_arrow
 from streamscope_ingest.store.dedup import drop_repeated_spans
 
 GAP_HISTOGRAMS = "gap_histograms"
@@ -107,6 +108,6 @@ class ClickHouseWriter:
                 block = blocks.get(table)
                 if table not in skip and block is not None and block.num_rows:
                     settings = {"insert_deduplication_token": f"{token}-{table}"}
-                    self._client.insert_arrow(table, block, settings=settings)
+                    insert_arrow(self._client, table, block, settings)
                 if written is not None:
                     written.add(table)

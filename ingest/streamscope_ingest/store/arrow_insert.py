@@ -1,0 +1,79 @@
+"""Arrow inserts: through clickhouse-connect to a server, through an in-memory file to the embedded engine.
+
+clickhouse-connect hands an insert to chDB as a temporary file that it creates, writes and deletes each time: a
+new inode on the file system of the temporary directory and a copy through its page cache, for every insert. On a
+file system that many parts are written to and merged away, finding a free inode alone becomes a large part of an
+insert (docs/benchmarks.md). Here each inserting thread keeps one anonymous in-memory file (``memfd``) and
+rewrites it in place; the engine reads it through ``/proc/self/fd``. The statement is the one clickhouse-connect
+sends (``INSERT … FROM INFILE … FORMAT Arrow``), through the same client, so the engine's answers and errors are
+the same.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Mapping
+
+import pyarrow as pa
+from clickhouse_connect.driver.binding import quote_identifier
+from clickhouse_connect.driver.client import Client
+
+_PROC_FDS = "/proc/self/fd"
+
+
+def insert_arrow(client: Client, table: str, block: pa.Table, settings: Mapping[str, str] | None = None) -> None:
+    """Insert ``block`` into ``table`` with ``settings`` (names and values of ClickHouse settings)."""
+    if not _embedded(client):
+        client.insert_arrow(table, block, settings=dict(settings or {}))
+        return
+    file = _thread_file()
+    file.rewrite(block)
+    columns = ", ".join(quote_identifier(name) for name in block.schema.names)
+    clause = ", ".join(f"{name} = {_quoted(value)}" for name, value in (settings or {}).items())
+    client.command(
+        f"INSERT INTO {quote_identifier(table)} ({columns}) FROM INFILE {_quoted(file.path)}"
+        + (f" SETTINGS {clause}" if clause else "")
+        + " FORMAT Arrow"
+    )
+
+
+def _embedded(client: Client) -> bool:
+    """Whether ``client`` runs the engine in this process (chDB), where a file of ours is a file of its."""
+    return (
+        str(getattr(client, "uri", "")).startswith("chdb:") and hasattr(os, "memfd_create") and os.path.isdir(_PROC_FDS)
+    )
+
+
+def _quoted(value: object) -> str:
+    text = str(value).replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{text}'"
+
+
+class _InsertFile:
+    """One thread's in-memory file, rewritten from its start for each insert so its pages are reused."""
+
+    def __init__(self) -> None:
+        self.fd = os.memfd_create("streamscope-insert", os.MFD_CLOEXEC)
+        self.path = f"{_PROC_FDS}/{self.fd}"
+        weakref.finalize(self, os.close, self.fd)
+
+    def rewrite(self, block: pa.Table) -> None:
+        """The file holds ``block`` as an Arrow file, and nothing after it."""
+        with os.fdopen(self.fd, "wb", closefd=False) as file:
+            file.seek(0)
+            with pa.ipc.new_file(file, block.schema) as writer:
+                writer.write(block)
+            size = file.tell()
+        os.ftruncate(self.fd, size)
+
+
+_threads = threading.local()
+
+
+def _thread_file() -> _InsertFile:
+    file: _InsertFile | None = getattr(_threads, "file", None)
+    if file is None:
+        file = _threads.file = _InsertFile()
+    return file
