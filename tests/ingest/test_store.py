@@ -12,6 +12,7 @@ from streamscope import semconv as sc
 from streamscope.errors import ConfigError, RetryableWriteError, WriteError
 from streamscope.int64_bytes import int64_bytes
 from streamscope_ingest import store
+from streamscope_ingest.decode import columns
 from streamscope_ingest.decode.batch import DecodedBatch
 from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.store.writer import ClickHouseWriter
@@ -182,3 +183,27 @@ def test_a_tool_calls_pause_is_kept_with_its_stream_and_unknown_for_streams_deco
     ClickHouseWriter(store_client).write([earlier, decoded(2)])
     rows = store_client.query("SELECT first_tool_call_seq, tool_call_pause_us FROM streams ORDER BY trace_id")
     assert rows.result_rows == [(3, None), (3, 420_000)]
+
+
+def test_chunk_columns_of_zeros_are_left_to_their_default(store_client):
+    """The writer leaves out of its insert a defaulted chunk column that is zero throughout, and the store gives it
+    the same zeros, one a chunk; a column with one value is inserted whole."""
+    quiet = stream_span(1, 1, side="client", offsets_ms=[10, 20, 30], tokens=[1, 1, 1])
+    held = stream_span(2, 2, side="client", offsets_ms=[10, 400], tokens=[1, 1])
+    held.attributes.append(
+        KeyValue(key=sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US, value=AnyValue(bytes_value=int64_bytes([0, 250_000])))
+    )
+    batch = decode_traces(trace_request([quiet, held]), tenant="t", stall_threshold_us=400_000)
+    block = batch.blocks["chunk_arrays"]
+    left_out = set(block.column_names) - set(columns.without_zero_defaults(block).column_names)
+    assert left_out == {"host_held_us", "retracted_bytes", "retracted_tokens"}
+
+    ClickHouseWriter(store_client).write([batch])
+    rows = store_client.query(
+        "SELECT host_delay_us, host_held_us, retracted_bytes, retracted_tokens, paint_delay_us FROM chunk_arrays "
+        "ORDER BY span_id_bytes"
+    ).result_rows
+    assert rows == [
+        ([0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]),
+        ([0, 250_000], [0, 0], [0, 0], [0, 0], [0, 0]),
+    ]

@@ -183,6 +183,17 @@ def completed(table: str, block: pa.Table) -> pa.Table:
     return block
 
 
+def without_zero_defaults(block: pa.Table) -> pa.Table:
+    """A chunk_arrays ``block`` without the ``CHUNKS_DEFAULTED`` columns that hold only zeros: their DEFAULT gives
+    the store the same zeros, one a chunk, for less than reading them from the insert (docs/benchmarks.md)."""
+    zeros = [
+        field.name
+        for field in CHUNKS_DEFAULTED
+        if field.name in block.column_names and not pc.max(pc.list_flatten(block[field.name])).as_py()
+    ]
+    return block.drop_columns(zeros) if zeros else block
+
+
 def _with_column(block: pa.Table, name: str, values: pa.Array) -> pa.Table:
     return block.add_column(STREAMS_DECODED.get_field_index(name), STREAMS_DECODED.field(name), values)
 

@@ -107,6 +107,8 @@ class ClickHouseWriter:
             for table in columns.TABLES:
                 block = blocks.get(table)
                 if table not in skip and block is not None and block.num_rows:
+                    if table == CHUNK_ARRAYS:
+                        block = columns.without_zero_defaults(block)
                     settings = {"insert_deduplication_token": f"{token}-{table}"}
                     insert_arrow(self._client, table, block, settings)
                 if written is not None:
