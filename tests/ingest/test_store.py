@@ -196,7 +196,7 @@ def test_chunk_columns_of_zeros_are_left_to_their_default(store_client):
     batch = decode_traces(trace_request([quiet, held]), tenant="t", stall_threshold_us=400_000)
     block = batch.blocks["chunk_arrays"]
     left_out = set(block.column_names) - set(columns.without_zero_defaults(block).column_names)
-    assert left_out == {"host_held_us", "retracted_bytes", "retracted_tokens"}
+    assert left_out == {"paint_delay_us", "render_us", "host_held_us", "retracted_bytes", "retracted_tokens"}
 
     ClickHouseWriter(store_client).write([batch])
     rows = store_client.query(

@@ -139,21 +139,20 @@ CHUNKS = pa.schema(  # the table chunk_arrays: one row a stream, the chunks' val
         ("tokens", pa.list_(pa.uint16())),
         ("content_bytes", pa.list_(pa.uint32())),
         ("wire_bytes", pa.list_(pa.uint32())),
-        ("paint_delay_us", pa.list_(pa.uint32())),
-        ("render_us", pa.list_(pa.uint32())),
     ]
 )
 CHUNKS_DEFAULTED = pa.schema(
     [
+        ("paint_delay_us", pa.list_(pa.uint32())),
+        ("render_us", pa.list_(pa.uint32())),
         ("host_delay_us", pa.list_(pa.uint32())),
         ("host_held_us", pa.list_(pa.uint32())),
         ("retracted_bytes", pa.list_(pa.uint32())),
         ("retracted_tokens", pa.list_(pa.uint16())),
     ]
 )
-"""Columns of chunk_arrays that decode writes although their DDL has a DEFAULT (migrations 0022, 0027
-and 0029): zeros,
-one a chunk, for rows written without them."""
+"""Columns of chunk_arrays that decode writes although their DDL has a DEFAULT (migrations 0022, 0027, 0029 and
+0034): zeros, one a chunk, for rows written without them."""
 CHUNKS_DECODED = pa.unify_schemas([CHUNKS, CHUNKS_DEFAULTED])
 """What decode writes to chunk_arrays: ``CHUNKS`` then ``CHUNKS_DEFAULTED``."""
 

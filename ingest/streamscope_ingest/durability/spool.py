@@ -375,13 +375,14 @@ def _chunk_rows_as_arrays(block: pa.Table) -> pa.Table:
     firsts = pa.array(np.flatnonzero(block["seq"].to_numpy() == 0))
     offsets = pa.array(np.append(firsts, block.num_rows).astype(np.int32))
     values = {}
-    for field in columns.CHUNKS:
+    kept = [f for f in columns.CHUNKS_DECODED if f.name in columns.CHUNKS.names or f.name in block.column_names]
+    for field in kept:
         column = block[field.name].combine_chunks()
         if pa.types.is_list(field.type):
             values[field.name] = pa.ListArray.from_arrays(offsets, column.cast(field.type.value_type))
         else:
             values[field.name] = column.take(firsts).cast(field.type)
-    return pa.Table.from_pydict(values, schema=columns.CHUNKS)
+    return pa.Table.from_pydict(values, schema=pa.schema(kept))
 
 
 def _chunk_ids_as_bytes(block: pa.Table) -> pa.Table:
