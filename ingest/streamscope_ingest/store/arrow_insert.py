@@ -20,6 +20,8 @@ import pyarrow as pa
 from clickhouse_connect.driver.binding import quote_identifier
 from clickhouse_connect.driver.client import Client
 
+from streamscope_ingest.store.sql import string_literal
+
 _PROC_FDS = "/proc/self/fd"
 
 
@@ -31,9 +33,9 @@ def insert_arrow(client: Client, table: str, block: pa.Table, settings: Mapping[
     file = _thread_file()
     file.rewrite(block)
     columns = ", ".join(quote_identifier(name) for name in block.schema.names)
-    clause = ", ".join(f"{name} = {_quoted(value)}" for name, value in (settings or {}).items())
+    clause = ", ".join(f"{name} = {string_literal(str(value))}" for name, value in (settings or {}).items())
     client.command(
-        f"INSERT INTO {quote_identifier(table)} ({columns}) FROM INFILE {_quoted(file.path)}"
+        f"INSERT INTO {quote_identifier(table)} ({columns}) FROM INFILE {string_literal(file.path)}"
         + (f" SETTINGS {clause}" if clause else "")
         + " FORMAT ArrowStream"
     )
@@ -44,11 +46,6 @@ def _embedded(client: Client) -> bool:
     return (
         str(getattr(client, "uri", "")).startswith("chdb:") and hasattr(os, "memfd_create") and os.path.isdir(_PROC_FDS)
     )
-
-
-def _quoted(value: object) -> str:
-    text = str(value).replace("\\", "\\\\").replace("'", "\\'")
-    return f"'{text}'"
 
 
 class _InsertFile:

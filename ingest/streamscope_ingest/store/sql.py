@@ -34,6 +34,11 @@ class QueryRefused(StreamscopeError):
     """The statement is not one SELECT; nothing of it ran."""
 
 
+def string_literal(value: str) -> str:
+    """``value`` as a ClickHouse string literal, for the few statements that cannot bind it as a parameter."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def query_json(client: Client, statement: str) -> bytes:
     """Run one SELECT read-only and bounded; raises QueryRefused, or WriteError with ClickHouse's message.
 

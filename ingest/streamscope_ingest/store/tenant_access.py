@@ -81,10 +81,8 @@ def users_config(database: str, readables: list[Readable], users: list[TenantUse
         filters = ET.SubElement(ET.SubElement(element, "databases"), database)
         for readable in readables:
             if readable.filtered:
-                ET.SubElement(ET.SubElement(filters, readable.name), "filter").text = f"tenant = {_quoted(user.tenant)}"
+                ET.SubElement(
+                    ET.SubElement(filters, readable.name), "filter"
+                ).text = f"tenant = {sql.string_literal(user.tenant)}"
     ET.indent(root)
     return ET.tostring(root, encoding="unicode") + "\n"
-
-
-def _quoted(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
