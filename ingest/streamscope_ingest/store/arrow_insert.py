@@ -23,6 +23,8 @@ from clickhouse_connect.driver.client import Client
 from streamscope_ingest.store.sql import string_literal
 
 _PROC_FDS = "/proc/self/fd"
+_IN_MEMORY_FILES = hasattr(os, "memfd_create") and os.path.isdir(_PROC_FDS)
+"""Whether this system has in-memory files the engine can open by path (Linux)."""
 
 
 def insert_arrow(client: Client, table: str, block: pa.Table, settings: Mapping[str, str] | None = None) -> None:
@@ -43,9 +45,7 @@ def insert_arrow(client: Client, table: str, block: pa.Table, settings: Mapping[
 
 def _embedded(client: Client) -> bool:
     """Whether ``client`` runs the engine in this process (chDB), where a file of ours is a file of its."""
-    return (
-        str(getattr(client, "uri", "")).startswith("chdb:") and hasattr(os, "memfd_create") and os.path.isdir(_PROC_FDS)
-    )
+    return _IN_MEMORY_FILES and str(getattr(client, "uri", "")).startswith("chdb:")
 
 
 class _InsertFile:
