@@ -7,12 +7,12 @@ lookup, attribution job) is started on a fresh store; senders post the requests 
 and the clock stops when a query sees every chunk committed. The collector's CPU time and peak RSS come from
 /proc, and the CPU time also by thread (the interpreter's, the engine's merges, and its other threads) and the
 kernel's part of it.
-Senders post one request at a time each, as OpenTelemetry's exporters do; the command runs at each number of
-senders given (4 and 16: a few exporters and a busier fleet). The collector answers once a request is durable in
-its spool, and its writer inserts whatever has been spooled meanwhile at once. The packed runs are repeated with
-``--store-wait-s 5``, the collector answering only once the rows are stored: each sender then waits for the
-store, the number of senders bounds how many requests one insert can group, and fewer, larger inserts cost the
-engine less per row.
+Senders post one request at a time each, as OpenTelemetry's exporters do; the command runs at each number of senders
+given (4 and 16: a few exporters and a busier fleet). The collector answers once a request is durable in its spool,
+and its writer inserts whatever has been spooled meanwhile, at most once a second. The packed runs are repeated with
+``--store-wait-s 5``, the collector answering only once the rows are stored: each sender then waits for the store,
+the number of senders bounds how many requests one insert can group, and fewer, larger inserts cost the engine less
+per row.
 
 The baseline is the same streams, recorded as span events, inserted into the OpenTelemetry Collector
 ClickHouse exporter's ``otel_traces`` table (``benchmarks.otel_traces``) on the same engine. Its rows are

@@ -11,6 +11,7 @@ from streamscope.errors import ConfigError
 from streamscope_collector.auth import Credentials
 from streamscope_collector.browser import DEFAULT_MAX_REQUEST_BYTES as DEFAULT_MAX_BROWSER_REQUEST_BYTES
 from streamscope_ingest.decode.limits import DEFAULT_LIMITS, SpanLimits
+from streamscope_ingest.durability.group_commit import GroupCommitConfig
 from streamscope_ingest.durability.spool import FsyncPolicy
 
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024  # the OTLP specification's recommended limit
@@ -45,6 +46,8 @@ class CollectorConfig:
     """After a request is durable, how long it also waits for the store, while the store is healthy, before it is
     answered; 0: answered as soon as it is in the spool. Waiting ties every sender's pace to the store's insert
     latency, so it is for senders that read their own writes from the store directly."""
+    insert_interval_s: float = GroupCommitConfig.insert_interval_s
+    """Inserts into the store start at most this often (``GroupCommitConfig.insert_interval_s``)."""
     read_wait_s: float = 5.0
     """How long a query through the collector (``/api/v1/sql``) first waits, while the store is healthy, for every
     row acknowledged before it to be stored: a sender that then queries reads its own writes."""

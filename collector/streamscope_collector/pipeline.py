@@ -176,4 +176,4 @@ class ExportPipeline:
         """
         if self._store_wait_s > 0 and self._writer.store_healthy:
             with suppress(FutureTimeout):  # durable either way: the store will have it when it catches up
-                ticket.stored.result(timeout=self._store_wait_s)
+                self._writer.wait_stored(ticket, self._store_wait_s)

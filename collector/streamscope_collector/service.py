@@ -41,7 +41,7 @@ from streamscope_collector.serving import (
 from streamscope_collector.store_link import StoreClients, StoreLink
 from streamscope_ingest import store
 from streamscope_ingest.analysis.attribution_job import JOB, AttributionJob, PeriodicAttribution
-from streamscope_ingest.durability.group_commit import GroupCommitWriter
+from streamscope_ingest.durability.group_commit import GroupCommitConfig, GroupCommitWriter
 from streamscope_ingest.durability.spool import Spool
 from streamscope_ingest.store import migrations, sql
 from streamscope_ingest.store.lease import Lease
@@ -144,7 +144,8 @@ class Collector:
         if replay := len(spool.pending()):
             log.info("writing %d spool segment(s) left from the last run", replay)
         self.metrics = metrics = SelfMetrics()
-        self._writer = writer = GroupCommitWriter(spool, link, observer=metrics)
+        pacing = GroupCommitConfig(insert_interval_s=self.config.insert_interval_s)
+        self._writer = writer = GroupCommitWriter(spool, link, pacing, observer=metrics)
         self.pipeline = ExportPipeline(
             writer,
             stall_threshold_us=self.config.stall_threshold_us,

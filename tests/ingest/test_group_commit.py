@@ -304,3 +304,51 @@ def test_a_span_stored_before_is_found_by_its_ids_whatever_their_bytes(tmp_path,
     writer.shutdown()
     assert stored(store_client) == [("a", 3)]
     assert stored(store_client, "streams") == [("a", 1)]
+
+
+PACED = GroupCommitConfig(retry_initial_s=0.01, retry_max_s=0.05, insert_interval_s=600)
+"""Inserts at most every ten minutes: whatever a test sees stored sooner was not held for the interval."""
+
+
+def test_batches_spooled_while_an_insert_waits_for_its_interval_join_that_insert(tmp_path, store_client):
+    sink = GatedSink(ClickHouseWriter(store_client))
+    sink.gate.set()
+    writer = GroupCommitWriter(Spool(tmp_path, max_bytes=10**8), sink, PACED)
+    writer.submit(batch(1, "a")).stored.result(timeout=10)  # the first insert does not wait
+    for i in range(2, 6):
+        writer.submit(batch(i, "b")).spooled.result(timeout=10)
+    writer.shutdown()  # the drain writes what is left at once
+    assert sink.segments == [1, 4]
+    assert stored(store_client) == [("a", 3), ("b", 12)]
+
+
+@pytest.mark.parametrize("reader", ["flush", "wait_stored"])
+def test_a_reader_waiting_for_the_store_does_not_wait_for_the_interval(tmp_path, store_client, reader):
+    writer = GroupCommitWriter(Spool(tmp_path, max_bytes=10**8), ClickHouseWriter(store_client), PACED)
+    writer.submit(batch(1, "a")).stored.result(timeout=10)
+    ticket = writer.submit(batch(2, "b"))
+    ticket.spooled.result(timeout=10)
+    if reader == "flush":
+        assert writer.flush(30)
+    else:
+        writer.wait_stored(ticket, 30)
+    assert stored(store_client) == [("a", 3), ("b", 3)]
+    writer.shutdown()
+
+
+def test_a_full_insert_does_not_wait_for_the_interval(tmp_path, store_client):
+    full_at_once = GroupCommitConfig(insert_interval_s=600, max_insert_bytes=1)
+    writer = GroupCommitWriter(Spool(tmp_path, max_bytes=10**8), ClickHouseWriter(store_client), full_at_once)
+    writer.submit(batch(1, "a")).stored.result(timeout=30)
+    writer.submit(batch(2, "b")).stored.result(timeout=30)  # one segment is a full insert already
+    writer.shutdown()
+    assert stored(store_client) == [("a", 3), ("b", 3)]
+
+
+def test_a_retry_does_not_wait_for_the_interval(tmp_path, store_client):
+    sink = GatedSink(ClickHouseWriter(store_client), failures=2)
+    sink.gate.set()
+    writer = GroupCommitWriter(Spool(tmp_path, max_bytes=10**8), sink, PACED)
+    writer.submit(batch(1, "a")).stored.result(timeout=30)  # its first insert failed, and the next
+    writer.shutdown()
+    assert stored(store_client) == [("a", 3)] and writer.store_failures == 2

@@ -95,6 +95,14 @@ if TYPE_CHECKING:  # the command module stays light until it runs
     "senders that read their own writes from the store directly (0: answer once spooled).",
 )
 @click.option(
+    "--insert-interval-s",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="Start inserts into the store at most this often; what arrives meanwhile joins the next one (fewer, larger "
+    "inserts cost the store less). A query through the collector, or a request waiting for the store, does not wait.",
+)
+@click.option(
     "--tenant-rate-mib",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
@@ -119,6 +127,7 @@ def collector(
     spool_max_mib: int,
     spool_fsync: FsyncPolicy,
     store_wait_s: float,
+    insert_interval_s: float,
     tenant_rate_mib: float | None,
 ) -> None:
     """Receive OTLP traces and store stream spans in ClickHouse.
@@ -153,6 +162,7 @@ def collector(
         spool_max_bytes=spool_max_mib * 1024 * 1024,
         spool_fsync=spool_fsync,
         store_wait_s=store_wait_s,
+        insert_interval_s=insert_interval_s,
         tenant_bytes_per_s=tenant_rate_mib * 1024 * 1024 if tenant_rate_mib else None,
     )
     Collector(config).serve_forever()

@@ -2,8 +2,9 @@
 
 Request handlers call ``submit``. The appender thread takes everything pending, writes it as one spool
 segment (one fsync for all of them) and tells each request it is durable. The drain thread writes segments
-to the store oldest first, one insert per table each (fewer, larger inserts are what ClickHouse wants),
-removes a segment once the store has all of it, and tells the requests still waiting.
+to the store oldest first, one insert per table each, at most one insert an ``insert_interval_s`` (what is
+spooled meanwhile joins the next: fewer, larger inserts are what ClickHouse wants), removes a segment once the
+store has all of it, and tells the requests still waiting.
 
 While the store fails, the drain retries the same segments under the same token with exponential backoff;
 segments accumulate in the spool up to its size limit, past which appends fail with SpoolFull (the collector
@@ -21,8 +22,10 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from streamscope.errors import SpoolUnavailable, StreamscopeError, WriteError
@@ -48,6 +51,10 @@ class GroupCommitConfig:
     """Rows merged into one spool segment (and so one insert) at most."""
     max_insert_bytes: int = 64 * 1024 * 1024
     """Spool segments (their size on disk) merged into one insert at most, when the store is behind."""
+    insert_interval_s: float = 1.0
+    """Inserts start at most this often; segments spooled meanwhile join the next one. Each insert costs the store
+    a part per table and a fixed share of work, so fewer, larger ones cost less a row and merge less. A full group
+    (``max_insert_bytes``), a retry, or a reader waiting for the store (``flush``, ``wait_stored``) does not wait."""
     retry_initial_s: float = 0.1
     retry_max_s: float = 5.0
     """The backoff between attempts to write a segment while the store fails doubles up to this."""
@@ -80,6 +87,10 @@ class GroupCommitWriter:
         self._segments: dict[int, Segment] = {s.seq: s for s in spool.pending()}  # oldest first
         self._waiting: dict[int, list[Ticket]] = {}
         self._last_ticket: Ticket | None = None
+        self._last_insert = -float("inf")
+        self._retrying = False
+        self._hurry = 0
+        """Readers waiting for the store now: while there are any, inserts do not wait for ``insert_interval_s``."""
         self._lock = threading.Condition()
         self._closing = False
         self._drain_deadline = float("inf")
@@ -133,17 +144,35 @@ class GroupCommitWriter:
         with self._lock:
             last = self._last_ticket
             newest = max(self._segments, default=None)
-        if last is not None:
-            try:
-                last.stored.exception(timeout=timeout_s)
-            except FutureTimeout:
-                return False
-        with self._lock:
-            while newest is not None and self._segments and next(iter(self._segments)) <= newest:
-                if (remaining := deadline - time.monotonic()) <= 0:
+        with self._hurrying():
+            if last is not None:
+                try:
+                    last.stored.exception(timeout=timeout_s)
+                except FutureTimeout:
                     return False
-                self._lock.wait(remaining)
+            with self._lock:
+                while newest is not None and self._segments and next(iter(self._segments)) <= newest:
+                    if (remaining := deadline - time.monotonic()) <= 0:
+                        return False
+                    self._lock.wait(remaining)
         return True
+
+    def wait_stored(self, ticket: Ticket, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` until the store has ``ticket``'s rows (raising what ``ticket.stored`` raises),
+        its insert starting without waiting for ``insert_interval_s``."""
+        with self._hurrying():
+            ticket.stored.result(timeout=timeout_s)
+
+    @contextmanager
+    def _hurrying(self) -> Iterator[None]:
+        with self._lock:
+            self._hurry += 1
+            self._lock.notify_all()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._hurry -= 1
 
     def backlog(self) -> int:
         """Segments waiting for the store."""
@@ -230,8 +259,11 @@ class GroupCommitWriter:
         with self._lock:
             while not self._segments and not (self._closing and not self._appender.is_alive()):
                 self._lock.wait(0.5)
+            while (wait := self._insert_wait()) > 0:
+                self._lock.wait(wait)
             if not self._segments or time.monotonic() > self._drain_deadline:
                 return None
+            self._last_insert = time.monotonic()
             pending = list(self._segments.values())
             pinned = self._groups.pinned
             if pending[0].seq in pinned:  # tried before (in this run, or by the one a crash ended): as it was
@@ -243,6 +275,15 @@ class GroupCommitWriter:
                 group.append(segment)
                 size += segment.size
         return self._spool.group(group)
+
+    def _insert_wait(self) -> float:
+        """Seconds the next insert waits for more segments to join it (``insert_interval_s``); 0: start it now.
+        Called holding the lock."""
+        if self._closing or self._hurry or self._retrying or not self._segments:
+            return 0.0  # a retry waits for its own backoff alone
+        if sum(segment.size for segment in self._segments.values()) >= self._config.max_insert_bytes:
+            return 0.0
+        return self._last_insert + self._config.insert_interval_s - time.monotonic()
 
     def _oldest_outside(self, group: Group) -> Segment | None:
         """The oldest segment outside ``group``: written ahead of it, it shows whether the store takes other data."""
@@ -259,6 +300,7 @@ class GroupCommitWriter:
             except Exception as exc:  # the spool's disk under the writer, or a bug: never the end of the drain
                 self._report_fault(exc)
                 outcome = Outcome(done=False)
+            self._retrying = not outcome.done
             if outcome.done:
                 backoff = self._config.retry_initial_s
                 continue
