@@ -60,8 +60,9 @@ class DecodedBatch:
 
     @property
     def nbytes(self) -> int:
-        """The memory its rows take."""
-        return sum(block.nbytes for block in self.blocks.values())
+        """The memory its rows hold: every buffer they reference, whole (``Table.nbytes`` works out which part of
+        each buffer is in use, walking every nested array: a large share of a request's decode)."""
+        return sum(block.get_total_buffer_size() for block in self.blocks.values())
 
     def rejection_message(self, noun: str) -> str:
         """One English sentence for ``partial_success.error_message``: what was rejected, then the warnings
