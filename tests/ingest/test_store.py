@@ -207,3 +207,18 @@ def test_chunk_columns_of_zeros_are_left_to_their_default(store_client):
         ([0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]),
         ([0, 250_000], [0, 0], [0, 0], [0, 0], [0, 0]),
     ]
+
+
+def test_a_group_of_requests_writes_its_chunks_as_one_compact_part(store_client):
+    """An insert of a group of requests is tens of MiB of chunks: written as one compact part (one file for all its
+    columns), not a wide one (two files a column), which costs an insert more to create."""
+    spans = [
+        stream_span(trace, 1, side="client", offsets_ms=range(1, 1001), tokens=[1] * 1000) for trace in range(1, 401)
+    ]
+    ClickHouseWriter(store_client).write([decode_traces(trace_request(spans), tenant="t", stall_threshold_us=400_000)])
+    parts = store_client.query(
+        "SELECT part_type, data_uncompressed_bytes FROM system.parts "
+        "WHERE database = currentDatabase() AND table = 'chunk_arrays' AND active"
+    ).result_rows
+    assert [kind for kind, _ in parts] == ["Compact"]
+    assert parts[0][1] > 10 * 2**20  # above the engine's default threshold for a wide part
