@@ -79,14 +79,16 @@ CHUNKS_SQL = """
 SELECT lower(hex(trace_id_bytes)), lower(hex(span_id_bytes)),
     arrayMap((gap, k, before) -> before + if(k IN ('lead', 'aside', 'retract'), gap, 0), gap_us, kind,
         arrayCumSum(arrayMap((gap, k) -> if(k IN ('first', 'content'), toUInt64(gap), 0), gap_us, kind))),
-    content_bytes, tokens, paint_delay_us, host_delay_us, host_held_us
+    content_bytes, tokens, arrayResize(paint_delay_us, length(gap_us)), arrayResize(host_delay_us, length(gap_us)),
+    arrayResize(host_held_us, length(gap_us))
 FROM chunk_arrays
 WHERE start_time BETWEEN fromUnixTimestamp64Micro({first:Int64}) AND fromUnixTimestamp64Micro({last:Int64})
   AND trace_id_bytes IN (SELECT toFixedString(unhex(arrayJoin({traces:Array(String)})), 16))
 """
 """Each stream's chunk offsets as ``chunk_timeline`` computes them (a test holds the two together), from its row of
 arrays: the view's window over one row per chunk costs three times as much. A stream's chunks are stored under its
-start time, so the spans' first and last start bound what is read (the table's partitions and index)."""
+start time, so the spans' first and last start bound what is read (the table's partitions and index). An array the
+store keeps empty is zeros (migration 0036)."""
 EVENTS_SQL = """
 SELECT node_name, kind, toUnixTimestamp64Micro(start_time), toUnixTimestamp64Micro(ifNull(end_time, now64(6)))
 FROM engine_events

@@ -4,8 +4,8 @@ They mirror schema/migrations (a test compares them with the DDL the migrations 
 DEFAULT in the DDL (``ingested_at``) are filled by the store, so they are absent here. Chunks are written to
 ``chunk_arrays``, one row a stream; ``chunks`` is the view of them with one row a chunk. Some columns with a
 DEFAULT are written all the same: ``chunk_arrays.host_delay_us`` and the like (``CHUNKS_DECODED``), whose
-default gives rows written without it (stored, or spooled, by an earlier version) zeros as long as their other
-arrays, and
+default, an empty array, readers take as zeros as long as the row's other arrays (rows written without them, stored
+or spooled by an earlier version, or whose chunks were all zeros), and
 ``streams.source`` and ``coverage`` (``STREAMS_DECODED``), whose defaults say what such rows were.
 """
 
@@ -152,7 +152,7 @@ CHUNKS_DEFAULTED = pa.schema(
     ]
 )
 """Columns of chunk_arrays that decode writes although their DDL has a DEFAULT (migrations 0022, 0027, 0029 and
-0034): zeros, one a chunk, for rows written without them."""
+0036): an empty array, which readers take as zeros, one a chunk, for rows written without them."""
 CHUNKS_DECODED = pa.unify_schemas([CHUNKS, CHUNKS_DEFAULTED])
 """What decode writes to chunk_arrays: ``CHUNKS`` then ``CHUNKS_DEFAULTED``."""
 
@@ -183,14 +183,36 @@ def completed(table: str, block: pa.Table) -> pa.Table:
 
 
 def without_zero_defaults(block: pa.Table) -> pa.Table:
-    """A chunk_arrays ``block`` without the ``CHUNKS_DEFAULTED`` columns that hold only zeros: their DEFAULT gives
-    the store the same zeros, one a chunk, for less than reading them from the insert (docs/benchmarks.md)."""
-    zeros = [
-        field.name
-        for field in CHUNKS_DEFAULTED
-        if field.name in block.column_names and not pc.max(pc.list_flatten(block[field.name])).as_py()
-    ]
-    return block.drop_columns(zeros) if zeros else block
+    """A chunk_arrays ``block`` whose ``CHUNKS_DEFAULTED`` arrays are left empty in each row where they hold only
+    zeros, and left out where every row's do: the store keeps an empty array (their DEFAULT), which readers take as
+    the same zeros, instead of a zero a chunk to write and merge (docs/benchmarks.md)."""
+    for field in CHUNKS_DEFAULTED:
+        if field.name not in block.column_names:
+            continue
+        emptied = _zero_rows_emptied(block[field.name].combine_chunks())
+        index = block.schema.get_field_index(field.name)
+        block = block.remove_column(index) if emptied is None else block.set_column(index, field, emptied)
+    return block
+
+
+def _zero_rows_emptied(lists: pa.ListArray) -> pa.ListArray | None:
+    """``lists`` with each list of zeros made empty; None when every list is."""
+    lengths = pc.list_value_length(lists).to_numpy(zero_copy_only=False)
+    values = pc.list_flatten(lists).to_numpy(zero_copy_only=False)
+    valued = np.zeros(lengths.size, dtype=bool)
+    nonempty = lengths > 0
+    if values.size:
+        starts = np.cumsum(lengths) - lengths
+        valued[nonempty] = np.maximum.reduceat(values, starts[nonempty]) > 0
+    if not valued.any():
+        return None
+    if valued[nonempty].all():
+        return lists
+    kept = np.where(valued, lengths, 0)
+    offsets = np.concatenate(([0], np.cumsum(kept))).astype(np.int32)
+    return pa.ListArray.from_arrays(
+        pa.array(offsets), pa.array(values[np.repeat(valued, lengths)], lists.type.value_type)
+    )
 
 
 def _with_column(block: pa.Table, name: str, values: pa.Array) -> pa.Table:
