@@ -33,6 +33,7 @@ from benchmarks.storage import on_disk, requests
 from streamscope_dashboards.macros import QueryContext, resolve
 from streamscope_dashboards.panels import DEFAULTS, raw_itl_heatmap
 from streamscope_ingest import store
+from streamscope_ingest.decode import columns
 from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.store import migrations, sql
 
@@ -64,11 +65,11 @@ def _item_type(kind: str) -> str:
 
 def create_row_table(client) -> None:
     """``chunk_arrays``'s columns and codecs with the arrays unrolled, ``seq`` in the key: one row a chunk."""
-    columns = client.query(
+    stored = client.query(
         "SELECT name, type, compression_codec FROM system.columns "
         "WHERE database = currentDatabase() AND table = 'chunk_arrays' ORDER BY position"
     ).result_rows
-    ddl = ",\n".join(f"{name} {_item_type(kind)} {codec}" for name, kind, codec in columns)
+    ddl = ",\n".join(f"{name} {_item_type(kind)} {codec}" for name, kind, codec in stored)
     client.command(
         f"CREATE TABLE {ROWS} ({ddl}, seq UInt32 CODEC(Delta, ZSTD(1))) ENGINE = MergeTree "
         "PARTITION BY toDate(start_time) "
@@ -81,8 +82,8 @@ def as_rows(arrays: pa.Table) -> pa.Table:
     lengths = pc.list_value_length(arrays["gap_us"]).to_numpy()
     owner = pa.array(np.repeat(np.arange(arrays.num_rows), lengths))
     rows = {
-        name: pc.list_flatten(column) if pa.types.is_list(column.type) else column.take(owner)
-        for name, column in zip(arrays.column_names, (c.combine_chunks() for c in arrays.columns))
+        name: columns.per_chunk(arrays, name) if pa.types.is_list(column.type) else column.combine_chunks().take(owner)
+        for name, column in zip(arrays.column_names, arrays.columns)
     }
     rows["seq"] = pa.array(np.concatenate([np.arange(n) for n in lengths] or [[]]).astype(np.uint32))
     return pa.table(rows)

@@ -25,7 +25,29 @@ def _decoded(*spans):
     arrays = batch.blocks["chunk_arrays"]
     assert arrays.schema == columns.CHUNKS_DECODED
     per_chunk = [field.name for field in columns.CHUNKS_DECODED if pa.types.is_list(field.type)]
-    return batch.blocks["streams"].to_pydict(), {name: pc.list_flatten(arrays[name]).to_pylist() for name in per_chunk}
+    return batch.blocks["streams"].to_pydict(), {
+        name: columns.per_chunk(arrays, name).to_pylist() for name in per_chunk
+    }
+
+
+def test_a_streams_arrays_of_zeros_are_decoded_empty_as_the_store_keeps_them():
+    """An array stored with a default is an empty list for a stream whose chunks are all zero there (migration 0036),
+    so the spool and the insert carry nothing for it; a stream with one value keeps its array whole."""
+    batch = decode_traces(
+        trace_request(
+            [
+                stream_span(1, 1, side="client", offsets_ms=[10, 20], tokens=[1, 1]),
+                stream_span(2, 2, side="browser", offsets_ms=[5, 6], tokens=[1, 2], paint_delay_us=[0, 12]),
+                stream_span(3, 3, side="browser", offsets_ms=[7], tokens=[1], paint_delay_us=[0]),
+            ]
+        ),
+        tenant="t",
+        stall_threshold_us=400_000,
+    )
+    arrays = batch.blocks["chunk_arrays"]
+    assert arrays["paint_delay_us"].to_pylist() == [[], [0, 12], []]
+    assert arrays["render_us"].to_pylist() == [[], [], []]
+    assert arrays["gap_us"].to_pylist() == [[10_000, 10_000], [5_000, 1_000], [7_000]]
 
 
 def test_a_browser_array_one_span_sends_stays_with_its_chunks_and_the_others_read_zero():

@@ -152,7 +152,8 @@ CHUNKS_DEFAULTED = pa.schema(
     ]
 )
 """Columns of chunk_arrays that decode writes although their DDL has a DEFAULT (migrations 0022, 0027, 0029 and
-0036): an empty array, which readers take as zeros, one a chunk, for rows written without them."""
+0036), a stream's zeros as an empty array, as the store keeps them: readers take an empty array as zeros, one a
+chunk."""
 CHUNKS_DECODED = pa.unify_schemas([CHUNKS, CHUNKS_DEFAULTED])
 """What decode writes to chunk_arrays: ``CHUNKS`` then ``CHUNKS_DEFAULTED``."""
 
@@ -163,9 +164,8 @@ def completed(table: str, block: pa.Table) -> pa.Table:
     if table == "chunk_arrays":
         for field in CHUNKS_DEFAULTED:
             if field.name not in block.column_names:
-                gap_us = block["gap_us"].combine_chunks()
-                zeros = pa.array(np.zeros(len(gap_us.values), field.type.value_type.to_pandas_dtype()))
-                block = block.append_column(field, pa.ListArray.from_arrays(gap_us.offsets, zeros))
+                nothing = zeros_left_empty(np.zeros(block.num_rows, np.int64), np.empty(0), field.type.value_type)
+                block = block.append_column(field, nothing)
     elif table == "streams":
         if "host_watch" not in block.column_names:
             block = _with_column(block, "host_watch", pa.array([""] * block.num_rows, _LC))
@@ -184,35 +184,45 @@ def completed(table: str, block: pa.Table) -> pa.Table:
 
 def without_zero_defaults(block: pa.Table) -> pa.Table:
     """A chunk_arrays ``block`` whose ``CHUNKS_DEFAULTED`` arrays are left empty in each row where they hold only
-    zeros, and left out where every row's do: the store keeps an empty array (their DEFAULT), which readers take as
+    zeros, and left out where every row's are: the store keeps an empty array (their DEFAULT), which readers take as
     the same zeros, instead of a zero a chunk to write and merge (docs/benchmarks.md)."""
     for field in CHUNKS_DEFAULTED:
         if field.name not in block.column_names:
             continue
-        emptied = _zero_rows_emptied(block[field.name].combine_chunks())
+        lists = block[field.name].combine_chunks()
+        lengths = pc.list_value_length(lists).to_numpy(zero_copy_only=False)
+        values = pc.list_flatten(lists).to_numpy(zero_copy_only=False)
+        emptied = zeros_left_empty(lengths, values, field.type.value_type)
         index = block.schema.get_field_index(field.name)
-        block = block.remove_column(index) if emptied is None else block.set_column(index, field, emptied)
+        block = block.set_column(index, field, emptied) if len(emptied.values) else block.remove_column(index)
     return block
 
 
-def _zero_rows_emptied(lists: pa.ListArray) -> pa.ListArray | None:
-    """``lists`` with each list of zeros made empty; None when every list is."""
-    lengths = pc.list_value_length(lists).to_numpy(zero_copy_only=False)
-    values = pc.list_flatten(lists).to_numpy(zero_copy_only=False)
+def per_chunk(arrays: pa.Table, name: str) -> pa.Array:
+    """A column of a chunk_arrays block as one value a chunk: an empty array of a ``CHUNKS_DEFAULTED`` column read as
+    zeros, as the chunks view reads it."""
+    lists = arrays[name].combine_chunks()
+    if name not in CHUNKS_DEFAULTED.names:
+        return pc.list_flatten(lists)
+    lengths = pc.list_value_length(arrays["gap_us"]).to_numpy(zero_copy_only=False)
+    item_type = lists.type.value_type
+    values = np.zeros(int(lengths.sum()), dtype=item_type.to_pandas_dtype())
+    stored = pc.list_value_length(lists).to_numpy(zero_copy_only=False) > 0
+    values[np.repeat(stored, lengths)] = pc.list_flatten(lists).to_numpy(zero_copy_only=False)
+    return pa.array(values, item_type)
+
+
+def zeros_left_empty(lengths: np.ndarray, values: np.ndarray, item_type: pa.DataType) -> pa.ListArray:
+    """Per-chunk ``values``, ``lengths[i]`` of them for row ``i``, as a list a row, a row of zeros as an empty list:
+    how chunk_arrays keeps the ``CHUNKS_DEFAULTED`` arrays (migration 0036)."""
     valued = np.zeros(lengths.size, dtype=bool)
     nonempty = lengths > 0
     if values.size:
         starts = np.cumsum(lengths) - lengths
         valued[nonempty] = np.maximum.reduceat(values, starts[nonempty]) > 0
-    if not valued.any():
-        return None
-    if valued[nonempty].all():
-        return lists
-    kept = np.where(valued, lengths, 0)
-    offsets = np.concatenate(([0], np.cumsum(kept))).astype(np.int32)
-    return pa.ListArray.from_arrays(
-        pa.array(offsets), pa.array(values[np.repeat(valued, lengths)], lists.type.value_type)
-    )
+    offsets = np.concatenate(([0], np.cumsum(np.where(valued, lengths, 0)))).astype(np.int32)
+    kept = values[np.repeat(valued, lengths)].astype(item_type.to_pandas_dtype())
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(kept, item_type))
 
 
 def _with_column(block: pa.Table, name: str, values: pa.Array) -> pa.Table:

@@ -680,8 +680,11 @@ def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: i
     offsets = pa.array(np.concatenate(([0], np.cumsum(lengths))).astype(np.int32))
 
     def chunk_values(values: np.ndarray, name: str) -> pa.ListArray:
-        """A per-chunk column as one list per stream."""
+        """A per-chunk column as one list per stream; for a column stored with a default, a stream's zeros as an
+        empty list."""
         item_type = columns.CHUNKS_DECODED.field(name).type.value_type
+        if name in columns.CHUNKS_DEFAULTED.names:
+            return columns.zeros_left_empty(lengths, values, item_type)
         return pa.ListArray.from_arrays(offsets, pa.array(values.astype(item_type.to_pandas_dtype())))
 
     stream_values = {name: streams_block[name] for name in ("tenant", "start_time", "service", "side", "provider")}
