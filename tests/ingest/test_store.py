@@ -186,9 +186,9 @@ def test_a_tool_calls_pause_is_kept_with_its_stream_and_unknown_for_streams_deco
 
 
 def test_chunk_columns_of_zeros_are_left_to_their_default(store_client):
-    """The writer leaves out of its insert a defaulted chunk column that is zero throughout, and empty the arrays of
-    zeros of the rest; the store keeps an empty array, which the chunks view reads as the same zeros, one a chunk.
-    A stream with one value keeps its array whole."""
+    """The writer leaves out of its insert a defaulted chunk column that is zero throughout, and empties a stream's
+    array of zeros in the others; the store keeps an empty array, which the chunks view reads as the same zeros, one
+    a chunk. A stream with one value keeps its array whole."""
     quiet = stream_span(1, 1, side="client", offsets_ms=[10, 20, 30], tokens=[1, 1, 1])
     held = stream_span(2, 2, side="client", offsets_ms=[10, 400], tokens=[1, 1])
     held.attributes.append(
