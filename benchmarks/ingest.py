@@ -5,8 +5,9 @@ The streams are recorded by StreamRecorder in each encoding and encoded by OpenT
 before the clock starts. A ``streamscope collector`` process with its defaults (fsync'd spool, repeated-span
 lookup, attribution job) is started on a fresh store; senders post the requests over keep-alive connections,
 and the clock stops when a query sees every chunk committed. The collector's CPU time and peak RSS come from
-/proc, and the CPU time also by thread (the interpreter's, the engine's merges, and its other threads) and the
-kernel's part of it.
+/proc, and the CPU time also by thread (the collector's decode workers, spool, writer, HTTP loop and attribution
+job, which it names for the operating system; the engine's merges and its other threads) and the kernel's part
+of it. The engine parses each insert on the thread that sends it, so the writer's share holds that too.
 Senders post one request at a time each, as OpenTelemetry's exporters do; the command runs at each number of senders
 given (4 and 16: a few exporters and a busier fleet). The collector answers once a request is durable in its spool,
 and its writer inserts whatever has been spooled meanwhile, at most once a second. The packed runs are repeated with
@@ -52,7 +53,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from benchmarks import otel_traces
 from benchmarks.wire_cost import spans
 from streamscope import semconv as sc
-from streamscope_collector.pipeline import TRACES
+from streamscope.threads import os_name
+from streamscope_collector.pipeline import DECODE_THREAD, TRACES
 from streamscope_collector.service import running_collector
 from streamscope_ingest import store
 from streamscope_ingest.analysis.attribution_job import AttributionJob
@@ -165,8 +167,9 @@ class CollectorProcess:
         return _cpu_seconds(Path(f"/proc/{self.process.pid}/stat"), user=False)
 
     def cpu_by_thread(self) -> Counter[str]:
-        """CPU seconds of the live threads by kind: the interpreter's (they keep the process's name), the engine's
-        merges, and its other threads (insert and query pipelines). Threads that ended are not counted."""
+        """CPU seconds of the live threads by kind (``_THREAD_KINDS``): the collector's own by the names it gives
+        them, its other Python threads (they keep the process's name), the engine's merges and its other threads
+        (insert and query pipelines). Threads that ended are not counted."""
         interpreter = Path(f"/proc/{self.process.pid}/comm").read_text().strip()
         totals: Counter[str] = Counter()
         for task in Path(f"/proc/{self.process.pid}/task").iterdir():
@@ -174,7 +177,7 @@ class CollectorProcess:
                 name, seconds = (task / "comm").read_text().strip(), _cpu_seconds(task / "stat")
             except OSError:  # it ended meanwhile
                 continue
-            totals[_THREAD_KINDS.get(name, "engine, other") if name != interpreter else "interpreter"] += seconds
+            totals[_THREAD_KINDS.get(name, "engine, other") if name != interpreter else "interpreter, other"] += seconds
         return totals
 
     def rss_bytes(self, kind: str = "VmRSS") -> int:
@@ -201,7 +204,15 @@ def _cpu_seconds(stat: Path, user: bool = True) -> float:
     return ((int(fields[11]) if user else 0) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-_THREAD_KINDS = {"MergeMutate": "engine merges"}
+_THREAD_KINDS = {
+    DECODE_THREAD: "decode",
+    os_name("streamscope-spool"): "spool",
+    os_name("streamscope-writer"): "writer",
+    "otlp-http": "HTTP",
+    "attribution": "attribution",
+    "MergeMutate": "engine merges",
+}
+"""Kinds of thread by the name the operating system knows them by."""
 
 
 @dataclass(frozen=True)

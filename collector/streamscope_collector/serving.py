@@ -11,6 +11,8 @@ from typing import Any
 
 import uvicorn
 
+from streamscope.threads import named_thread
+
 
 def bound_socket(host: str, port: int, what: str) -> socket.socket:
     """A TCP socket bound to ``host:port``; the error says what could not listen where (a port in use)."""
@@ -41,9 +43,7 @@ class BackgroundServer:
         self._server = uvicorn.Server(
             uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False, timeout_keep_alive=keep_alive_s)
         )
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._socket]}, name=name, daemon=True
-        )
+        self._thread = named_thread(self._server.run, name, sockets=[self._socket])
 
     def start(self) -> BackgroundServer:
         self._thread.start()

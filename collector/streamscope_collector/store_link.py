@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from clickhouse_connect.driver.client import Client
 
 from streamscope.errors import RetryableWriteError
+from streamscope.threads import named_thread
 from streamscope_ingest.decode.batch import DecodedBatch
 from streamscope_ingest.store.writer import ClickHouseWriter
 
@@ -80,7 +81,7 @@ class StoreLink:
                     return
                 backoff = min(backoff * 2, self._retry_max_s)
 
-        self._thread = threading.Thread(target=retry, name="streamscope-store-open", daemon=True)
+        self._thread = named_thread(retry, "streamscope-store-open")
         self._thread.start()
 
     def stop(self) -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
+from streamscope.threads import named_thread
 from streamscope_gpu_agent.dcgm import DcgmScraper
 from streamscope_gpu_agent.events import EngineEvent, EventDeriver, Thresholds
 from streamscope_gpu_agent.export import OtlpShipper, Outbox, agent_resource
@@ -153,7 +154,7 @@ class GpuAgent:
         self._http.close()
 
     def _spawn(self, name: str, target) -> None:
-        thread = threading.Thread(target=target, name=f"gpu-agent-{name}", daemon=True)
+        thread = named_thread(target, f"gpu-agent-{name}")
         thread.start()
         self._threads.append(thread)
 

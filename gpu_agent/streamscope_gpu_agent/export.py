@@ -32,6 +32,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from streamscope import semconv as sc
+from streamscope.threads import named_thread
 from streamscope_gpu_agent.events import EngineEvent
 from streamscope_gpu_agent.samples import Sample
 
@@ -167,7 +168,7 @@ class OtlpShipper:
         self._batch = (batch_samples, batch_events)
         self._max_backoff_s = max_backoff_s
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="gpu-agent-shipper", daemon=True)
+        self._thread = named_thread(self._run, "gpu-agent-shipper")
 
     def start(self) -> OtlpShipper:
         self._thread.start()

@@ -29,6 +29,8 @@ import weakref
 from collections import deque
 from typing import TYPE_CHECKING, Final, Literal
 
+from streamscope.threads import named_thread
+
 if TYPE_CHECKING:
     from asyncio import AbstractEventLoop
 
@@ -164,7 +166,7 @@ class ThreadWatch(Watch):
             if self._thread is not None:
                 return
             self._due_ns = time.perf_counter_ns() + PERIOD_NS
-            self._thread = threading.Thread(target=self._run, name="streamscope-host-watch", daemon=True)
+            self._thread = named_thread(self._run, "streamscope-host-watch")
             thread = self._thread
         thread.start()
 

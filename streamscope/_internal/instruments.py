@@ -27,6 +27,8 @@ from typing import Final
 from opentelemetry import metrics
 from opentelemetry.util.types import AttributeValue
 
+from streamscope.threads import named_thread
+
 TIME_TO_FIRST_CHUNK: Final = "gen_ai.client.operation.time_to_first_chunk"
 TIME_PER_OUTPUT_CHUNK: Final = "gen_ai.client.operation.time_per_output_chunk"
 DURATION_BUCKETS: Final = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
@@ -85,7 +87,7 @@ class DeferredRecords:
                 return
             self._pending.append((meter_provider, labels, offsets_us))
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="streamscope-metrics", daemon=True)
+                self._thread = named_thread(self._run, "streamscope-metrics")
                 self._thread.start()
                 # registered now, after the application's MeterProvider registered its shutdown: runs before it
                 atexit.register(self.flush)

@@ -6,6 +6,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from streamscope.threads import named_thread
 from streamscope_cli.proxy.app import create_app
 from streamscope_cli.proxy.config import ProxyConfig
 from streamscope_cli.workload.ground_truth import GroundTruthSink
@@ -56,7 +57,7 @@ def run_proxy(
                 on_ready(server.port)
             wait_until_set(stop)
     finally:
-        stopper = threading.Thread(target=server.stop, name="streamscope-proxy-stop", daemon=True)
+        stopper = named_thread(server.stop, "streamscope-proxy-stop")
         stopper.start()
         stopper.join(grace_s)
         uvicorn_log.removeFilter(quiet)

@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from clickhouse_connect.driver.client import Client
 
+from streamscope.threads import named_thread
 from streamscope_ingest import store
 from streamscope_ingest.analysis.attribution import (
     Arrivals,
@@ -401,7 +402,7 @@ class PeriodicAttribution:
         self.job = job
         self._interval_s = interval_s
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="attribution", daemon=True)
+        self._thread = named_thread(self._run, "attribution")
 
     def start(self) -> PeriodicAttribution:
         self._thread.start()

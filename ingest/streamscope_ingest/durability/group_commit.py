@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from streamscope.errors import SpoolUnavailable, StreamscopeError, WriteError
+from streamscope.threads import named_thread
 from streamscope_ingest.decode.batch import DecodedBatch
 from streamscope_ingest.durability.isolation import (
     WHOLE_SEGMENT,
@@ -99,8 +100,8 @@ class GroupCommitWriter:
         """The writer's own trouble (the spool's disk failing under it) while it lasts; empty when there is none."""
         self.spool_error = ""
         """Why the last append failed, until one succeeds again; empty when the spool takes writes."""
-        self._appender = threading.Thread(target=self._append_loop, name="streamscope-spool", daemon=True)
-        self._drainer = threading.Thread(target=self._drain_loop, name="streamscope-writer", daemon=True)
+        self._appender = named_thread(self._append_loop, "streamscope-spool")
+        self._drainer = named_thread(self._drain_loop, "streamscope-writer")
         self._appender.start()
         self._drainer.start()
 
