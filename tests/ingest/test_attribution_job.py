@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
+from clickhouse_connect.driver.exceptions import OperationalError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
@@ -14,8 +15,9 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 from streamscope import semconv as sc
+from streamscope.errors import StreamscopeError
 from streamscope_ingest.analysis.attribution import StallRules, Timeline
-from streamscope_ingest.analysis.attribution_job import CHUNKS_SQL, AttributionJob, QualityTargets, measured
+from streamscope_ingest.analysis.attribution_job import CHUNKS_SQL, JOB, AttributionJob, QualityTargets, measured
 from streamscope_ingest.analysis.quality import andes_qoe, fluidity_index
 from streamscope_ingest.analysis.smoothing import Buffer, smooth_each
 from streamscope_ingest.decode.logs import decode_logs
@@ -310,3 +312,69 @@ def test_the_jobs_chunk_offsets_are_the_timeline_views_for_every_kind_of_chunk(s
         (trace, span, list(offsets)) for trace, span, offsets in view
     ]
     assert view[0][2] == [5, 100, 140, 147, 170, 173, 2_000_170, 2_000_179]  # as the view's rule reads
+
+
+class _ProgressLostOnce:
+    """The job's insert client, whose first write of the job's progress fails after the pass's rows were stored:
+    the store went away between two inserts."""
+
+    def __init__(self, client) -> None:
+        self._client = client
+        self.failed = False
+
+    def __getattr__(self, name: str):
+        return getattr(self._client, name)
+
+    def insert(self, table: str, data, *args, **kwargs):
+        if table == "attribution_progress" and data[0][0] == JOB and not self.failed:
+            self.failed = True
+            raise OperationalError("the store went away")
+        return self._client.insert(table, data, *args, **kwargs)
+
+
+def _attributed(client) -> dict[str, int]:
+    return {
+        table: client.query(f"SELECT {count} FROM {table}").result_rows[0][0]
+        for table, count in (
+            ("stalls", "count()"),
+            ("stream_quality", "count()"),
+            ("stream_smoothing", "count()"),
+            ("smoothing_histograms", "sum(streams)"),
+        )
+    }
+
+
+def test_a_pass_repeated_after_a_store_fault_counts_nothing_twice(store_client):
+    write(
+        store_client,
+        [span(1, 1, "client", T0, with_gap(10, 600)), span(3, 3, "client", T0, with_gap(12, 900))],
+        [],
+    )
+    faulty = _ProgressLostOnce(store_client)
+    job = AttributionJob(store_client, settle_s=0, insert_client=faulty)
+    until = datetime.now(UTC) + timedelta(seconds=1)
+    with pytest.raises(StreamscopeError):
+        job.run_once(until=until)
+    once = _attributed(store_client)
+    assert faulty.failed and once["stalls"] == 2 and once["smoothing_histograms"] > 0
+
+    assert job.run_once(until=until) == 2  # the watermark did not move: the same pass again
+    assert _attributed(store_client) == once
+
+
+def test_a_pass_retried_later_over_more_streams_counts_the_first_ones_once(store_client):
+    write(store_client, [span(1, 1, "client", T0, with_gap(10, 600))], [])
+    faulty = _ProgressLostOnce(store_client)
+    job = AttributionJob(store_client, settle_s=0, insert_client=faulty)
+    with pytest.raises(StreamscopeError):
+        job.run_once(until=datetime.now(UTC) + timedelta(seconds=1))
+    write(store_client, [span(3, 3, "client", T0, with_gap(12, 900))], [])  # arrives meanwhile
+
+    job.run_once(until=datetime.now(UTC) + timedelta(seconds=2))
+    clean = AttributionJob(store_client, settle_s=0)
+    assert clean.run_once(until=datetime.now(UTC) + timedelta(seconds=3)) == 0
+    stalls = store_client.query("SELECT trace_id, count() FROM stalls GROUP BY trace_id ORDER BY trace_id")
+    assert stalls.result_rows == [(trace_hex(1), 1), (trace_hex(3), 1)]
+    rated = store_client.query("SELECT trace_id, count() FROM stream_quality GROUP BY trace_id ORDER BY trace_id")
+    assert rated.result_rows == [(trace_hex(1), 1), (trace_hex(3), 1)]
+    assert _attributed(store_client)["stream_smoothing"] == 2 * 3

@@ -9,6 +9,11 @@ stored since its watermark in passes of a few queries, and advances the watermar
 ``attribution_progress`` after each pass, so a restart neither skips nor repeats streams. A pass holds at most
 ``pass_streams`` streams (and their chunks) in memory, however far behind the job is after an outage.
 
+A pass writes four tables and then its progress, and the store can fail between any two. So a pass records where
+it ends before it writes (``BEGUN``), and each of its inserts carries a deduplication token named by the pass and
+the table: the next attempt, here or in another collector, repeats exactly that pass, and what the failed one
+stored is not counted again, even when more streams have settled meanwhile.
+
 A stream's stalls are attributed from its own two sides and its node's events, and checked against the other
 client streams of the same pass that share its client process (service instance), the endpoint it streamed from
 or its serving node: a host or a gateway that paused, or a node that was slow for everyone, held them all at once
@@ -21,6 +26,7 @@ only while it does, so each stream is attributed once, and another collector tak
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 from collections import defaultdict
@@ -56,6 +62,8 @@ from streamscope_ingest.store.lease import Lease
 log = logging.getLogger(__name__)
 Row = dict[str, Any]
 JOB = "stalls"
+BEGUN = f"{JOB}, begun"
+"""The ``attribution_progress`` job under which a pass records where it ends, before it writes anything."""
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 TIMED = "timed"
 """A smoothing row's mark: its stream's every arrival is known, so ``smoothing_histograms`` counts it (as
@@ -153,8 +161,12 @@ class AttributionJob:
         self.buffers = tuple(Buffer(depth) for depth in smoothing_depths_ms)
 
     def watermark(self) -> datetime:
+        """Where the last finished pass ended."""
+        return self._progress(JOB)
+
+    def _progress(self, job: str) -> datetime:
         rows = self._client.query(
-            "SELECT max(through) FROM attribution_progress FINAL WHERE job = {job:String}", parameters={"job": JOB}
+            "SELECT max(through) FROM attribution_progress FINAL WHERE job = {job:String}", parameters={"job": job}
         ).result_rows
         value = rows[0][0] if rows else None
         if not value or value.year <= 1970:
@@ -177,33 +189,40 @@ class AttributionJob:
             if self.lease is not None and not self.lease.held():
                 return 0, True  # another job runs it
             since = self.watermark()
-            until = until or datetime.now(UTC) - timedelta(seconds=self.settle_s)
+            unfinished = self._progress(BEGUN)
+            settled = datetime.now(UTC) - timedelta(seconds=self.settle_s)  # a later bound could change a repeat
+            until = _as_stored(unfinished if unfinished > since else min(until or settled, settled))
             if until <= since:
                 return 0, True
             parameters = {"since": since, "until": until, "limit": self.pass_streams}
             rows = self._client.query(STREAMS_SQL, parameters=parameters).result_rows
-            caught_up = len(rows) < self.pass_streams
-            if not caught_up:
+            caught_up = len(rows) < self.pass_streams and unfinished <= since  # after a repeat, go on from there
+            if len(rows) == self.pass_streams:
                 until = _utc(rows[-1][-1])  # ordered by ingested_at, ties included: the pass ends on a whole instant
+            if unfinished <= since:
+                self._insert_client.insert("attribution_progress", [[BEGUN, until]], column_names=["job", "through"])
             streams = [tuple(row[:-1]) for row in rows]
             stalls, quality, smoothing = self._attribute(streams) if streams else ([], [], [])
             if self.lease is not None and not self.lease.still_held():
                 log.warning("the attribution lease went to another collector during a pass; it writes nothing")
                 return 0, True
+            insert = partial(self._insert_once, pass_name=_pass_name(since, until, streams))
             if stalls:
-                insert_arrow(self._insert_client, "stalls", pa.Table.from_pylist(stalls, schema=columns.STALLS))
+                insert("stalls", pa.Table.from_pylist(stalls, schema=columns.STALLS))
             if quality:
-                insert_arrow(
-                    self._insert_client, "stream_quality", pa.Table.from_pylist(quality, schema=columns.STREAM_QUALITY)
-                )
+                insert("stream_quality", pa.Table.from_pylist(quality, schema=columns.STREAM_QUALITY))
             if smoothing:
                 smoothed = pa.Table.from_pylist(smoothing, schema=columns.STREAM_SMOOTHING)
-                insert_arrow(self._insert_client, "stream_smoothing", smoothed)
+                insert("stream_smoothing", smoothed)
                 counted = smoothed.filter(pa.array([row[TIMED] for row in smoothing]))
                 if counted.num_rows:
-                    insert_arrow(self._insert_client, "smoothing_histograms", smoothing_histograms(counted))
+                    insert("smoothing_histograms", smoothing_histograms(counted))
             self._insert_client.insert("attribution_progress", [[JOB, until]], column_names=["job", "through"])
             return len(stalls), caught_up
+
+    def _insert_once(self, table: str, block: pa.Table, pass_name: str) -> None:
+        """Insert ``block``, taken once however often the pass named ``pass_name`` is repeated."""
+        insert_arrow(self._insert_client, table, block, {"insert_deduplication_token": f"{pass_name} {table}"})
 
     def _attribute(self, streams: list[tuple[Any, ...]]) -> tuple[list[Row], list[Row], list[Row]]:
         traces = sorted({row[1] for row in streams})
@@ -389,6 +408,18 @@ def _row(stall: Stall, identity: dict[str, str]) -> Row:
 
 def _utc(value: datetime) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _pass_name(since: datetime, until: datetime, streams: list[tuple[Any, ...]]) -> str:
+    """A pass by its bounds and its streams: a repeat that finds a stream more (stored late, inside the bounds)
+    is another pass, whose rows are all written, rather than one whose rows are dropped as a repeat."""
+    keys = hashlib.blake2b("\n".join(f"{row[1]} {row[2]}" for row in streams).encode(), digest_size=8).hexdigest()
+    return f"{JOB} {since.isoformat()} {until.isoformat()} {keys}"
+
+
+def _as_stored(value: datetime) -> datetime:
+    """``value`` to the millisecond, as ``attribution_progress`` keeps it and the pass's queries read it."""
+    return value.replace(microsecond=value.microsecond // 1000 * 1000)
 
 
 def _time(microseconds: int) -> datetime:
