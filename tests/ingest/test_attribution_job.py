@@ -229,6 +229,15 @@ def test_a_job_far_behind_catches_up_in_bounded_passes_without_skipping_or_repea
     assert job.run_pass(until) == (0, True)
 
 
+def test_a_pass_that_ends_among_streams_stored_together_takes_them_all_and_skips_none(store_client):
+    for first in (1, 4):  # two inserts of three streams: three streams in each instant of ingestion
+        write(store_client, [span(t, t, "client", T0, with_gap(5, 700)) for t in range(first, first + 3)], [])
+    job = AttributionJob(store_client, settle_s=0, pass_streams=2)
+
+    assert job.run_once(datetime.now(UTC) + timedelta(seconds=1)) == 6
+    assert store_client.query("SELECT count(), uniqExact(trace_id) FROM stream_quality").result_rows == [(6, 6)]
+
+
 def test_a_watched_clients_own_host_delays_reach_the_verdict(store_client):
     """Three clients read a chunk late (each from its own node, so no host is shared); the one whose host says it
     was not running then is client_host."""

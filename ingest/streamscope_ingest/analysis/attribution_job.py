@@ -196,8 +196,9 @@ class AttributionJob:
                 return 0, True
             parameters = {"since": since, "until": until, "limit": self.pass_streams}
             rows = self._client.query(STREAMS_SQL, parameters=parameters).result_rows
-            caught_up = len(rows) < self.pass_streams and unfinished <= since  # after a repeat, go on from there
-            if len(rows) == self.pass_streams:
+            full = len(rows) >= self.pass_streams  # more with the last one's ties
+            caught_up = not full and unfinished <= since  # after a repeat, go on from there
+            if full:
                 until = _utc(rows[-1][-1])  # ordered by ingested_at, ties included: the pass ends on a whole instant
             if unfinished <= since:
                 self._insert_client.insert("attribution_progress", [[BEGUN, until]], column_names=["job", "through"])
