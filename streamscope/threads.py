@@ -7,10 +7,10 @@ writer and attribution job each show as themselves, beside the engine's threads,
 
 from __future__ import annotations
 
-import ctypes
 import sys
 import threading
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 _PREFIX = "streamscope-"
@@ -18,16 +18,20 @@ _OS_NAME_BYTES = 15  # the kernel keeps 16 bytes, the last a NUL
 _PR_SET_NAME = 15
 
 
+@cache
 def _prctl() -> Callable[..., int] | None:
+    """libc's ``prctl``, looked up when a thread is first named: ``ctypes`` would add to every application's
+    ``import streamscope``."""
     if not sys.platform.startswith("linux"):
         return None
+    import ctypes
+
     try:
         return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
 
 
-_PRCTL = _prctl()
 _named = threading.local()
 
 
@@ -39,9 +43,11 @@ def os_name(name: str) -> str:
 def name_this_thread(name: str) -> None:
     """Give the calling thread ``name`` in the operating system (``os_name``); a no-op where there is no
     ``prctl``, and after the first call with the same name on this thread."""
-    if _PRCTL is None or getattr(_named, "name", None) == name:
+    if getattr(_named, "name", None) == name:
         return
-    _PRCTL(_PR_SET_NAME, os_name(name).encode(), 0, 0, 0)
+    prctl = _prctl()
+    if prctl is not None:
+        prctl(_PR_SET_NAME, os_name(name).encode(), 0, 0, 0)
     _named.name = name
 
 

@@ -162,7 +162,19 @@ def test_the_rules_catch_a_forbidden_edge(tmp_path: Path):
     assert not any(within(imported, allowed) for allowed in rule_for("streamscope_ingest.decode.probe"))
 
 
-HEAVY = ("numpy", "pyarrow", "clickhouse_connect", "chdb", "fastapi", "starlette", "grpc", "yaml", "click", "rich")
+HEAVY = (
+    "numpy",
+    "pyarrow",
+    "clickhouse_connect",
+    "chdb",
+    "fastapi",
+    "starlette",
+    "grpc",
+    "yaml",
+    "click",
+    "rich",
+    "ctypes",
+)
 
 
 def test_importing_the_sdk_stays_light():
