@@ -55,11 +55,13 @@ from benchmarks.wire_cost import spans
 from streamscope import semconv as sc
 from streamscope.threads import os_name
 from streamscope_collector.pipeline import DECODE_THREAD, TRACES
-from streamscope_collector.service import running_collector
+from streamscope_collector.service import HTTP_THREAD, running_collector
 from streamscope_ingest import store
+from streamscope_ingest.analysis import attribution_job
 from streamscope_ingest.analysis.attribution_job import AttributionJob
 from streamscope_ingest.decode.int_arrays import element_count
 from streamscope_ingest.decode.traces import decode_traces
+from streamscope_ingest.durability.group_commit import SPOOL_THREAD, WRITER_THREAD
 from streamscope_ingest.store import migrations
 from streamscope_ingest.store.writer import ClickHouseWriter
 
@@ -205,11 +207,16 @@ def _cpu_seconds(stat: Path, user: bool = True) -> float:
 
 
 _THREAD_KINDS = {
-    DECODE_THREAD: "decode",
-    os_name("streamscope-spool"): "spool",
-    os_name("streamscope-writer"): "writer",
-    "otlp-http": "HTTP",
-    "attribution": "attribution",
+    **{
+        os_name(thread): kind
+        for thread, kind in (
+            (DECODE_THREAD, "decode"),
+            (SPOOL_THREAD, "spool"),
+            (WRITER_THREAD, "writer"),
+            (HTTP_THREAD, "HTTP"),
+            (attribution_job.THREAD, "attribution"),
+        )
+    },
     "MergeMutate": "engine merges",
 }
 """Kinds of thread by the name the operating system knows them by."""

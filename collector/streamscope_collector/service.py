@@ -49,6 +49,7 @@ from streamscope_ingest.store.writer import ClickHouseWriter
 
 log = logging.getLogger(__name__)
 DISCOVERY_FILE = "collector.json"
+HTTP_THREAD = "otlp-http"
 
 
 class Collector:
@@ -189,7 +190,7 @@ class Collector:
             sql=OperatorSql(self._sql_runner(), self.operator_token) if self.target.embedded else None,
         )
         self._http = BackgroundServer(
-            app, self.config.host, self.config.http_port, name="otlp-http", keep_alive_s=KEEP_ALIVE_S
+            app, self.config.host, self.config.http_port, name=HTTP_THREAD, keep_alive_s=KEEP_ALIVE_S
         ).start()
         self.http_port = self._http.port
         if self.config.grpc_port is not None:

@@ -62,6 +62,7 @@ from streamscope_ingest.store.lease import Lease
 log = logging.getLogger(__name__)
 Row = dict[str, Any]
 JOB = "stalls"
+THREAD = "attribution"
 BEGUN = f"{JOB}, begun"
 """The ``attribution_progress`` job under which a pass records where it ends, before it writes anything."""
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -434,7 +435,7 @@ class PeriodicAttribution:
         self.job = job
         self._interval_s = interval_s
         self._stop = threading.Event()
-        self._thread = named_thread(self._run, "attribution")
+        self._thread = named_thread(self._run, THREAD)
 
     def start(self) -> PeriodicAttribution:
         self._thread.start()

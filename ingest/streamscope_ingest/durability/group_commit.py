@@ -44,6 +44,8 @@ from streamscope_ingest.durability.spool import Group, Segment, Spool
 __all__ = ["GroupCommitConfig", "GroupCommitWriter", "SegmentSink", "Ticket", "WriteObserver"]
 
 log = logging.getLogger(__name__)
+SPOOL_THREAD = "streamscope-spool"
+WRITER_THREAD = "streamscope-writer"
 
 
 @dataclass(frozen=True)
@@ -100,8 +102,8 @@ class GroupCommitWriter:
         """The writer's own trouble (the spool's disk failing under it) while it lasts; empty when there is none."""
         self.spool_error = ""
         """Why the last append failed, until one succeeds again; empty when the spool takes writes."""
-        self._appender = named_thread(self._append_loop, "streamscope-spool")
-        self._drainer = named_thread(self._drain_loop, "streamscope-writer")
+        self._appender = named_thread(self._append_loop, SPOOL_THREAD)
+        self._drainer = named_thread(self._drain_loop, WRITER_THREAD)
         self._appender.start()
         self._drainer.start()
 
