@@ -202,7 +202,7 @@ class AttributionJob:
             if full:
                 until = _utc(rows[-1][-1])  # ordered by ingested_at, ties included: the pass ends on a whole instant
             if unfinished <= since:
-                self._insert_client.insert("attribution_progress", [[BEGUN, until]], column_names=["job", "through"])
+                self._record(BEGUN, until)
             streams = [tuple(row[:-1]) for row in rows]
             stalls, quality, smoothing = self._attribute(streams) if streams else ([], [], [])
             if self.lease is not None and not self.lease.still_held():
@@ -219,8 +219,12 @@ class AttributionJob:
                 counted = smoothed.filter(pa.array([row[TIMED] for row in smoothing]))
                 if counted.num_rows:
                     insert("smoothing_histograms", smoothing_histograms(counted))
-            self._insert_client.insert("attribution_progress", [[JOB, until]], column_names=["job", "through"])
+            self._record(JOB, until)
             return len(stalls), caught_up
+
+    def _record(self, job: str, through: datetime) -> None:
+        """``job`` has reached ``through`` (``_progress`` reads it back)."""
+        self._insert_client.insert("attribution_progress", [[job, through]], column_names=["job", "through"])
 
     def _insert_once(self, table: str, block: pa.Table, pass_name: str) -> None:
         """Insert ``block``, taken once however often the pass named ``pass_name`` is repeated."""
