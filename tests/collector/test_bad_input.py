@@ -196,7 +196,21 @@ def test_an_event_that_is_not_protobuf_rejects_its_span_only_over_http_and_grpc(
         request_of(event_span(1, [(10, sc.CHUNK_EVENT, {})]), plain_stream_span(2, [10, 20])).SerializeToString()
     )
     view.resource_spans[0].scope_spans[0].spans[0].events.append(b"\x1a\x05")  # an attribute past the end
-    body = view.SerializeToString()
+    assert_first_span_alone_rejected(collector, view.SerializeToString(), "event 1 is not a valid OTLP Span.Event")
+
+
+def test_an_attribute_that_is_not_protobuf_rejects_its_span_only_over_http_and_grpc(collector):
+    """Span attributes are read lazily too (decode.attributes): a broken one costs its span, not the request."""
+    view = TraceRequestView.FromString(
+        request_of(plain_stream_span(1, [10, 20]), plain_stream_span(2, [10, 20])).SerializeToString()
+    )
+    view.resource_spans[0].scope_spans[0].spans[0].attributes.append(b"\x12\x05")  # a value past the end
+    assert_first_span_alone_rejected(collector, view.SerializeToString(), "is not a valid OTLP KeyValue")
+
+
+def assert_first_span_alone_rejected(collector, body: bytes, reason: str) -> None:
+    """``body`` (span 01, then span 02) sent over HTTP and over gRPC: each time span 01 is rejected for ``reason``
+    and span 02 is stored."""
     with grpc.insecure_channel(collector.grpc_endpoint) as channel:
         export = channel.unary_unary(
             "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
@@ -206,7 +220,7 @@ def test_an_event_that_is_not_protobuf_rejects_its_span_only_over_http_and_grpc(
         answers = [ExportTraceServiceResponse.FromString(post(collector, body, PROTOBUF).content), export(body)]
     for answer in answers:
         assert answer.partial_success.rejected_spans == 1
-        assert "event 1 is not a valid OTLP Span.Event" in answer.partial_success.error_message
+        assert reason in answer.partial_success.error_message
     assert collector.query_client.query("SELECT span_id FROM streams").result_rows == [("02" * 8,)]
 
 

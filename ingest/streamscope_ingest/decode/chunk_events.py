@@ -4,7 +4,8 @@ Chunk events differ in their time and repeat everything else: the name and a han
 sizes in the tens or hundreds. Read through OTLP's message classes, every attribute of every event costs Python
 objects for its KeyValue, key and AnyValue: most of the collector's Python time with events. Protobuf encodes an
 embedded message exactly as it encodes bytes, so the collector parses trace requests as ``TraceRequestView``:
-OTLP's own messages, except that a span's events are left as bytes, parsed only for stream spans.
+OTLP's own messages, except that a span's events and attributes are left as bytes, parsed only for stream spans
+(the attributes: ``streamscope_ingest.decode.attributes``).
 
 Encoders write known fields in field-number order, as protobuf's own implementations do, so an event with a time
 starts with it: a tag byte and eight little-endian bytes, read for all of a span's events at once
@@ -49,8 +50,9 @@ class ChunkEventRejected(ValueError):
 
 
 def _views() -> tuple[type[Message], type[Message]]:
-    """``ExportTraceServiceRequest`` from opentelemetry-proto's own descriptors with ``Span.events`` retyped bytes,
-    and ``Span.Event`` with a time that tells whether it was sent (to read a tail)."""
+    """``ExportTraceServiceRequest`` from opentelemetry-proto's own descriptors with ``Span.events`` and
+    ``Span.attributes`` retyped bytes, and ``Span.Event`` with a time that tells whether it was sent (to read a
+    tail)."""
     pool = descriptor_pool.DescriptorPool()
     for module in (common_pb2, resource_pb2, trace_pb2, trace_service_pb2):
         file = descriptor_pb2.FileDescriptorProto()
@@ -58,9 +60,10 @@ def _views() -> tuple[type[Message], type[Message]]:
         file.ClearField("service")
         for message in file.message_type:
             if message.name == Span.DESCRIPTOR.name:
-                events = next(field for field in message.field if field.name == "events")
-                events.type = FieldDescriptorProto.TYPE_BYTES
-                events.ClearField("type_name")
+                for field in message.field:
+                    if field.name in ("events", "attributes"):
+                        field.type = FieldDescriptorProto.TYPE_BYTES
+                        field.ClearField("type_name")
                 tail = message.nested_type.add()
                 tail.CopyFrom(next(nested for nested in message.nested_type if nested.name == "Event"))
                 tail.name = "EventTail"
@@ -75,7 +78,8 @@ def _views() -> tuple[type[Message], type[Message]]:
 
 TraceRequestView, _EventTail = _views()
 """``TraceRequestView``: what the collector parses trace requests as, protobuf bodies and gRPC messages directly,
-JSON through ``as_trace_view``. Its spans read as OTLP's do, except ``events``: each one's encoding."""
+JSON through ``as_trace_view``. Its spans read as OTLP's do, except ``events`` and ``attributes``: each one's
+encoding."""
 
 
 def as_trace_view(request: Message) -> Message:

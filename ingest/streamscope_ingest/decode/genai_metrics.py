@@ -23,9 +23,9 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
     Metric,
 )
 
+from streamscope_ingest.decode.attributes import attribute_map, stringify
 from streamscope_ingest.decode.batch import Rejection
 from streamscope_ingest.decode.limits import SpanLimits
-from streamscope_ingest.decode.traces import attribute_map, stringify
 
 PREFIX = "gen_ai."
 _TEMPORALITY = {

@@ -17,8 +17,8 @@ from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from streamscope import semconv as sc
 from streamscope_ingest.decode import columns
+from streamscope_ingest.decode.attributes import attribute_map, stringify
 from streamscope_ingest.decode.batch import DecodedBatch, Rejection
-from streamscope_ingest.decode.traces import attribute_map, stringify
 
 log = logging.getLogger(__name__)
 _OWN_KEYS = frozenset(

@@ -9,22 +9,22 @@ the rest of the request is kept.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 from google.protobuf.message import Message
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from streamscope import semconv as sc
 from streamscope_ingest.decode import columns, sources
+from streamscope_ingest.decode.attributes import AttributeRejected, attribute_map, plain, span_attributes, stringify
 from streamscope_ingest.decode.batch import DecodedBatch, Rejection
 from streamscope_ingest.decode.chunk_events import ChunkEventRejected, as_trace_view, chunk_events
 from streamscope_ingest.decode.int_arrays import (
@@ -145,12 +145,16 @@ def decode_traces(
         for scope_spans in resource_spans.scope_spans:
             scope = scope_spans.scope.name
             for span in scope_spans.spans:
-                attrs = {kv.key: kv.value for kv in span.attributes}
+                try:
+                    scalars, packed = span_attributes(span.attributes)
+                except AttributeRejected as exc:
+                    rejected.append(Rejection(_subject(span), str(exc)))
+                    continue
                 foreign = None
-                if sc.STREAMSCOPE_SIDE not in attrs:
+                if sc.STREAMSCOPE_SIDE not in scalars:
                     if scope.startswith(sources.SCOPES):
-                        plain = {key: _scalar(value) for key, value in attrs.items()}
-                        foreign = sources.read_foreign(scope, span, plain)
+                        every = scalars | {key: plain(value) for key, value in packed.items()}
+                        foreign = sources.read_foreign(scope, span, every)
                     if foreign is None:
                         ignored += 1
                         continue
@@ -160,7 +164,7 @@ def decode_traces(
                         raise _SpanRejected("the same span twice in one request")
                     seen.add((span.trace_id, span.span_id))
                     if foreign is None:
-                        stream = _decode_span(span, attrs, tenant, service, resource_strings)
+                        stream = _decode_span(span, scalars, packed, tenant, service, resource_strings)
                     else:
                         stream = _decode_foreign(span, foreign, tenant, service, resource_strings)
                     limits.check_chunks(stream.chunk_count)
@@ -200,20 +204,25 @@ def _subject(span: Message) -> str:
 
 
 def _decode_span(
-    span: Message, attrs: dict[str, AnyValue], tenant: str, service: str, resource: dict[str, str]
+    span: Message,
+    scalars: dict[str, Any],
+    arrays: dict[str, AnyValue],
+    tenant: str,
+    service: str,
+    resource: dict[str, str],
 ) -> _Stream:
+    """A stream from our own span: ``scalars`` are its attributes' plain values, ``arrays`` its packed arrays."""
     _check_ids_and_times(span)
-    scalars = {key: _scalar(value) for key, value in attrs.items() if key not in sc.PACKED_ARRAYS}
     side = str(scalars[sc.STREAMSCOPE_SIDE])
     if side not in sc.STREAMSCOPE_SIDE_VALUES:
         raise _SpanRejected(f"streamscope.side must be one of {', '.join(sc.STREAMSCOPE_SIDE_VALUES)}, not {side!r}")
     packed: list[AnyValue | None] | None = None
     offsets = values = None
     notes = [] if sc.STREAMSCOPE_ENCODING in scalars else [f"{sc.STREAMSCOPE_ENCODING} is missing (it is required)"]
-    if sc.STREAMSCOPE_CHUNKS_OFFSET_US in attrs:
+    if sc.STREAMSCOPE_CHUNKS_OFFSET_US in arrays:
         encoding = "packed"
-        packed = _packed_values(attrs)
-        chunk_count = element_count(attrs[sc.STREAMSCOPE_CHUNKS_OFFSET_US])
+        packed = _packed_values(arrays)
+        chunk_count = element_count(arrays[sc.STREAMSCOPE_CHUNKS_OFFSET_US])
         events_dropped = False
         unreadable = None
     else:
@@ -426,11 +435,11 @@ def _decode_foreign(
     )
 
 
-def _packed_values(attrs: dict[str, AnyValue]) -> list[AnyValue | None]:
+def _packed_values(arrays: dict[str, AnyValue]) -> list[AnyValue | None]:
     for name in sc.PACKED_ARRAYS:
-        if name not in attrs and name not in _OPTIONAL_ARRAYS:
+        if name not in arrays and name not in _OPTIONAL_ARRAYS:
             raise _SpanRejected(f"packed encoding without {name}")
-    return [attrs.get(name) for name in sc.PACKED_ARRAYS]
+    return [arrays.get(name) for name in sc.PACKED_ARRAYS]
 
 
 def _packed_arrays(
@@ -498,13 +507,11 @@ def _packed_together(streams: list[_Stream]) -> _Timelines | None:
     sizes = np.fromiter(map(len, raws), np.int64, len(raws)).reshape(len(streams), width)
     if (sizes != (counts * INT64_BYTES)[:, None]).any():
         return None  # arrays of unequal lengths, or not all bytes (an ArrayValue has no bytes_value)
-    owner = np.repeat(np.arange(counts.size), counts)
-    in_stream = np.arange(owner.size) - np.repeat(np.cumsum(counts) - counts, counts)
-    block_starts = np.cumsum(counts * width) - counts * width  # each stream's arrays, one after another
-    index = block_starts[owner] + in_stream + np.arange(width)[:, None] * counts[owner]
-    rows = int64s(b"".join(raws))[index]
-    values = np.zeros((len(sc.PACKED_ARRAYS) - 1, owner.size), dtype=np.int64)
-    values[[i - 1 for i, present in enumerate(sent) if present and i]] = rows[1:]
+    # raws holds each stream's arrays in turn: every width-th one, joined, is one array's row for all streams
+    rows = [int64s(b"".join(raws[column::width])) for column in range(width)]
+    values = np.zeros((len(sc.PACKED_ARRAYS) - 1, int(counts.sum())), dtype=np.int64)
+    for row, array in zip([i - 1 for i, present in enumerate(sent) if present and i], rows[1:], strict=True):
+        values[row] = array
     return _Timelines(counts, rows[0].astype(np.int64), values)
 
 
@@ -713,29 +720,6 @@ def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: i
 
 def _nullable(values: PerStream, arrow_type: pa.DataType) -> pa.Array:
     return pa.array(values.values, mask=~values.present).cast(arrow_type)
-
-
-def _scalar(value: AnyValue) -> Any:
-    kind = value.WhichOneof("value")
-    if kind == "array_value":
-        return [_scalar(v) for v in value.array_value.values]
-    if kind == "kvlist_value":
-        return {kv.key: _scalar(kv.value) for kv in value.kvlist_value.values}
-    if kind == "bytes_value":
-        return value.bytes_value.hex()
-    return getattr(value, kind) if kind else None
-
-
-def attribute_map(attributes: Iterable[KeyValue]) -> dict[str, Any]:
-    return {kv.key: _scalar(kv.value) for kv in attributes}
-
-
-def stringify(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, dict)):
-        return json.dumps(value, separators=(",", ":"))
-    return "" if value is None else str(value)
 
 
 def _stringified(attributes: dict[str, Any]) -> dict[str, str]:

@@ -1,0 +1,101 @@
+"""OTLP attribute values as plain Python values, and a span's attributes read from their encoded bytes.
+
+The collector parses trace requests with each span's attributes left as bytes (``chunk_events.TraceRequestView``).
+Most of a stream span's attributes repeat from span to span (the model, the provider, the side, the encoding), so
+each encoded attribute is parsed with OTLP's class the first time it is seen and its plain value remembered; a
+repeat is a dictionary hit. Parsing every attribute through the message classes instead costs Python objects for
+its KeyValue, key and AnyValue on every span. The packed chunk arrays are kept as OTLP values, never remembered:
+they differ from span to span and are decoded together (``streamscope_ingest.decode.int_arrays``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+from streamscope import semconv as sc
+
+_PACKED = frozenset(sc.PACKED_ARRAYS)
+_CAPACITY = 16_384
+"""Distinct encoded attributes remembered; past it the memory starts over."""
+_REMEMBERED_BYTES = 512
+"""Longer attributes are parsed each time: a long value rarely repeats, and would hold memory that one does."""
+
+_Read = tuple[str, Any, bool]
+"""An encoded attribute's key, its plain value (or its OTLP value for a packed array), and whether it is one."""
+
+
+class AttributeRejected(ValueError):
+    """An attribute that is not a valid OTLP KeyValue."""
+
+
+def plain(value: AnyValue) -> Any:
+    """``value`` as Python holds it: a list for an array, a dict for a key-value list, hex for bytes."""
+    kind = value.WhichOneof("value")
+    if kind == "array_value":
+        return [plain(v) for v in value.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: plain(kv.value) for kv in value.kvlist_value.values}
+    if kind == "bytes_value":
+        return value.bytes_value.hex()
+    return getattr(value, kind) if kind else None
+
+
+def attribute_map(attributes: Iterable[KeyValue]) -> dict[str, Any]:
+    return {kv.key: plain(kv.value) for kv in attributes}
+
+
+def stringify(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, separators=(",", ":"))
+    return "" if value is None else str(value)
+
+
+def span_attributes(encoded: Sequence[bytes]) -> tuple[dict[str, Any], dict[str, AnyValue]]:
+    """A span's attributes (each one's encoding) as plain values, and its packed chunk arrays as OTLP values, each
+    by key; of a key sent twice the last counts, as OTLP's classes read it. Raises AttributeRejected."""
+    plain_values: dict[str, Any] = {}
+    packed: dict[str, AnyValue] = {}
+    for index, attribute in enumerate(encoded):
+        try:
+            key, value, is_packed = _READS[attribute] if len(attribute) <= _REMEMBERED_BYTES else _read(attribute)
+        except DecodeError:
+            raise AttributeRejected(f"attribute {index} is not a valid OTLP KeyValue") from None
+        if is_packed:
+            packed[key] = value
+        else:
+            plain_values[key] = value
+    return plain_values, packed
+
+
+def _read(encoded: bytes) -> _Read:
+    try:
+        attribute = KeyValue.FromString(encoded)
+    except (RuntimeError, ValueError) as exc:  # what upb raises for some malformed input
+        raise DecodeError(str(exc)) from None
+    if attribute.key in _PACKED:
+        return attribute.key, attribute.value, True
+    return attribute.key, plain(attribute.value), False
+
+
+class _Reads(dict[bytes, _Read]):
+    """Each short encoded attribute, read once. Looking one up is a plain dictionary subscript; only a miss runs
+    Python. Safe across threads: an attribute read twice stores the same answer twice."""
+
+    def __missing__(self, encoded: bytes) -> _Read:
+        read = _read(encoded)
+        if read[2] or isinstance(read[1], (list, dict)):
+            return read  # a packed array, or a value its reader could change: never shared between spans
+        if len(self) >= _CAPACITY:
+            self.clear()
+        self[encoded] = read
+        return read
+
+
+_READS = _Reads()
