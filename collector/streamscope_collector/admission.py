@@ -15,7 +15,6 @@ amount again, or by the one request that needs more, parsed alone.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import deque
@@ -30,7 +29,10 @@ from streamscope_collector.auth import Credentials
 if TYPE_CHECKING:
     from streamscope_collector.config import CollectorConfig
 
-_CORES = os.cpu_count() or 1
+DECODING_AT_ONCE = 1
+"""Requests parsed and decoded at a time. Decoding is Python, which runs on one thread at a time however many cores
+there are: a second decode would not run beside the first, only take turns with it at the interpreter's switch
+interval, each turn costing the other its caches (docs/benchmarks.md, "one decode at a time")."""
 EXPANSION = 24
 """The peak memory of parsing and decoding a request, per byte of its inflated body: stream spans with packed
 chunk arrays take the most (docs/benchmarks.md, collector memory)."""
@@ -92,14 +94,14 @@ class Reservation:
 
 
 class ExpansionGate:
-    """Memory and cores for parsing and decoding: requests take their share in the order they came, waiting
+    """Memory and turns for parsing and decoding: requests take their share in the order they came, waiting
     holding only their body; one that needs more than all of it takes all of it.
 
     Each waiter waits on a condition of its own and only the first in line is woken when a turn frees, so a
     large request is not overtaken for ever by smaller ones, and a release wakes one thread, not every waiter.
     """
 
-    def __init__(self, max_bytes: int, slots: int = _CORES, wait_s: float = 30.0) -> None:
+    def __init__(self, max_bytes: int, slots: int = DECODING_AT_ONCE, wait_s: float = 30.0) -> None:
         self.max_bytes, self.slots, self.wait_s = max_bytes, slots, wait_s
         self.used = 0
         self._active = 0

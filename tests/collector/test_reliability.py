@@ -305,12 +305,11 @@ def test_a_sender_that_waits_as_retry_after_says_finds_its_connection_still_open
 
 
 def test_requests_wait_their_turn_to_be_parsed_holding_only_their_body(lone_collector):
-    """Parsed, a request takes many times its body: only ``Admission.expansion`` of them are parsed at once."""
+    """Parsed, a request takes many times its body, and decoding it is Python: one is parsed at a time."""
     expansion = lone_collector.admission.expansion
     url = lone_collector.http_url
     with ExitStack() as turns, ThreadPoolExecutor(1) as senders:
-        for _ in range(expansion.slots):
-            turns.enter_context(expansion.parsing(0))
+        turns.enter_context(expansion.parsing(0))
         answer = _post_in_background(lone_collector, 70_002, senders)
         inflight = lambda: metric(url, "streamscope_collector_inflight_bytes")  # noqa: E731
         wait_until(lambda: inflight() > 0, "the body read", timeout_s=30, interval_s=0.1)
