@@ -23,10 +23,12 @@ BENCHMARKS = {
     "collector_memory": "slow, 50,000 chunks/s",
     "attribution_accuracy": "with nothing injected:",
     "json_progress": "tool call",
+    "decode_cost": "this checkout",
 }
 OPTIONS = {
     "ingest": (["--repeat", "2"], "packed, 4 senders, run 2 of 2"),
     "storage": ([], "\ngap_us "),  # the per-column table, which needs the parts rewritten wide
+    "decode_cost": (["--against", "HEAD"], "\nHEAD "),  # the baseline, counted in a work tree of its own
 }
 """Options a benchmark's quick mode is run with, and a row they add."""
 
