@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 DECODING_AT_ONCE = 1
 """Requests parsed and decoded at a time. Decoding is Python, which runs on one thread at a time however many cores
 there are: a second decode would not run beside the first, only take turns with it at the interpreter's switch
-interval, each turn costing the other its caches (docs/benchmarks.md, "one decode at a time")."""
+interval, each turn costing the other its caches (docs/benchmarks.md, "2026-11-27 (later)")."""
 EXPANSION = 24
 """The peak memory of parsing and decoding a request, per byte of its inflated body: stream spans with packed
 chunk arrays take the most (docs/benchmarks.md, collector memory)."""
