@@ -1,7 +1,7 @@
 """Machine instructions the collector's parse and decode take a packed chunk, counted by valgrind's callgrind.
 
-Time on this machine swings by half within minutes for the same code, so a change to the decoder worth a tenth
-is lost in it; an instruction count is the same to half a percent from run to run. The packed workload of
+The time of the same code swings with whatever else the machine runs, so a change to the decoder worth a tenth can
+be lost in it; an instruction count does not move with the load (docs/benchmarks.md). The packed workload of
 ``benchmarks.ingest`` (the requests its collector runs receive) is written to a file, then a child process under
 ``valgrind --tool=callgrind`` parses and decodes it once to warm up and once counted: it switches the count on
 itself (``callgrind_control``) and leaves without the interpreter's shutdown, so only the loop is counted.
