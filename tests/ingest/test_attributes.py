@@ -70,8 +70,7 @@ def test_an_attribute_that_is_not_protobuf_is_refused_by_its_place():
 
 
 def test_the_memory_of_attributes_is_bounded(monkeypatch):
-    monkeypatch.setattr(attributes_module, "_CAPACITY", 10)
-    monkeypatch.setattr(attributes_module, "_READS", attributes_module._Reads())
+    monkeypatch.setattr(attributes_module._READS, "capacity", 10)
     for n in range(25):
         span_attributes([KeyValue(key="n", value=AnyValue(int_value=n)).SerializeToString()])
     assert 0 < len(attributes_module._READS) <= 10

@@ -12,7 +12,6 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
-import streamscope_ingest.decode.chunk_events as chunk_events_module
 from streamscope import semconv as sc
 from streamscope_ingest.decode.chunk_events import (
     TAILS,
@@ -177,7 +176,7 @@ def test_a_refused_chunk_event_is_counted_among_chunk_events_only():
 
 
 def test_its_memory_starts_over_when_full_and_reads_on(monkeypatch):
-    monkeypatch.setattr(chunk_events_module, "_CAPACITY", 5)
+    monkeypatch.setattr(TAILS, "capacity", 5)
     span = Span(events=[chunk_event(n + 1, n % 17) for n in range(100)])
     assert read_as_bytes(viewed(span)) == read_with_otlp_classes(list(span.events))
     assert 0 < len(TAILS) <= 5

@@ -18,6 +18,7 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from streamscope import semconv as sc
+from streamscope_ingest.decode.remembered import Remembered
 
 _PACKED = frozenset(sc.PACKED_ARRAYS)
 _CAPACITY = 16_384
@@ -84,18 +85,10 @@ def _read(encoded: bytes) -> _Read:
     return attribute.key, plain(attribute.value), False
 
 
-class _Reads(dict[bytes, _Read]):
-    """Each short encoded attribute, read once. Looking one up is a plain dictionary subscript; only a miss runs
-    Python. Safe across threads: an attribute read twice stores the same answer twice."""
-
-    def __missing__(self, encoded: bytes) -> _Read:
-        read = _read(encoded)
-        if read[2] or isinstance(read[1], (list, dict)):
-            return read  # a packed array, or a value its reader could change: never shared between spans
-        if len(self) >= _CAPACITY:
-            self.clear()
-        self[encoded] = read
-        return read
+def _shareable(read: _Read) -> bool:
+    """Whether spans may share ``read``: not a packed array, nor a value its reader could change."""
+    return not read[2] and not isinstance(read[1], (list, dict))
 
 
-_READS = _Reads()
+_READS: Remembered[bytes, _Read] = Remembered(_read, _CAPACITY, kept=_shareable)
+"""Each short encoded attribute, read once."""

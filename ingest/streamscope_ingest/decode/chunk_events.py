@@ -31,6 +31,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from streamscope import semconv as sc
+from streamscope_ingest.decode.remembered import Remembered
 
 VALUE_ROWS = {name: row for row, name in enumerate(sc.CHUNK_EVENT_ATTRIBUTES)}
 """The row of each stored chunk-event attribute in the value arrays."""
@@ -110,19 +111,12 @@ class _TimeInTail:
 _TIME_IN_TAIL = _TimeInTail()
 
 
-class _Tails(dict[bytes, _Read | _TimeInTail]):
-    """Each event tail, read once. Looking one up is a plain dictionary subscript; only a miss runs Python. Safe
-    across threads: a tail read twice stores the same answer twice."""
-
-    def __missing__(self, tail: bytes) -> _Read | _TimeInTail:
-        if len(self) >= _CAPACITY:
-            self.clear()
-        event = _parsed(tail, _EventTail)
-        read = self[tail] = _TIME_IN_TAIL if event.HasField("time_unix_nano") else _read(event)
-        return read
+def _read_tail(tail: bytes) -> _Read | _TimeInTail:
+    event = _parsed(tail, _EventTail)
+    return _TIME_IN_TAIL if event.HasField("time_unix_nano") else _read(event)
 
 
-TAILS = _Tails()
+TAILS: Remembered[bytes, _Read | _TimeInTail] = Remembered(_read_tail, _CAPACITY)
 """``TAILS[tail]``: what an encoded event without its leading time says."""
 
 
