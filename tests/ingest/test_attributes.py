@@ -12,6 +12,7 @@ import streamscope_ingest.decode.attributes as attributes_module
 from streamscope import semconv as sc
 from streamscope.int64_bytes import int64_bytes
 from streamscope_ingest.decode.attributes import AttributeRejected, plain, span_attributes
+from streamscope_ingest.decode.int_arrays import bytes_form
 
 LEAVES = st.one_of(
     st.integers(-(2**63), 2**63 - 1).map(lambda n: AnyValue(int_value=n)),
@@ -35,9 +36,15 @@ KEYS = st.sampled_from([sc.STREAMSCOPE_SIDE, sc.GEN_AI_REQUEST_MODEL, *sc.PACKED
 ATTRIBUTES = st.lists(st.builds(KeyValue, key=KEYS, value=VALUES), max_size=8)
 
 
+def _as_kept(value: AnyValue) -> AnyValue | bytes:
+    raw = bytes_form(value)
+    return value if raw is None else raw
+
+
 def read_with_otlp_classes(attributes: list[KeyValue]) -> tuple[dict, dict]:
+    """Plain values, and packed arrays as the collector keeps them: the bytes form as its bytes."""
     plain_values = {kv.key: plain(kv.value) for kv in attributes if kv.key not in sc.PACKED_ARRAYS}
-    packed = {kv.key: kv.value for kv in attributes if kv.key in sc.PACKED_ARRAYS}
+    packed = {kv.key: _as_kept(kv.value) for kv in attributes if kv.key in sc.PACKED_ARRAYS}
     return plain_values, packed
 
 
@@ -48,6 +55,25 @@ def test_attributes_read_as_bytes_read_as_otlp_classes_read_them_the_first_time_
     expected = read_with_otlp_classes(attributes)
     assert span_attributes(encoded) == expected
     assert span_attributes(encoded) == expected  # now from memory
+
+
+OFFSETS_KEY = b"\x0a" + bytes([len(sc.STREAMSCOPE_CHUNKS_OFFSET_US)]) + sc.STREAMSCOPE_CHUNKS_OFFSET_US.encode()
+
+
+@pytest.mark.parametrize(
+    "encoded",
+    [
+        b"\x12\x0a\x3a\x08" + int64_bytes([7]) + OFFSETS_KEY,  # the value before the key
+        OFFSETS_KEY + b"\x12\x0c\x3a\x08" + int64_bytes([7]) + b"\x08\x01",  # then an unknown field of the value
+        OFFSETS_KEY + b"\x12\x0e\x3a\x02" + int64_bytes([9])[:2] + b"\x3a\x08" + int64_bytes([7]),  # sent twice
+        OFFSETS_KEY + b"\x12\x03\x3a\x01\x00" + b"\x12\x0a\x3a\x08" + int64_bytes([7]),  # the value twice
+        OFFSETS_KEY + b"\x12\x8a\x00\x3a\x08" + int64_bytes([7]),  # a length in more bytes than it needs
+    ],
+)
+def test_a_packed_array_encoded_otherwise_reads_as_otlp_classes_read_it(encoded):
+    expected = KeyValue.FromString(encoded)
+    _, packed = span_attributes([encoded])
+    assert bytes_form(packed[sc.STREAMSCOPE_CHUNKS_OFFSET_US]) == expected.value.bytes_value == int64_bytes([7])
 
 
 def test_a_value_a_reader_changes_is_not_what_the_next_span_reads():

@@ -15,6 +15,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from streamscope import semconv as sc
 from streamscope.int64_bytes import int64_bytes
 from streamscope_ingest.decode import columns
+from streamscope_ingest.decode.limits import SpanLimits
 from streamscope_ingest.decode.traces import decode_traces
 from tests.support import T0, any_value, event_span, stream_span, trace_request
 
@@ -182,6 +183,28 @@ def test_a_string_over_the_limit_is_stored_cut_and_its_span_named_in_the_warning
     streams = batch.blocks["streams"].to_pylist()
     assert streams[0]["request_model"] == long_model[:65_536]
     assert dict(streams[0]["attributes"])["note"] == long_note[:65_536]
+
+
+@pytest.mark.parametrize(
+    ("attributes", "name", "cut"),
+    [
+        ({}, "n" * 41, "span_name"),
+        ({sc.GEN_AI_RESPONSE_ID: "i" * 41}, "s", "response_id"),
+        ({"note": "n" * 41}, "s", "note"),
+        ({"flags": [True] * 9}, "s", "flags"),  # stored as JSON, longer than the list's encoding
+    ],
+)
+def test_any_one_string_over_the_limit_is_cut(attributes, name, cut):
+    span = stream_span(7, 9, side="client", offsets_ms=[10], tokens=[1], attributes=attributes)
+    span.name = name
+    batch = decode_traces(
+        trace_request([span]), tenant="t", stall_threshold_us=400_000, limits=SpanLimits(max_string_length=40)
+    )
+    assert batch.warnings == [f"{_subject(7, 9)}: {cut} cut to 40 characters"]
+
+
+def _subject(trace: int, span: int) -> str:
+    return f"span {span.to_bytes(8, 'big').hex()} of trace {trace.to_bytes(16, 'big').hex()}"
 
 
 def as_bytes(span, *, only: int | None = None):

@@ -8,6 +8,8 @@ A packed array arrives in one of two forms:
   only one below 0x80. So every element holds exactly four bytes below 0x80, which locates all elements at
   once with numpy. Anything else (doubles, mixed types, unknown fields) takes the per-element path, which
   accepts integral doubles, as a JavaScript SDK may send, and rejects the rest.
+A ``PackedArray`` is the OTLP value, or for the bytes form just its bytes, as the collector reads them
+(``streamscope_ingest.decode.attributes``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
@@ -33,43 +35,54 @@ PASS_BYTES = 1 << 20
 """Serialised ArrayValues decoded in one numpy pass, at most (one array alone may be larger)."""
 
 
+PackedArray: TypeAlias = AnyValue | bytes
+"""A packed array: the bytes of the bytes form, or any OTLP value sent for one."""
+
+
 class NotAnIntArray(ValueError):
     """The value is not an array of integers."""
 
 
-def element_count(value: AnyValue) -> int:
+def bytes_form(value: PackedArray) -> bytes | None:
+    """The bytes of ``value`` when it is in the bytes form, else None."""
+    if isinstance(value, bytes):
+        return value
+    return value.bytes_value if value.WhichOneof("value") == "bytes_value" else None
+
+
+def element_count(value: PackedArray) -> int:
     """How many integers ``value`` holds, in either form (0 for anything else), without decoding them."""
-    kind = value.WhichOneof("value")
-    if kind == "bytes_value":
-        return len(value.bytes_value) // INT64_BYTES
-    return len(value.array_value.values) if kind == "array_value" else 0
+    if (raw := bytes_form(value)) is not None:
+        return len(raw) // INT64_BYTES
+    assert not isinstance(value, bytes)
+    return len(value.array_value.values) if value.WhichOneof("value") == "array_value" else 0
 
 
-def decode_int_array(value: AnyValue) -> np.ndarray:
+def decode_int_array(value: PackedArray) -> np.ndarray:
     """The integers in ``value`` as int64; raises NotAnIntArray for anything else."""
+    if (raw := bytes_form(value)) is not None:
+        return _from_bytes(raw)
+    assert not isinstance(value, bytes)
     kind = value.WhichOneof("value")
-    if kind == "bytes_value":
-        return _from_bytes(value.bytes_value)
     if kind != "array_value":
         raise NotAnIntArray(f"expected an array of integers, got {kind or 'nothing'}")
     fast = _decode_wire(value.array_value.SerializeToString())
     return fast if fast is not None else _decode_elements(value)
 
 
-def decode_int_arrays(values: Sequence[AnyValue]) -> list[np.ndarray | NotAnIntArray]:
+def decode_int_arrays(values: Sequence[PackedArray]) -> list[np.ndarray | NotAnIntArray]:
     """Each value's integers (or the NotAnIntArray it raises), decoded in few vectorised passes.
 
     Arrays of one form serialised one after another are themselves one array of that form, so a request's
     arrays cost a numpy pass per megabyte instead of one per array; only a request that mixes the forms, or
     a run with an array that is not plain, decodes each on its own.
     """
-    kinds = {v.WhichOneof("value") for v in values}
-    if kinds == {"bytes_value"}:
-        raws = [v.bytes_value for v in values]
-        if not any(len(raw) % INT64_BYTES for raw in raws):
-            return _split(_from_bytes(b"".join(raws)), [len(raw) // INT64_BYTES for raw in raws])
-    elif kinds == {"array_value"}:
-        return [array for group in _groups_by_size(values) for array in _decode_plain_together(group)]
+    raws = [raw for raw in map(bytes_form, values) if raw is not None]
+    arrays = [v for v in values if isinstance(v, AnyValue) and v.WhichOneof("value") == "array_value"]
+    if len(raws) == len(values) and not any(len(raw) % INT64_BYTES for raw in raws):
+        return _split(_from_bytes(b"".join(raws)), [len(raw) // INT64_BYTES for raw in raws])
+    if arrays and len(arrays) == len(values):
+        return [array for group in _groups_by_size(arrays) for array in _decode_plain_together(group)]
     return _decode_each(values)
 
 
@@ -95,7 +108,7 @@ def _groups_by_size(values: Sequence[AnyValue]) -> Iterator[Sequence[AnyValue]]:
         yield values[start:]
 
 
-def _decode_each(values: Sequence[AnyValue]) -> list[np.ndarray | NotAnIntArray]:
+def _decode_each(values: Sequence[PackedArray]) -> list[np.ndarray | NotAnIntArray]:
     results: list[np.ndarray | NotAnIntArray] = []
     for value in values:
         try:

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 from google.protobuf.message import Message
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from streamscope import semconv as sc
@@ -30,6 +31,7 @@ from streamscope_ingest.decode.chunk_events import ChunkEventRejected, as_trace_
 from streamscope_ingest.decode.int_arrays import (
     INT64_BYTES,
     NotAnIntArray,
+    PackedArray,
     decode_int_arrays,
     element_count,
     int64s,
@@ -91,7 +93,11 @@ _OPTIONAL_ARRAYS = (
     sc.STREAMSCOPE_CHUNKS_RETRACTED_TOKENS,
 )
 """Recommended, not required: a missing array is all zeros, which means not measured."""
+_REQUIRED_ARRAYS = frozenset(sc.PACKED_ARRAYS) - frozenset(_OPTIONAL_ARRAYS)
 _U32_MAX = 2**32 - 1
+_TEXT = (pa.string(), pa.dictionary(pa.int32(), pa.string()))
+_TEXT_COLUMNS = operator.itemgetter("model", *(f.name for f in columns.STREAMS_DECODED if f.type in _TEXT))
+"""A stream row's string values (``model`` is not a streams column, but a chunk_arrays one)."""
 log = logging.getLogger(__name__)
 
 
@@ -106,9 +112,9 @@ class _Stream:
     row: dict[str, Any]
     chunk_count: int
     first_byte_us: int | None
-    packed: list[AnyValue | None] | None = None
-    """The packed arrays in ``sc.PACKED_ARRAYS`` order (None: an optional one not sent), until the request's
-    arrays are decoded together."""
+    packed: dict[str, PackedArray] | None = None
+    """The packed arrays by name, in the order the span sent them, until the request's arrays are decoded
+    together."""
     offsets: np.ndarray | None = None
     values: np.ndarray | Sequence[np.ndarray | None] | None = None
     """One row per packed array after the offsets (tokens, content bytes, wire bytes, paint delay, render, host
@@ -153,7 +159,7 @@ def decode_traces(
                 foreign = None
                 if sc.STREAMSCOPE_SIDE not in scalars:
                     if scope.startswith(sources.SCOPES):
-                        every = scalars | {key: plain(value) for key, value in packed.items()}
+                        every = scalars | {key: _plain_packed(value) for key, value in packed.items()}
                         foreign = sources.read_foreign(scope, span, every)
                     if foreign is None:
                         ignored += 1
@@ -168,7 +174,9 @@ def decode_traces(
                     else:
                         stream = _decode_foreign(span, foreign, tenant, service, resource_strings)
                     limits.check_chunks(stream.chunk_count)
-                    if warning := limits.truncate(stream.subject, stream.row, stream.row["attributes"]):
+                    if _may_be_too_long(stream.row, limits) and (
+                        warning := limits.truncate(stream.subject, stream.row, stream.row["attributes"])
+                    ):
                         warnings.append(warning)
                     accepted.append(stream)
                     warnings += [f"{stream.subject}: {note}" for note in stream.notes]
@@ -192,6 +200,16 @@ def decode_traces(
     )
 
 
+def _may_be_too_long(row: dict[str, Any], limits: SpanLimits) -> bool:
+    """Whether a string of ``row`` (or of its attributes) may be past ``limits``: most rows are shown short by a
+    glance at the lengths of their text columns, without looking at each value's type."""
+    try:
+        longest = max(max(map(len, _TEXT_COLUMNS(row))), max(map(len, row["attributes"].values()), default=0))
+        return longest > limits.max_string_length
+    except TypeError:  # a column that holds no string: look at each
+        return True
+
+
 def _within_days(streams: list[_Stream], limits: SpanLimits, rejected: list[Rejection]) -> list[_Stream]:
     """``streams`` that start within the days ``limits`` allow one request; the others go to ``rejected``."""
     kept = limits.days_kept([s.row["start_time"] for s in streams])
@@ -206,7 +224,7 @@ def _subject(span: Message) -> str:
 def _decode_span(
     span: Message,
     scalars: dict[str, Any],
-    arrays: dict[str, AnyValue],
+    arrays: dict[str, PackedArray],
     tenant: str,
     service: str,
     resource: dict[str, str],
@@ -216,12 +234,12 @@ def _decode_span(
     side = str(scalars[sc.STREAMSCOPE_SIDE])
     if side not in sc.STREAMSCOPE_SIDE_VALUES:
         raise _SpanRejected(f"streamscope.side must be one of {', '.join(sc.STREAMSCOPE_SIDE_VALUES)}, not {side!r}")
-    packed: list[AnyValue | None] | None = None
+    packed: dict[str, PackedArray] | None = None
     offsets = values = None
     notes = [] if sc.STREAMSCOPE_ENCODING in scalars else [f"{sc.STREAMSCOPE_ENCODING} is missing (it is required)"]
     if sc.STREAMSCOPE_CHUNKS_OFFSET_US in arrays:
         encoding = "packed"
-        packed = _packed_values(arrays)
+        packed = _with_required_arrays(arrays)
         chunk_count = element_count(arrays[sc.STREAMSCOPE_CHUNKS_OFFSET_US])
         events_dropped = False
         unreadable = None
@@ -435,11 +453,16 @@ def _decode_foreign(
     )
 
 
-def _packed_values(arrays: dict[str, AnyValue]) -> list[AnyValue | None]:
-    for name in sc.PACKED_ARRAYS:
-        if name not in arrays and name not in _OPTIONAL_ARRAYS:
-            raise _SpanRejected(f"packed encoding without {name}")
-    return [arrays.get(name) for name in sc.PACKED_ARRAYS]
+def _plain_packed(value: PackedArray) -> Any:
+    """A packed array as ``plain`` reads its OTLP value (hex for the bytes form)."""
+    return value.hex() if isinstance(value, bytes) else plain(value)
+
+
+def _with_required_arrays(arrays: dict[str, PackedArray]) -> dict[str, PackedArray]:
+    if not arrays.keys() >= _REQUIRED_ARRAYS:
+        missing = [name for name in sc.PACKED_ARRAYS if name in _REQUIRED_ARRAYS and name not in arrays]
+        raise _SpanRejected(f"packed encoding without {missing[0]}")
+    return arrays
 
 
 def _packed_arrays(
@@ -466,14 +489,15 @@ def _with_timelines(streams: list[_Stream], rejected: list[Rejection]) -> tuple[
     together = _packed_together(streams)
     if together is not None and _all_valid(together):
         return streams, together
-    present = [value for s in streams if s.packed is not None for value in s.packed if value is not None]
+    in_order = [[s.packed.get(name) for name in sc.PACKED_ARRAYS] if s.packed is not None else None for s in streams]
+    present = [value for arrays in in_order for value in arrays or () if value is not None]
     decoded = iter(decode_int_arrays(present))
     kept = []
-    for stream in streams:
+    for stream, arrays in zip(streams, in_order, strict=True):
         try:
-            if stream.packed is not None:
+            if arrays is not None:
                 stream.offsets, stream.values = _packed_arrays(
-                    [next(decoded) if value is not None else None for value in stream.packed]
+                    [next(decoded) if value is not None else None for value in arrays]
                 )
             kept.append(stream)
         except _SpanRejected as exc:
@@ -492,27 +516,28 @@ def _with_timelines(streams: list[_Stream], rejected: list[Rejection]) -> tuple[
 
 
 def _packed_together(streams: list[_Stream]) -> _Timelines | None:
-    """Every stream's timeline when each sent the same packed arrays, as bytes, each as long as the stream's others
-    (what the SDKs send): their bytes joined are one array, and one gather cuts it into rows. None otherwise."""
+    """Every stream's timeline when each sent the same packed arrays in the same order, as bytes, each as long as
+    the stream's others (what the SDKs send): their bytes joined are one array, and one gather cuts it into rows.
+    None otherwise."""
     if not streams or any(s.packed is None for s in streams):
         return None
-    sent = [value is not None for value in streams[0].packed or ()]
-    if any([value is not None for value in s.packed or ()] != sent for s in streams):
-        return None
+    names = {tuple(s.packed or ()) for s in streams}
+    raws = list(chain.from_iterable((s.packed or {}).values() for s in streams))
+    if len(names) != 1 or set(map(type, raws)) != {bytes}:
+        return None  # arrays sent in different orders (or sets), or not all in the bytes form
+    (sent,) = names
     counts = np.fromiter((s.chunk_count for s in streams), np.int64, len(streams))
-    if not counts.all() and any(v.WhichOneof("value") != "bytes_value" for s in streams for v in s.packed or () if v):
-        return None  # an array that holds no bytes is only sure to be an empty bytes array here
-    raws = [value.bytes_value for s in streams for value in s.packed or () if value is not None]
-    width = sum(sent)
+    width = len(sent)
     sizes = np.fromiter(map(len, raws), np.int64, len(raws)).reshape(len(streams), width)
     if (sizes != (counts * INT64_BYTES)[:, None]).any():
-        return None  # arrays of unequal lengths, or not all bytes (an ArrayValue has no bytes_value)
+        return None  # arrays of unequal lengths
     # raws holds each stream's arrays in turn: every width-th one, joined, is one array's row for all streams
-    rows = [int64s(b"".join(raws[column::width])) for column in range(width)]
+    rows = {name: int64s(b"".join(raws[column::width])) for column, name in enumerate(sent)}
     values = np.zeros((len(sc.PACKED_ARRAYS) - 1, int(counts.sum())), dtype=np.int64)
-    for row, array in zip([i - 1 for i, present in enumerate(sent) if present and i], rows[1:], strict=True):
-        values[row] = array
-    return _Timelines(counts, rows[0].astype(np.int64), values)
+    for index, name in enumerate(sc.PACKED_ARRAYS[1:]):
+        if name in rows:
+            values[index] = rows[name]
+    return _Timelines(counts, rows[sc.STREAMSCOPE_CHUNKS_OFFSET_US].astype(np.int64), values)
 
 
 def _event_arrays(span: Message) -> tuple[np.ndarray, np.ndarray]:
