@@ -214,14 +214,14 @@ def per_chunk(arrays: pa.Table, name: str) -> pa.Array:
 
 def zeros_left_empty(lengths: np.ndarray, values: np.ndarray, item_type: pa.DataType) -> pa.ListArray:
     """Per-chunk ``values``, ``lengths[i]`` of them for row ``i``, as a list a row, a row of zeros as an empty list:
-    how chunk_arrays keeps the ``CHUNKS_DEFAULTED`` arrays (migration 0036)."""
+    how chunk_arrays keeps the ``CHUNKS_DEFAULTED`` arrays (migration 0036). Empty ``values`` are all zeros."""
     valued = np.zeros(lengths.size, dtype=bool)
     nonempty = lengths > 0
     if values.size:
         starts = np.cumsum(lengths) - lengths
         valued[nonempty] = np.maximum.reduceat(values, starts[nonempty]) > 0
     offsets = np.concatenate(([0], np.cumsum(np.where(valued, lengths, 0)))).astype(np.int32)
-    kept = values[np.repeat(valued, lengths)].astype(item_type.to_pandas_dtype())
+    kept = (values[np.repeat(valued, lengths)] if values.size else values).astype(item_type.to_pandas_dtype())
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(kept, item_type))
 
 

@@ -43,11 +43,12 @@ def retraction_stats(
     lengths: np.ndarray,
     offsets: np.ndarray,
     content: np.ndarray,
-    retracted_bytes: np.ndarray,
-    retracted_tokens: np.ndarray,
+    retracted_bytes: np.ndarray | None,
+    retracted_tokens: np.ndarray | None,
 ) -> RetractionStats:
+    """What each stream took back; None for an array no stream sent (all zeros)."""
     streams = lengths.size
-    if not retracted_bytes.any():  # nearly every request: nothing taken back
+    if retracted_bytes is None or not retracted_bytes.any():  # nearly every request: nothing taken back
         zeros = np.zeros(streams, np.uint64)
         return RetractionStats(zeros.astype(np.uint32), zeros, zeros.copy(), [[] for _ in range(streams)])
     owner = np.repeat(np.arange(streams), lengths)
@@ -55,7 +56,9 @@ def retraction_stats(
     stats = RetractionStats(
         count=np.bincount(owner[withdrawing], minlength=streams).astype(np.uint32),
         bytes=np.bincount(owner, weights=retracted_bytes, minlength=streams).astype(np.uint64),
-        tokens=np.bincount(owner, weights=retracted_tokens, minlength=streams).astype(np.uint64),
+        tokens=np.zeros(streams, np.uint64)
+        if retracted_tokens is None
+        else np.bincount(owner, weights=retracted_tokens, minlength=streams).astype(np.uint64),
         shown_us=[[] for _ in range(streams)],
     )
     starts = np.cumsum(lengths) - lengths

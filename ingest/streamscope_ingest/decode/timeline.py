@@ -121,7 +121,7 @@ def stream_stats(
     offsets: np.ndarray,
     tokens: np.ndarray,
     content_bytes: np.ndarray,
-    wire_bytes: np.ndarray,
+    wire_bytes: np.ndarray | None,
     timeline: Timeline,
     stall_threshold_us: int,
 ) -> StreamStats:
@@ -130,10 +130,11 @@ def stream_stats(
     with_chunks = np.flatnonzero(lengths)
     starts = (np.cumsum(lengths) - lengths)[with_chunks]
 
-    def per_stream_sum(values: np.ndarray, dtype: type = np.uint64) -> np.ndarray:
-        """Each stream's sum, in integers (bincount's weights would go through float64)."""
+    def per_stream_sum(values: np.ndarray | None, dtype: type = np.uint64) -> np.ndarray:
+        """Each stream's sum, in integers (bincount's weights would go through float64); None is all zeros."""
         sums: np.ndarray = np.zeros(n, dtype=dtype)
-        sums[with_chunks] = np.add.reduceat(values, starts) if starts.size else 0
+        if values is not None:
+            sums[with_chunks] = np.add.reduceat(values, starts) if starts.size else 0
         return sums
 
     def offset_of(chunks: np.ndarray, last: bool = False) -> PerStream:

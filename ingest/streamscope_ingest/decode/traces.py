@@ -533,10 +533,7 @@ def _packed_together(streams: list[_Stream]) -> _Timelines | None:
         return None  # arrays of unequal lengths
     # raws holds each stream's arrays in turn: every width-th one, joined, is one array's row for all streams
     rows = {name: int64s(b"".join(raws[column::width])) for column, name in enumerate(sent)}
-    values = np.zeros((len(sc.PACKED_ARRAYS) - 1, int(counts.sum())), dtype=np.int64)
-    for index, name in enumerate(sc.PACKED_ARRAYS[1:]):
-        if name in rows:
-            values[index] = rows[name]
+    values = [rows.get(name) for name in sc.PACKED_ARRAYS[1:]]
     return _Timelines(counts, rows[sc.STREAMSCOPE_CHUNKS_OFFSET_US].astype(np.int64), values)
 
 
@@ -588,20 +585,25 @@ class _Timelines(NamedTuple):
 
     lengths: np.ndarray
     offsets: np.ndarray
-    values: np.ndarray
+    values: list[np.ndarray | None]
+    """One row per packed array after the offsets; None for an array no stream sent (all zeros), which costs no
+    memory and no pass."""
 
 
 def _concatenated(streams: list[_Stream]) -> _Timelines:
     lengths = np.fromiter((s.chunk_count for s in streams), dtype=np.int64, count=len(streams))
     offsets = np.concatenate([s.offsets for s in streams]) if streams else np.empty(0, dtype=np.int64)
-    values = np.zeros((len(sc.PACKED_ARRAYS) - 1, offsets.size), dtype=np.int64)
-    for index, row in enumerate(values):  # filled row by row: each stream's rows are separate arrays
+    values: list[np.ndarray | None] = []
+    for index in range(len(sc.PACKED_ARRAYS) - 1):  # row by row: each stream's rows are separate arrays
         pieces = [s.values[index] if s.values is not None else None for s in streams]
-        if any(piece is not None for piece in pieces):
+        sent = any(piece is not None for piece in pieces)
+        values.append(
             np.concatenate(
-                [np.zeros(s.chunk_count, np.int64) if p is None else p for s, p in zip(streams, pieces, strict=True)],
-                out=row,
-            )
+                [np.zeros(s.chunk_count, np.int64) if p is None else p for s, p in zip(streams, pieces, strict=True)]
+            ).astype(np.int64, copy=False)
+            if sent
+            else None
+        )
     return _Timelines(lengths, offsets, values)
 
 
@@ -614,15 +616,24 @@ def _all_valid(timelines: _Timelines) -> bool:
     starts = np.cumsum(lengths) - lengths
     steps[starts[(starts > 0) & (starts < offsets.size)] - 1] = 0  # across a boundary between streams
     owner = np.repeat(np.arange(lengths.size), lengths)
+    tokens, content, retracted = values[0], values[_CONTENT_ROW], values[_RETRACTED_ROW]
+    sent = [(name, row) for name, row in zip(sc.PACKED_ARRAYS[1:], values, strict=True) if row is not None]
     return bool(
         offsets.min() >= 0
         and steps.min(initial=0) >= 0
-        and all(row.min() >= 0 and row.max() <= _LIMITS[name] for name, row in zip(sc.PACKED_ARRAYS[1:], values))
-        and np.bincount(owner, weights=values[0], minlength=lengths.size).max() <= _U32_MAX
+        and all(row.min() >= 0 and row.max() <= _LIMITS[name] for name, row in sent)
+        and (tokens is None or np.bincount(owner, weights=tokens, minlength=lengths.size).max() <= _U32_MAX)
         and not (
-            values[_RETRACTED_ROW].any() and over_withdrawn(lengths, values[_CONTENT_ROW], values[_RETRACTED_ROW]).any()
+            retracted is not None
+            and retracted.any()
+            and over_withdrawn(lengths, _or_zeros(content, offsets.size), retracted).any()
         )
     )
+
+
+def _or_zeros(row: np.ndarray | None, size: int) -> np.ndarray:
+    """A value row, or the zeros an array not sent stands for."""
+    return np.zeros(size, np.int64) if row is None else row
 
 
 def _tool_call_pauses(rows: list[dict[str, Any]], lengths: np.ndarray, gap_us: np.ndarray) -> list[int | None]:
@@ -662,6 +673,7 @@ def _timeline_error(offsets: np.ndarray, values: np.ndarray | Sequence[np.ndarra
 def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: int) -> tuple[pa.Table, pa.Table]:
     lengths, offsets, values = timelines
     tokens, content, wire, paint_delay, render, host_delay, host_held, retracted_bytes, retracted_tokens = values
+    tokens, content = _or_zeros(tokens, offsets.size), _or_zeros(content, offsets.size)  # required: sent
     unknown_sizes = np.repeat(np.fromiter((s.sizes_unknown for s in streams), bool, len(streams)), lengths)
     sizes = np.where(unknown_sizes, 1, content)  # arrivals only: each is content
     timeline = build_timeline(lengths, offsets, sizes, retracted_bytes)
@@ -709,15 +721,18 @@ def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: i
     stream_columns = [derived[name] if name in derived else from_rows[name] for name in decoded.names]
     streams_block = pa.Table.from_arrays(stream_columns, schema=decoded)
 
+    total = offsets.size
     offsets = pa.array(np.concatenate(([0], np.cumsum(lengths))).astype(np.int32))
 
-    def chunk_values(values: np.ndarray, name: str) -> pa.ListArray:
+    def chunk_values(values: np.ndarray | None, name: str) -> pa.ListArray:
         """A per-chunk column as one list per stream; for a column stored with a default, a stream's zeros as an
-        empty list."""
+        empty list. None is an array no stream sent: all zeros."""
         item_type = columns.CHUNKS_DECODED.field(name).type.value_type
         if name in columns.CHUNKS_DEFAULTED.names:
-            return columns.zeros_left_empty(lengths, values, item_type)
-        return pa.ListArray.from_arrays(offsets, pa.array(values.astype(item_type.to_pandas_dtype())))
+            return columns.zeros_left_empty(lengths, np.empty(0, np.int64) if values is None else values, item_type)
+        dtype = item_type.to_pandas_dtype()
+        items = np.zeros(total, dtype) if values is None else values.astype(dtype)
+        return pa.ListArray.from_arrays(offsets, pa.array(items))
 
     stream_values = {name: streams_block[name] for name in ("tenant", "start_time", "service", "side", "provider")}
     chunks_block = pa.Table.from_pydict(
