@@ -13,7 +13,7 @@ import logging
 import math
 import operator
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any, NamedTuple
@@ -302,10 +302,11 @@ def _row(
     coverage: str,
     source: str = columns.SOURCE_STREAMSCOPE,
 ) -> dict[str, Any]:
-    """A stream's ``streams`` row from its span's attributes (plain values), before its timeline's statistics."""
-    request_model = str(scalars.get(sc.GEN_AI_REQUEST_MODEL, ""))
-    response_model = str(scalars.get(sc.GEN_AI_RESPONSE_MODEL, ""))
-    return {
+    """A stream's ``streams`` row from its span's attributes (plain values), before its timeline's statistics.
+
+    Each attribute the span sent is read into its column (``_COLUMN_OF``), in one pass over what was sent; a column
+    whose attribute was not sent keeps its default (``_COLUMN_DEFAULTS``)."""
+    row = {
         "tenant": tenant,
         "start_time": span.start_time_unix_nano // 1000,
         "duration_us": (span.end_time_unix_nano - span.start_time_unix_nano) // 1000,
@@ -315,38 +316,25 @@ def _row(
         "service": service,
         "side": side,
         "span_name": span.name,
-        "operation": _text(scalars, sc.GEN_AI_OPERATION_NAME),
-        "provider": _text(scalars, sc.GEN_AI_PROVIDER_NAME),
-        "request_model": request_model,
-        "response_model": response_model,
-        "model": response_model or request_model,
-        "response_id": _text(scalars, sc.GEN_AI_RESPONSE_ID),
-        "server_address": _text(scalars, sc.SERVER_ADDRESS),
-        "server_port": _bounded_int(scalars, sc.SERVER_PORT, 65535) or 0,
-        "route": _text(scalars, sc.HTTP_ROUTE),
-        "transport": _enum(scalars, sc.STREAMSCOPE_TRANSPORT, sc.STREAMSCOPE_TRANSPORT_VALUES, ""),
+        **_COLUMN_DEFAULTS,
         "encoding": encoding,
-        "outcome": _enum(scalars, sc.STREAMSCOPE_OUTCOME, sc.STREAMSCOPE_OUTCOME_VALUES, "completed"),
-        "error_type": _text(scalars, sc.ERROR_TYPE),
-        "finish_reasons": _string_list(scalars.get(sc.GEN_AI_RESPONSE_FINISH_REASONS)),
-        "node_name": _text(scalars, sc.STREAMSCOPE_NODE_NAME),
-        "engine_request_id": _text(scalars, sc.STREAMSCOPE_ENGINE_REQUEST_ID),
-        "input_tokens": _bounded_int(scalars, sc.GEN_AI_USAGE_INPUT_TOKENS, _U32_MAX),
-        "output_tokens": _bounded_int(scalars, sc.GEN_AI_USAGE_OUTPUT_TOKENS, _U32_MAX),
-        "tokens_estimated": _flag(scalars, sc.STREAMSCOPE_TOKENS_ESTIMATED),
         "timeline_truncated": coverage == columns.COVERAGE_PARTIAL,
-        "cancel_offset_us": _bounded_int(scalars, sc.STREAMSCOPE_CANCEL_OFFSET_US, 2**63 - 1),
-        "tokens_after_cancel": _bounded_int(scalars, sc.STREAMSCOPE_TOKENS_AFTER_CANCEL, _U32_MAX),
-        "repetition_score": _float(scalars.get(sc.STREAMSCOPE_REPETITION_SCORE)),
         "first_tool_call_seq": None,
-        "host_watch": _enum(scalars, sc.STREAMSCOPE_HOST_WATCH, sc.STREAMSCOPE_HOST_WATCH_VALUES, ""),
         "source": source,
         "coverage": coverage,
         **columns.JSON_PROGRESS_UNKNOWN,
         **columns.NOTHING_RETRACTED,
-        "attributes": {k: stringify(v) for k, v in scalars.items() if k not in _PROMOTED},
         "resource_attributes": resource,
     }
+    others = row["attributes"] = {}
+    for key, value in scalars.items():
+        if (column := _COLUMN_OF.get(key)) is not None:
+            name, read, _ = column
+            row[name] = read(key, value)
+        elif key not in _PROMOTED:
+            others[key] = stringify(value)
+    row["model"] = row["response_model"] or row["request_model"]
+    return row
 
 
 def _json_progress(scalars: dict[str, Any], notes: list[str]) -> dict[str, Any]:
@@ -766,12 +754,15 @@ def _stringified(attributes: dict[str, Any]) -> dict[str, str]:
     return {k: stringify(v) for k, v in attributes.items()}
 
 
-def _text(scalars: dict[str, Any], key: str) -> str:
-    value = scalars.get(key)
-    return "" if value is None else stringify(value)
+def _text(_: str, value: Any) -> str:
+    return stringify(value)
 
 
-def _string_list(value: Any) -> list[str]:
+def _str(_: str, value: Any) -> str:
+    return str(value)
+
+
+def _string_list(_: str, value: Any) -> list[str]:
     if value is None:
         return []
     if isinstance(value, list):
@@ -781,13 +772,28 @@ def _string_list(value: Any) -> list[str]:
 
 def _bounded_int(scalars: dict[str, Any], key: str, largest: int) -> int | None:
     """An integer attribute in 0..largest (an integral double counts); anything else rejects the span."""
-    value = scalars.get(key)
+    return _bounded(key, scalars.get(key), largest)
+
+
+def _bounded(key: str, value: Any, largest: int) -> int | None:
     if value is None:
         return None
     integral = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value) and value.is_integer())
     if isinstance(value, bool) or not integral or not 0 <= value <= largest:
         raise _SpanRejected(f"{key} must be an integer in 0..{largest}, not {value!r}")
     return int(value)
+
+
+def _count(key: str, value: Any) -> int | None:
+    return _bounded(key, value, _U32_MAX)
+
+
+def _offset(key: str, value: Any) -> int | None:
+    return _bounded(key, value, 2**63 - 1)
+
+
+def _port(key: str, value: Any) -> int:
+    return _bounded(key, value, 65535) or 0
 
 
 def _chunk_seq(scalars: dict[str, Any], key: str, chunk_count: int, events_dropped: bool) -> int | None:
@@ -804,23 +810,55 @@ def _chunk_seq(scalars: dict[str, Any], key: str, chunk_count: int, events_dropp
     return index
 
 
-def _enum(scalars: dict[str, Any], key: str, allowed: tuple[str, ...], default: str) -> str:
-    value = scalars.get(key)
-    if value is None:
-        return default
-    if value not in allowed:
-        raise _SpanRejected(f"{key} must be one of {', '.join(allowed)}, not {value!r}")
-    return str(value)
+def _enum(allowed: tuple[str, ...], default: str) -> Callable[[str, Any], str]:
+    """A reader of an attribute that must be one of ``allowed`` (None: ``default``)."""
+
+    def read(key: str, value: Any) -> str:
+        if value is None:
+            return default
+        if value not in allowed:
+            raise _SpanRejected(f"{key} must be one of {', '.join(allowed)}, not {value!r}")
+        return str(value)
+
+    return read
 
 
-def _flag(scalars: dict[str, Any], key: str) -> bool:
-    value = scalars.get(key, False)
+def _flag(key: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise _SpanRejected(f"{key} must be a boolean, not {value!r}")
     return value
 
 
-def _float(value: Any) -> float | None:
+def _float(_: str, value: Any) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
+
+
+_COLUMN_OF: dict[str, tuple[str, Callable[[str, Any], Any], Any]] = {
+    sc.GEN_AI_OPERATION_NAME: ("operation", _text, ""),
+    sc.GEN_AI_PROVIDER_NAME: ("provider", _text, ""),
+    sc.GEN_AI_REQUEST_MODEL: ("request_model", _str, ""),
+    sc.GEN_AI_RESPONSE_MODEL: ("response_model", _str, ""),
+    sc.GEN_AI_RESPONSE_ID: ("response_id", _text, ""),
+    sc.SERVER_ADDRESS: ("server_address", _text, ""),
+    sc.SERVER_PORT: ("server_port", _port, 0),
+    sc.HTTP_ROUTE: ("route", _text, ""),
+    sc.STREAMSCOPE_TRANSPORT: ("transport", _enum(sc.STREAMSCOPE_TRANSPORT_VALUES, ""), ""),
+    sc.STREAMSCOPE_OUTCOME: ("outcome", _enum(sc.STREAMSCOPE_OUTCOME_VALUES, "completed"), "completed"),
+    sc.ERROR_TYPE: ("error_type", _text, ""),
+    sc.GEN_AI_RESPONSE_FINISH_REASONS: ("finish_reasons", _string_list, []),
+    sc.STREAMSCOPE_NODE_NAME: ("node_name", _text, ""),
+    sc.STREAMSCOPE_ENGINE_REQUEST_ID: ("engine_request_id", _text, ""),
+    sc.GEN_AI_USAGE_INPUT_TOKENS: ("input_tokens", _count, None),
+    sc.GEN_AI_USAGE_OUTPUT_TOKENS: ("output_tokens", _count, None),
+    sc.STREAMSCOPE_TOKENS_ESTIMATED: ("tokens_estimated", _flag, False),
+    sc.STREAMSCOPE_CANCEL_OFFSET_US: ("cancel_offset_us", _offset, None),
+    sc.STREAMSCOPE_TOKENS_AFTER_CANCEL: ("tokens_after_cancel", _count, None),
+    sc.STREAMSCOPE_REPETITION_SCORE: ("repetition_score", _float, None),
+    sc.STREAMSCOPE_HOST_WATCH: ("host_watch", _enum(sc.STREAMSCOPE_HOST_WATCH_VALUES, ""), ""),
+}
+"""The streams column each attribute is read into, its reader (which may reject the span), and its value when the
+attribute was not sent."""
+_COLUMN_DEFAULTS = {column: default for column, _, default in _COLUMN_OF.values()}
+"""Each of those columns when its attribute was not sent (never changed in place: rows share these values)."""
