@@ -198,6 +198,18 @@ def test_spans_sent_again_in_a_later_request_are_stored_once(tmp_path, store_cli
     assert stored(store_client, "ingest_requests") == [("a", 4)]  # every request is logged, once
 
 
+def test_a_span_that_shares_only_its_span_id_with_a_stored_one_is_stored_too(tmp_path, store_client):
+    first, other = plain_stream_span(1, [0, 1, 2]), plain_stream_span(1, [0, 1, 2])
+    other.trace_id = bytes([2]) * 16  # the stored span's span id, in another trace
+    writer = GroupCommitWriter(Spool(tmp_path, max_bytes=10**8), ClickHouseWriter(store_client), FAST_RETRY)
+    for span in (first, other, other):
+        decoded = decode_traces(request_of(span), tenant="a", stall_threshold_us=1)
+        writer.submit(decoded).stored.result(timeout=10)
+    writer.shutdown()
+    assert stored(store_client, "streams") == [("a", 2)]
+    assert stored(store_client) == [("a", 6)]
+
+
 class RefusingSink:
     def __init__(self) -> None:
         self.written: list[str] = []

@@ -35,10 +35,11 @@ _STORED_KEYS = """
 SELECT concat(trace_id, span_id) FROM streams
 WHERE tenant IN {tenants:Array(String)}
   AND start_time BETWEEN fromUnixTimestamp64Micro({first:Int64}) AND fromUnixTimestamp64Micro({last:Int64})
-  AND has({keys:Array(UInt256)}, reinterpretAsUInt256(reverse(unhex(concat(trace_id, span_id)))))
+  AND has({span_ids:Array(UInt64)}, reinterpretAsUInt64(reverse(unhex(span_id))))
 """
-"""The keys are bound as the numbers their hex spells (24 bytes): the client formats a number in C, and escapes a
-string character by character in Python."""
+"""Candidates by span id alone, bound as the numbers their hex spells (the client formats a number in C, and
+escapes a string character by character in Python; a span id is a quarter of a whole key's digits). A stored span
+that shares only its span id with one of the batch's is a candidate that matches no key of the batch."""
 
 
 def drop_repeated_spans(client: Client, batches: Sequence[DecodedBatch]) -> tuple[list[DecodedBatch], int]:
@@ -69,7 +70,7 @@ def _stored_keys(client: Client, streams: pa.Table) -> set[str]:
         "tenants": pc.unique(streams.column("tenant")).to_pylist(),
         "first": pc.min(micros).as_py(),
         "last": pc.max(micros).as_py(),
-        "keys": [int(key, 16) for key in _keys(streams).to_pylist()],
+        "span_ids": [int(span_id, 16) for span_id in streams.column("span_id").to_pylist()],
     }
     return {key for (key,) in client.query(_STORED_KEYS, parameters=parameters).result_rows}
 
