@@ -4,6 +4,7 @@ all, and what one span's reader gets cannot change what the next span reads."""
 from __future__ import annotations
 
 import pytest
+from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
@@ -64,7 +65,8 @@ OFFSETS_KEY = b"\x0a" + bytes([len(sc.STREAMSCOPE_CHUNKS_OFFSET_US)]) + sc.STREA
     "encoded",
     [
         b"\x12\x0a\x3a\x08" + int64_bytes([7]) + OFFSETS_KEY,  # the value before the key
-        OFFSETS_KEY + b"\x12\x0c\x3a\x08" + int64_bytes([7]) + b"\x08\x01",  # then an unknown field of the value
+        OFFSETS_KEY + b"\x12\x0c\x3a\x08" + int64_bytes([7]) + b"\x78\x01",  # then an unknown field of the value
+        OFFSETS_KEY + b"\x12\x0a\x3a\x08" + int64_bytes([7]) + b"\x78\x01",  # then one of the KeyValue
         OFFSETS_KEY + b"\x12\x0e\x3a\x02" + int64_bytes([9])[:2] + b"\x3a\x08" + int64_bytes([7]),  # sent twice
         OFFSETS_KEY + b"\x12\x03\x3a\x01\x00" + b"\x12\x0a\x3a\x08" + int64_bytes([7]),  # the value twice
         OFFSETS_KEY + b"\x12\x8a\x00\x3a\x08" + int64_bytes([7]),  # a length in more bytes than it needs
@@ -74,6 +76,14 @@ def test_a_packed_array_encoded_otherwise_reads_as_otlp_classes_read_it(encoded)
     expected = KeyValue.FromString(encoded)
     _, packed = span_attributes([encoded])
     assert bytes_form(packed[sc.STREAMSCOPE_CHUNKS_OFFSET_US]) == expected.value.bytes_value == int64_bytes([7])
+
+
+def test_a_packed_array_cut_short_is_refused_as_otlp_classes_refuse_it():
+    encoded = OFFSETS_KEY + b"\x12\x0a\x3a\x08" + int64_bytes([7])[:5]
+    with pytest.raises(DecodeError):
+        KeyValue.FromString(encoded)
+    with pytest.raises(AttributeRejected):
+        span_attributes([encoded])
 
 
 def test_a_value_a_reader_changes_is_not_what_the_next_span_reads():

@@ -206,7 +206,7 @@ def _may_be_too_long(row: dict[str, Any], limits: SpanLimits) -> bool:
     try:
         longest = max(max(map(len, _TEXT_COLUMNS(row))), max(map(len, row["attributes"].values()), default=0))
         return longest > limits.max_string_length
-    except TypeError:  # a column that holds no string: look at each
+    except (TypeError, KeyError):  # a column that holds no string, or none at all: look at each
         return True
 
 

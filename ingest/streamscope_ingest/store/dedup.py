@@ -38,7 +38,7 @@ WHERE tenant IN {tenants:Array(String)}
   AND has({span_ids:Array(UInt64)}, reinterpretAsUInt64(reverse(unhex(span_id))))
 """
 """Candidates by span id alone, bound as the numbers their hex spells (the client formats a number in C, and
-escapes a string character by character in Python; a span id is a quarter of a whole key's digits). A stored span
+escapes a string character by character in Python; a span id is about a third of a whole key's digits). A stored span
 that shares only its span id with one of the batch's is a candidate that matches no key of the batch."""
 
 
