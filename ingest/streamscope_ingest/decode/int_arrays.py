@@ -78,9 +78,9 @@ def decode_int_arrays(values: Sequence[PackedArray]) -> list[np.ndarray | NotAnI
     a run with an array that is not plain, decodes each on its own.
     """
     raws = [raw for raw in map(bytes_form, values) if raw is not None]
-    arrays = [v for v in values if isinstance(v, AnyValue) and v.WhichOneof("value") == "array_value"]
     if len(raws) == len(values) and not any(len(raw) % INT64_BYTES for raw in raws):
         return _split(_from_bytes(b"".join(raws)), [len(raw) // INT64_BYTES for raw in raws])
+    arrays = [v for v in values if isinstance(v, AnyValue) and v.WhichOneof("value") == "array_value"]
     if arrays and len(arrays) == len(values):
         return [array for group in _groups_by_size(arrays) for array in _decode_plain_together(group)]
     return _decode_each(values)

@@ -718,9 +718,7 @@ def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: i
         item_type = columns.CHUNKS_DECODED.field(name).type.value_type
         if name in columns.CHUNKS_DEFAULTED.names:
             return columns.zeros_left_empty(lengths, np.empty(0, np.int64) if values is None else values, item_type)
-        dtype = item_type.to_pandas_dtype()
-        items = np.zeros(total, dtype) if values is None else values.astype(dtype)
-        return pa.ListArray.from_arrays(offsets, pa.array(items))
+        return pa.ListArray.from_arrays(offsets, pa.array(_or_zeros(values, total).astype(item_type.to_pandas_dtype())))
 
     stream_values = {name: streams_block[name] for name in ("tenant", "start_time", "service", "side", "provider")}
     chunks_block = pa.Table.from_pydict(
