@@ -1,19 +1,22 @@
 """Ingest throughput: OTLP/HTTP protobuf → one collector process → rows committed in the embedded engine.
 
 The streams are recorded by StreamRecorder in each encoding and encoded by OpenTelemetry's own OTLP encoder
-(``benchmarks.wire_cost``), then copied under fresh trace ids into as many gzipped requests as asked for, all
-before the clock starts. A ``streamscope collector`` process with its defaults (fsync'd spool, repeated-span
-lookup, attribution job) is started on a fresh store; senders post the requests over keep-alive connections,
-and the clock stops when a query sees every chunk committed. The collector's CPU time and peak RSS come from
-/proc, and the CPU time also by thread (the collector's decode workers, spool, writer, HTTP loop and attribution
-job, which it names for the operating system; the engine's merges and its other threads) and the kernel's part
-of it. The engine parses each insert on the thread that sends it, so the writer's share holds that too.
-Senders post one request at a time each, as OpenTelemetry's exporters do; the command runs at each number of senders
-given (4 and 16: a few exporters and a busier fleet). The collector answers once a request is durable in its spool,
-and its writer inserts whatever has been spooled meanwhile, at most once a second. The packed runs are repeated with
-``--store-wait-s 5``, the collector answering only once the rows are stored: each sender then waits for the store,
-the number of senders bounds how many requests one insert can group, and fewer, larger inserts cost the engine less
-per row.
+(``benchmarks.wire_cost``), then copied under fresh trace ids into as many gzipped requests as asked for, all before
+the clock starts. A ``streamscope collector`` process with its defaults (fsync'd spool, repeated-span lookup,
+attribution job) is started on a fresh store; senders post the requests over keep-alive connections, and the clock
+stops when a query sees every chunk committed. The collector's CPU time and peak RSS come from /proc, and the CPU
+time also by thread (the collector's decode threads, spool, writer, HTTP loop and attribution job, which it names
+for the operating system, the HTTP loop's worker threads under its name, reading and inflating bodies; the engine's
+merges and its other threads) and the kernel's part of it. The engine parses each insert on the thread that sends
+it, so the writer's share holds that too. Senders post one request at a time each, as OpenTelemetry's exporters do;
+the command runs at each number of senders given (4 and 16: a few exporters and a busier fleet). A request holds 512
+stream spans, as a busy exporter sends them: OpenTelemetry's batch span processor exports as soon as it holds its
+batch size (512 by default) and otherwise every 5 s, so a sender of a sixteenth of a million chunks a second (250
+streams of 250 chunks) sends full batches; ``--per-request`` models a sender that exports more often. The collector
+answers once a request is durable in its spool, and its writer inserts whatever has been spooled meanwhile, at most
+once a second. The packed runs are repeated with ``--store-wait-s 5``, the collector answering only once the rows
+are stored: each sender then waits for the store, the number of senders bounds how many requests one insert can
+group, and fewer, larger inserts cost the engine less per row.
 
 The baseline is the same streams, recorded as span events, inserted into the OpenTelemetry Collector
 ClickHouse exporter's ``otel_traces`` table (``benchmarks.otel_traces``) on the same engine. Its rows are
@@ -54,7 +57,8 @@ from benchmarks import otel_traces
 from benchmarks.wire_cost import spans
 from streamscope import semconv as sc
 from streamscope.threads import os_name
-from streamscope_collector.pipeline import DECODE_THREAD, TRACES
+from streamscope_collector.admission import DECODE_THREAD
+from streamscope_collector.pipeline import TRACES
 from streamscope_collector.service import HTTP_THREAD, running_collector
 from streamscope_ingest import store
 from streamscope_ingest.analysis import attribution_job
@@ -66,6 +70,8 @@ from streamscope_ingest.store import migrations
 from streamscope_ingest.store.writer import ClickHouseWriter
 
 T = TypeVar("T")
+EXPORT_BATCH_SPANS = 512
+"""The spans OpenTelemetry's batch span processor exports at once, by default (``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``)."""
 _HEADERS = {"content-type": "application/x-protobuf", "content-encoding": "gzip"}
 
 
@@ -364,7 +370,9 @@ def main() -> None:
     )
     parser.add_argument("--streams", type=int, default=20_000)
     parser.add_argument("--chunks", type=int, default=250, help="mean chunks per stream")
-    parser.add_argument("--per-request", type=int, default=100, help="stream spans per OTLP request")
+    parser.add_argument(
+        "--per-request", type=int, default=EXPORT_BATCH_SPANS, help="stream spans per OTLP request (the SDK's batch)"
+    )
     parser.add_argument(
         "--senders", type=int, nargs="+", default=[4, 16], help="concurrent connections; one run per number given"
     )

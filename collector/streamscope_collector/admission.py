@@ -11,6 +11,11 @@ there are cores (the work holds the interpreter's lock, so more would add memory
 ``EXPANSION`` times its inflated body (at most the whole budget) against a budget of its own; the others wait
 their turn holding only their body. Bodies and rows are bounded by the in-flight budget, parsing by the same
 amount again, or by the one request that needs more, parsed alone.
+
+A turn is also a thread: the gate runs each request's parsing and decoding on threads of its own, as many as it
+has turns, rather than on whichever thread of the web or RPC framework took the request. The memory a decode frees
+is then the memory the next one takes, still mapped: spread over the framework's threads, it was handed back to
+the kernel by one thread's allocator and faulted in again on another's (docs/benchmarks.md, "2026-11-27 (night)").
 """
 
 from __future__ import annotations
@@ -18,17 +23,23 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from streamscope.errors import Overloaded
+from streamscope.threads import name_this_thread
 from streamscope_collector.auth import Credentials
 
 if TYPE_CHECKING:
     from streamscope_collector.config import CollectorConfig
 
+T = TypeVar("T")
+
+DECODE_THREAD = "otlp-decode"
+"""What the threads that parse and decode requests are called in the operating system (``streamscope.threads``)."""
 DECODING_AT_ONCE = 1
 """Requests parsed and decoded at a time. Decoding is Python, which runs on one thread at a time however many cores
 there are: a second decode would not run beside the first, only take turns with it at the interpreter's switch
@@ -107,10 +118,17 @@ class ExpansionGate:
         self._active = 0
         self._lock = threading.Lock()
         self._line: deque[threading.Condition] = deque()
+        self._threads = ThreadPoolExecutor(slots, DECODE_THREAD, name_this_thread, (DECODE_THREAD,))
 
     @property
     def waiting(self) -> int:
         return len(self._line)
+
+    def decode(self, inflated_bytes: int, work: Callable[[], T]) -> T:
+        """``work()``, the parsing and decoding of a request of ``inflated_bytes``, run in its turn on one of the
+        gate's threads; raises what ``work`` raises, or Overloaded after ``wait_s`` without a turn."""
+        with self.parsing(inflated_bytes):
+            return self._threads.submit(work).result()
 
     @contextmanager
     def parsing(self, inflated_bytes: int) -> Iterator[None]:

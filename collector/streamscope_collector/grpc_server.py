@@ -56,8 +56,10 @@ class _Exporter:
         with self._admission.budget.reserve() as reservation:
             reservation.take(size)
             self._admission.rate.admit(tenant, size)
-            with self._admission.expansion.parsing(size):
-                batch = self._pipeline.decode(signal, request, tenant, Received("grpc", "protobuf", "", size, size))
+            received = Received("grpc", "protobuf", "", size, size)
+            batch = self._admission.expansion.decode(
+                size, lambda: self._pipeline.decode(signal, request, tenant, received)
+            )
             ticket = self._pipeline.spool(batch, signal.name, reservation)
         return ExportResult.of(batch, signal), ticket
 

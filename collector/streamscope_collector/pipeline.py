@@ -31,7 +31,6 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from streamscope.errors import RetryableWriteError
-from streamscope.threads import name_this_thread
 from streamscope_collector.admission import Reservation
 from streamscope_collector.metrics import SelfMetrics
 from streamscope_ingest.decode.batch import DecodedBatch
@@ -120,9 +119,6 @@ METRICS = Signal(
 )
 SIGNALS = (TRACES, LOGS, METRICS)
 
-DECODE_THREAD = "otlp-decode"
-"""What a thread that decodes requests is called in the operating system (``streamscope.threads``)."""
-
 
 class ExportPipeline:
     def __init__(
@@ -151,10 +147,9 @@ class ExportPipeline:
         """The request's rows, and its ``ingest_requests`` row.
 
         A parsed request takes many times its size on the wire (each element of a packed array is a message of
-        its own), so transports decode a few at a time (``Admission.expansion``) and let go of the request as
-        soon as this returns.
+        its own), so transports decode a few at a time, on the threads kept for it (``Admission.expansion``), and
+        let go of the request as soon as this returns.
         """
-        name_this_thread(DECODE_THREAD)  # transports decode on threads of their web or RPC framework
         batch = self._decoders[signal.name](request, tenant)
         with_request_row(batch, tenant=tenant, signal=signal.name, received=received)
         return batch

@@ -72,8 +72,9 @@ def export_route(
         """Inflate, parse and decode ``body``, in turn (``Admission.expansion``)."""
         inflated = _inflated(body, encoding, limit, reservation)
         admission.rate.admit(tenant, len(inflated))
-        with admission.expansion.parsing(len(inflated)):
-            return rows(inflated, len(body), encoding, answer_type, tenant)
+        return admission.expansion.decode(
+            len(inflated), lambda: rows(inflated, len(body), encoding, answer_type, tenant)
+        )
 
     def rows(inflated: bytes, sent: int, encoding: str, answer_type: str, tenant: str) -> Expanded:
         """The rows of an inflated body; the parsed request lives only in here."""
