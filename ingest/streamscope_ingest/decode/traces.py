@@ -254,7 +254,7 @@ def _decode_span(
         chunk_count = offsets.size
         events_dropped = span.dropped_events_count > 0
         unreadable = _unreadable_events(span, values)
-    tail_dropped = _bounded_int(scalars, sc.STREAMSCOPE_CHUNKS_DROPPED, 2**63 - 1) or 0
+    tail_dropped = _offset(sc.STREAMSCOPE_CHUNKS_DROPPED, scalars.get(sc.STREAMSCOPE_CHUNKS_DROPPED)) or 0
     truncated = events_dropped or tail_dropped > 0
     if unreadable:
         coverage = columns.COVERAGE_UNREADABLE
@@ -270,7 +270,6 @@ def _decode_span(
             notes.append(f"{tail_dropped} chunks past the SDK's cap were not recorded: stored as a partial timeline")
     else:
         coverage = columns.COVERAGE_FULL
-    first_byte = scalars.get(sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US)
     row = _row(span, scalars, tenant, service, resource, side=side, encoding=encoding, coverage=coverage)
     row["timeline_truncated"] = truncated
     row["first_tool_call_seq"] = _chunk_seq(scalars, sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK, chunk_count, events_dropped)
@@ -278,9 +277,7 @@ def _decode_span(
     return _Stream(
         row=row,
         chunk_count=0 if unreadable else chunk_count,
-        first_byte_us=_bounded_int(scalars, sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US, 2**63 - 1)
-        if first_byte is not None
-        else None,
+        first_byte_us=_offset(sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US, scalars.get(sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US)),
         packed=packed,
         offsets=offsets if not unreadable else np.empty(0, np.int64),
         values=values if not unreadable else np.empty((len(sc.CHUNK_EVENT_ATTRIBUTES), 0), np.int64),
@@ -586,9 +583,9 @@ def _concatenated(streams: list[_Stream]) -> _Timelines:
         pieces = [s.values[index] if s.values is not None else None for s in streams]
         sent = any(piece is not None for piece in pieces)
         values.append(
-            np.concatenate(
-                [np.zeros(s.chunk_count, np.int64) if p is None else p for s, p in zip(streams, pieces, strict=True)]
-            ).astype(np.int64, copy=False)
+            np.concatenate([_or_zeros(p, s.chunk_count) for s, p in zip(streams, pieces, strict=True)]).astype(
+                np.int64, copy=False
+            )
             if sent
             else None
         )
@@ -768,12 +765,8 @@ def _string_list(_: str, value: Any) -> list[str]:
     return [stringify(value)]
 
 
-def _bounded_int(scalars: dict[str, Any], key: str, largest: int) -> int | None:
-    """An integer attribute in 0..largest (an integral double counts); anything else rejects the span."""
-    return _bounded(key, scalars.get(key), largest)
-
-
 def _bounded(key: str, value: Any, largest: int) -> int | None:
+    """An integer attribute's value in 0..largest (an integral double counts); anything else rejects the span."""
     if value is None:
         return None
     integral = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value) and value.is_integer())
@@ -800,7 +793,7 @@ def _chunk_seq(scalars: dict[str, Any], key: str, chunk_count: int, events_dropp
     When the sender dropped span events (the OTel SDK drops the oldest) the stored seqs no longer count from
     the sender's first chunk, so the index cannot be placed and is stored as unknown.
     """
-    index = _bounded_int(scalars, key, _U32_MAX)
+    index = _count(key, scalars.get(key))
     if index is None or events_dropped:
         return None
     if index >= chunk_count:
