@@ -67,9 +67,12 @@ def _cells(gaps: np.ndarray) -> np.ndarray:
     row = (gaps > 0).astype(np.uint8)
     for bound in _BOUNDS_US:
         row += gaps > bound
-    bucket = np.zeros(gaps.size, dtype=np.int64)
-    positive = gaps > 0
-    bucket[positive] = np.floor(np.log(gaps[positive]) / np.log(BUCKET_RATIO)).astype(np.int64) + 1
+    # the bucket: computed for every gap, a gap of 0 as if it were 1, then zeroed (gathering the positive gaps
+    # first costs more than the logarithms it saves)
+    logs = np.log(np.maximum(gaps, 1))
+    logs /= np.log(BUCKET_RATIO)
+    bucket = np.floor(logs, out=logs).astype(np.int64) + 1
+    bucket *= gaps > 0
     return (row.astype(np.int64) << _BUCKET_BITS) | bucket
 
 
