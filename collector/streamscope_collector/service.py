@@ -11,6 +11,7 @@ through its HTTP API and giving them the operator's token for it.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -241,6 +242,7 @@ class Collector:
         """Start, then block until SIGINT or SIGTERM."""
         with stop_on_signals(threading.Event()) as stop:
             self.start()
+            gc.freeze()  # what start-up made lives as long as the process: full collections need not walk it
             log.info("collector listening: OTLP/HTTP %s, OTLP/gRPC %s", self.http_url, self.grpc_port or "off")
             try:
                 wait_until_set(stop)
