@@ -2,21 +2,22 @@
 
 The streams are recorded by StreamRecorder in each encoding and encoded by OpenTelemetry's own OTLP encoder
 (``benchmarks.wire_cost``), then copied under fresh trace ids into as many gzipped requests as asked for, all before
-the clock starts. A ``streamscope collector`` process with its defaults (fsync'd spool, repeated-span lookup,
-attribution job) is started on a fresh store; senders post the requests over keep-alive connections, and the clock
-stops when a query sees every chunk committed. The collector's CPU time and peak RSS come from /proc, and the CPU
-time also by thread (the collector's decode threads, spool, writer, HTTP loop and attribution job, which it names
-for the operating system, the HTTP loop's worker threads under its name, reading and inflating bodies; the engine's
-merges and its other threads) and the kernel's part of it. The engine parses each insert on the thread that sends
-it, so the writer's share holds that too. Senders post one request at a time each, as OpenTelemetry's exporters do;
-the command runs at each number of senders given (4 and 16: a few exporters and a busier fleet). A request holds 512
-stream spans, as a busy exporter sends them: OpenTelemetry's batch span processor exports as soon as it holds its
-batch size (512 by default) and otherwise every 5 s, so a sender of a sixteenth of a million chunks a second (250
-streams of 250 chunks) sends full batches; ``--per-request`` models a sender that exports more often. The collector
-answers once a request is durable in its spool, and its writer inserts whatever has been spooled meanwhile, at most
-once a second. The packed runs are repeated with ``--store-wait-s 5``, the collector answering only once the rows
-are stored: each sender then waits for the store, the number of senders bounds how many requests one insert can
-group, and fewer, larger inserts cost the engine less per row.
+the clock starts; each copy ends a 4,000th of a second after the one before, as a fleet's spans do at a million chunks
+a second (``FLEET_STREAMS_PER_S``). A ``streamscope collector`` process with its defaults (fsync'd spool,
+repeated-span lookup, attribution job) is started on a fresh store; senders post the requests over keep-alive
+connections, and the clock stops when a query sees every chunk committed. The collector's CPU time and peak RSS come
+from /proc, and the CPU time also by thread (the collector's decode threads, spool, writer, HTTP loop and attribution
+job, which it names for the operating system, the HTTP loop's worker threads under its name, reading and inflating
+bodies; the engine's merges and its other threads) and the kernel's part of it. The engine parses each insert on the
+thread that sends it, so the writer's share holds that too. Senders post one request at a time each, as
+OpenTelemetry's exporters do; the command runs at each number of senders given (4 and 16: a few exporters and a busier
+fleet). A request holds 512 stream spans, as a busy exporter sends them: OpenTelemetry's batch span processor exports
+as soon as it holds its batch size (512 by default) and otherwise every 5 s, so a sender of a sixteenth of a million
+chunks a second (250 streams of 250 chunks) sends full batches; ``--per-request`` models a sender that exports more
+often. The collector answers once a request is durable in its spool, and its writer inserts whatever has been spooled
+meanwhile, at most once a second. The packed runs are repeated with ``--store-wait-s 5``, the collector answering only
+once the rows are stored: each sender then waits for the store, the number of senders bounds how many requests one
+insert can group, and fewer, larger inserts cost the engine less per row.
 
 The baseline is the same streams, recorded as span events, inserted into the OpenTelemetry Collector
 ClickHouse exporter's ``otel_traces`` table (``benchmarks.otel_traces``) on the same engine. Its rows are
@@ -72,6 +73,11 @@ from streamscope_ingest.store.writer import ClickHouseWriter
 T = TypeVar("T")
 EXPORT_BATCH_SPANS = 512
 """The spans OpenTelemetry's batch span processor exports at once, by default (``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``)."""
+FLEET_STREAMS_PER_S = 4_000
+"""Streams a fleet at the ingest target ends each second (1 M chunks a second, in streams of 250 chunks). Each copy of
+a recorded timeline ends that much after the one before, as spans reach an exporter when they end: the recordings ran
+one after another, 200 of them over half an hour, and the tables pre-aggregated at insert hold a row per interval of
+the streams' starts."""
 _HEADERS = {"content-type": "application/x-protobuf", "content-encoding": "gzip"}
 
 
@@ -96,10 +102,11 @@ class Workload:
 
 def workload(encoding: str, streams: int, chunks: int, per_request: int, distinct: int = 200) -> Workload:
     """``streams`` streams (rounded up to whole requests) in requests of ``per_request``, plus a warm-up request:
-    ``distinct`` recorded timelines repeated under new trace ids."""
+    ``distinct`` recorded timelines repeated under new trace ids, ending at a fleet's pace (``FLEET_STREAMS_PER_S``)."""
     finished, _ = spans(encoding, min(distinct, streams), chunks)
     template = encode_spans(finished)
     pool = [span for rs in template.resource_spans for ss in rs.scope_spans for span in ss.spans]
+    first_end = min(span.end_time_unix_nano for span in pool)
     requests, ids = [], itertools.count(1)
     for _ in range(-(-streams // per_request) + 1):
         request = ExportTraceServiceRequest()
@@ -111,8 +118,18 @@ def workload(encoding: str, streams: int, chunks: int, per_request: int, distinc
             span = scope.spans.add()
             span.CopyFrom(pool[trace % len(pool)])
             span.trace_id = trace.to_bytes(16, "big")
+            _end_at(span, first_end + trace * 1_000_000_000 // FLEET_STREAMS_PER_S)
         requests.append(request)
     return Workload(encoding, requests[:-1], warm_up=requests[-1])
+
+
+def _end_at(span, end_ns: int) -> None:
+    """Move ``span``, its events with it, to end at ``end_ns``."""
+    shift = end_ns - span.end_time_unix_nano
+    span.start_time_unix_nano += shift
+    span.end_time_unix_nano += shift
+    for event in span.events:
+        event.time_unix_nano += shift
 
 
 def _chunks(span) -> int:
