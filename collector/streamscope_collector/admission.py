@@ -124,6 +124,10 @@ class ExpansionGate:
     def waiting(self) -> int:
         return len(self._line)
 
+    def close(self) -> None:
+        """End the decoding threads, once no request can come (the servers stopped)."""
+        self._threads.shutdown()
+
     def decode(self, inflated_bytes: int, work: Callable[[], T]) -> T:
         """``work()``, the parsing and decoding of a request of ``inflated_bytes``, run in its turn on one of the
         gate's threads; raises what ``work`` raises, or Overloaded after ``wait_s`` without a turn."""

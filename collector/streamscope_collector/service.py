@@ -66,6 +66,7 @@ class Collector:
         self._clients: list = []
         self._link: StoreLink | None = None
         self.pipeline: ExportPipeline | None = None
+        self.admission: Admission | None = None
         self._attribution: PeriodicAttribution | None = None
         self.operator_token = secrets.token_urlsafe(32)
         """The bearer token of the SQL API (``streamscope_collector.http.sql``)."""
@@ -232,6 +233,8 @@ class Collector:
             self._grpc.stop(grace=5).wait()
         if self._http is not None:
             self._http.stop()
+        if self.admission is not None:
+            self.admission.expansion.close()
         if self._writer is not None:
             self._writer.shutdown()
         for client in self._clients:

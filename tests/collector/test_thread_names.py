@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from streamscope_collector.admission import DECODE_THREAD, DECODING_AT_ONCE
+from streamscope_collector.config import CollectorConfig
+from streamscope_collector.service import Collector
 from streamscope_ingest.decode.batch import DecodedBatch
 from tests.support import good_body, plain_stream_span, post, request_of
 
@@ -47,3 +49,13 @@ def test_requests_sent_at_once_are_all_decoded_on_the_one_decode_thread(collecto
     assert len(decoded_on) == len(bodies)
     assert len(set(decoded_on)) == DECODING_AT_ONCE
     assert {thread.name.split("_")[0] for thread in decoded_on} == {DECODE_THREAD}
+
+
+def test_a_stopped_collector_leaves_no_decode_thread_behind(storage_dsn):
+    collector = Collector(CollectorConfig(storage_dsn=storage_dsn, http_port=0, grpc_port=None)).start()
+    try:
+        assert post(collector, good_body()).status_code == 200
+        assert any(t.name.startswith(DECODE_THREAD) for t in threading.enumerate())
+    finally:
+        collector.stop()
+    assert not [t.name for t in threading.enumerate() if t.name.startswith(DECODE_THREAD)]
