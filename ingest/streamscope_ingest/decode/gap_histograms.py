@@ -64,7 +64,8 @@ def _cells(gaps: np.ndarray) -> np.ndarray:
     """Each gap's heatmap row and log bucket, as ``row << _BUCKET_BITS | bucket``."""
     # the row: 0 for a gap of 0, else 1 + the bounds below it (a comparison per bound costs a tenth of a binary
     # search per gap)
-    row = (gaps > 0).astype(np.uint8)
+    positive = gaps > 0
+    row = positive.astype(np.uint8)
     for bound in _BOUNDS_US:
         row += gaps > bound
     # the bucket: computed for every gap, a gap of 0 as if it were 1, then zeroed (gathering the positive gaps
@@ -72,7 +73,7 @@ def _cells(gaps: np.ndarray) -> np.ndarray:
     logs = np.log(np.maximum(gaps, 1))
     logs /= np.log(BUCKET_RATIO)
     bucket = np.floor(logs, out=logs).astype(np.int64) + 1
-    bucket *= gaps > 0
+    bucket *= positive
     return (row.astype(np.int64) << _BUCKET_BITS) | bucket
 
 
