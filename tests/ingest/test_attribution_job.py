@@ -229,6 +229,24 @@ def test_a_job_far_behind_catches_up_in_bounded_passes_without_skipping_or_repea
     assert job.run_pass(until) == (0, True)
 
 
+def test_a_pass_that_finds_no_stream_writes_nothing_and_skips_none(store_client):
+    # an idle collector's job runs every few seconds: each pass over an empty window made two parts of progress
+    job = AttributionJob(store_client, settle_s=0)
+
+    def progress_rows() -> int:
+        return store_client.query("SELECT count() FROM attribution_progress").result_rows[0][0]
+
+    for _ in range(3):
+        assert job.run_pass(datetime.now(UTC) + timedelta(seconds=1)) == (0, True)
+    assert progress_rows() == 0
+    write(store_client, [span(1, 1, "client", T0, with_gap(5, 700))], [])  # stored after those passes' windows
+    assert job.run_once(datetime.now(UTC) + timedelta(seconds=2)) == 1
+    assert progress_rows() == 2  # where the pass would end, then that it got there
+    for _ in range(3):
+        assert job.run_pass(datetime.now(UTC) + timedelta(seconds=3)) == (0, True)
+    assert progress_rows() == 2 and store_client.query("SELECT count() FROM stream_quality").result_rows == [(1,)]
+
+
 def test_a_pass_that_ends_among_streams_stored_together_takes_them_all_and_skips_none(store_client):
     for first in (1, 4):  # two inserts of three streams: three streams in each instant of ingestion
         write(store_client, [span(t, t, "client", T0, with_gap(5, 700)) for t in range(first, first + 3)], [])

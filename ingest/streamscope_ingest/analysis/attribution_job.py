@@ -6,7 +6,8 @@ Why a periodic job rather than materialized views: a stall's cause needs both si
 node's engine events, which arrive in separate requests, seconds apart; a view fires on one insert into one
 table. The job waits until a stream has settled (``settle_s`` after it was stored), attributes every stream
 stored since its watermark in passes of a few queries, and advances the watermark it keeps in
-``attribution_progress`` after each pass, so a restart neither skips nor repeats streams. A pass holds at most
+``attribution_progress`` after each pass, so a restart neither skips nor repeats streams. A pass that finds no
+stream writes nothing: an idle store is not given parts to merge every few seconds. A pass holds at most
 ``pass_streams`` streams (and their chunks) in memory, however far behind the job is after an outage.
 
 A pass writes four tables and then its progress, and the store can fail between any two. So a pass records where
@@ -163,16 +164,16 @@ class AttributionJob:
 
     def watermark(self) -> datetime:
         """Where the last finished pass ended."""
-        return self._progress(JOB)
+        return self._progress()[JOB]
 
-    def _progress(self, job: str) -> datetime:
+    def _progress(self) -> dict[str, datetime]:
+        """Where the last finished pass ended (``JOB``) and where the last one begun would end (``BEGUN``)."""
         rows = self._client.query(
-            "SELECT max(through) FROM attribution_progress FINAL WHERE job = {job:String}", parameters={"job": job}
+            "SELECT job, max(through) FROM attribution_progress FINAL WHERE job IN {jobs:Array(String)} GROUP BY job",
+            parameters={"jobs": [JOB, BEGUN]},
         ).result_rows
-        value = rows[0][0] if rows else None
-        if not value or value.year <= 1970:
-            return EPOCH
-        return _utc(value)
+        found = {job: _utc(through) for job, through in rows if through and through.year > 1970}
+        return {job: found.get(job, EPOCH) for job in (JOB, BEGUN)}
 
     def run_once(self, until: datetime | None = None) -> int:
         """Attribute every stream stored after the watermark and at least ``settle_s`` ago; returns stalls written."""
@@ -189,14 +190,16 @@ class AttributionJob:
         with store.translated_errors():
             if self.lease is not None and not self.lease.held():
                 return 0, True  # another job runs it
-            since = self.watermark()
-            unfinished = self._progress(BEGUN)
+            progress = self._progress()
+            since, unfinished = progress[JOB], progress[BEGUN]
             settled = datetime.now(UTC) - timedelta(seconds=self.settle_s)  # a later bound could change a repeat
             until = _as_stored(unfinished if unfinished > since else min(until or settled, settled))
             if until <= since:
                 return 0, True
             parameters = {"since": since, "until": until, "limit": self.pass_streams}
             rows = self._client.query(STREAMS_SQL, parameters=parameters).result_rows
+            if not rows and unfinished <= since:
+                return 0, True  # nothing to write, nor to record: the next pass reads this window again, at no cost
             full = len(rows) >= self.pass_streams  # more with the last one's ties
             caught_up = not full and unfinished <= since  # after a repeat, go on from there
             if full:
