@@ -54,10 +54,16 @@ async def read_body(request: Request, limit: int, reservation: Reservation) -> b
 
 
 def gunzip(data: bytes, limit: int) -> bytes:
-    """``data`` inflated, through ISA-L (zlib's API, faster), refusing past ``limit`` bytes once inflated."""
+    """``data`` inflated, through ISA-L (zlib's API, faster), refusing past ``limit`` bytes once inflated.
+
+    The size the gzip trailer declares bounds the first pass: the output's room, doubled as it fills, stops at that
+    size rather than at the next power of two, cut back after (docs/benchmarks.md has what it saves). A trailer
+    proves nothing, so what it left out is inflated after, up to the limit."""
     inflater = isal_zlib.decompressobj(wbits=16 + isal_zlib.MAX_WBITS)
     try:
-        out = inflater.decompress(data, limit + 1)
+        out = inflater.decompress(data, min(_declared_size(data), limit) + 1)
+        if inflater.unconsumed_tail and len(out) <= limit:
+            out += inflater.decompress(inflater.unconsumed_tail, limit + 1 - len(out))
         if len(out) > limit or inflater.unconsumed_tail:
             raise LimitExceeded(f"body exceeds the limit of {limit} bytes after decompression")
         if not inflater.eof:
@@ -67,6 +73,11 @@ def gunzip(data: bytes, limit: int) -> bytes:
     except isal_zlib.error as exc:  # type: ignore[misc]  # the stub declares error an instance, not its class
         raise DecodeError(f"gzip body does not inflate: {exc}") from None
     return out
+
+
+def _declared_size(data: bytes) -> int:
+    """The inflated size a gzip member's trailer declares (its last four bytes: the size modulo 2**32)."""
+    return int.from_bytes(data[-4:], "little") if len(data) >= 4 else 0
 
 
 def json_error(answer: Answer) -> JSONResponse:
