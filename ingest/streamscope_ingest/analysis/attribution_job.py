@@ -199,7 +199,7 @@ class AttributionJob:
             parameters = {"since": since, "until": until, "limit": self.pass_streams}
             rows = self._client.query(STREAMS_SQL, parameters=parameters).result_rows
             if not rows and unfinished <= since:
-                return 0, True  # nothing to write, nor to record: the next pass reads this window again, at no cost
+                return 0, True  # nothing to write, nor to record: the next pass starts where this one did
             full = len(rows) >= self.pass_streams  # more with the last one's ties
             caught_up = not full and unfinished <= since  # after a repeat, go on from there
             if full:
