@@ -93,25 +93,25 @@ def build_timeline(
     total = int(lengths.sum())
     stream = np.repeat(np.arange(streams), lengths)
     starts = np.cumsum(lengths) - lengths
+    stream_start = np.repeat(starts, lengths)  # each chunk's stream's first chunk (repeated, cheaper than gathered)
     has_content = content_bytes > 0
 
-    # Content chunks seen so far in the stream, this chunk included.
-    running = np.cumsum(has_content)
-    before_stream = np.where(starts > 0, running[starts - 1] if total else 0, 0)
-    content_so_far: np.ndarray = running - before_stream[stream]
+    # Whether a content chunk came before each chunk in its stream: more content before it in the batch than
+    # before its stream.
+    before: np.ndarray = np.cumsum(has_content) - has_content
+    seen = before > np.repeat(before[np.minimum(starts, total - 1)], lengths) if total else np.zeros(0, bool)
     kind = np.where(
         has_content,
-        np.where(content_so_far == 1, KIND_FIRST, KIND_CONTENT),
-        np.where(content_so_far == 0, KIND_LEAD, KIND_ASIDE),
-    ).astype(np.int8)
+        np.where(seen, np.int8(KIND_CONTENT), np.int8(KIND_FIRST)),
+        np.where(seen, np.int8(KIND_ASIDE), np.int8(KIND_LEAD)),
+    )
     if retracted_bytes is not None:
         kind[(retracted_bytes > 0) & ~has_content] = KIND_RETRACT
 
     # Index of the latest content chunk strictly before each chunk, if it is in the same stream.
     latest = np.maximum.accumulate(np.where(has_content, np.arange(total), -1)) if total else np.empty(0, np.int64)
     previous = np.concatenate(([-1], latest[:-1])) if total else latest
-    same_stream = previous >= starts[stream]
-    base = np.where(same_stream, offsets[np.maximum(previous, 0)], 0)
+    base = np.where(previous >= stream_start, offsets[np.maximum(previous, 0)], 0)
     gap = np.minimum(offsets - base, _U32_MAX).astype(np.uint32)
     return Timeline(stream=stream, kind=kind, gap_us=gap)
 
@@ -134,7 +134,7 @@ def stream_stats(
         """Each stream's sum, in integers (bincount's weights would go through float64); None is all zeros."""
         sums: np.ndarray = np.zeros(n, dtype=dtype)
         if values is not None:
-            sums[with_chunks] = np.add.reduceat(values, starts) if starts.size else 0
+            sums[with_chunks] = np.add.reduceat(values, starts, dtype=dtype) if starts.size else 0
         return sums
 
     def offset_of(chunks: np.ndarray, last: bool = False) -> PerStream:
@@ -146,12 +146,11 @@ def stream_stats(
     has_content = (timeline.kind == KIND_FIRST) | (timeline.kind == KIND_CONTENT)  # as build_timeline found it
     content = np.flatnonzero(has_content)
     ttft = offset_of(np.flatnonzero(timeline.kind == KIND_FIRST))
-    in_head = has_content & (offsets <= ttft.values[stream] + HEAD_WINDOW_US)
+    in_head = has_content & (offsets <= np.repeat(ttft.values + HEAD_WINDOW_US, lengths))
 
     itl_mask = timeline.kind == KIND_CONTENT
-    itl_stream = stream[itl_mask]
     itl_gap = timeline.gap_us[itl_mask]
-    count = np.bincount(itl_stream, minlength=n)
+    count = per_stream_sum(itl_mask, np.int64)
     with_gaps = np.flatnonzero(count)
     sorted_gaps = _sorted_by_stream(itl_gap, count[with_gaps])
     count = count[with_gaps]
@@ -164,7 +163,7 @@ def stream_stats(
     rated = p50 > 0  # a ratio to a zero median is meaningless
     jitter = PerStream.at(n, with_gaps[rated], p99[rated] / p50[rated], np.float32)
     return StreamStats(
-        content_chunks=np.bincount(stream[content], minlength=n).astype(np.uint32),
+        content_chunks=per_stream_sum(has_content, np.uint32),
         tokens=per_stream_sum(tokens),
         content_bytes=per_stream_sum(content_bytes),
         wire_bytes=per_stream_sum(wire_bytes),
@@ -175,7 +174,7 @@ def stream_stats(
         gap_quantiles_us=quantiles,
         gap_max_us=pick(count - 1),
         jitter_ratio=jitter,
-        stall_count=np.bincount(itl_stream[itl_gap > stall_threshold_us], minlength=n).astype(np.uint32),
+        stall_count=per_stream_sum(itl_mask & (timeline.gap_us > stall_threshold_us), np.uint32),
         chunks_by_tokens=content_chunks_by_tokens(stream, timeline.kind, tokens, n),
     )
 
@@ -192,7 +191,7 @@ def _sorted_by_stream(gaps: np.ndarray, count: np.ndarray) -> Callable[[np.ndarr
     width = int(count.max(initial=0))
     if count.size * width <= 2 * gaps.size + 4096:
         table = np.full((count.size, width), _U32_MAX, dtype=np.uint32)
-        table[np.repeat(np.arange(count.size), count), np.arange(gaps.size) - np.repeat(begin, count)] = gaps
+        table[np.arange(width) < count[:, None]] = gaps  # a mask fills row by row: each row's first count cells
         table.sort(axis=1)
         return lambda index: table[np.arange(count.size), index]
     owner = np.repeat(np.arange(count.size, dtype=np.uint64), count)

@@ -600,14 +600,13 @@ def _all_valid(timelines: _Timelines) -> bool:
     steps = np.diff(offsets)
     starts = np.cumsum(lengths) - lengths
     steps[starts[(starts > 0) & (starts < offsets.size)] - 1] = 0  # across a boundary between streams
-    owner = np.repeat(np.arange(lengths.size), lengths)
     tokens, content, retracted = values[0], values[_CONTENT_ROW], values[_RETRACTED_ROW]
     sent = [(name, row) for name, row in zip(sc.PACKED_ARRAYS[1:], values, strict=True) if row is not None]
     return bool(
         offsets.min() >= 0
         and steps.min(initial=0) >= 0
         and all(row.min() >= 0 and row.max() <= _LIMITS[name] for name, row in sent)
-        and (tokens is None or np.bincount(owner, weights=tokens, minlength=lengths.size).max() <= _U32_MAX)
+        and (tokens is None or np.add.reduceat(tokens, starts[lengths > 0]).max() <= _U32_MAX)
         and not (
             retracted is not None
             and retracted.any()
@@ -659,8 +658,10 @@ def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: i
     lengths, offsets, values = timelines
     tokens, content, wire, paint_delay, render, host_delay, host_held, retracted_bytes, retracted_tokens = values
     tokens, content = _or_zeros(tokens, offsets.size), _or_zeros(content, offsets.size)  # required: sent
-    unknown_sizes = np.repeat(np.fromiter((s.sizes_unknown for s in streams), bool, len(streams)), lengths)
-    sizes = np.where(unknown_sizes, 1, content)  # arrivals only: each is content
+    sizes = content
+    if any(s.sizes_unknown for s in streams):  # arrivals only: each is content
+        unknown_sizes = np.repeat(np.fromiter((s.sizes_unknown for s in streams), bool, len(streams)), lengths)
+        sizes = np.where(unknown_sizes, 1, content)
     timeline = build_timeline(lengths, offsets, sizes, retracted_bytes)
     stats = stream_stats(lengths, offsets, tokens, content, wire, timeline, stall_threshold_us)
     taken_back = retraction_stats(lengths, offsets, content, retracted_bytes, retracted_tokens)
