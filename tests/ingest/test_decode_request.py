@@ -17,7 +17,7 @@ from streamscope.int64_bytes import int64_bytes
 from streamscope_ingest.decode import columns
 from streamscope_ingest.decode.limits import SpanLimits
 from streamscope_ingest.decode.traces import decode_traces
-from tests.support import T0, any_value, event_span, stream_span, trace_request
+from tests.support import T0, any_value, event_span, plain_stream_span, stream_span, trace_request
 
 
 def _decoded(*spans):
@@ -263,3 +263,23 @@ def test_a_bad_timeline_among_bytes_arrays_rejects_its_span_only():
         "chunk offsets are not in order",
     ]
     assert as_ints[0]["streams"]["trace_id"] == [f"{1:032x}", f"{4:032x}"]
+
+
+def test_each_stream_keeps_the_attributes_of_its_own_resource():
+    """Spans of two resources, interleaved with a resource that sends no attributes: each row holds its
+    resource's map, however many spans share it."""
+    spans = [plain_stream_span(span_byte, [10, 20]) for span_byte in range(1, 6)]
+    first, second = trace_request(spans[:2], "checkout"), trace_request(spans[2:3], "")
+    third = trace_request(spans[3:], "search")
+    second.resource_spans[0].resource.Clear()
+    first.resource_spans.extend([*second.resource_spans, *third.resource_spans])
+    batch = decode_traces(first, tenant="t", stall_threshold_us=400_000)
+    streams = batch.blocks["streams"].to_pydict()
+    assert streams["service"] == ["checkout", "checkout", "", "search", "search"]
+    assert [dict(pairs) for pairs in streams["resource_attributes"]] == [
+        {"service.name": "checkout"},
+        {"service.name": "checkout"},
+        {},
+        {"service.name": "search"},
+        {"service.name": "search"},
+    ]

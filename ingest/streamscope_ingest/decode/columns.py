@@ -161,22 +161,23 @@ CHUNKS_DECODED = pa.unify_schemas([CHUNKS, CHUNKS_DEFAULTED])
 def completed(table: str, block: pa.Table) -> pa.Table:
     """``block`` of ``table`` with the columns it lacks because an earlier version decoded it (a batch left in the
     spool) given the values the store gives such rows, so that it concatenates with blocks decoded now."""
+    present = set(block.schema.names)  # read once: each read of the names builds them anew
     if table == "chunk_arrays":
         for field in CHUNKS_DEFAULTED:
-            if field.name not in block.column_names:
+            if field.name not in present:
                 nothing = zeros_left_empty(np.zeros(block.num_rows, np.int64), np.empty(0), field.type.value_type)
                 block = block.append_column(field, nothing)
     elif table == "streams":
-        if "host_watch" not in block.column_names:
+        if "host_watch" not in present:
             block = _with_column(block, "host_watch", pa.array([""] * block.num_rows, _LC))
-        if "source" not in block.column_names:
+        if "source" not in present:
             block = _with_column(block, "source", pa.array([SOURCE_STREAMSCOPE] * block.num_rows, _LC))
-        if "coverage" not in block.column_names:
+        if "coverage" not in present:
             truncated = block["timeline_truncated"].to_numpy(zero_copy_only=False)
             coverage = np.where(truncated, COVERAGE_PARTIAL, COVERAGE_FULL).tolist()
             block = _with_column(block, "coverage", pa.array(coverage, _LC))
         for name, value in (JSON_PROGRESS_UNKNOWN | NOTHING_RETRACTED | PAUSE_UNKNOWN).items():
-            if name not in block.column_names:
+            if name not in present:
                 field = STREAMS_DECODED.field(name)
                 block = _with_column(block, name, pa.array([value] * block.num_rows, field.type))
     return block

@@ -119,7 +119,6 @@ class _Stream:
     values: np.ndarray | Sequence[np.ndarray | None] | None = None
     """One row per packed array after the offsets (tokens, content bytes, wire bytes, paint delay, render, host
     delay); None for an optional array the span did not send, which is all zeros."""
-    subject: str = ""
     notes: list[str] = field(default_factory=list)
     """What the sender should hear about this span's timeline (``partial_success`` warnings)."""
     first_chunk_lost: bool = False
@@ -128,6 +127,11 @@ class _Stream:
     """Each chunk's arrival is known, not what it carried (``arrivals``): every chunk counts as content."""
     ttft_us: int | None = None
     """The time to the first token as the span's source measured it, for a stream without chunks."""
+
+    @property
+    def subject(self) -> str:
+        """The span as warnings and rejections name it (``_subject``), from the ids its row holds."""
+        return f"span {self.row['span_id'] or '?'} of trace {self.row['trace_id'] or '?'}"
 
 
 def decode_traces(
@@ -281,7 +285,6 @@ def _decode_span(
         packed=packed,
         offsets=offsets if not unreadable else np.empty(0, np.int64),
         values=values if not unreadable else np.empty((len(sc.CHUNK_EVENT_ATTRIBUTES), 0), np.int64),
-        subject=_subject(span),
         notes=notes,
         first_chunk_lost=events_dropped,
     )
@@ -430,7 +433,6 @@ def _decode_foreign(
         first_byte_us=None,
         offsets=offsets,
         values=np.zeros((len(sc.CHUNK_EVENT_ATTRIBUTES), chunk_count), np.int64),
-        subject=_subject(span),
         notes=notes,
         first_chunk_lost=coverage == columns.COVERAGE_PARTIAL,
         sizes_unknown=foreign.arrivals_ns is not None,
@@ -702,6 +704,9 @@ def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: i
         "retraction_shown_us": pa.array(taken_back.shown_us, pa.list_(pa.uint64())),
         "tool_call_pause_us": pa.array(_tool_call_pauses(rows, lengths, timeline.gap_us), pa.uint32()),
     }
+    derived["resource_attributes"] = _shared_maps(
+        [r["resource_attributes"] for r in rows], columns.STREAMS_DECODED.field("resource_attributes").type
+    )
     decoded = columns.STREAMS_DECODED
     from_rows = pa.Table.from_pylist(rows, schema=pa.schema(f for f in decoded if f.name not in derived))
     stream_columns = [derived[name] if name in derived else from_rows[name] for name in decoded.names]
@@ -740,6 +745,19 @@ def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: i
         schema=columns.CHUNKS_DECODED,
     )
     return streams_block, chunks_block
+
+
+def _shared_maps(maps: list[dict[str, str]], arrow_type: pa.DataType) -> pa.Array:
+    """A map column whose rows share a few dicts (each resource's attributes, for all its spans): each distinct
+    dict converted once, then repeated where it is shared."""
+    position: dict[int, int] = {}  # by identity: the maps are alive, so no two share an id
+    distinct: list[dict[str, str]] = []
+    for shared in maps:
+        if id(shared) not in position:
+            position[id(shared)] = len(distinct)
+            distinct.append(shared)
+    index = pa.array([position[id(shared)] for shared in maps], pa.int32())
+    return pa.array(distinct, arrow_type).take(index)
 
 
 def _nullable(values: PerStream, arrow_type: pa.DataType) -> pa.Array:
