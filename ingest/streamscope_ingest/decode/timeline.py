@@ -22,6 +22,8 @@ QUANTILES = (0.5, 0.95, 0.99)
 HEAD_WINDOW_US = 200_000
 """The head of a stream: content arriving within this long of the first content chunk (burst-at-head)."""
 _U32_MAX = np.iinfo(np.uint32).max
+_KIND_OF = np.array([KIND_LEAD, KIND_ASIDE, KIND_FIRST, KIND_CONTENT], np.int8)
+"""A chunk's kind by whether it has content (times 2) and whether content came before it in its stream."""
 
 
 @dataclass(frozen=True)
@@ -100,18 +102,17 @@ def build_timeline(
     # before its stream.
     before: np.ndarray = np.cumsum(has_content) - has_content
     seen = before > np.repeat(before[np.minimum(starts, total - 1)], lengths) if total else np.zeros(0, bool)
-    kind = np.where(
-        has_content,
-        np.where(seen, np.int8(KIND_CONTENT), np.int8(KIND_FIRST)),
-        np.where(seen, np.int8(KIND_ASIDE), np.int8(KIND_LEAD)),
-    )
+    kind = _KIND_OF.take(has_content.view(np.int8) * np.int8(2) + seen.view(np.int8))
     if retracted_bytes is not None:
         kind[(retracted_bytes > 0) & ~has_content] = KIND_RETRACT
 
-    # Index of the latest content chunk strictly before each chunk, if it is in the same stream.
-    latest = np.maximum.accumulate(np.where(has_content, np.arange(total), -1)) if total else np.empty(0, np.int64)
-    previous = np.concatenate(([-1], latest[:-1])) if total else latest
-    base = np.where(previous >= stream_start, offsets[np.maximum(previous, 0)], 0)
+    # Index of the latest content chunk strictly before each chunk, if it is in the same stream: the latest at or
+    # before each chunk, written one place on.
+    latest = np.empty(total + 1, np.int64)
+    latest[0] = -1
+    np.maximum.accumulate(np.where(has_content, np.arange(total), -1), out=latest[1:])
+    previous = latest[:-1]
+    base = offsets[np.maximum(previous, 0)] * (previous >= stream_start)  # 0 for a chunk with none before it
     gap = np.minimum(offsets - base, _U32_MAX).astype(np.uint32)
     return Timeline(stream=stream, kind=kind, gap_us=gap)
 
@@ -131,10 +132,11 @@ def stream_stats(
     starts = (np.cumsum(lengths) - lengths)[with_chunks]
 
     def per_stream_sum(values: np.ndarray | None, dtype: type = np.uint64) -> np.ndarray:
-        """Each stream's sum, in integers (bincount's weights would go through float64); None is all zeros."""
+        """Each stream's sum, in integers (bincount's weights would go through float64); None is all zeros. Flags
+        are counted (summed as integers); other values are summed as they are, without a copy in ``dtype``."""
         sums: np.ndarray = np.zeros(n, dtype=dtype)
-        if values is not None:
-            sums[with_chunks] = np.add.reduceat(values, starts, dtype=dtype) if starts.size else 0
+        if values is not None and starts.size:
+            sums[with_chunks] = np.add.reduceat(values, starts, dtype=np.int64 if values.dtype == bool else None)
         return sums
 
     def offset_of(chunks: np.ndarray, last: bool = False) -> PerStream:
@@ -170,7 +172,7 @@ def stream_stats(
         first_chunk_us=PerStream.at(n, with_chunks, offsets[starts], np.int64),
         ttft_us=ttft,
         last_content_us=offset_of(content, last=True),
-        head_tokens=per_stream_sum(np.where(in_head, tokens, 0), np.uint32),
+        head_tokens=per_stream_sum(tokens * in_head, np.uint32),
         gap_quantiles_us=quantiles,
         gap_max_us=pick(count - 1),
         jitter_ratio=jitter,

@@ -521,7 +521,7 @@ def _packed_together(streams: list[_Stream]) -> _Timelines | None:
     # raws holds each stream's arrays in turn: every width-th one, joined, is one array's row for all streams
     rows = {name: int64s(b"".join(raws[column::width])) for column, name in enumerate(sent)}
     values = [rows.get(name) for name in sc.PACKED_ARRAYS[1:]]
-    return _Timelines(counts, rows[sc.STREAMSCOPE_CHUNKS_OFFSET_US].astype(np.int64), values)
+    return _Timelines(counts, rows[sc.STREAMSCOPE_CHUNKS_OFFSET_US].astype(np.int64, copy=False), values)
 
 
 def _event_arrays(span: Message) -> tuple[np.ndarray, np.ndarray]:
@@ -721,7 +721,8 @@ def _blocks(streams: list[_Stream], timelines: _Timelines, stall_threshold_us: i
         item_type = columns.CHUNKS_DECODED.field(name).type.value_type
         if name in columns.CHUNKS_DEFAULTED.names:
             return columns.zeros_left_empty(lengths, np.empty(0, np.int64) if values is None else values, item_type)
-        return pa.ListArray.from_arrays(offsets, pa.array(_or_zeros(values, total).astype(item_type.to_pandas_dtype())))
+        items = _or_zeros(values, total).astype(item_type.to_pandas_dtype(), copy=False)
+        return pa.ListArray.from_arrays(offsets, pa.array(items))
 
     stream_values = {name: streams_block[name] for name in ("tenant", "start_time", "service", "side", "provider")}
     chunks_block = pa.Table.from_pydict(
