@@ -72,7 +72,7 @@ def _cells(gaps: np.ndarray) -> np.ndarray:
     # first costs more than the logarithms it saves)
     logs = np.log(np.maximum(gaps, 1))
     logs /= np.log(BUCKET_RATIO)
-    bucket = np.floor(logs, out=logs).astype(np.int64) + 1
+    bucket = logs.astype(np.int64) + 1  # the floor: a cast cuts toward zero, and these logarithms are 0 or more
     bucket *= positive
     return (row.astype(np.int64) << _BUCKET_BITS) | bucket
 
