@@ -203,6 +203,21 @@ def test_any_one_string_over_the_limit_is_cut(attributes, name, cut):
     assert batch.warnings == [f"{_subject(7, 9)}: {cut} cut to 40 characters"]
 
 
+def test_strings_each_within_the_limit_are_kept_whole_however_long_together():
+    notes = {f"note.{i}": str(i) * 40 for i in range(5)}
+    span = stream_span(
+        7, 9, side="client", offsets_ms=[10], tokens=[1], attributes={**notes, sc.GEN_AI_RESPONSE_ID: "i" * 40}
+    )
+    span.name = "n" * 40
+    batch = decode_traces(
+        trace_request([span]), tenant="t", stall_threshold_us=400_000, limits=SpanLimits(max_string_length=40)
+    )
+    assert batch.warnings == []
+    stored = batch.blocks["streams"].to_pylist()[0]
+    assert (stored["span_name"], stored["response_id"]) == ("n" * 40, "i" * 40)
+    assert dict(stored["attributes"]) == notes
+
+
 def _subject(trace: int, span: int) -> str:
     return f"span {span.to_bytes(8, 'big').hex()} of trace {trace.to_bytes(16, 'big').hex()}"
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import operator
+import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -96,7 +97,9 @@ _OPTIONAL_ARRAYS = (
 _REQUIRED_ARRAYS = frozenset(sc.PACKED_ARRAYS) - frozenset(_OPTIONAL_ARRAYS)
 _U32_MAX = 2**32 - 1
 _TEXT = (pa.string(), pa.dictionary(pa.int32(), pa.string()))
-_TEXT_COLUMNS = operator.itemgetter("model", *(f.name for f in columns.STREAMS_DECODED if f.type in _TEXT))
+_TEXT_COLUMNS = operator.itemgetter(
+    *map(sys.intern, ("model", *(f.name for f in columns.STREAMS_DECODED if f.type in _TEXT)))
+)
 """A stream row's string values (``model`` is not a streams column, but a chunk_arrays one)."""
 log = logging.getLogger(__name__)
 
@@ -205,13 +208,17 @@ def decode_traces(
 
 
 def _may_be_too_long(row: dict[str, Any], limits: SpanLimits) -> bool:
-    """Whether a string of ``row`` (or of its attributes) may be past ``limits``: most rows are shown short by a
-    glance at the lengths of their text columns, without looking at each value's type."""
+    """Whether a string of ``row`` (or of its attributes) may be past ``limits``: most rows are shown short by the
+    length of their text columns' strings joined, as no one string is longer than all of them together."""
     try:
-        longest = max(max(map(len, _TEXT_COLUMNS(row))), max(map(len, row["attributes"].values()), default=0))
-        return longest > limits.max_string_length
+        joined = "".join(_TEXT_COLUMNS(row)) + "".join(row["attributes"].values())
     except (TypeError, KeyError):  # a column that holds no string, or none at all: look at each
         return True
+    if len(joined) <= limits.max_string_length:
+        return False
+    return max(max(map(len, _TEXT_COLUMNS(row))), max(map(len, row["attributes"].values()), default=0)) > (
+        limits.max_string_length
+    )
 
 
 def _within_days(streams: list[_Stream], limits: SpanLimits, rejected: list[Rejection]) -> list[_Stream]:
