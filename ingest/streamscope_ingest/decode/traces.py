@@ -133,8 +133,8 @@ class _Stream:
 
     @property
     def subject(self) -> str:
-        """The span as warnings and rejections name it (``_subject``), from the ids its row holds."""
-        return f"span {self.row['span_id'] or '?'} of trace {self.row['trace_id'] or '?'}"
+        """The span as warnings and rejections name it, from the ids its row holds."""
+        return _named(self.row["span_id"], self.row["trace_id"])
 
 
 def decode_traces(
@@ -211,14 +211,11 @@ def _may_be_too_long(row: dict[str, Any], limits: SpanLimits) -> bool:
     """Whether a string of ``row`` (or of its attributes) may be past ``limits``: most rows are shown short by the
     length of their text columns' strings joined, as no one string is longer than all of them together."""
     try:
-        joined = "".join(_TEXT_COLUMNS(row)) + "".join(row["attributes"].values())
+        strings = (*_TEXT_COLUMNS(row), *row["attributes"].values())
+        joined = "".join(strings)
     except (TypeError, KeyError):  # a column that holds no string, or none at all: look at each
         return True
-    if len(joined) <= limits.max_string_length:
-        return False
-    return max(max(map(len, _TEXT_COLUMNS(row))), max(map(len, row["attributes"].values()), default=0)) > (
-        limits.max_string_length
-    )
+    return len(joined) > limits.max_string_length and max(map(len, strings)) > limits.max_string_length
 
 
 def _within_days(streams: list[_Stream], limits: SpanLimits, rejected: list[Rejection]) -> list[_Stream]:
@@ -229,7 +226,12 @@ def _within_days(streams: list[_Stream], limits: SpanLimits, rejected: list[Reje
 
 
 def _subject(span: Message) -> str:
-    return f"span {span.span_id.hex() or '?'} of trace {span.trace_id.hex() or '?'}"
+    return _named(span.span_id.hex(), span.trace_id.hex())
+
+
+def _named(span_id: str, trace_id: str) -> str:
+    """How warnings and rejections name a span, by its ids in hex."""
+    return f"span {span_id or '?'} of trace {trace_id or '?'}"
 
 
 def _decode_span(
