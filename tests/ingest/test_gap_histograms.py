@@ -9,7 +9,10 @@ import math
 from bisect import bisect_left
 from collections import Counter
 
+import pytest
+
 from streamscope import semconv as sc
+from streamscope_ingest.decode import gap_histograms
 from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.store import migrations
 from streamscope_ingest.store.writer import ClickHouseWriter
@@ -58,13 +61,32 @@ def expected(client) -> Counter:
     return counted
 
 
+def _spied(count, calls: list):
+    def spy(*args, **kwargs):
+        calls.append(args)
+        return count(*args, **kwargs)
+
+    return spy
+
+
 def stored(client) -> tuple[Counter, dict]:
     rows = client.query(f"SELECT {KEY}, sum(gaps), max(gap_max_us) FROM gap_histograms GROUP BY {KEY}").result_rows
     return Counter({tuple(row[:6]): row[6] for row in rows}), {tuple(row[:6]): row[7] for row in rows}
 
 
-def test_every_content_gap_is_counted_at_every_step_in_its_row_and_bucket(store_client):
+@pytest.mark.parametrize(
+    ("slice_chunks", "slices_counted"), [(gap_histograms.SLICE_CHUNKS, 1), (1, 12), (7, 12), (30, 5)]
+)
+def test_every_content_gap_is_counted_at_every_step_in_its_row_and_bucket(
+    store_client, monkeypatch, slice_chunks, slices_counted
+):
+    """Counted a slice of streams at a time (12 streams of 11 chunks): all in one, a stream a slice, whatever
+    part of a stream the slice size is (a stream is never cut), or two or three streams a slice: the same rows."""
+    monkeypatch.setattr(gap_histograms, "SLICE_CHUNKS", slice_chunks)
+    slices = []
+    monkeypatch.setattr(gap_histograms, "_counted_slice", _spied(gap_histograms._counted_slice, slices))
     store_spans(store_client, spans())
+    assert len(slices) == slices_counted
     counts, longest = stored(store_client)
     assert counts == expected(store_client)
     exact_bounds = store_client.query("SELECT countIf(gap_us IN (10000, 25000)) FROM chunks").result_rows[0][0]

@@ -8,6 +8,8 @@ insert deduplication token, so a replayed insert is not counted twice.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pyarrow as pa
 
@@ -31,33 +33,66 @@ _BUCKET_BITS, _CELL_BITS = 12, 16  # gap_bucket < 2^12 (a UInt32 gap is bucket 2
 def gap_histograms(chunk_arrays: pa.Table) -> pa.Table:
     """The rows counting ``chunk_arrays``' content gaps, one per step, interval, labels, heatmap row and bucket."""
     gap_lists = chunk_arrays["gap_us"].combine_chunks()
-    lengths = np.diff(gap_lists.offsets.to_numpy())
-    content = chunk_arrays["kind"].combine_chunks().values.to_numpy() == columns.KIND_CONTENT
-    gaps = gap_lists.values.to_numpy()[content]
-    if not gaps.size:
-        return columns.GAP_HISTOGRAMS.empty_table()
+    offsets = gap_lists.offsets.to_numpy()
+    kinds = chunk_arrays["kind"].combine_chunks().values.to_numpy()
+    gaps = gap_lists.values.to_numpy()
     labels, group_of_stream = label_groups(chunk_arrays.select(list(LABELS)))
     finest = chunk_arrays["start_time"].combine_chunks().cast(pa.int64()).to_numpy() // (STEPS_S[0] * 1_000_000)
-    # Counted by cell and interval at the shortest step in one hash aggregation (sorting every gap costs several
-    # times more). Its few rows are sorted by (cell, interval); a longer step's intervals keep that order, so each
-    # step merges neighbouring rows only.
     lowest, span = int(finest.min()), int(finest.max() - finest.min()) + 1
     of_stream = (group_of_stream << _CELL_BITS) * span + (finest - lowest)
-    keyed = pa.table({"key": np.repeat(of_stream, lengths)[content] + _cells(gaps) * span, "gap": gaps})
-    grouped = keyed.group_by("key", use_threads=False).aggregate([("gap", "count"), ("gap", "max")])
+    # Counted by cell and interval at the shortest step, a slice of streams at a time: each slice's arrays are small
+    # enough to be reused from one to the next, where arrays of the whole insert would be fresh memory for the kernel
+    # to zero each time. Each slice's counts are hash aggregated (sorting every gap costs several times more), then
+    # the slices' counts together.
+    slices = [
+        counted
+        for first, last in _stream_slices(offsets)
+        if (counted := _counted_slice(of_stream[first:last], offsets[first : last + 1], kinds, gaps, span)).num_rows
+    ]
+    if not slices:
+        return columns.GAP_HISTOGRAMS.empty_table()
+    grouped = (
+        pa.concat_tables(slices)
+        .group_by("key", use_threads=False)
+        .aggregate([("gap_count", "sum"), ("gap_max", "max")])
+    )
+    # Its few rows are sorted by (cell, interval); a longer step's intervals keep that order, so each step merges
+    # neighbouring rows only.
     keys = grouped["key"].to_numpy()
     order = np.argsort(keys)
     cells, starts, counted, longest = (
         keys[order] // span,
         (keys[order] % span + lowest) * STEPS_S[0],
-        grouped["gap_count"].to_numpy()[order].astype(np.uint64),
-        grouped["gap_max"].to_numpy()[order],
+        grouped["gap_count_sum"].to_numpy()[order].astype(np.uint64),
+        grouped["gap_max_max"].to_numpy()[order],
     )
     blocks = []
     for step in STEPS_S:
         cells, starts, counted, longest = _merged(cells, starts // step * step, counted, longest)
         blocks.append(_block(step, labels, cells, starts, counted, longest))
     return pa.concat_tables(blocks)
+
+
+SLICE_CHUNKS = 1 << 16
+"""Chunks counted at once (whole streams: a longer stream is a slice of its own)."""
+
+
+def _stream_slices(offsets: np.ndarray) -> list[tuple[int, int]]:
+    """Ranges [first, last) of streams holding about ``SLICE_CHUNKS`` chunks each, given the streams' ``offsets``."""
+    firsts = np.unique(np.searchsorted(offsets, np.arange(offsets[0], offsets[-1], SLICE_CHUNKS), side="right") - 1)
+    bounds = [*firsts.tolist(), offsets.size - 1]
+    return list(itertools.pairwise(bounds))
+
+
+def _counted_slice(
+    of_stream: np.ndarray, offsets: np.ndarray, kinds: np.ndarray, gaps: np.ndarray, span: int
+) -> pa.Table:
+    """The content gaps of one slice of streams counted by key (the stream's labels and interval, the gap's cell)."""
+    lengths = np.diff(offsets)
+    content = kinds[offsets[0] : offsets[-1]] == columns.KIND_CONTENT
+    kept = gaps[offsets[0] : offsets[-1]][content]
+    keyed = pa.table({"key": np.repeat(of_stream, lengths)[content] + _cells(kept) * span, "gap": kept})
+    return keyed.group_by("key", use_threads=False).aggregate([("gap", "count"), ("gap", "max")])
 
 
 def _cells(gaps: np.ndarray) -> np.ndarray:
