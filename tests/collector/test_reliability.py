@@ -193,6 +193,28 @@ def test_either_fsync_policy_leaves_segments_a_new_process_reads(tmp_path, fsync
     assert reopened.read(segment)[0].rows("chunks") == 3
 
 
+@pytest.mark.parametrize("fsync", ["always", "never"])
+def test_a_segment_is_synced_whole_before_it_takes_its_name_when_the_policy_says_so(tmp_path, monkeypatch, fsync):
+    """Under ``always`` the file is synced with every byte of it written, then the directory after the rename;
+    under ``never``, nothing is."""
+    synced: list[tuple[str, int]] = []
+    real_fsync = os.fsync
+
+    def fsync_seen(fd: int) -> None:  # records what each fsync covers: the file (and its size then) or directory
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        synced.append((target, os.fstat(fd).st_size if os.path.isfile(target) else -1))
+        real_fsync(fd)
+
+    spool = Spool(tmp_path, max_bytes=10**8, fsync=fsync)
+    monkeypatch.setattr(os, "fsync", fsync_seen)
+    segment = spool.append([batch(1, "a", chunks=5_000)])
+    if fsync == "never":
+        assert synced == []
+    else:
+        assert synced == [(str(segment.path.with_suffix(".tmp")), segment.size), (str(tmp_path), -1)]
+        assert segment.path.stat().st_size == segment.size
+
+
 def test_an_unknown_fsync_policy_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="fsync policy 'sometimes'"):
         Spool(tmp_path, max_bytes=10**6, fsync="sometimes")  # type: ignore[arg-type]

@@ -35,7 +35,7 @@ import os
 import struct
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -45,8 +45,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamscope.errors import ConfigError, SpoolFull, SpoolUnavailable, WriteError
-from streamscope_ingest.decode import columns
+from streamscope_ingest.decode import columns, ipc_streams
 from streamscope_ingest.decode.batch import CHUNK_ARRAYS, CHUNKS, DecodedBatch
+from streamscope_ingest.decode.ipc_streams import SizedStream
 from streamscope_ingest.decode.timeline import content_chunks_by_tokens
 
 FsyncPolicy = Literal["always", "never"]
@@ -60,6 +61,8 @@ _PROBE = "PROBE"
 _ALONE = "alone"
 _DONE = "done"
 _REASON = ".reason"
+_WRITE_BUFFER_BYTES = 1 << 18
+"""Small pieces of a file (headers, a stream's metadata and padding) are gathered up to this before a write."""
 _COUNTS = "content_chunks_by_tokens"
 """The streams column added by migration 0019: blocks spooled before it lack it."""
 
@@ -125,21 +128,22 @@ class Spool:
 
         Raises SpoolFull when the segment would take the spool past ``max_bytes``.
         """
-        payload = encode(batches)
+        pieces = _segment(batches)
+        size = ipc_streams.size_of(pieces)
         with self._mutex:
             used = sum(s.size for s in self._segments.values())
-            if used + len(payload) > self.max_bytes:
+            if used + size > self.max_bytes:
                 raise SpoolFull(
                     f"spool full: {used} bytes waiting for the store, limit {self.max_bytes} bytes; "
                     "the store is down or slower than the load"
                 )
             seq = self._next_seq
             self._next_seq += 1
-            segment = Segment(seq, self._path(seq), len(payload))
+            segment = Segment(seq, self._path(seq), size)
             # reserved before the write so concurrent appends count each other
             self._segments[seq] = segment
         try:
-            self._write_file(segment.path, payload)
+            self._write_file(segment.path, pieces)
         except OSError as exc:
             with self._mutex:
                 del self._segments[seq]
@@ -150,7 +154,7 @@ class Spool:
     def check_writable(self) -> None:
         """Write, sync and remove a small file, as an append would; raises OSError while the disk refuses."""
         probe = self.directory / "WRITABLE"
-        self._write_file(probe, b"ok")
+        self._write_file(probe, [b"ok"])
         probe.unlink()
 
     def read(self, segment: Segment) -> list[DecodedBatch]:
@@ -169,18 +173,18 @@ class Spool:
 
     def begin_group(self, segments: list[Segment]) -> Group:
         """Record that ``segments`` (consecutive) are about to be inserted together."""
-        self._write_file(self.directory / _GROUP, f"{segments[0].seq} {segments[-1].seq}".encode())
+        self._write_file(self.directory / _GROUP, [f"{segments[0].seq} {segments[-1].seq}".encode()])
         return Group(tuple(segments), segments[0].seq, segments[-1].seq, _GROUP)
 
     def begin_probe(self, segment: Segment) -> Group:
         """Record that ``segment`` is about to be inserted alone, ahead of older ones."""
-        self._write_file(self.directory / _PROBE, f"{segment.seq} {segment.seq}".encode())
+        self._write_file(self.directory / _PROBE, [f"{segment.seq} {segment.seq}".encode()])
         return Group((segment,), segment.seq, segment.seq, _PROBE)
 
     def begin_alone(self, group: Group, written: set[str]) -> Group:
         """Record that ``group`` is written batch by batch from now on, leaving out the tables in ``written``."""
         tables = ",".join(sorted(written))
-        self._write_file(self.directory / _GROUP, f"{group.first} {group.last} {_ALONE} {tables}".encode())
+        self._write_file(self.directory / _GROUP, [f"{group.first} {group.last} {_ALONE} {tables}".encode()])
         return Group(group.segments, group.first, group.last, _GROUP, frozenset(written))
 
     def first_groups(self) -> list[Group]:
@@ -215,7 +219,7 @@ class Spool:
         """
         recorded = group.marker and self._record(group.marker)[:2] == [str(group.first), str(group.last)]
         if recorded:
-            self._write_file(self.directory / group.marker, f"{group.first} {group.last} {_DONE}".encode())
+            self._write_file(self.directory / group.marker, [f"{group.first} {group.last} {_DONE}".encode()])
         for segment in group.segments:
             segment.path.unlink(missing_ok=True)
         if recorded:
@@ -241,8 +245,8 @@ class Spool:
         """Keep a batch the store refused for good out of the way (never deleted by us), with the reason beside it
         (``<name>.reason``); returns its file."""
         path = self._quarantine_dir() / f"{name}{_SUFFIX}"
-        self._write_file(path.with_suffix(_REASON), reason.encode())
-        self._write_file(path, encode([batch]))
+        self._write_file(path.with_suffix(_REASON), [reason.encode()])
+        self._write_file(path, _segment([batch]))
         return path
 
     def set_aside(self, segment: Segment) -> Path:
@@ -259,13 +263,13 @@ class Spool:
         directory.mkdir(exist_ok=True)
         return directory
 
-    def _write_file(self, path: Path, payload: builtins.bytes) -> None:
+    def _write_file(self, path: Path, pieces: Sequence[builtins.bytes | SizedStream]) -> None:
         temporary = path.with_suffix(".tmp")
-        with temporary.open("wb") as out:
-            out.write(payload)
+        with pa.OSFile(str(temporary), "w") as file, pa.BufferedOutputStream(file, _WRITE_BUFFER_BYTES) as out:
+            ipc_streams.write_pieces(out, pieces)
             out.flush()
             if self._fsync:
-                os.fsync(out.fileno())
+                os.fsync(file.fileno())
         temporary.rename(path)
         if self._fsync:
             directory = os.open(path.parent, os.O_RDONLY)
@@ -285,7 +289,7 @@ class Spool:
     def _identity(self, renew: bool) -> str:
         path = self.directory / "ID"
         if renew or not path.exists():
-            self._write_file(path, uuid.uuid4().hex.encode())
+            self._write_file(path, [uuid.uuid4().hex.encode()])
         return path.read_text().strip()
 
 
@@ -306,17 +310,21 @@ def quarantine_reason(path: Path) -> str:
 
 
 def encode(batches: list[DecodedBatch]) -> bytes:
-    """Batches as one segment: frames of (JSON header, Arrow IPC stream), one per table per batch."""
-    parts = [MAGIC]
+    """Batches as the bytes of one segment."""
+    sink = pa.BufferOutputStream()
+    ipc_streams.write_pieces(sink, _segment(batches))
+    return sink.getvalue().to_pybytes()
+
+
+def _segment(batches: list[DecodedBatch]) -> list[bytes | SizedStream]:
+    """A segment's pieces: frames of (JSON header, Arrow IPC stream), one per table per batch."""
+    pieces: list[bytes | SizedStream] = [MAGIC]
     for index, batch in enumerate(batches):
         for table, block in batch.blocks.items():
             header = json.dumps({"batch": index, "table": table}).encode()
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, block.schema) as stream:
-                stream.write_table(block)
-            payload = sink.getvalue()
-            parts += [_FRAME.pack(len(header), payload.size), header, payload]  # joined without a copy of its own
-    return b"".join(parts)
+            stream = ipc_streams.sized(block)
+            pieces += [_FRAME.pack(len(header), stream.size), header, stream]
+    return pieces
 
 
 def decode(data: bytes, source: Path) -> list[DecodedBatch]:

@@ -4,7 +4,7 @@ clickhouse-connect hands an insert to chDB as a temporary file that it creates, 
 new inode on the file system of the temporary directory and a copy through its page cache, for every insert. On a
 file system that many parts are written to and merged away, finding a free inode alone becomes a large part of an
 insert (docs/benchmarks.md). Here each inserting thread keeps one anonymous in-memory file (``memfd``) and
-rewrites it in place; the engine reads it through ``/proc/self/fd``. The statement is the one clickhouse-connect
+writes each insert into it; the engine reads it through ``/proc/self/fd``. The statement is the one clickhouse-connect
 sends (``INSERT … FROM INFILE``), through the same client, so the engine's answers and errors are the same; the
 file is an Arrow stream rather than an Arrow file, which the engine reads for less.
 """
@@ -20,6 +20,7 @@ import pyarrow as pa
 from clickhouse_connect.driver.binding import quote_identifier
 from clickhouse_connect.driver.client import Client
 
+from streamscope_ingest.decode import ipc_streams
 from streamscope_ingest.store.sql import string_literal
 
 _PROC_FDS = "/proc/self/fd"
@@ -49,7 +50,7 @@ def _embedded(client: Client) -> bool:
 
 
 class _InsertFile:
-    """One thread's in-memory file, rewritten from its start for each insert so its pages are reused."""
+    """One thread's in-memory file, emptied and written again for each insert."""
 
     def __init__(self) -> None:
         self.fd = os.memfd_create("streamscope-insert", os.MFD_CLOEXEC)
@@ -57,17 +58,12 @@ class _InsertFile:
         weakref.finalize(self, os.close, self.fd)
 
     def rewrite(self, block: pa.Table) -> None:
-        """The file holds ``block`` as an Arrow stream, and nothing after it. The stream is built by Arrow, off the
-        interpreter's lock, and written in one call: writing it piece by piece through a Python file would take the
+        """The file holds ``block`` as an Arrow stream, and nothing else. Arrow writes the stream to the file itself,
+        off the interpreter's lock (``ipc_streams``): writing it piece by piece through a Python file would take the
         lock for every piece."""
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, block.schema) as writer:
-            writer.write(block)
-        data = memoryview(sink.getvalue())
-        written = 0
-        while written < len(data):
-            written += os.pwrite(self.fd, data[written:], written)
-        os.ftruncate(self.fd, len(data))
+        os.ftruncate(self.fd, 0)
+        with pa.OSFile(self.path, "a") as file:  # opened anew, at the end of the file, so at its start
+            ipc_streams.write_stream(file, block)
 
 
 _threads = threading.local()
