@@ -9,10 +9,12 @@ import math
 from bisect import bisect_left
 from collections import Counter
 
+import pyarrow as pa
 import pytest
 
 from streamscope import semconv as sc
-from streamscope_ingest.decode import gap_histograms
+from streamscope_ingest.decode import columns, gap_histograms
+from streamscope_ingest.decode.batch import CHUNK_ARRAYS
 from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.store import migrations
 from streamscope_ingest.store.writer import ClickHouseWriter
@@ -93,6 +95,16 @@ def test_every_content_gap_is_counted_at_every_step_in_its_row_and_bucket(
     assert exact_bounds > 0 and {0, 10, 25, 65535} <= {key[4] for key in counts}  # a gap on a bound: that row
     raw_longest = store_client.query("SELECT max(gap_us) FROM chunks WHERE kind = 'content'").result_rows[0][0]
     assert max(longest.values()) == raw_longest
+
+
+def test_a_block_without_streams_or_without_content_counts_nothing():
+    decoded = decode_traces(trace_request(spans()[:2]), tenant="t", stall_threshold_us=400_000).blocks[CHUNK_ARRAYS]
+    kind = decoded.schema.field("kind")
+    leads_only = pa.array([[columns.KIND_LEAD] * 11] * 2, kind.type)
+    no_content = decoded.set_column(decoded.schema.get_field_index("kind"), kind, leads_only)
+    for block in (decoded.slice(0, 0), no_content):
+        assert gap_histograms.gap_histograms(block).equals(columns.GAP_HISTOGRAMS.empty_table())
+    assert gap_histograms.gap_histograms(decoded).num_rows > 0
 
 
 def test_the_migrations_copy_counts_what_the_writer_counts(store_client):

@@ -32,6 +32,8 @@ _BUCKET_BITS, _CELL_BITS = 12, 16  # gap_bucket < 2^12 (a UInt32 gap is bucket 2
 
 def gap_histograms(chunk_arrays: pa.Table) -> pa.Table:
     """The rows counting ``chunk_arrays``' content gaps, one per step, interval, labels, heatmap row and bucket."""
+    if not chunk_arrays.num_rows:
+        return columns.GAP_HISTOGRAMS.empty_table()
     gap_lists = chunk_arrays["gap_us"].combine_chunks()
     offsets = gap_lists.offsets.to_numpy()
     kinds = chunk_arrays["kind"].combine_chunks().values.to_numpy()
