@@ -24,6 +24,8 @@ OVERFLOW_MS = 65535
 BUCKET_RATIO = 1.01
 """``gap_bucket`` k >= 1 holds the gaps in [ratio^(k-1), ratio^k) µs."""
 LABELS = ("tenant", "side", "service", "provider", "model")
+SLICE_CHUNKS = 1 << 16
+"""Chunks counted at once (whole streams: a longer stream is a slice of its own)."""
 
 _UPPER_MS = np.array([0, *ITL_BOUNDS_MS, OVERFLOW_MS], dtype=np.uint16)
 _BOUNDS_US = np.array(ITL_BOUNDS_MS, dtype=np.uint32) * 1000
@@ -73,10 +75,6 @@ def gap_histograms(chunk_arrays: pa.Table) -> pa.Table:
         cells, starts, counted, longest = _merged(cells, starts // step * step, counted, longest)
         blocks.append(_block(step, labels, cells, starts, counted, longest))
     return pa.concat_tables(blocks)
-
-
-SLICE_CHUNKS = 1 << 16
-"""Chunks counted at once (whole streams: a longer stream is a slice of its own)."""
 
 
 def _stream_slices(offsets: np.ndarray) -> list[tuple[int, int]]:

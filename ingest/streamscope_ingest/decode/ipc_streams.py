@@ -43,10 +43,10 @@ def write_stream(sink: pa.NativeFile, block: pa.Table) -> None:
 def write_pieces(sink: pa.NativeFile, pieces: Sequence[bytes | SizedStream]) -> None:
     """The pieces one after another: bytes as they are, blocks as IPC streams of the size counted for them."""
     for piece in pieces:
-        start = sink.tell()
-        if isinstance(piece, SizedStream):
-            write_stream(sink, piece.block)
-            if sink.tell() - start != piece.size:
-                raise AssertionError(f"a stream of {sink.tell() - start} bytes where {piece.size} were counted")
-        else:
+        if not isinstance(piece, SizedStream):
             sink.write(piece)
+            continue
+        start = sink.tell()
+        write_stream(sink, piece.block)
+        if (written := sink.tell() - start) != piece.size:
+            raise AssertionError(f"a stream of {written} bytes where {piece.size} were counted")
