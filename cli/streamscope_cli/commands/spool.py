@@ -27,9 +27,9 @@ def spool() -> None:
 def replay(storage_dsn: str | None, spool_dir: Path | None) -> None:
     """Write the quarantined batches to the store, once what refused them is fixed.
 
-    A batch stored leaves the quarantine; one refused again stays, and the reason is printed. Each goes in under
-    its own token, so running this twice stores nothing twice. While a collector owns an embedded store, stop it
-    first.
+    Every batch is tried, in turn: one stored leaves the quarantine; one refused again, or that cannot be read,
+    stays, and the reason is printed. Each goes in under its own token, so running this twice stores nothing
+    twice. While a collector owns an embedded store, stop it first.
 
     \b
     Example:
@@ -47,13 +47,14 @@ def replay(storage_dsn: str | None, spool_dir: Path | None) -> None:
         raise click.ClickException("a collector owns this embedded store: stop it, then replay")
     directory = spool_dir or Collector(CollectorConfig(storage_dsn=dsn)).spool_dir
     client = store.connect(target, create_database=False)
+    replayed = []
     try:
-        replayed = replay_quarantined(directory, ClickHouseWriter(client))
+        for batch in replay_quarantined(directory, ClickHouseWriter(client)):
+            outcome = f"refused again: {batch.error}" if batch.error else "stored"
+            click.echo(f"{batch.name}: {outcome} (quarantined because {batch.kept_for})")
+            replayed.append(batch)
     finally:
         client.close()
-    for batch in replayed:
-        outcome = f"refused again: {batch.error}" if batch.error else "stored"
-        click.echo(f"{batch.name}: {outcome} (quarantined because {batch.kept_for})")
     refused = sum(1 for batch in replayed if batch.error)
     if refused:
         raise click.ClickException(f"{refused} of {len(replayed)} quarantined batch(es) refused again; kept")

@@ -2,11 +2,13 @@
 
 Each batch goes in under the token it was refused under (its file's name), so a batch the store had taken in part,
 or a replay run twice, stores nothing twice. A batch stored is removed from the quarantine with its reason; one the
-store refuses again stays, and the reason it was given is returned.
+store refuses again, or that cannot be read, stays, and the reason is returned. Whatever one batch raises, the next
+is tried: a batch the writer cannot turn into rows, or a damaged file, says nothing of the batches after it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,20 +24,29 @@ class Replayed:
     kept_for: str
     """Why it was quarantined."""
     error: str = ""
-    """Why the store refused it again; empty once stored."""
+    """Why the store refused it again, or why it cannot be read; empty once stored."""
 
 
-def replay_quarantined(spool_dir: Path, sink: SegmentSink) -> list[Replayed]:
-    """Write every batch quarantined in the spool at ``spool_dir`` to ``sink``, oldest first."""
-    replayed = []
+def replay_quarantined(spool_dir: Path, sink: SegmentSink) -> Iterator[Replayed]:
+    """Write every batch quarantined in the spool at ``spool_dir`` to ``sink``, oldest first, telling each outcome
+    as it comes."""
     for path in quarantined(spool_dir):
         kept_for = quarantine_reason(path)
         try:
-            sink.write(decode(path.read_bytes(), path), path.stem)
-        except StreamscopeError as exc:
-            replayed.append(Replayed(path.stem, kept_for, str(exc)))
+            batches = decode(path.read_bytes(), path)
+        except Exception as exc:  # a damaged file: reported, and the next one tried
+            yield Replayed(path.stem, kept_for, f"cannot be read: {_said(exc)}")
+            continue
+        try:
+            sink.write(batches, path.stem)
+        except Exception as exc:  # the store's refusal, or rows the writer cannot build: reported, the next tried
+            yield Replayed(path.stem, kept_for, _said(exc))
             continue
         path.with_suffix(".reason").unlink(missing_ok=True)
         path.unlink()
-        replayed.append(Replayed(path.stem, kept_for))
-    return replayed
+        yield Replayed(path.stem, kept_for)
+
+
+def _said(exc: Exception) -> str:
+    """What ``exc`` says, named by its type unless it is one of streamscope's own errors (which say it in words)."""
+    return str(exc) if isinstance(exc, StreamscopeError) else f"{type(exc).__name__}: {exc}"
