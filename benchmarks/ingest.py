@@ -140,16 +140,17 @@ def _chunks(span) -> int:
 
 
 class CollectorProcess:
-    """``streamscope collector`` on an embedded store (``options`` added to its command line), HTTP only."""
+    """``streamscope collector`` on an embedded store (``options`` added to its command line), HTTP only; started
+    with ``umask`` as its file mode creation mask, when one is given."""
 
-    def __init__(self, data: Path, *options: str) -> None:
+    def __init__(self, data: Path, *options: str, umask: int = -1) -> None:
         port = free_port()
         self.data = data
         self.url = f"http://127.0.0.1:{port}"
         command = [sys.executable, "-m", "streamscope_cli.main", "collector", "--storage", f"chdb://{data}", *options]
         self._log = (data.parent / "collector.log").open("w")
         self.process = subprocess.Popen(
-            [*command, "--http-port", str(port), "--no-grpc"], stdout=self._log, stderr=subprocess.STDOUT
+            [*command, "--http-port", str(port), "--no-grpc"], stdout=self._log, stderr=subprocess.STDOUT, umask=umask
         )
         deadline = time.monotonic() + 120
         while not self._ready():

@@ -7,6 +7,10 @@ and reads (repeated-span lookups, the attribution job, SQL) through the query DS
 server can give each account only the grants it needs. While it runs with the embedded engine it
 leaves ``collector.json`` in the data directory, readable by its owner only, telling other commands to query
 through its HTTP API and giving them the operator's token for it.
+
+The store's directory and the spool are made for the collector's user alone; ``serve_forever`` also sets the
+process's umask to ``PRIVATE_UMASK``, so the files the embedded engine makes in them are private too (a collector
+started in-process leaves its host's umask alone). A directory given that others may read is logged, not changed.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import json
 import logging
 import os
 import secrets
+import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -51,6 +56,8 @@ from streamscope_ingest.store.writer import ClickHouseWriter
 log = logging.getLogger(__name__)
 DISCOVERY_FILE = "collector.json"
 HTTP_THREAD = "otlp-http"
+PRIVATE_UMASK = 0o077
+"""What the process creates, the embedded engine's files among it, is its user's alone: it holds what tenants sent."""
 
 
 class Collector:
@@ -144,6 +151,8 @@ class Collector:
                 raise link.error  # not migrated, and not to migrate it: a setting to fix, not a store to wait for
             log.warning("starting without the store: requests are spooled, and /readyz says not ready until it opens")
         spool = Spool(self.spool_dir, max_bytes=self.config.spool_max_bytes, fsync=self.config.spool_fsync)
+        for directory in (self._data_dir(), self.spool_dir):
+            _warn_if_shared(directory)
         if replay := len(spool.pending()):
             log.info("writing %d spool segment(s) left from the last run", replay)
         self.metrics = metrics = SelfMetrics()
@@ -243,6 +252,7 @@ class Collector:
 
     def serve_forever(self) -> None:
         """Start, then block until SIGINT or SIGTERM."""
+        os.umask(PRIVATE_UMASK)
         with stop_on_signals(threading.Event()) as stop:
             self.start()
             gc.freeze()  # what start-up made lives as long as the process: full collections need not walk it
@@ -252,8 +262,13 @@ class Collector:
             finally:
                 self.stop()
 
+    def _data_dir(self) -> Path | None:
+        """The embedded store's directory, if the store is embedded."""
+        return self.target.path if self.target.embedded else None
+
     def _discovery_path(self) -> Path | None:
-        return self.target.path / DISCOVERY_FILE if self.target.embedded and self.target.path else None
+        data = self._data_dir()
+        return data / DISCOVERY_FILE if data else None
 
     def _write_discovery(self) -> None:
         path = self._discovery_path()
@@ -267,6 +282,22 @@ class Collector:
         path = self._discovery_path()
         if path:
             path.unlink(missing_ok=True)
+
+
+def _warn_if_shared(directory: Path | None) -> None:
+    """Log a directory of the collector's data that other local users may read or enter: it was made so before
+    the collector ran (it makes its own for its user alone), and is left as it is."""
+    try:
+        mode = directory.stat().st_mode if directory else 0
+    except OSError:
+        return
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        log.warning(
+            "%s is open to other local users (%s); `chmod -R go-rwx %s` keeps the data in it to this user",
+            directory,
+            stat.filemode(mode),
+            directory,
+        )
 
 
 @dataclass(frozen=True)

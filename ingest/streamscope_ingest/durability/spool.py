@@ -24,6 +24,9 @@ id kept in ``ID``) names its segments' insert deduplication tokens, so a segment
 deduplicated by the store. Numbering goes on after the newest segment still pending; a spool opened with none
 pending cannot know the numbers it used before, so it takes a new identity: a new segment's token never repeats
 one still in the store's deduplication window, which would have the store drop it as a replay.
+
+The spool's directories are made for its user alone (0700) and its files likewise (0600), whatever the process's
+umask: they hold what tenants sent.
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ _PROBE = "PROBE"
 _ALONE = "alone"
 _DONE = "done"
 _REASON = ".reason"
+_PRIVATE_DIRECTORY = 0o700
+_PRIVATE_FILE = 0o600
 _WRITE_BUFFER_BYTES = 1 << 18
 """Small pieces of a file (headers, a stream's metadata and padding) are gathered up to this before a write."""
 _COUNTS = "content_chunks_by_tokens"
@@ -94,8 +99,9 @@ class Spool:
         self.directory = directory
         self.max_bytes = max_bytes
         self._fsync = fsync == "always"
-        directory.mkdir(parents=True, exist_ok=True)
-        self._lock_file = (directory / "LOCK").open("a")
+        directory.mkdir(parents=True, exist_ok=True, mode=_PRIVATE_DIRECTORY)
+        lock = os.open(directory / "LOCK", os.O_WRONLY | os.O_CREAT | os.O_APPEND, _PRIVATE_FILE)
+        self._lock_file = os.fdopen(lock, "a")
         try:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -260,12 +266,13 @@ class Spool:
 
     def _quarantine_dir(self) -> Path:
         directory = self.directory / _QUARANTINE
-        directory.mkdir(exist_ok=True)
+        directory.mkdir(exist_ok=True, mode=_PRIVATE_DIRECTORY)
         return directory
 
     def _write_file(self, path: Path, pieces: Sequence[builtins.bytes | SizedStream]) -> None:
         temporary = path.with_suffix(".tmp")
         with pa.OSFile(str(temporary), "w") as file, pa.BufferedOutputStream(file, _WRITE_BUFFER_BYTES) as out:
+            os.fchmod(file.fileno(), _PRIVATE_FILE)  # Arrow creates it under the umask
             ipc_streams.write_pieces(out, pieces)
             out.flush()
             if self._fsync:

@@ -146,7 +146,7 @@ def connect(target: StoreTarget, create_database: bool = True) -> Client:
     with translated_errors():
         if target.embedded:
             assert target.path is not None
-            target.path.mkdir(parents=True, exist_ok=True)
+            target.path.mkdir(parents=True, exist_ok=True, mode=0o700)  # the engine's files: for its user alone
             if create_database:
                 bootstrap = clickhouse_connect.get_client(interface="chdb", path=str(target.path))
                 bootstrap.command(f"CREATE DATABASE IF NOT EXISTS {target.database}")
