@@ -18,6 +18,12 @@ from typing import Any
 from streamscope.errors import LimitExceeded
 
 _DAY_US = 86_400_000_000
+LATEST_OFFSET_US = 7 * _DAY_US
+"""The latest a stream's chunk, or any moment it marks, may come after its span's start: a week. A later one is a
+broken clock, not a stream; below it every figure derived from an offset (a float64 of µs, a timestamp) is exact."""
+LATEST_START_NS = 10_413_791_999_999_999_999 - LATEST_OFFSET_US * 1000
+"""The latest a stream span may start: a week before the end of 2299, the last moment ClickHouse's DateTime64 holds,
+so that its chunks' times are held too."""
 
 
 class SpanOverLimit(Exception):

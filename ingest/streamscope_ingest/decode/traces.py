@@ -37,7 +37,13 @@ from streamscope_ingest.decode.int_arrays import (
     element_count,
     int64s,
 )
-from streamscope_ingest.decode.limits import DEFAULT_LIMITS, SpanLimits, SpanOverLimit
+from streamscope_ingest.decode.limits import (
+    DEFAULT_LIMITS,
+    LATEST_OFFSET_US,
+    LATEST_START_NS,
+    SpanLimits,
+    SpanOverLimit,
+)
 from streamscope_ingest.decode.retractions import over_withdrawn, retraction_stats
 from streamscope_ingest.decode.timeline import PerStream, build_timeline, stream_stats
 
@@ -96,6 +102,7 @@ _OPTIONAL_ARRAYS = (
 """Recommended, not required: a missing array is all zeros, which means not measured."""
 _REQUIRED_ARRAYS = frozenset(sc.PACKED_ARRAYS) - frozenset(_OPTIONAL_ARRAYS)
 _U32_MAX = 2**32 - 1
+_TOO_LATE = f"a chunk offset past {LATEST_OFFSET_US} µs, a week after the span's start"
 _TEXT = (pa.string(), pa.dictionary(pa.int32(), pa.string()))
 _TEXT_COLUMNS = operator.itemgetter(
     *map(sys.intern, ("model", *(f.name for f in columns.STREAMS_DECODED if f.type in _TEXT)))
@@ -267,7 +274,7 @@ def _decode_span(
         chunk_count = offsets.size
         events_dropped = span.dropped_events_count > 0
         unreadable = _unreadable_events(span, values)
-    tail_dropped = _offset(sc.STREAMSCOPE_CHUNKS_DROPPED, scalars.get(sc.STREAMSCOPE_CHUNKS_DROPPED)) or 0
+    tail_dropped = _bounded(sc.STREAMSCOPE_CHUNKS_DROPPED, scalars.get(sc.STREAMSCOPE_CHUNKS_DROPPED), 2**63 - 1) or 0
     truncated = events_dropped or tail_dropped > 0
     if unreadable:
         coverage = columns.COVERAGE_UNREADABLE
@@ -357,12 +364,12 @@ def _json_progress(scalars: dict[str, Any], notes: list[str]) -> dict[str, Any]:
             "its JSON progress was not stored"
         )
         return {}
-    valid = _natural(scalars.get(sc.STREAMSCOPE_JSON_VALID_OFFSET_US))
-    count = _natural(scalars.get(sc.STREAMSCOPE_JSON_FIELD_COUNT))
+    valid = _natural(scalars.get(sc.STREAMSCOPE_JSON_VALID_OFFSET_US), LATEST_OFFSET_US)
+    count = _natural(scalars.get(sc.STREAMSCOPE_JSON_FIELD_COUNT), 2**63 - 1)
     names = scalars.get(sc.STREAMSCOPE_JSON_FIELD_NAMES, [])
     offsets = scalars.get(sc.STREAMSCOPE_JSON_FIELD_OFFSETS_US, [])
     names = names if isinstance(names, list) else [names]
-    offsets = [_natural(o) for o in (offsets if isinstance(offsets, list) else [offsets])]
+    offsets = [_natural(o, LATEST_OFFSET_US) for o in (offsets if isinstance(offsets, list) else [offsets])]
     fields_read = len(names) == len(offsets) and None not in offsets and all(isinstance(n, str) for n in names)
     if not fields_read or (outcome == "valid") != (valid is not None) or count is None or count < len(names):
         notes.append(
@@ -381,9 +388,9 @@ def _json_progress(scalars: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     }
 
 
-def _natural(value: Any) -> int | None:
-    """A whole number of 0 or more, else None."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+def _natural(value: Any, largest: int) -> int | None:
+    """A whole number in 0..largest, else None."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= largest:
         return None
     return value
 
@@ -401,6 +408,8 @@ def _check_ids_and_times(span: Message) -> None:
         raise _SpanRejected("invalid trace or span id")
     if span.end_time_unix_nano < span.start_time_unix_nano:
         raise _SpanRejected("span ends before it starts")
+    if span.start_time_unix_nano > LATEST_START_NS:
+        raise _SpanRejected("span starts after 2299-12-24, past the times the store holds")
 
 
 def _decode_foreign(
@@ -612,6 +621,7 @@ def _all_valid(timelines: _Timelines) -> bool:
     sent = [(name, row) for name, row in zip(sc.PACKED_ARRAYS[1:], values, strict=True) if row is not None]
     return bool(
         offsets.min() >= 0
+        and offsets.max() <= LATEST_OFFSET_US
         and steps.min(initial=0) >= 0
         and all(row.min() >= 0 and row.max() <= _LIMITS[name] for name, row in sent)
         and (tokens is None or np.add.reduceat(tokens, starts[lengths > 0]).max() <= _U32_MAX)
@@ -643,6 +653,8 @@ def _timeline_error(offsets: np.ndarray, values: np.ndarray | Sequence[np.ndarra
         return None
     if offsets.min() < 0:
         return "negative chunk offset"
+    if offsets.max() > LATEST_OFFSET_US:
+        return _TOO_LATE
     if np.any(np.diff(offsets) < 0):
         return "chunk offsets are not in order"
     for name, row in zip(sc.PACKED_ARRAYS[1:], values, strict=True):
@@ -806,7 +818,7 @@ def _count(key: str, value: Any) -> int | None:
 
 
 def _offset(key: str, value: Any) -> int | None:
-    return _bounded(key, value, 2**63 - 1)
+    return _bounded(key, value, LATEST_OFFSET_US)
 
 
 def _port(key: str, value: Any) -> int:

@@ -11,6 +11,8 @@ import numpy as np
 from google.protobuf.message import Message
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from streamscope_ingest.decode.limits import LATEST_OFFSET_US
+
 COVERAGE_ARRIVALS, COVERAGE_FIRST_TOKEN, COVERAGE_DURATION = "arrivals", "first_token", "duration"
 CONTENT_KEYS = (
     "gen_ai.input.messages",
@@ -71,7 +73,8 @@ def event_times(span: Message, name: str) -> np.ndarray:
 
 def measured_us(value: Any, per_unit: float) -> int | None:
     """A duration a source measured, in microseconds (``per_unit`` of them in its unit), or None when it is not a
-    duration."""
+    duration (or one longer than a stream may be)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
-        return round(value * per_unit)
+        micros = round(value * per_unit)
+        return micros if micros <= LATEST_OFFSET_US else None
     return None
