@@ -10,6 +10,7 @@ import pytest
 from benchmarks.chunk_layout import as_rows
 from streamscope.errors import ConfigError, RetryableWriteError, SpoolFull, WriteError
 from streamscope_ingest.decode.batch import DecodedBatch
+from streamscope_ingest.decode.request_log import Received, with_request_row
 from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.durability.group_commit import GroupCommitConfig, GroupCommitWriter
 from streamscope_ingest.durability.spool import Spool, decode, encode
@@ -210,12 +211,30 @@ def test_a_span_that_shares_only_its_span_id_with_a_stored_one_is_stored_too(tmp
     assert stored(store_client) == [("a", 6)]
 
 
+@pytest.mark.parametrize("one_insert", [True, False], ids=["in one insert", "one after the other"])
+def test_a_span_another_tenant_sends_with_the_same_ids_is_never_taken_for_a_repeat(tmp_path, store_client, one_insert):
+    """A downstream service that got a tenant's ``traceparent`` knows its ids: its own spans with those ids are
+    its own, and never make the first tenant's disappear."""
+    spool = Spool(tmp_path, max_bytes=10**8)
+    first, second = batch(1, "intruder"), batch(1, "owner")
+    if one_insert:
+        spool.append([first, second])
+        GroupCommitWriter(spool, ClickHouseWriter(store_client), FAST_RETRY).shutdown()
+    else:
+        writer = GroupCommitWriter(spool, ClickHouseWriter(store_client), FAST_RETRY)
+        for each in (first, second, batch(1, "owner")):
+            writer.submit(each).stored.result(timeout=10)
+        writer.shutdown()
+    assert stored(store_client, "streams") == [("intruder", 1), ("owner", 1)]
+    assert stored(store_client) == [("intruder", 3), ("owner", 3)]
+
+
 class RefusingSink:
     def __init__(self) -> None:
         self.written: list[str] = []
 
     def write(self, batches: list[DecodedBatch], token: str, **tables) -> int:
-        tenants = {t for b in batches for t in b.blocks["streams"].column("tenant").to_pylist()}
+        tenants = {t for b in batches for block in b.blocks.values() for t in block.column("tenant").to_pylist()}
         if "bad" in tenants:
             raise WriteError("store refused the request: bad rows")
         self.written.extend(sorted(tenants))
@@ -233,10 +252,41 @@ def test_a_refused_batch_is_quarantined_and_the_others_stored(tmp_path):
     writer.shutdown()
     assert sink.written == ["x", "y"]
     kept = sorted((tmp_path / "quarantine").glob("*.seg"))
-    assert len(kept) == 2
+    assert len(kept) == 4  # each refused batch's span, and its request's log row, each refused alone
     for path in kept:
         (quarantined,) = decode(path.read_bytes(), path)
-        assert quarantined.blocks["streams"].column("tenant").to_pylist() == ["bad"]
+        assert {t for block in quarantined.blocks.values() for t in block.column("tenant").to_pylist()} == {"bad"}
+
+
+def poisoned(batch: DecodedBatch, row: int) -> DecodedBatch:
+    """``batch`` with stream ``row``'s time to first token past what the writer can count (decode never lets such a
+    value through: the store's refusal of one row, made by hand)."""
+    streams = batch.blocks["streams"]
+    ttft = streams["ttft_us"].to_pylist()
+    ttft[row] = 2**62
+    index = streams.schema.get_field_index("ttft_us")
+    batch.blocks["streams"] = streams.set_column(index, "ttft_us", pa.array(ttft, pa.uint64()))
+    return batch
+
+
+def test_a_refused_batch_is_cut_down_until_only_the_refused_rows_are_quarantined(tmp_path, store_client):
+    spans = [plain_stream_span(byte, [0, 1, 2]) for byte in range(1, 6)]
+    decoded = decode_traces(request_of(*spans), tenant="a", stall_threshold_us=1)
+    received = Received("http", "protobuf", "identity", 1, 1)
+    with_request_row(decoded, tenant="a", signal="traces", received=received)
+    refused = poisoned(decoded, 3)
+    spool = Spool(tmp_path, max_bytes=10**8)
+    spool.append([batch(9, "b"), refused, batch(10, "c")])
+    GroupCommitWriter(spool, ClickHouseWriter(store_client), FAST_RETRY).shutdown()
+    assert store_client.query("SELECT span_id FROM streams ORDER BY span_id").result_rows == [
+        (bytes([byte]).hex() * 8,) for byte in (1, 2, 3, 5, 9, 10)
+    ]
+    assert stored(store_client) == [("a", 12), ("b", 3), ("c", 3)]
+    assert stored(store_client, "ingest_requests") == [("a", 1), ("b", 1), ("c", 1)]
+    (kept,) = (tmp_path / "quarantine").glob("*.seg")
+    (quarantined,) = decode(kept.read_bytes(), kept)
+    assert {table: block.num_rows for table, block in quarantined.blocks.items()} == {"chunk_arrays": 1, "streams": 1}
+    assert quarantined.blocks["streams"]["span_id"].to_pylist() == ["04" * 8]
 
 
 def test_an_unreadable_segment_is_set_aside_and_the_rest_written(tmp_path, store_client):

@@ -16,7 +16,7 @@ from streamscope_ingest.decode.batch import DecodedBatch, concat
 from streamscope_ingest.decode.request_log import Received, with_request_row
 from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.durability.group_commit import GroupCommitWriter
-from streamscope_ingest.durability.spool import Spool, decode
+from streamscope_ingest.durability.spool import Spool
 from streamscope_ingest.store.writer import ClickHouseWriter
 from tests.ingest.test_group_commit import FAST_RETRY, stored
 from tests.support import T0, batch, stream_span, trace_request, wait_until
@@ -175,25 +175,20 @@ def spread_over_days(days: int, tenant: str) -> DecodedBatch:
     return spread
 
 
-def test_a_batch_the_store_keeps_refusing_is_retried_alone_then_quarantined_and_the_rest_proceeds(
+def test_a_batch_the_store_keeps_refusing_whole_is_cut_into_pieces_it_takes_and_the_rest_proceeds(
     tmp_path, store_client
 ):
     writer = GroupCommitWriter(Spool(tmp_path, max_bytes=10**8), ClickHouseWriter(store_client), FAST_RETRY)
-    poison = writer.submit(spread_over_days(150, "poison"))
-    poison.spooled.result(timeout=10)
+    spread = writer.submit(spread_over_days(150, "spread"))
+    spread.spooled.result(timeout=10)
     wait_until(lambda: "TOO_MANY_PARTS" in writer.last_error, "the store to refuse the batch", timeout_s=60)
     after = [writer.submit(batch(i, f"t{i}")) for i in range(1, 4)]
-    for ticket in after:
+    for ticket in [*after, spread]:
         ticket.stored.result(timeout=120)
-    with pytest.raises(Exception, match="quarantine"):
-        poison.stored.result(timeout=120)
     writer.shutdown()
-    assert stored(store_client, "streams") == [("t1", 1), ("t2", 1), ("t3", 1)]
-    (kept,) = tmp_path.glob("quarantine/*.seg")
-    (quarantined,) = decode(kept.read_bytes(), kept)
-    assert set(quarantined.blocks["streams"].column("tenant").to_pylist()) == {"poison"}
-    assert "TOO_MANY_PARTS" in kept.with_suffix(".reason").read_text()
-    assert not list(tmp_path.glob("*.seg"))
+    assert stored(store_client, "streams") == [("spread", 150), ("t1", 1), ("t2", 1), ("t3", 1)]
+    assert stored(store_client, "ingest_requests") == [("spread", 1), ("t1", 1), ("t2", 1), ("t3", 1)]
+    assert not list(tmp_path.glob("quarantine/*")) and not list(tmp_path.glob("*.seg"))
 
 
 def test_a_store_outage_quarantines_nothing_however_many_batches_wait(tmp_path, store_client):

@@ -75,6 +75,77 @@ class DecodedBatch:
         return "; ".join(parts)
 
 
+HEX_KEY = ("tenant", "trace_id", "span_id")
+BYTES_KEY = ("tenant", "trace_id_bytes", "span_id_bytes")
+"""How a table keys its rows by span: its tenant, and the ids in hex or (chunk_arrays) in bytes."""
+
+
+def span_key_columns(block: pa.Table) -> tuple[str, str, str] | None:
+    """The columns that key ``block``'s rows by span, or None for a table whose rows are not a span's."""
+    return next((key for key in (HEX_KEY, BYTES_KEY) if all(c in block.column_names for c in key)), None)
+
+
+def span_keys(block: pa.Table, key: tuple[str, str, str] = HEX_KEY) -> pa.ChunkedArray:
+    """Each row's span key (``columns.span_keys``): text for ids in hex, bytes for ids in bytes."""
+    tenants, trace_ids, span_ids = (block.column(c) for c in key)
+    return columns.span_keys(tenants, trace_ids, span_ids, pa.binary() if key == BYTES_KEY else pa.string())
+
+
+def with_spans(batch: DecodedBatch, keys: Sequence[str], *, keep: bool) -> DecodedBatch:
+    """``batch`` with only (``keep``) or without the rows of the spans ``keys`` names (hex keys, as ``span_keys``
+    gives them), in every table that keys its rows by span; a table that does not is left whole, or out when
+    keeping only those spans."""
+    key_sets = {HEX_KEY: pa.array(keys, pa.string()), BYTES_KEY: pa.array(map(_as_bytes_key, keys), pa.binary())}
+    blocks = {}
+    for table, block in batch.blocks.items():
+        key = span_key_columns(block)
+        if key is not None:
+            chosen = pc.is_in(span_keys(block, key), value_set=key_sets[key])
+            blocks[table] = block.filter(chosen if keep else pc.invert(chosen))
+        elif not keep:
+            blocks[table] = block
+    return DecodedBatch(blocks=blocks, ignored=batch.ignored, rejected=batch.rejected)
+
+
+def _as_bytes_key(hex_key: str) -> bytes:
+    tenant, ids = hex_key.rsplit("/", 1)
+    return tenant.encode() + b"/" + bytes.fromhex(ids)
+
+
+def halves(batch: DecodedBatch) -> tuple[DecodedBatch, DecodedBatch] | None:
+    """``batch`` cut in two, each with about half its spans (a span's rows in every table stay together), or with
+    the rows that are no span's apart from the spans', or half of those; None when it holds one span or one row,
+    which cannot be cut. How a batch the store refuses is narrowed down to the rows it refuses."""
+    keyed = {t: b for t, b in batch.blocks.items() if b.num_rows and span_key_columns(b) is not None}
+    other = {t: b for t, b in batch.blocks.items() if b.num_rows and t not in keyed}
+    spans = list(dict.fromkeys(k for block in keyed.values() for k in _hex_keys(block)))
+    if spans and other:
+        return with_spans(batch, spans, keep=True), DecodedBatch(blocks=other)
+    if len(spans) > 1:
+        first = spans[: len(spans) // 2]
+        return with_spans(batch, first, keep=True), with_spans(batch, first, keep=False)
+    if len(other) > 1:
+        tables = list(other)
+        return (
+            DecodedBatch(blocks={t: other[t] for t in tables[: len(tables) // 2]}),
+            DecodedBatch(blocks={t: other[t] for t in tables[len(tables) // 2 :]}),
+        )
+    for table, block in other.items():  # one table at most, here
+        if block.num_rows > 1:
+            middle = block.num_rows // 2
+            first, second = block.slice(0, middle), block.slice(middle)
+            return DecodedBatch(blocks={table: first}), DecodedBatch(blocks={table: second})
+    return None
+
+
+def _hex_keys(block: pa.Table) -> list[str]:
+    key = span_key_columns(block)
+    if key == HEX_KEY:
+        return span_keys(block).to_pylist()
+    tenants, trace_ids, span_ids = (block.column(c).to_pylist() for c in BYTES_KEY)
+    return [f"{t}/{trace.hex()}{span.hex()}" for t, trace, span in zip(tenants, trace_ids, span_ids, strict=True)]
+
+
 def _some(items: Sequence[object]) -> str:
     """The first few distinct items, each with how many times it came (a thousand points refused for one reason
     is one line, and leaves room for the other reasons)."""

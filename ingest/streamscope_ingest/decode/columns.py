@@ -240,11 +240,19 @@ def ids_as_bytes(hex_ids: pa.Array | pa.ChunkedArray, column: str) -> pa.Array:
 
 
 def span_keys(
-    trace_ids: pa.Array | pa.ChunkedArray, span_ids: pa.Array | pa.ChunkedArray, as_type: pa.DataType
+    tenants: pa.Array | pa.ChunkedArray,
+    trace_ids: pa.Array | pa.ChunkedArray,
+    span_ids: pa.Array | pa.ChunkedArray,
+    as_type: pa.DataType,
 ) -> pa.Array | pa.ChunkedArray:
-    """Each row's trace and span ids joined as one key: ``pa.string()`` for hex ids, ``pa.binary()`` for bytes."""
+    """Each row's span as one key, its tenant first: ``tenant/`` then the trace and span ids, as ``pa.string()`` for
+    hex ids, as ``pa.binary()`` for bytes. A span of another tenant with the same ids is another span."""
+    tenant = pc.cast(pc.cast(tenants, pa.string()), as_type)
     separator = b"" if as_type == pa.binary() else ""
-    return pc.binary_join_element_wise(pc.cast(trace_ids, as_type), pc.cast(span_ids, as_type), separator)
+    slash = b"/" if as_type == pa.binary() else "/"
+    return pc.binary_join_element_wise(
+        tenant, pa.scalar(slash, as_type), pc.cast(trace_ids, as_type), pc.cast(span_ids, as_type), separator
+    )
 
 
 GROUND_TRUTH = pa.schema(

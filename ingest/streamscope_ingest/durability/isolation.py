@@ -5,9 +5,10 @@ token. When an insert has failed ``isolate_after`` times, the oldest segment out
 probe): if the store does not take that either, the fault is the store's, and the group waits with everything
 behind it. If it does, or if the store refused the insert as wrong data, the group is written batch by batch,
 each under a token of its own and without the tables the whole insert had already stored. A batch the store calls
-wrong alone is quarantined with its reason; so is one that fails alone ``alone_attempts`` times while the store
-takes other data (the probe, or another batch of the group). So a full disk quarantines nothing, and a batch the
-store can never take holds nothing back.
+wrong alone, or that fails alone ``alone_attempts`` times while the store takes other data (the probe, or another
+batch of the group), is cut in halves written alone in turn until what fails is one span or one row: that alone is
+quarantined with its reason. So a full disk quarantines nothing, a batch the store can never take holds nothing
+back, and a row it takes is never kept back with one it refuses.
 
 Every group attempted under a token stays that group (``pinned``) until done, so that what it stored in part is
 deduplicated when it is tried again, in this process or, through the spool's records, after a crash.
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from streamscope.errors import RetryableWriteError, WriteError
-from streamscope_ingest.decode.batch import DecodedBatch
+from streamscope_ingest.decode.batch import DecodedBatch, halves
 from streamscope_ingest.durability.spool import Group, Segment, Spool
 
 log = logging.getLogger(__name__)
@@ -200,39 +201,62 @@ class GroupWriter:
         (``store_takes_data``: it was already). Done (``outcome.done``) unless that could not be shown."""
         token = self._spool.token(group)
         done = self._done.setdefault(token, set())
-        failed: list[tuple[_Batch, Exception]] = []
+        skip = group.alone or frozenset()
+        failed: list[tuple[str, _Batch, set[str], Exception]] = []
         for item in batches:
             if (item.seq, item.index) in done:
                 continue
-            error = self._write_batch(group, token, item)
+            name, written = f"{token}.{item.seq}.{item.index}", set[str]()
+            error = self._write_batch(group, name, item.batch, skip, written)
             if isinstance(error, RetryableWriteError) and not store_takes_data:
                 if not self._probe(group, outcome):
                     return  # the store takes nothing now: no batch is to blame
                 store_takes_data = True
-                error = self._write_batch(group, token, item)  # again, the store taking data now
+                error = self._write_batch(group, name, item.batch, skip, written)  # again, the store taking data now
             if error is None:
                 done.add((item.seq, item.index))
                 store_takes_data = True
             else:
-                failed.append((item, error))
+                failed.append((name, item, written, error))
         errors = dict(unreadable)
-        for item, error in failed:
-            errors[(item.seq, item.index)] = self._quarantine(token, item, group.alone or frozenset(), error)
+        for name, item, written, error in failed:
+            if refused := self._narrowed(group, name, item.batch, skip | written, error):
+                errors[(item.seq, item.index)] = refused
         self._finished(group, errors, outcome)
         outcome.done = True
 
-    def _write_batch(self, group: Group, token: str, item: _Batch) -> Exception | None:
-        """Write one batch alone, up to ``alone_attempts`` times while the store calls it retryable."""
+    def _write_batch(
+        self, group: Group, name: str, batch: DecodedBatch, skip: frozenset[str], written: set[str]
+    ) -> Exception | None:
+        """Write one batch alone under the token ``name``, up to ``alone_attempts`` times while the store calls it
+        retryable; the tables it stored are added to ``written``."""
         backoff = self._settings.retry_initial_s
-        skip = group.alone or frozenset()
         for attempt in range(self._settings.alone_attempts):
             if attempt and not self._pause(backoff):
                 raise _Stopped
             backoff = min(backoff * 2, self._settings.retry_max_s)
-            error = self._insert(group, [item.batch], f"{token}.{item.seq}.{item.index}", skip, None)
+            error = self._insert(group, [batch], name, skip, written)
             if not isinstance(error, RetryableWriteError):
                 return error
         return error
+
+    def _narrowed(
+        self, group: Group, name: str, batch: DecodedBatch, skip: frozenset[str], error: Exception
+    ) -> WriteError | None:
+        """A batch refused alone with ``error``, cut in halves (``halves``) written alone in turn, each refused half
+        cut again, until what is refused is one span or one row: that alone is quarantined, so a row the store
+        takes is never kept back with one it refuses. ``skip``: tables already stored whole. Returns why the first
+        piece was quarantined, or None when every piece was stored."""
+        pieces = halves(DecodedBatch({table: block for table, block in batch.blocks.items() if table not in skip}))
+        if pieces is None:
+            return self._quarantine(name, batch, skip, error)
+        refused = None
+        for suffix, piece in zip("ab", pieces, strict=True):
+            written = set[str]()
+            if (failure := self._write_batch(group, f"{name}.{suffix}", piece, skip, written)) is not None:
+                failure = self._narrowed(group, f"{name}.{suffix}", piece, skip | written, failure)
+            refused = refused or failure
+        return refused
 
     def _probe(self, group: Group, outcome: Outcome) -> bool:
         """Write the oldest segment outside ``group`` ahead of it; True if the store took it."""
@@ -250,11 +274,11 @@ class GroupWriter:
         self._finished(probe, unreadable, outcome)
         return True
 
-    def _quarantine(self, token: str, item: _Batch, skip: frozenset[str], error: Exception) -> WriteError:
-        """Keep the batch, less the tables its group's insert stored, for ``streamscope spool replay``."""
+    def _quarantine(self, name: str, batch: DecodedBatch, skip: frozenset[str], error: Exception) -> WriteError:
+        """Keep the batch, less the tables stored already (``skip``), for ``streamscope spool replay``."""
         reason = f"the store refused it alone while taking other data: {error}"
-        rest = DecodedBatch({table: block for table, block in item.batch.blocks.items() if table not in skip})
-        path = self._spool.quarantine(rest, f"{token}.{item.seq}.{item.index}", reason)
+        rest = DecodedBatch({table: block for table, block in batch.blocks.items() if table not in skip})
+        path = self._spool.quarantine(rest, name, reason)
         log.error("a batch was quarantined (%s); kept in %s for `streamscope spool replay`", error, path)
         if self._observer is not None:
             self._observer.quarantined(1)

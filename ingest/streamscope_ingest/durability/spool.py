@@ -363,8 +363,9 @@ def _streams_with_chunks_by_tokens(streams: pa.Table, chunks: pa.Table | None) -
     from the chunks decode wrote beside it (a batch holds its streams' chunks, matched here by id)."""
     chunks = chunks if chunks is not None else columns.CHUNKS.empty_table()
     owner = pc.index_in(
-        columns.span_keys(chunks["trace_id_bytes"], chunks["span_id_bytes"], pa.binary()),
+        columns.span_keys(chunks["tenant"], chunks["trace_id_bytes"], chunks["span_id_bytes"], pa.binary()),
         value_set=columns.span_keys(
+            streams["tenant"],
             columns.ids_as_bytes(streams["trace_id"], "trace_id_bytes"),
             columns.ids_as_bytes(streams["span_id"], "span_id_bytes"),
             pa.binary(),

@@ -20,26 +20,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from clickhouse_connect.driver.client import Client
 
-from streamscope_ingest.decode import columns
-from streamscope_ingest.decode.batch import DecodedBatch
+from streamscope_ingest.decode.batch import HEX_KEY, DecodedBatch, span_keys, with_spans
 
 STREAMS = "streams"
-_HEX_KEY = ("trace_id", "span_id")
-_BYTES_KEY = ("trace_id_bytes", "span_id_bytes")
-"""A table keys its rows by span with the ids in hex, or (chunk_arrays) with their bytes."""
-_LOOKED_UP = ["tenant", "start_time", *_HEX_KEY]
+_LOOKED_UP = [*HEX_KEY, "start_time"]
 """What the lookup reads of each batch's streams: columns every version decodes, so batches an earlier version
 left in the spool go in one lookup with those decoded now."""
 
 _STORED_KEYS = """
-SELECT concat(trace_id, span_id) FROM streams
+SELECT concat(tenant, '/', trace_id, span_id) FROM streams
 WHERE tenant IN {tenants:Array(String)}
   AND start_time BETWEEN fromUnixTimestamp64Micro({first:Int64}) AND fromUnixTimestamp64Micro({last:Int64})
   AND has({span_ids:Array(UInt64)}, reinterpretAsUInt64(reverse(unhex(span_id))))
 """
 """Candidates by span id alone, bound as the numbers their hex spells (the client formats a number in C, and
 escapes a string character by character in Python; a span id is about a third of a whole key's digits). A stored span
-that shares only its span id with one of the batch's is a candidate that matches no key of the batch."""
+that shares only its span id with one of the batch's, or is another tenant's, is a candidate that matches no key of the
+batch (keys are the tenant's: ``streamscope_ingest.decode.batch.span_keys``)."""
 
 
 def drop_repeated_spans(client: Client, batches: Sequence[DecodedBatch]) -> tuple[list[DecodedBatch], int]:
@@ -54,12 +51,12 @@ def drop_repeated_spans(client: Client, batches: Sequence[DecodedBatch]) -> tupl
         if block is None or not block.num_rows:
             kept.append(batch)
             continue
-        keys = _keys(block).to_pylist()
+        keys = span_keys(block).to_pylist()
         repeated = {key for key in keys if key in seen}
         seen.update(keys)
         if repeated:
             dropped += len(repeated)
-            batch = _without(batch, pa.array(sorted(repeated)))
+            batch = with_spans(batch, sorted(repeated), keep=False)
         kept.append(batch)
     return kept, dropped
 
@@ -73,21 +70,3 @@ def _stored_keys(client: Client, streams: pa.Table) -> set[str]:
         "span_ids": [int(span_id, 16) for span_id in streams.column("span_id").to_pylist()],
     }
     return {key for (key,) in client.query(_STORED_KEYS, parameters=parameters).result_rows}
-
-
-def _keys(block: pa.Table, key: tuple[str, str] = _HEX_KEY) -> pa.ChunkedArray:
-    """Each row's span key: its trace and span ids joined, as text for hex ids, as bytes for ids in bytes."""
-    trace_ids, span_ids = (block.column(c) for c in key)
-    return columns.span_keys(trace_ids, span_ids, pa.binary() if key == _BYTES_KEY else pa.string())
-
-
-def _without(batch: DecodedBatch, keys: pa.Array) -> DecodedBatch:
-    """``batch`` minus every row keyed by ``keys`` (hex), in each table that keys rows by span."""
-    key_sets = {_HEX_KEY: keys, _BYTES_KEY: pa.array([bytes.fromhex(k) for k in keys.to_pylist()], pa.binary())}
-    blocks = {}
-    for table, block in batch.blocks.items():
-        for key, key_set in key_sets.items():
-            if all(column in block.column_names for column in key):
-                block = block.filter(pc.invert(pc.is_in(_keys(block, key), value_set=key_set)))
-        blocks[table] = block
-    return DecodedBatch(blocks=blocks, ignored=batch.ignored, rejected=batch.rejected)
