@@ -8,12 +8,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from streamscope_collector.config import CollectorConfig
 from streamscope_collector.service import Collector
 from streamscope_ingest import store
 from streamscope_ingest.store import migrations
 from tests.migrated_schema import MigratedSchema
+
+# No deadline for any example: a timed assertion fails on a busy machine, not on a slow decoder (benchmarks/ measures).
+settings.register_profile("streamscope", deadline=None)
+settings.load_profile("streamscope")
 
 
 @pytest.fixture(scope="session")
