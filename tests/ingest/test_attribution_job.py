@@ -93,7 +93,7 @@ def with_gap(at: int, gap: float) -> list[float]:
     return gaps
 
 
-def write(client, spans: list[Span], events: list[LogRecord]) -> None:
+def write(client, spans: list[Span], events: list[LogRecord], tenant: str = "t") -> None:
     writer = ClickHouseWriter(client)
     request = ExportTraceServiceRequest(
         resource_spans=[
@@ -102,7 +102,7 @@ def write(client, spans: list[Span], events: list[LogRecord]) -> None:
             )
         ]
     )
-    writer.write([decode_traces(request, tenant="t", stall_threshold_us=400_000)])
+    writer.write([decode_traces(request, tenant=tenant, stall_threshold_us=400_000)])
     logs = ExportLogsServiceRequest(
         resource_logs=[
             ResourceLogs(
@@ -111,7 +111,7 @@ def write(client, spans: list[Span], events: list[LogRecord]) -> None:
             )
         ]
     )
-    writer.write([decode_logs(logs, tenant="t")])
+    writer.write([decode_logs(logs, tenant=tenant)])
 
 
 def preemption(start_ns: int, end_ns: int) -> LogRecord:
@@ -176,6 +176,28 @@ def test_the_job_attributes_stalls_writes_quality_and_never_repeats_itself(store
     assert job.run_once(until=datetime.now(UTC) + timedelta(seconds=2)) == 0  # the watermark moved on
     assert store_client.query("SELECT count() FROM stream_quality").result_rows[0][0] == 3
     assert store_client.query("SELECT count() FROM stream_smoothing").result_rows[0][0] == 3 * 3
+
+
+def test_another_tenants_spans_in_the_same_trace_never_reach_a_streams_verdict(store_client):
+    """A service that got a tenant's ``traceparent`` knows its ids: its spans with them, a client span with the very
+    same ids or a server span in the trace, are its own and weigh nothing in the first tenant's verdicts."""
+    write(
+        store_client,
+        [span(1, 1, "client", T0, with_gap(12, 900)), span(1, 2, "server", T0 + 5 * MS, steady(), node="node-1")],
+        [],
+        tenant="owner",
+    )
+    forged = [span(1, 1, "client", T0, with_gap(5, 700)), span(1, 3, "server", T0 + 5 * MS, with_gap(12, 900))]
+    write(store_client, forged, [], tenant="intruder")
+    AttributionJob(store_client, settle_s=0).run_once(until=datetime.now(UTC) + timedelta(seconds=1))
+    rows = store_client.query(
+        "SELECT tenant, seq, cause, gap_us, server_gap_us FROM stalls ORDER BY tenant, seq"
+    ).result_rows
+    assert [row for row in rows if row[0] == "owner"] == [("owner", 13, "connection", 900_000, 20_000)]
+    assert {row[0] for row in rows} <= {"owner", "intruder"}
+    assert store_client.query(
+        "SELECT tenant, stalls FROM stream_quality WHERE side = 'client' ORDER BY tenant"
+    ).result_rows == [("intruder", 1), ("owner", 1)]
 
 
 def test_an_sglang_node_reporting_only_its_acceptance_length_runs_speculative_decoding(store_client):
@@ -334,8 +356,9 @@ def test_the_jobs_chunk_offsets_are_the_timeline_views_for_every_kind_of_chunk(s
     ).result_rows
     now_us = int(datetime.now(UTC).timestamp() * 1e6)
     bounds = {"first": now_us - 60 * 10**6, "last": now_us + 60 * 10**6}
-    ours = store_client.query(CHUNKS_SQL, parameters={"traces": ["0a" * 16, "b0" * 16], **bounds}).result_rows
-    assert sorted((trace, span, list(offsets)) for trace, span, offsets, *_ in ours) == [
+    traces = {"traces": ["0a" * 16, "b0" * 16], "tenants": ["t"]}
+    ours = store_client.query(CHUNKS_SQL, parameters={**traces, **bounds}).result_rows
+    assert sorted((trace, span, list(offsets)) for _, trace, span, offsets, *_ in ours) == [
         (trace, span, list(offsets)) for trace, span, offsets in view
     ]
     assert view[0][2] == [5, 100, 140, 147, 170, 173, 2_000_170, 2_000_179]  # as the view's rule reads

@@ -62,6 +62,8 @@ from streamscope_ingest.store.lease import Lease
 
 log = logging.getLogger(__name__)
 Row = dict[str, Any]
+Key = tuple[str, str, str]
+"""A stream: its tenant, trace id and span id."""
 JOB = "stalls"
 THREAD = "attribution"
 BEGUN = f"{JOB}, begun"
@@ -81,13 +83,15 @@ LIMIT {limit:UInt32} WITH TIES
 """
 """At most ``limit`` streams, and every stream stored in the same instant as the last: the pass can end there."""
 TRACES_SQL = """
-SELECT trace_id, span_id, side, node_name, toUnixTimestamp64Micro(start_time), host_watch != '',
+SELECT tenant, trace_id, span_id, side, node_name, toUnixTimestamp64Micro(start_time), host_watch != '',
        if(server_address != '', concat(server_address, ':', toString(server_port)), ''),
        coverage IN ('full', 'arrivals')
-FROM streams WHERE trace_id IN {traces:Array(String)}
+FROM streams WHERE trace_id IN {traces:Array(String)} AND tenant IN {tenants:Array(String)}
 """
+"""The spans of the pass's traces: each stream is matched with those of its own tenant only, so a span another
+tenant sent in the same trace (it knows the ids from a ``traceparent``) weighs nothing in its verdict."""
 CHUNKS_SQL = """
-SELECT lower(hex(trace_id_bytes)), lower(hex(span_id_bytes)),
+SELECT tenant, lower(hex(trace_id_bytes)), lower(hex(span_id_bytes)),
     arrayMap((gap, k, before) -> before + if(k IN ('lead', 'aside', 'retract'), gap, 0), gap_us, kind,
         arrayCumSum(arrayMap((gap, k) -> if(k IN ('first', 'content'), toUInt64(gap), 0), gap_us, kind))),
     content_bytes, tokens, arrayResize(paint_delay_us, length(gap_us)), arrayResize(host_delay_us, length(gap_us)),
@@ -95,6 +99,7 @@ SELECT lower(hex(trace_id_bytes)), lower(hex(span_id_bytes)),
 FROM chunk_arrays
 WHERE start_time BETWEEN fromUnixTimestamp64Micro({first:Int64}) AND fromUnixTimestamp64Micro({last:Int64})
   AND trace_id_bytes IN (SELECT toFixedString(unhex(arrayJoin({traces:Array(String)})), 16))
+  AND tenant IN {tenants:Array(String)}
 """
 """Each stream's chunk offsets as ``chunk_timeline`` computes them (a test holds the two together), from its row of
 arrays: the view's window over one row per chunk costs three times as much. A stream's chunks are stored under its
@@ -235,27 +240,28 @@ class AttributionJob:
 
     def _attribute(self, streams: list[tuple[Any, ...]]) -> tuple[list[Row], list[Row], list[Row]]:
         traces = sorted({row[1] for row in streams})
-        sides: dict[str, list[tuple[str, str, str, int]]] = defaultdict(list)
-        watched: set[tuple[str, str]] = set()
-        endpoints: dict[tuple[str, str], str] = {}
-        timed: set[tuple[str, str]] = set()
-        spans = self._client.query(TRACES_SQL, parameters={"traces": traces}).result_rows
-        for trace, span, side, node, start, host_watched, endpoint, every_arrival_known in spans:
-            sides[trace].append((span, side, node, start))
-            endpoints[(trace, span)] = endpoint
+        tenants = sorted({row[0] for row in streams})
+        sides: dict[tuple[str, str], list[tuple[str, str, str, int]]] = defaultdict(list)
+        watched: set[Key] = set()
+        endpoints: dict[Key, str] = {}
+        timed: set[Key] = set()
+        spans = self._client.query(TRACES_SQL, parameters={"traces": traces, "tenants": tenants}).result_rows
+        for tenant, trace, span, side, node, start, host_watched, endpoint, every_arrival_known in spans:
+            sides[(tenant, trace)].append((span, side, node, start))
+            endpoints[(tenant, trace, span)] = endpoint
             if every_arrival_known:
-                timed.add((trace, span))
+                timed.add((tenant, trace, span))
             if host_watched:
-                watched.add((trace, span))
-        chunks: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]]
-        chunks = {}
-        tokens: dict[tuple[str, str], np.ndarray] = {}
+                watched.add((tenant, trace, span))
+        chunks: dict[Key, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]] = {}
+        tokens: dict[Key, np.ndarray] = {}
         starts = [start for spans_of_trace in sides.values() for *_, start in spans_of_trace]
+        window_of_starts = {"first": min(starts, default=0), "last": max(starts, default=0)}
         timelines = self._client.query_arrow(
-            CHUNKS_SQL, parameters={"traces": traces, "first": min(starts, default=0), "last": max(starts, default=0)}
+            CHUNKS_SQL, parameters={"traces": traces, "tenants": tenants, **window_of_starts}
         )
-        ids = zip(*(timelines.column(i).to_pylist() for i in (0, 1)))
-        per_chunk = (_rows(timelines.column(i)) for i in range(2, 8))
+        ids = zip(*(timelines.column(i).to_pylist() for i in (0, 1, 2)))
+        per_chunk = (_rows(timelines.column(i)) for i in range(3, 9))
         for key, offsets, content, counts, paint, host, held in zip(ids, *per_chunk):
             chunks[key] = (offsets, content, paint, *((host, held) if key in watched else (None, None)))
             tokens[key] = counts
@@ -273,18 +279,20 @@ class AttributionJob:
                 for node, length, reported in self._client.query(SPEC_SQL, parameters=window).result_rows
             }
 
-        sides_of: dict[tuple[str, str], tuple[Timeline, Timeline | None, str]] = {}
-        for _tenant, trace, span, _service, side, _model, _instance, start, _duration in streams:
-            server = next(((s, n, t) for s, sd, n, t in sides[trace] if sd == "server"), None)
-            if side == "server" and any(sd in ("client", "browser") for _, sd, _, _ in sides[trace]):
+        sides_of: dict[Key, tuple[Timeline, Timeline | None, str]] = {}
+        for tenant, trace, span, _service, side, _model, _instance, start, _duration in streams:
+            in_trace = sides[(tenant, trace)]
+            server = next(((s, n, t) for s, sd, n, t in in_trace if sd == "server"), None)
+            if side == "server" and any(sd in ("client", "browser") for _, sd, _, _ in in_trace):
                 continue  # a server span is attributed through its client's stream
-            if side not in ("client", "browser", "server") or (trace, span) not in chunks:
+            key = (tenant, trace, span)
+            if side not in ("client", "browser", "server") or key not in chunks:
                 continue
             server_timeline, node = None, ""
-            if server is not None and (trace, server[0]) in chunks:
-                server_timeline = Timeline(server[2], *chunks[(trace, server[0])])
+            if server is not None and (tenant, trace, server[0]) in chunks:
+                server_timeline = Timeline(server[2], *chunks[(tenant, trace, server[0])])
                 node = server[1]
-            sides_of[(trace, span)] = (Timeline(start, *chunks[(trace, span)]), server_timeline, node)
+            sides_of[key] = (Timeline(start, *chunks[key]), server_timeline, node)
         peers = _Peers(streams, sides_of, endpoints)
 
         rows: list[Row] = []
@@ -297,9 +305,10 @@ class AttributionJob:
             "reading_tokens_per_s": self.quality.reading_tokens_per_s,
         }
         for tenant, trace, span, service, side, model, _instance, _start, _duration in streams:
-            if (trace, span) not in sides_of:
+            key = (tenant, trace, span)
+            if key not in sides_of:
                 continue
-            client, server_timeline, node = sides_of[(trace, span)]
+            client, server_timeline, node = sides_of[key]
             stalls = attribute(
                 client,
                 server_timeline,
@@ -307,7 +316,7 @@ class AttributionJob:
                 spec_active=node in spec_nodes,
                 rules=self.rules,
                 spec_accept_length=spec_nodes.get(node),
-                shared_hosts=partial(peers.of, (trace, span)),
+                shared_hosts=partial(peers.of, key),
             )
             identity = {
                 "tenant": tenant,
@@ -319,10 +328,10 @@ class AttributionJob:
                 "node_name": node,
             }
             rows.extend(_row(stall, identity) for stall in stalls)
-            (fluidity, andes), smoothed = measured(client, tokens[(trace, span)], self.buffers, self.rules, targets)
+            (fluidity, andes), smoothed = measured(client, tokens[key], self.buffers, self.rules, targets)
             at = {**identity, "start_time": client.start_us}
             quality.append({**at, "stalls": len(stalls), "fluidity_index": fluidity, "andes_qoe": andes, **settings})
-            smoothing.extend({**at, **vars(s), TIMED: (trace, span) in timed} for s in smoothed)
+            smoothing.extend({**at, **vars(s), TIMED: key in timed} for s in smoothed)
         return rows, quality, smoothing
 
 
@@ -365,26 +374,27 @@ class _Peers:
     def __init__(
         self,
         streams: list[tuple[Any, ...]],
-        sides_of: dict[tuple[str, str], tuple[Timeline, Timeline | None, str]],
-        endpoints: dict[tuple[str, str], str],
+        sides_of: dict[Key, tuple[Timeline, Timeline | None, str]],
+        endpoints: dict[Key, str],
     ) -> None:
         self._sides_of = sides_of
-        self._groups: dict[tuple[str, str, str], list[tuple[str, str]]] = defaultdict(list)
-        self._member_of: dict[tuple[str, str], list[tuple[str, str, str]]] = defaultdict(list)
-        self._arrivals: dict[tuple[str, str], Arrivals | None] = {}
+        self._groups: dict[tuple[str, str, str], list[Key]] = defaultdict(list)
+        self._member_of: dict[Key, list[tuple[str, str, str]]] = defaultdict(list)
+        self._arrivals: dict[Key, Arrivals | None] = {}
         for tenant, trace, span, _service, side, _model, instance, _start, _duration in streams:
-            if side not in ("client", "browser") or (trace, span) not in sides_of:
+            key = (tenant, trace, span)
+            if side not in ("client", "browser") or key not in sides_of:
                 continue
             for group in (
                 (tenant, "client process", instance),
-                (tenant, "endpoint", endpoints.get((trace, span), "")),
-                (tenant, "node", sides_of[(trace, span)][2]),
+                (tenant, "endpoint", endpoints.get(key, "")),
+                (tenant, "node", sides_of[key][2]),
             ):
                 if group[2]:
-                    self._groups[group].append((trace, span))
-                    self._member_of[(trace, span)].append(group)
+                    self._groups[group].append(key)
+                    self._member_of[key].append(group)
 
-    def of(self, key: tuple[str, str]) -> list[SharedHost]:
+    def of(self, key: Key) -> list[SharedHost]:
         """The hosts ``key`` shares, with their other streams' arrivals (each computed once, when first needed)."""
         hosts = []
         for group in self._member_of[key]:
@@ -392,7 +402,7 @@ class _Peers:
             hosts.append(SharedHost(group[1], group[2], [arrivals for arrivals in others if arrivals is not None]))
         return hosts
 
-    def _arrivals_of(self, key: tuple[str, str]) -> Arrivals | None:
+    def _arrivals_of(self, key: Key) -> Arrivals | None:
         if key not in self._arrivals:
             client, server, _ = self._sides_of[key]
             usable = server is not None and server.content()[0].size > 0 and client.content()[0].size > 0
@@ -422,7 +432,7 @@ def _utc(value: datetime) -> datetime:
 def _pass_name(since: datetime, until: datetime, streams: list[tuple[Any, ...]]) -> str:
     """A pass by its bounds and its streams: a repeat that finds a stream more (stored late, inside the bounds)
     is another pass, whose rows are all written, rather than one whose rows are dropped as a repeat."""
-    keys = hashlib.blake2b("\n".join(f"{row[1]} {row[2]}" for row in streams).encode(), digest_size=8).hexdigest()
+    keys = hashlib.blake2b("\n".join(" ".join(row[:3]) for row in streams).encode(), digest_size=8).hexdigest()
     return f"{JOB} {since.isoformat()} {until.isoformat()} {keys}"
 
 
