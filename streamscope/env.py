@@ -44,6 +44,10 @@ STREAMSCOPE_BROWSER_TOKEN: Final = "STREAMSCOPE_BROWSER_TOKEN"
 STREAMSCOPE_AUTH_FILE: Final = "STREAMSCOPE_AUTH_FILE"
 """The collector's tokens file (bearer tokens → tenants); set, it turns authentication on."""
 
+STREAMSCOPE_ALERT_WEBHOOK_TOKEN: Final = "STREAMSCOPE_ALERT_WEBHOOK_TOKEN"
+"""The collector: the token Grafana's contact point sends to the alert webhook, the only one the webhook takes
+(the compose stack gives it to both)."""
+
 GRAFANA_URL: Final = "GRAFANA_URL"
 """`streamscope dashboards push`: base URL of the Grafana to provision (the name grafana-client's from_env reads)."""
 

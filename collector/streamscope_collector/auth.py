@@ -1,13 +1,18 @@
 """Who is sending: bearer tokens mapped to tenants, so the stored tenant comes from credentials, never a payload.
 
 With no tokens configured, authentication is off and every request belongs to the collector's one tenant.
-With tokens, every OTLP request (HTTP ``Authorization: Bearer``, gRPC ``authorization`` metadata) and the alert
-webhook need a secret token, and the browser route needs one of the public browser tokens
-(``?token=`` or bearer): a request without a valid one is answered 401 (gRPC UNAUTHENTICATED).
+With tokens, every OTLP request (HTTP ``Authorization: Bearer``, gRPC ``authorization`` metadata) needs a secret
+token, and the browser route needs one of the public browser tokens (``?token=`` or bearer): a request without a
+valid one is answered 401 (gRPC UNAUTHENTICATED).
+
+The alert webhook writes the operator's alert history, which no tenant may: it takes only the webhook token
+(``--alert-webhook-token``), which Grafana's contact point sends, and answers a tenant's token 403. Its rows
+carry the tenant ``WEBHOOK_TENANT``, a name no token can map to. Without a webhook token it is open while
+authentication is off, and closed while it is on.
 
 The tokens file (``streamscope collector --auth-file``) is YAML::
 
-    tokens:            # secret: services, gpu agents, Grafana's webhook
+    tokens:            # secret: services, gpu agents
       9f2c…e1: team-a
       5b7d…04: team-b
     browser_tokens:    # public, shipped in web pages: can only add browser spans
@@ -28,10 +33,16 @@ import yaml
 from streamscope.errors import ConfigError, StreamscopeError
 
 TENANT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+WEBHOOK_TENANT = "_grafana"
+"""The tenant of what the alert webhook writes: not a tenant name (those start alphanumeric), so no token's."""
 
 
 class Unauthorized(StreamscopeError):
     """The request carries no valid token for the route (HTTP 401, gRPC UNAUTHENTICATED)."""
+
+
+class Forbidden(StreamscopeError):
+    """The request's token is valid, but not for this route (HTTP 403, gRPC PERMISSION_DENIED)."""
 
 
 def _digest(token: str) -> bytes:
@@ -44,18 +55,23 @@ class Credentials:
         default_tenant: str = "default",
         tokens: Mapping[str, str] | None = None,
         browser_tokens: Mapping[str, str] | None = None,
+        webhook_token: str | None = None,
     ) -> None:
-        """``tokens``: secret token → tenant (none: authentication off); ``browser_tokens``: public token → tenant."""
+        """``tokens``: secret token → tenant (none: authentication off); ``browser_tokens``: public token → tenant;
+        ``webhook_token``: the alert webhook's own token."""
         self.default_tenant = check_tenant(default_tenant)
         self._secret = {_digest(t): check_tenant(tenant) for t, tenant in (tokens or {}).items()}
         self._public = {_digest(t): check_tenant(tenant) for t, tenant in (browser_tokens or {}).items()}
+        self._webhook = _digest(webhook_token) if webhook_token else None
+        if self._webhook in self._secret or self._webhook in self._public:
+            raise ConfigError("the alert webhook token is also a tenant's token: give the webhook a token of its own")
 
     @property
     def enabled(self) -> bool:
         return bool(self._secret)
 
     def tenant(self, authorization: str | None) -> str:
-        """The tenant of a request to an OTLP route or the webhook; raises Unauthorized."""
+        """The tenant of a request to an OTLP route; raises Unauthorized."""
         if not self.enabled:
             return self.default_tenant
         offered = bearer(authorization)
@@ -75,6 +91,19 @@ class Credentials:
         if tenant is None:
             raise Unauthorized("missing or wrong browser ingest token (?token= or Authorization: Bearer)")
         return tenant
+
+    def webhook_tenant(self, authorization: str | None) -> str:
+        """``WEBHOOK_TENANT``, for a request to the alert webhook bearing its token; raises Unauthorized, or
+        Forbidden for a tenant's token."""
+        offered = bearer(authorization)
+        digest = _digest(offered) if offered else None
+        if self._webhook is None and not self.enabled:
+            return WEBHOOK_TENANT
+        if digest is not None and digest == self._webhook:
+            return WEBHOOK_TENANT
+        if digest is not None and (digest in self._secret or digest in self._public):
+            raise Forbidden("the alert webhook writes the operator's alert history and takes only its own token")
+        raise Unauthorized("the alert webhook takes the token set by --alert-webhook-token")
 
     def knows(self, token: str) -> bool:
         """Whether ``token`` is one of the secret tokens."""

@@ -42,6 +42,9 @@ class CollectorConfig:
     """Public token web pages send with browser spans → tenant."""
     write_timeout_s: float = 30.0
     """How long a request waits for the spool to take it before it is answered 503."""
+    alert_webhook_token: str | None = None
+    """The token Grafana's contact point sends to the alert webhook, the only one it takes; None: the webhook is
+    open while authentication is off, closed while it is on."""
     store_wait_s: float = 0.0
     """After a request is durable, how long it also waits for the store, while the store is healthy, before it is
     answered; 0: answered as soon as it is in the spool. Waiting ties every sender's pace to the store's insert
@@ -85,4 +88,4 @@ class CollectorConfig:
         browser = dict(self.browser_tokens)
         if self.browser_token:
             browser[self.browser_token] = self.tenant
-        return Credentials(self.tenant, self.tokens, browser)
+        return Credentials(self.tenant, self.tokens, browser, self.alert_webhook_token)

@@ -26,7 +26,7 @@ from streamscope.errors import (
     StreamscopeError,
     WriteError,
 )
-from streamscope_collector.auth import Unauthorized
+from streamscope_collector.auth import Forbidden, Unauthorized
 
 RETRY_AFTER_S = "5"
 INTERNAL_MESSAGE = "internal error in the collector; the request was not stored"
@@ -76,6 +76,7 @@ RULES: Mapping[type[Exception], Rule] = {
     LimitExceeded: Rule(413, grpc.StatusCode.RESOURCE_EXHAUSTED),
     UnsupportedMediaType: Rule(415, grpc.StatusCode.INVALID_ARGUMENT),
     Unauthorized: Rule(401, grpc.StatusCode.UNAUTHENTICATED, headers={"WWW-Authenticate": "Bearer"}),
+    Forbidden: Rule(403, grpc.StatusCode.PERMISSION_DENIED),
     WriteError: Rule(500, grpc.StatusCode.INTERNAL),
     RetryableWriteError: _UNAVAILABLE,
     SpoolFull: _UNAVAILABLE,

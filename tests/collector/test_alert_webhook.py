@@ -1,20 +1,29 @@
 """Grafana's webhook contact point into a running collector, over a real socket: every alert of a notification
 becomes a row of ``alerts``, read back through the collector's SQL route (the one `streamscope sql` uses while
 the collector owns the embedded store); a malformed notification gets a 400 that names the field, stores nothing,
-and the collector keeps serving."""
+and the collector keeps serving. Only the webhook's own token writes there: a tenant's is refused, and the
+README's query shows nothing a tenant wrote."""
 
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from streamscope.errors import ConfigError
+from streamscope_collector.auth import WEBHOOK_TENANT
+from streamscope_collector.config import CollectorConfig
 from streamscope_collector.http.alerts import ALERTS_PATH
+from streamscope_collector.service import Collector
 from tests import support
 
 JSON = {"content-type": "application/json"}
+WEBHOOK_TOKEN = "grafana-webhook-secret"  # the ``secured`` collector's (tests/collector/conftest.py)
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def alert(fingerprint: str, status: str = "firing", **changes: Any) -> dict[str, Any]:
@@ -89,7 +98,7 @@ def test_each_alert_of_a_notification_is_recorded(collector):
     first = rows[0]
     assert first["starts_at"] == "2026-10-12 07:51:03.157"  # +02:00 stored as UTC, to the millisecond
     assert (first["tenant"], first["receiver"], first["alertname"]) == (
-        "default",
+        WEBHOOK_TENANT,
         "streamscope-collector",
         "ITL goodput burning",
     )
@@ -135,3 +144,66 @@ def test_a_bad_notification_is_refused_with_the_reason(collector, body, headers,
     assert message in response.json()["error"]
     assert select(collector, "SELECT count() AS n FROM alerts") == [{"n": 0}]  # nothing half-recorded
     assert post(collector, notification(alert("c6eadffa33fcdf37"))).json() == {"recorded": 1}
+
+
+def forged() -> dict[str, Any]:
+    """What a tenant would send to close the operator's page: the real rule, resolved."""
+    labels = {"alertname": "ITL goodput burn, fast", "severity": "page", "grafana_folder": "streamscope"}
+    return notification(alert("c6eadffa33fcdf37", status="resolved", labels=labels))
+
+
+@pytest.mark.parametrize("token", ["secret-a", "public-a"])
+def test_a_tenants_token_cannot_write_the_alert_history(secured, token):
+    response = post(secured, forged(), {**JSON, "authorization": f"Bearer {token}"})
+    assert response.status_code == 403
+    assert "alert webhook" in response.json()["error"] and token not in response.text
+    assert select(secured, "SELECT count() AS n FROM alerts") == [{"n": 0}]
+
+
+def bearing(token: str) -> dict[str, str]:
+    return {**JSON, "authorization": f"Bearer {token}"}
+
+
+@pytest.mark.parametrize("token", [None, "wrong"])
+def test_without_the_webhook_token_the_answer_is_401(secured, token):
+    response = post(secured, forged(), bearing(token) if token else JSON)
+    assert response.status_code == 401 and "--alert-webhook-token" in response.json()["error"]
+    assert select(secured, "SELECT count() AS n FROM alerts") == [{"n": 0}]
+
+
+def test_the_webhook_token_writes_the_operators_alert_history(secured):
+    assert post(secured, forged(), bearing(WEBHOOK_TOKEN)).json() == {"recorded": 1}
+    assert select(secured, "SELECT tenant, alertname FROM alerts") == [
+        {"tenant": WEBHOOK_TENANT, "alertname": "ITL goodput burn, fast"}
+    ]
+
+
+def test_a_webhook_token_is_needed_even_with_authentication_off(storage_dsn):
+    config = CollectorConfig(storage_dsn=storage_dsn, http_port=0, grpc_port=None, alert_webhook_token=WEBHOOK_TOKEN)
+    running = Collector(config).start()
+    try:
+        assert post(running, forged()).status_code == 401
+        assert post(running, forged(), bearing(WEBHOOK_TOKEN)).status_code == 200
+    finally:
+        running.stop()
+
+
+def test_the_webhook_token_cannot_be_a_tenants():
+    for tokens in ({"tokens": {WEBHOOK_TOKEN: "team-a"}}, {"browser_tokens": {WEBHOOK_TOKEN: "team-a"}}):
+        with pytest.raises(ConfigError, match="alert webhook token"):
+            CollectorConfig(alert_webhook_token=WEBHOOK_TOKEN, **tokens).credentials()
+
+
+def test_the_readmes_alerts_query_shows_only_what_the_webhook_wrote(secured, store_client):
+    """A row a tenant stored before its token was refused at the webhook stays in the table; the documented query
+    leaves it out."""
+    (query,) = re.findall(r'streamscope sql "(SELECT [^"]* FROM alerts [^"]*)"', README.read_text())
+    assert post(secured, notification(alert("bc97ff14869b13e3")), bearing(WEBHOOK_TOKEN)).status_code == 200
+    row = select(secured, "SELECT * FROM alerts")[0]
+    store_client.insert(
+        "alerts",
+        [[*({**row, "tenant": "team-a", "fingerprint": "c6eadffa33fcdf37", "status": "resolved"}).values()]],
+        column_names=list(row),
+    )
+    assert select(secured, "SELECT count() AS n FROM alerts") == [{"n": 2}]
+    assert [r["status"] for r in select(secured, query)] == ["firing"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import grpc
 import httpx
 import pytest
@@ -11,27 +13,9 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from streamscope.errors import ConfigError
 from streamscope_collector.auth import load_tokens
-from streamscope_collector.config import CollectorConfig
-from streamscope_collector.service import Collector
 from tests.support import any_value, otlp_json, post, sql_request, stream_span, trace_request
 
 INJECTION = "m'); DROP TABLE streams; --"
-
-
-@pytest.fixture
-def secured(storage_dsn):
-    config = CollectorConfig(
-        storage_dsn=storage_dsn,
-        http_port=0,
-        grpc_port=0,
-        attribution_interval_s=None,
-        tokens={"secret-a": "team-a", "secret-b": "team-b"},
-        browser_tokens={"public-a": "team-a"},
-        store_wait_s=5.0,  # the test reads what it sent as soon as it is answered
-    )
-    running = Collector(config).start()
-    yield running
-    running.stop()
 
 
 def body(trace: int, side: str = "client", model: str = "m") -> bytes:
@@ -67,7 +51,8 @@ def test_sql_injection_strings_in_attributes_are_stored_verbatim_and_harmless(se
 
 
 def test_browser_route_takes_public_tokens_for_their_tenant_only(secured, store_client):
-    browser_body = otlp_json(trace_request([stream_span(3, 1, side="browser", offsets_ms=[0, 5], tokens=[1, 1])]))
+    span = stream_span(3, 1, side="browser", offsets_ms=[0, 5], tokens=[1, 1], start_ns=time.time_ns())
+    browser_body = otlp_json(trace_request([span]))
     path, json_headers = "/v1/browser/traces", {"content-type": "application/json"}
     assert post(secured, browser_body, path=path, headers=json_headers).status_code == 401
     assert post(secured, browser_body, path=path, headers=json_headers, token="secret-b").status_code == 401

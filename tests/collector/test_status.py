@@ -9,7 +9,7 @@ import pytest
 
 from streamscope import errors
 from streamscope_collector import status
-from streamscope_collector.auth import Unauthorized
+from streamscope_collector.auth import Forbidden, Unauthorized
 from streamscope_collector.status import RETRY_AFTER_S, UnsupportedMediaType, answer
 
 Code = grpc.StatusCode
@@ -26,6 +26,7 @@ EXPECTED: dict[type[Exception], tuple[int, grpc.StatusCode, int, str, dict[str, 
     errors.LimitExceeded: (413, Code.RESOURCE_EXHAUSTED, 8, "boom", {}),
     UnsupportedMediaType: (415, Code.INVALID_ARGUMENT, 3, "boom", {}),
     Unauthorized: (401, Code.UNAUTHENTICATED, 16, "boom", {"WWW-Authenticate": "Bearer"}),
+    Forbidden: (403, Code.PERMISSION_DENIED, 7, "boom", {}),
     errors.WriteError: (500, Code.INTERNAL, 13, "boom", {}),
     errors.RetryableWriteError: (503, Code.UNAVAILABLE, 14, "boom; retry later", RETRY),
     errors.SpoolFull: (503, Code.UNAVAILABLE, 14, "boom; retry later", RETRY),
@@ -65,7 +66,7 @@ def test_every_class_of_the_error_tree_has_a_rule_of_its_own() -> None:
     assert set(tree) >= {errors.SpoolFull, errors.Overloaded, errors.LimitExceeded, errors.GrafanaError}
     unruled = [cls.__name__ for cls in tree if cls not in status.RULES]
     assert not unruled, f"give these a rule in streamscope_collector.status: {unruled}"
-    assert set(tree) | {Unauthorized, UnsupportedMediaType} == set(status.RULES) == set(EXPECTED)
+    assert set(tree) | {Unauthorized, Forbidden, UnsupportedMediaType} == set(status.RULES) == set(EXPECTED)
 
 
 @pytest.mark.parametrize("parent", list(EXPECTED), ids=lambda parent: parent.__name__)

@@ -323,6 +323,7 @@ ENV = {
     "GRAFANA_CLICKHOUSE_PASSWORD": "read-only-secret",
     "ALERT_TEAM": "inference",
     "ALERT_WEBHOOK_URL": "http://collector.internal:4318/alerts",
+    "STREAMSCOPE_ALERT_WEBHOOK_TOKEN": "webhook-secret",
 }
 
 
@@ -419,6 +420,8 @@ def test_the_shipped_files_push(grafana):
     assert len(double.rules) == sum(len(group.rules) for group in alerting.groups)
     assert len(double.contact_points) == len(alerting.contact_points)
     assert (double.policy is not None) == bool(alerting.policies)
+    webhooks = [point["settings"] for point in double.contact_points.values() if point["type"] == "webhook"]
+    assert webhooks and all(w["authorization_credentials"] == ENV["STREAMSCOPE_ALERT_WEBHOOK_TOKEN"] for w in webhooks)
 
 
 def test_grafana_under_a_sub_path_and_one_folder_for_everything(provisioning):

@@ -353,6 +353,23 @@ def test_grafana_installs_the_plugin_and_mounts_provisioning_and_dashboards():
     assert PurePosixPath(provider["options"]["path"]).is_absolute()
 
 
+@pytest.mark.parametrize(
+    ("collector", "grafana"),
+    [("collector", "grafana"), ("collector-1", "grafana-cluster"), ("collector-2", "grafana-cluster")],
+)
+def test_grafanas_contact_point_sends_the_token_the_collectors_alert_webhook_takes(monkeypatch, collector, grafana):
+    """The webhook takes only its own token: Grafana sends it as a bearer token from the variable the collector's
+    option reads, both given the same value (a tenant's token is refused there)."""
+    [point] = provisioning("alerting/contact-points.yaml")["contactPoints"]
+    [settings] = [receiver["settings"] for receiver in point["receivers"] if receiver["type"] == "webhook"]
+    assert settings["authorization_scheme"] == "Bearer"
+    [variable] = re.fullmatch(r"\$\{(\w+)\}", settings["authorization_credentials"]).groups()  # no defaults here
+    sent = services()[grafana]["environment"][variable]
+    for name, value in services()[collector]["environment"].items():
+        monkeypatch.setenv(name, value)  # as the container's environment gives it to the entrypoint
+    assert sent and parsed_command(services()[collector]["command"])["alert_webhook_token"] == sent
+
+
 def test_the_collectors_spool_outlives_its_container():
     """What the collector acknowledged but has not stored yet is in its spool, under the image's data directory:
     a named volume keeps it when the container is recreated, and the image makes that directory its user's, which

@@ -67,6 +67,13 @@ if TYPE_CHECKING:  # the command module stays light until it runs
 )
 @auth_file_option("YAML of bearer tokens → tenants; turns authentication on (see docs/operations.md).")
 @click.option(
+    "--alert-webhook-token",
+    envvar=env.STREAMSCOPE_ALERT_WEBHOOK_TOKEN,
+    default=None,
+    help="The token Grafana's contact point sends to /api/v1/alerts, the only one it takes (default: the webhook "
+    "is open while authentication is off, closed while it is on).",
+)
+@click.option(
     "--spool-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
@@ -123,6 +130,7 @@ def collector(
     cors_origins: tuple[str, ...],
     browser_token: str | None,
     auth_file: Path | None,
+    alert_webhook_token: str | None,
     spool_dir: Path | None,
     spool_max_mib: int,
     spool_fsync: FsyncPolicy,
@@ -158,6 +166,7 @@ def collector(
         browser_token=browser_token,
         tokens=tokens,
         browser_tokens=browser_tokens,
+        alert_webhook_token=alert_webhook_token,
         spool_dir=spool_dir,
         spool_max_bytes=spool_max_mib * 1024 * 1024,
         spool_fsync=spool_fsync,

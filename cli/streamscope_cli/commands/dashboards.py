@@ -69,7 +69,8 @@ def dashboards_push(
     notification policy into a running Grafana.
 
     Reads the same provisioning files the compose stack mounts. Running it again updates everything in
-    place. The notification policy tree is replaced whole, as file provisioning does.
+    place. The notification policy tree is replaced whole, as file provisioning does. The shipped contact point
+    sends the collector's alert webhook token from STREAMSCOPE_ALERT_WEBHOOK_TOKEN, which must be set.
 
     \b
     Example:

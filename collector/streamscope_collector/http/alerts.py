@@ -1,6 +1,7 @@
 """``POST /api/v1/alerts``, the webhook Grafana's provisioned contact point calls: each alert of a notification
 becomes a row of ``alerts``, written through the same group-commit writer as the OTLP routes, with the same status
-codes and ``{"error": ...}`` JSON bodies."""
+codes and ``{"error": ...}`` JSON bodies. It takes the webhook's own token, never a tenant's
+(``streamscope_collector.auth``): the alert history is the operator's."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def add_alerts_route(app: FastAPI, pipeline: ExportPipeline, config: CollectorCo
         """Grafana's webhook contact point: the notification's alerts are stored, then acknowledged."""
         try:
             require_media_type(media_type(request), (JSON,))
-            tenant = admission.credentials.tenant(request.headers.get("authorization"))
+            tenant = admission.credentials.webhook_tenant(request.headers.get("authorization"))
             with admission.budget.reserve() as reservation:
                 body = await read_body(request, config.max_request_bytes, reservation)
                 batch = await run_in_threadpool(decode_alerts, body, tenant=tenant)
