@@ -9,7 +9,9 @@ from pathlib import Path
 from streamscope import env
 from streamscope.errors import ConfigError
 from streamscope_collector.auth import Credentials
+from streamscope_collector.browser import DEFAULT_CLOCK_WINDOW_S as DEFAULT_BROWSER_CLOCK_WINDOW_S
 from streamscope_collector.browser import DEFAULT_MAX_REQUEST_BYTES as DEFAULT_MAX_BROWSER_REQUEST_BYTES
+from streamscope_collector.browser import DEFAULT_REQUESTS_PER_MINUTE as DEFAULT_BROWSER_REQUESTS_PER_MINUTE
 from streamscope_ingest.decode.limits import DEFAULT_LIMITS, SpanLimits
 from streamscope_ingest.durability.group_commit import GroupCommitConfig
 from streamscope_ingest.durability.spool import FsyncPolicy
@@ -75,6 +77,12 @@ class CollectorConfig:
     browser_token: str | None = None
     """A public browser token for ``tenant`` (shorthand for one entry of ``browser_tokens``)."""
     browser_max_request_bytes: int = DEFAULT_MAX_BROWSER_REQUEST_BYTES
+    browser_requests_per_minute: int | None = DEFAULT_BROWSER_REQUESTS_PER_MINUTE
+    """Requests the browser route takes a minute from each origin named in ``cors_origins``, and from all other
+    senders together, a minute's worth at once at most; None: no limit. Past it, 429 with Retry-After."""
+    browser_clock_window_s: float = DEFAULT_BROWSER_CLOCK_WINDOW_S
+    """How far from the collector's clock, before or after, a span on the browser route may start; a span outside
+    is rejected in partial_success, so a stranger cannot spread rows over many days (each a partition)."""
 
     def __post_init__(self) -> None:
         if self.spool_max_bytes < self.max_request_bytes:

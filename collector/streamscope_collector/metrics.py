@@ -60,6 +60,13 @@ class SelfMetrics:
         self._refused = Counter(
             f"{_PREFIX}_refused_requests", "Requests answered with an error, by reason.", ["reason"], registry=r
         )
+        self._browser_refused = Counter(
+            f"{_PREFIX}_browser_refused",
+            "What the public browser route refused, by reason: requests past their origin's rate (origin_rate), "
+            "spans starting outside the clock window (clock_window) or of another side (not_browser).",
+            ["reason"],
+            registry=r,
+        )
         self._written = Counter(
             f"{_PREFIX}_written_rows", "Rows the store confirmed, repeated spans included.", ["table"], registry=r
         )
@@ -100,6 +107,9 @@ class SelfMetrics:
 
     def refused(self, status: int) -> None:
         self._refused.labels(REFUSAL_REASONS.get(status, str(status))).inc()
+
+    def browser_refused(self, reason: str, count: int = 1) -> None:
+        self._browser_refused.labels(reason).inc(count)
 
     # WriteObserver
 

@@ -8,7 +8,7 @@ longer needs it (see ``streamscope_collector.admission``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import suppress
 from dataclasses import dataclass
@@ -33,7 +33,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from streamscope.errors import RetryableWriteError
 from streamscope_collector.admission import Reservation
 from streamscope_collector.metrics import SelfMetrics
-from streamscope_ingest.decode.batch import DecodedBatch
+from streamscope_ingest.decode.batch import DecodedBatch, Rejection
 from streamscope_ingest.decode.chunk_events import TraceRequestView
 from streamscope_ingest.decode.limits import DEFAULT_LIMITS, SpanLimits
 from streamscope_ingest.decode.logs import decode_logs
@@ -143,14 +143,18 @@ class ExportPipeline:
             METRICS.name: lambda request, tenant: decode_metrics(request, tenant=tenant, limits=limits),
         }
 
-    def decode(self, signal: Signal, request: Message, tenant: str, received: Received) -> DecodedBatch:
-        """The request's rows, and its ``ingest_requests`` row.
+    def decode(
+        self, signal: Signal, request: Message, tenant: str, received: Received, rejected: Sequence[Rejection] = ()
+    ) -> DecodedBatch:
+        """The request's rows, and its ``ingest_requests`` row; ``rejected``: items the transport took out of
+        ``request`` before (the browser route's), counted with the decoder's.
 
         A parsed request takes many times its size on the wire (each element of a packed array is a message of
         its own), so transports decode a few at a time, on the threads kept for it (``Admission.expansion``), and
         let go of the request as soon as this returns.
         """
         batch = self._decoders[signal.name](request, tenant)
+        batch.rejected[:0] = rejected
         with_request_row(batch, tenant=tenant, signal=signal.name, received=received)
         return batch
 

@@ -37,7 +37,7 @@ def create_app(
 ) -> FastAPI:
     """The collector's HTTP app; ``sql`` (the operator's queries) is served only when given: for an embedded store."""
     app = FastAPI(title="streamscope collector", docs_url=None, redoc_url=None, openapi_url=None)
-    add_export_routes(app, pipeline, config, admission)
+    add_export_routes(app, pipeline, config, admission, metrics)
     add_snippet_route(app)
     add_health_routes(app, readiness, metrics)
     add_alerts_route(app, pipeline, config, admission)

@@ -12,6 +12,7 @@ Web pages send their spans to ``/v1/browser/traces`` (see ``streamscope_collecto
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import NamedTuple
 
 from fastapi import FastAPI, Request
@@ -32,6 +33,7 @@ from streamscope_collector.http.body import (
     read_body,
     require_media_type,
 )
+from streamscope_collector.metrics import SelfMetrics
 from streamscope_collector.pipeline import SIGNALS, TRACES, ExportPipeline, ExportResult, Signal
 from streamscope_collector.status import Answer, answer
 from streamscope_ingest.decode.batch import DecodedBatch
@@ -48,11 +50,14 @@ class Expanded(NamedTuple):
     """Spans the browser route does not take (see ``streamscope_collector.browser``)."""
 
 
-def add_export_routes(app: FastAPI, pipeline: ExportPipeline, config: CollectorConfig, admission: Admission) -> None:
+def add_export_routes(
+    app: FastAPI, pipeline: ExportPipeline, config: CollectorConfig, admission: Admission, metrics: SelfMetrics
+) -> None:
     """One route per OTLP signal, and the browser route for traces."""
     for signal in SIGNALS:
         app.add_api_route(signal.path, export_route(signal, pipeline, config, admission), methods=["POST"])
-    browser_route = export_route(TRACES, pipeline, config, admission, from_browsers=True)
+    browsers = browser.BrowserLimits(config, metrics)
+    browser_route = export_route(TRACES, pipeline, config, admission, browsers=browsers)
     app.add_api_route(browser.ROUTE, browser_route, methods=["POST"])
 
 
@@ -62,9 +67,10 @@ def export_route(
     config: CollectorConfig,
     admission: Admission,
     *,
-    from_browsers: bool = False,
+    browsers: browser.BrowserLimits | None = None,
 ) -> Callable[[Request], Awaitable[Response]]:
-    """An OTLP/HTTP export route; ``from_browsers``: the public browser route (``streamscope_collector.browser``)."""
+    """An OTLP/HTTP export route; with ``browsers``, the public browser route (``streamscope_collector.browser``)."""
+    from_browsers = browsers is not None
     media_types = (JSON, TEXT) if from_browsers else (PROTOBUF, JSON)
     limit = config.browser_max_request_bytes if from_browsers else config.max_request_bytes
 
@@ -79,11 +85,12 @@ def export_route(
     def rows(inflated: bytes, sent: int, encoding: str, answer_type: str, tenant: str) -> Expanded:
         """The rows of an inflated body; the parsed request lives only in here."""
         message = signal.parse(inflated, protobuf=answer_type == PROTOBUF)  # a beacon's text/plain is JSON
-        refused = browser.keep_browser_spans(message) if from_browsers else 0
+        screened = browsers.screen(message) if browsers is not None else browser.Screened()
         content_type = answer_type.rsplit("/", 1)[1].removeprefix("x-")
         message_bytes = len(inflated) if answer_type == PROTOBUF else message.ByteSize()
         received = Received("http", content_type, encoding, sent, message_bytes)
-        return Expanded(pipeline.decode(signal, message, tenant, received), refused)
+        batch = pipeline.decode(signal, message, tenant, received, rejected=screened.outside_window)
+        return Expanded(batch, screened.not_browser)
 
     async def accept(request: Request, tenant: str, encoding: str, answer_type: str) -> tuple[ExportResult, Ticket]:
         """Read, decode and spool the request within the in-flight budget; returns once it is durable, having let
@@ -106,14 +113,18 @@ def export_route(
         try:
             require_media_type(sent_type, media_types)
             authorization = request.headers.get("authorization")
-            if from_browsers:
+            if browsers is not None:
                 tenant = admission.credentials.browser_tenant(request.query_params.get("token"), authorization)
+                browsers.admit(request.headers.get("origin"))
             else:
                 tenant = admission.credentials.tenant(authorization)
             result, ticket = await accept(request, tenant, content_encoding(request), answer_type)
             await run_in_threadpool(pipeline.wait_for_store, ticket)
         except Exception as exc:
-            return _error(answer_type, answer(exc, f"an OTLP/HTTP {signal.name} export"))
+            failure = answer(exc, f"an OTLP/HTTP {signal.name} export")
+            if isinstance(exc, browser.OriginOverRate):  # when the origin's next request is due, not the default
+                failure = replace(failure, headers={**failure.headers, "Retry-After": str(exc.retry_after_s)})
+            return _error(answer_type, failure)
         response = signal.response(result)
         if answer_type == PROTOBUF:
             return Response(response.SerializeToString(), media_type=PROTOBUF)
