@@ -22,16 +22,18 @@ def media_type(request: Request) -> str:
 
 
 def require_media_type(media_type: str, accepted: tuple[str, ...]) -> None:
-    """Raise UnsupportedMediaType unless ``media_type`` is one the route reads."""
+    """Raise UnsupportedMediaType unless ``media_type`` is one the route reads (named by the header, never by what
+    it held)."""
     if media_type not in accepted:
-        raise UnsupportedMediaType(f"unsupported content type {media_type or '(none)'!r}: use {' or '.join(accepted)}")
+        sent = "in the Content-Type header" if media_type else "(no Content-Type header)"
+        raise UnsupportedMediaType(f"unsupported content type {sent}: use {' or '.join(accepted)}")
 
 
 def content_encoding(request: Request) -> str:
     """``identity`` or ``gzip``; raises UnsupportedMediaType for any other encoding."""
     encoding = request.headers.get("content-encoding", "identity").strip().lower() or "identity"
     if encoding not in ("identity", "gzip"):
-        raise UnsupportedMediaType(f"unsupported content encoding {encoding!r}: use gzip or none")
+        raise UnsupportedMediaType("unsupported content encoding in the Content-Encoding header: use gzip or none")
     return encoding
 
 
@@ -39,7 +41,7 @@ async def read_body(request: Request, limit: int, reservation: Reservation) -> b
     """The request body as sent, refusing past ``limit`` bytes, and held in the in-flight budget as it arrives."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
-        raise LimitExceeded(f"body of {declared} bytes exceeds the limit of {limit} bytes")
+        raise LimitExceeded(f"body (its Content-Length) exceeds the limit of {limit} bytes")
     parts, size = [], 0
     async for part in request.stream():
         reservation.take(len(part))

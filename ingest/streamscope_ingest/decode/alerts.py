@@ -1,7 +1,7 @@
 """Grafana's webhook notification (JSON, payload version 1) to ``alerts`` rows, one per alert it carries.
 
-A notification is checked whole: one malformed alert refuses the delivery with a message naming the field,
-so Grafana's log shows what to fix and nothing half-recorded hides the problem.
+A notification is checked whole: one malformed alert refuses the delivery with a message naming the field
+(never quoting its value), so Grafana's log shows what to fix and nothing half-recorded hides the problem.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _row(alert: Any, where: str, shared: dict[str, Any]) -> dict[str, Any]:
         raise DecodeError(f"{where}: expected an object")
     status = alert.get("status")
     if status not in STATUSES:
-        raise DecodeError(f"{where}.status: expected one of {', '.join(STATUSES)}, got {status!r}")
+        raise DecodeError(f"{where}.status: expected one of {', '.join(STATUSES)}")
     labels = _strings(alert, "labels", where)
     fingerprint = _text(alert, "fingerprint", where)
     if not fingerprint:
@@ -94,11 +94,11 @@ def _time(value: Any, where: str) -> int | None:
     except ValueError:
         moment = None
     if moment is None or moment.tzinfo is None:
-        raise DecodeError(f"{where}: expected an RFC 3339 time, got {value!r}")
+        raise DecodeError(f"{where}: expected an RFC 3339 time with its offset")
     if moment < _EARLIEST:
         return None
     if moment > _LATEST:
-        raise DecodeError(f"{where}: {value!r} is past 2299")
+        raise DecodeError(f"{where}: past 2299, the last year the store holds")
     return math.floor(moment.timestamp() * 1000)
 
 

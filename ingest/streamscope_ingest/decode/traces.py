@@ -253,7 +253,7 @@ def _decode_span(
     _check_ids_and_times(span)
     side = str(scalars[sc.STREAMSCOPE_SIDE])
     if side not in sc.STREAMSCOPE_SIDE_VALUES:
-        raise _SpanRejected(f"streamscope.side must be one of {', '.join(sc.STREAMSCOPE_SIDE_VALUES)}, not {side!r}")
+        raise _SpanRejected(f"streamscope.side must be one of {', '.join(sc.STREAMSCOPE_SIDE_VALUES)}")
     packed: dict[str, PackedArray] | None = None
     offsets = values = None
     notes = [] if sc.STREAMSCOPE_ENCODING in scalars else [f"{sc.STREAMSCOPE_ENCODING} is missing (it is required)"]
@@ -359,7 +359,7 @@ def _json_progress(scalars: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     outcome = scalars.get(sc.STREAMSCOPE_JSON_OUTCOME)
     if document not in sc.STREAMSCOPE_JSON_DOCUMENT_VALUES or outcome not in sc.STREAMSCOPE_JSON_OUTCOME_VALUES:
         notes.append(
-            f"{sc.STREAMSCOPE_JSON_DOCUMENT} {document!r} with {sc.STREAMSCOPE_JSON_OUTCOME} {outcome!r} is not one of "
+            f"{sc.STREAMSCOPE_JSON_DOCUMENT} with {sc.STREAMSCOPE_JSON_OUTCOME} is not one of "
             f"{', '.join(sc.STREAMSCOPE_JSON_DOCUMENT_VALUES)} with {', '.join(sc.STREAMSCOPE_JSON_OUTCOME_VALUES)}: "
             "its JSON progress was not stored"
         )
@@ -809,7 +809,7 @@ def _bounded(key: str, value: Any, largest: int) -> int | None:
         return None
     integral = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value) and value.is_integer())
     if isinstance(value, bool) or not integral or not 0 <= value <= largest:
-        raise _SpanRejected(f"{key} must be an integer in 0..{largest}, not {value!r}")
+        raise _SpanRejected(f"{key} must be an integer in 0..{largest}")
     return int(value)
 
 
@@ -835,7 +835,7 @@ def _chunk_seq(scalars: dict[str, Any], key: str, chunk_count: int, events_dropp
     if index is None or events_dropped:
         return None
     if index >= chunk_count:
-        raise _SpanRejected(f"{key} is {index}, outside the stream's {chunk_count} chunks")
+        raise _SpanRejected(f"{key} is outside the stream's {chunk_count} chunks")
     return index
 
 
@@ -846,7 +846,7 @@ def _enum(allowed: tuple[str, ...], default: str) -> Callable[[str, Any], str]:
         if value is None:
             return default
         if value not in allowed:
-            raise _SpanRejected(f"{key} must be one of {', '.join(allowed)}, not {value!r}")
+            raise _SpanRejected(f"{key} must be one of {', '.join(allowed)}")
         return str(value)
 
     return read
@@ -854,7 +854,7 @@ def _enum(allowed: tuple[str, ...], default: str) -> Callable[[str, Any], str]:
 
 def _flag(key: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise _SpanRejected(f"{key} must be a boolean, not {value!r}")
+        raise _SpanRejected(f"{key} must be a boolean")
     return value
 
 
