@@ -4,7 +4,8 @@ Records the same synthetic streams with StreamRecorder in each encoding (a fixed
 carry identical timelines), encodes the finished spans with OpenTelemetry's own OTLP encoders, and divides
 the request size by the number of chunks. The packed arrays go once as our SDKs send them (bytes) and once as
 int arrays, as an SDK without bytes attributes sends them. The last column is what reading a request costs
-the collector: parsing the body and ``decode_traces``, best of five, per chunk, the garbage collector paused.
+the collector: parsing the body and ``decode_traces``, per chunk, the best of as many reads as fit in a second (five at
+least), the garbage collector paused.
 
     python -m benchmarks.wire_cost [--quick] [--streams 50] [--chunks 250]
 """
