@@ -11,8 +11,8 @@ from streamscope_dashboards.macros import QueryContext, resolve
 from streamscope_dashboards.panels import SELECTED, SELECTED_CHUNKS, TIMED, Panel, chosen
 from streamscope_dashboards.report import PanelResult, Query
 from streamscope_ingest.analysis.attribution import StallRules, Timeline
-from streamscope_ingest.analysis.attribution_job import QualityTargets
 from streamscope_ingest.analysis.smoothing import Buffer, Smoothed, smooth
+from streamscope_ingest.analysis.verdicts import QualityTargets
 from streamscope_ingest.store.sql import QueryResult
 
 TIMELINES_SQL = f"""

@@ -17,9 +17,11 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from streamscope import semconv as sc
 from streamscope.errors import StreamscopeError
 from streamscope_ingest.analysis.attribution import StallRules, Timeline
-from streamscope_ingest.analysis.attribution_job import CHUNKS_SQL, JOB, AttributionJob, QualityTargets, measured
+from streamscope_ingest.analysis.attribution_job import JOB, AttributionJob
+from streamscope_ingest.analysis.pass_inputs import CHUNKS_SQL
 from streamscope_ingest.analysis.quality import andes_qoe, fluidity_index
 from streamscope_ingest.analysis.smoothing import Buffer, smooth_each
+from streamscope_ingest.analysis.verdicts import QualityTargets, measured
 from streamscope_ingest.decode.logs import decode_logs
 from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.store.writer import ClickHouseWriter

@@ -112,15 +112,15 @@ def test_a_holder_that_loses_the_lease_during_a_pass_writes_nothing(store_client
     store_streams(store_client, traces)
     slow, other = jobs(store_client, 2, lease_s=0.3)
     until = datetime.now(UTC) + timedelta(seconds=1)
-    attribute = slow._attribute
+    judge = slow._judge
 
     def outlasting_the_lease(streams):
-        found = attribute(streams)
+        found = judge(streams)
         time.sleep(0.4)
         assert other.run_pass(until) == (0, True)  # it claims the lease, and waits out its grace
         return found
 
-    monkeypatch.setattr(slow, "_attribute", outlasting_the_lease)
+    monkeypatch.setattr(slow, "_judge", outlasting_the_lease)
     assert slow.run_pass(until) == (0, True)
     assert attributed(store_client) == Counter()
     assert holder(store_client) == other.lease.holder and not slow.lease.still_held()
