@@ -43,15 +43,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from streamscope.errors import ConfigError, SpoolFull, SpoolUnavailable, WriteError
-from streamscope_ingest.decode import columns, ipc_streams
-from streamscope_ingest.decode.batch import CHUNK_ARRAYS, CHUNKS, DecodedBatch
+from streamscope_ingest.decode import ipc_streams
+from streamscope_ingest.decode.batch import DecodedBatch
 from streamscope_ingest.decode.ipc_streams import SizedStream
-from streamscope_ingest.decode.timeline import content_chunks_by_tokens
+from streamscope_ingest.durability import spooled_upgrades
 
 FsyncPolicy = Literal["always", "never"]
 FSYNC_POLICIES: tuple[FsyncPolicy, ...] = ("always", "never")
@@ -68,8 +66,6 @@ _PRIVATE_DIRECTORY = 0o700
 _PRIVATE_FILE = 0o600
 _WRITE_BUFFER_BYTES = 1 << 18
 """Small pieces of a file (headers, a stream's metadata and padding) are gathered up to this before a write."""
-_COUNTS = "content_chunks_by_tokens"
-"""The streams column added by migration 0019: blocks spooled before it lack it."""
 
 
 @dataclass(frozen=True)
@@ -347,63 +343,6 @@ def decode(data: bytes, source: Path) -> list[DecodedBatch]:
         offset += header_size
         block = pa.ipc.open_stream(pa.py_buffer(view[offset : offset + payload_size])).read_all()
         offset += payload_size
-        table = header["table"]
-        if table == CHUNKS:  # spooled before migration 0020, one row a chunk
-            table, block = CHUNK_ARRAYS, _chunk_rows_as_arrays(block)
+        table, block = spooled_upgrades.block_as_now(header["table"], block)
         batches.setdefault(header["batch"], DecodedBatch()).blocks[table] = block
-    for batch in batches.values():
-        streams = batch.blocks.get("streams")
-        if streams is not None and _COUNTS not in streams.column_names:
-            batch.blocks["streams"] = _streams_with_chunks_by_tokens(streams, batch.blocks.get(CHUNK_ARRAYS))
-    return [batches[index] for index in sorted(batches)]
-
-
-def _streams_with_chunks_by_tokens(streams: pa.Table, chunks: pa.Table | None) -> pa.Table:
-    """A streams block spooled before migration 0019, with each stream's content chunks counted by token count
-    from the chunks decode wrote beside it (a batch holds its streams' chunks, matched here by id)."""
-    chunks = chunks if chunks is not None else columns.CHUNKS.empty_table()
-    owner = pc.index_in(
-        columns.span_keys(chunks["tenant"], chunks["trace_id_bytes"], chunks["span_id_bytes"], pa.binary()),
-        value_set=columns.span_keys(
-            streams["tenant"],
-            columns.ids_as_bytes(streams["trace_id"], "trace_id_bytes"),
-            columns.ids_as_bytes(streams["span_id"], "span_id_bytes"),
-            pa.binary(),
-        ),
-    )
-    kinds, tokens = chunks["kind"].combine_chunks(), chunks["tokens"].combine_chunks()
-    chunk_owner = owner.take(pc.list_parent_indices(kinds))  # each chunk's stream in ``streams``
-    known = chunk_owner.is_valid()
-    histograms = content_chunks_by_tokens(
-        pc.filter(chunk_owner, known).to_numpy(),
-        pc.filter(pc.list_flatten(kinds), known).to_numpy(),
-        pc.filter(pc.list_flatten(tokens), known).to_numpy(),
-        streams.num_rows,
-    )
-    return streams.add_column(columns.STREAMS.get_field_index(_COUNTS), _COUNTS, histograms.map_array())
-
-
-def _chunk_rows_as_arrays(block: pa.Table) -> pa.Table:
-    """A chunks block spooled before migration 0020 (one row a chunk, in stream order) as a block of
-    chunk_arrays: a collector upgraded with segments still pending writes them, rather than setting them aside."""
-    if "trace_id" in block.column_names:
-        block = _chunk_ids_as_bytes(block)
-    firsts = pa.array(np.flatnonzero(block["seq"].to_numpy() == 0))
-    offsets = pa.array(np.append(firsts, block.num_rows).astype(np.int32))
-    values = {}
-    kept = [f for f in columns.CHUNKS_DECODED if f.name in columns.CHUNKS.names or f.name in block.column_names]
-    for field in kept:
-        column = block[field.name].combine_chunks()
-        if pa.types.is_list(field.type):
-            values[field.name] = pa.ListArray.from_arrays(offsets, column.cast(field.type.value_type))
-        else:
-            values[field.name] = column.take(firsts).cast(field.type)
-    return pa.Table.from_pydict(values, schema=pa.schema(kept))
-
-
-def _chunk_ids_as_bytes(block: pa.Table) -> pa.Table:
-    """A chunks block spooled before migration 0017, with hex trace and span ids: their bytes instead."""
-    for name in ("trace_id", "span_id"):
-        as_bytes = columns.ids_as_bytes(block.column(name), f"{name}_bytes")
-        block = block.set_column(block.column_names.index(name), f"{name}_bytes", as_bytes)
-    return block
+    return [spooled_upgrades.batch_as_now(batches[index]) for index in sorted(batches)]
