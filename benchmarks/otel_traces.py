@@ -18,7 +18,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from streamscope_ingest.decode.traces import attribute_map, stringify
+from streamscope_ingest.decode.attributes import attribute_map, stringify
 
 DDL = """
 CREATE TABLE IF NOT EXISTS otel_traces (
