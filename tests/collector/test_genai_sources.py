@@ -10,7 +10,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,9 +20,10 @@ from streamscope_cli.engine.app import EngineNode, NodeConfig
 from streamscope_collector.serving import BackgroundServer
 from streamscope_dashboards.fleet import summarize
 from streamscope_dashboards.macros import QueryContext, resolve
-from streamscope_dashboards.panels import GENAI_METRICS, chosen
+from streamscope_dashboards.panels.common import chosen
+from streamscope_dashboards.panels.quality import GENAI_METRICS
 from streamscope_ingest.store import sql
-from tests.support import metric
+from tests.support import metric, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 VERCEL_AI = ROOT / "tests" / "vercel_ai"
@@ -368,7 +368,4 @@ def test_vllm_request_spans_join_the_callers_stream_as_its_server_side(collector
 
 def wait_for_rows(collector, source: str, count: int, timeout_s: float = 30) -> None:
     """Spans exported in the background (vLLM's batch processor) reach the store a moment after the call."""
-    deadline = time.monotonic() + timeout_s
-    while len(stored(collector, source)) < count:
-        assert time.monotonic() < deadline, f"{source}: {len(stored(collector, source))} of {count} rows stored"
-        time.sleep(0.2)
+    wait_until(lambda: len(stored(collector, source)) >= count, f"{count} {source} rows", timeout_s, interval_s=0.2)
