@@ -48,6 +48,9 @@ STREAMSCOPE_ALERT_WEBHOOK_TOKEN: Final = "STREAMSCOPE_ALERT_WEBHOOK_TOKEN"
 """The collector: the token Grafana's contact point sends to the alert webhook, the only one the webhook takes
 (the compose stack gives it to both)."""
 
+STREAMSCOPE_MAX_MEMORY_MIB: Final = "STREAMSCOPE_MAX_MEMORY_MIB"
+"""The collector: its resident memory at most, in MiB (``--max-memory-mib``), e.g. below its container's limit."""
+
 GRAFANA_URL: Final = "GRAFANA_URL"
 """`streamscope dashboards push`: base URL of the Grafana to provision (the name grafana-client's from_env reads)."""
 

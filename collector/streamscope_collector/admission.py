@@ -29,9 +29,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from streamscope.errors import Overloaded
+from streamscope.errors import ConfigError, Overloaded
 from streamscope.threads import name_this_thread
 from streamscope_collector.auth import Credentials
+from streamscope_collector.memory import STORE_RESERVE, MemoryCeiling, memory_bound, resident_bytes
 
 if TYPE_CHECKING:
     from streamscope_collector.config import CollectorConfig
@@ -44,14 +45,17 @@ DECODING_AT_ONCE = 1
 """Requests parsed and decoded at a time. Decoding is Python, which runs on one thread at a time however many cores
 there are: a second decode would not run beside the first, only take turns with it at the interpreter's switch
 interval, each turn costing the other its caches (docs/benchmarks.md, "Ingest throughput")."""
+MEMORY_POLL_S = 0.05
+"""How often a request first in line for a turn looks again at the memory ceiling."""
 EXPANSION = 24
 """The peak memory of parsing and decoding a request, per byte of its inflated body: stream spans with packed
 chunk arrays take the most (docs/benchmarks.md, collector memory)."""
 
 
 class InflightBudget:
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, memory: MemoryCeiling | None = None) -> None:
         self.max_bytes = max_bytes
+        self.memory = memory or MemoryCeiling(None)
         self._used = 0
         self._lock = threading.Lock()
 
@@ -74,13 +78,15 @@ class InflightBudget:
             self._used -= size
             reservation.held -= size
 
-    def _take(self, reservation: Reservation, size: int) -> None:
+    def _take(self, reservation: Reservation, size: int, resident: bool) -> None:
         with self._lock:
             # a request alone may always use the whole budget: the size limits bound it
             if self._used + size > self.max_bytes and self._used > reservation.held:
                 raise Overloaded(
                     f"collector busy: {self._used} bytes of requests in flight, budget {self.max_bytes} bytes"
                 )
+            if not resident and not self.memory.fits(size):  # alone or not: the ceiling is the process's
+                raise Overloaded(self.memory.refusal())
             self._used += size
             reservation.held += size
 
@@ -90,9 +96,10 @@ class Reservation:
         self._budget = budget
         self.held = 0
 
-    def take(self, size: int) -> None:
-        """Hold ``size`` more bytes; raises Overloaded past the budget."""
-        self._budget._take(self, size)
+    def take(self, size: int, *, resident: bool = False) -> None:
+        """Hold ``size`` more bytes; raises Overloaded past the budget, or past the memory ceiling unless the bytes
+        are ``resident`` already and were counted against it (a decode's rows, within its turn)."""
+        self._budget._take(self, size, resident)
 
     @contextmanager
     def held_for(self, size: int) -> Iterator[None]:
@@ -110,10 +117,19 @@ class ExpansionGate:
 
     Each waiter waits on a condition of its own and only the first in line is woken when a turn frees, so a
     large request is not overtaken for ever by smaller ones, and a release wakes one thread, not every waiter.
+    A turn also needs room under the memory ceiling, which nothing signals: the first in line looks again every
+    ``MEMORY_POLL_S`` while that is all it waits for.
     """
 
-    def __init__(self, max_bytes: int, slots: int = DECODING_AT_ONCE, wait_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        max_bytes: int,
+        slots: int = DECODING_AT_ONCE,
+        wait_s: float = 30.0,
+        memory: MemoryCeiling | None = None,
+    ) -> None:
         self.max_bytes, self.slots, self.wait_s = max_bytes, slots, wait_s
+        self.memory = memory or MemoryCeiling(None)
         self.used = 0
         self._active = 0
         self._lock = threading.Lock()
@@ -143,10 +159,8 @@ class ExpansionGate:
             turn = threading.Condition(self._lock)
             self._line.append(turn)
             try:
-                if not turn.wait_for(lambda: self._line[0] is turn and self._fits(need), timeout=self.wait_s):
-                    raise Overloaded(f"collector busy: {self.used} bytes of requests being decoded")
-                self.used += need
-                self._active += 1
+                self._wait_turn(turn, need)
+                self._count(need, 1)
             finally:
                 self._line.remove(turn)
                 self._wake_first()
@@ -154,12 +168,28 @@ class ExpansionGate:
             yield
         finally:
             with self._lock:
-                self.used -= need
-                self._active -= 1
+                self._count(-need, -1)
                 self._wake_first()
 
+    def _wait_turn(self, turn: threading.Condition, need: int) -> None:
+        """Wait, holding the lock, until ``turn`` is first in line and ``need`` fits; raises Overloaded after
+        ``wait_s``, saying whether memory or the requests being decoded kept it waiting."""
+        deadline = time.monotonic() + self.wait_s
+        while not (first := self._line[0] is turn) or not self._fits(need):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if first and self._active < self.slots and self.used + need <= self.max_bytes:
+                    raise Overloaded(self.memory.refusal())
+                raise Overloaded(f"collector busy: {self.used} bytes of requests being decoded")
+            turn.wait(min(remaining, MEMORY_POLL_S) if first else remaining)
+
+    def _count(self, need: int, turns: int) -> None:
+        self.used += need
+        self._active += turns
+        self.memory.promise(need)
+
     def _fits(self, need: int) -> bool:
-        return self._active < self.slots and self.used + need <= self.max_bytes
+        return self._active < self.slots and self.used + need <= self.max_bytes and self.memory.fits(need)
 
     def _wake_first(self) -> None:
         if self._line:
@@ -205,5 +235,18 @@ class Admission:
 
     @classmethod
     def from_config(cls, config: CollectorConfig) -> Admission:
-        budget, rate = InflightBudget(config.max_inflight_bytes), TenantRate(config.tenant_bytes_per_s)
-        return cls(config.credentials(), budget, rate, ExpansionGate(config.max_inflight_bytes))
+        """Admission for ``config``; the memory ceiling, unless configured, is the RSS now (the collector started,
+        its store open) and the bound of its settings."""
+        ceiling, resident, budget_bytes = config.max_memory_bytes, resident_bytes(), config.max_inflight_bytes
+        if ceiling is None and resident is not None:
+            ceiling = resident + memory_bound(budget_bytes, budget_bytes, bool(config.attribution_interval_s))
+        elif ceiling is not None and resident is not None and ceiling < resident + STORE_RESERVE + budget_bytes:
+            raise ConfigError(
+                f"the memory ceiling ({ceiling >> 20} MiB) leaves no room for requests: the collector holds "
+                f"{resident >> 20} MiB once started, keeps {STORE_RESERVE >> 20} MiB for the store's inserts, and "
+                f"requests take up to the in-flight budget ({budget_bytes >> 20} MiB); raise --max-memory-mib to at "
+                f"least {(resident + STORE_RESERVE + budget_bytes) >> 20}"
+            )
+        memory = MemoryCeiling(ceiling)
+        budget, rate = InflightBudget(config.max_inflight_bytes, memory), TenantRate(config.tenant_bytes_per_s)
+        return cls(config.credentials(), budget, rate, ExpansionGate(config.max_inflight_bytes, memory=memory))

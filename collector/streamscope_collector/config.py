@@ -66,6 +66,9 @@ class CollectorConfig:
     (see streamscope_ingest.durability.spool)."""
     max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES
     """Request bodies (decompressed) being read, decoded and spooled at once at most; past it, 429."""
+    max_memory_bytes: int | None = None
+    """The collector's resident memory at most: requests are refused (429) rather than let it pass; None: what it
+    holds once started, plus the bound of the settings above (streamscope_collector.memory)."""
     tenant_bytes_per_s: float | None = None
     """Request bytes (decompressed) each tenant may send per second, sustained; None: no limit. Past it, 429."""
     migrate: bool = True

@@ -97,6 +97,12 @@ class SelfMetrics:
         """A gauge whose value is read at scrape time."""
         Gauge(f"{_PREFIX}_{name}", documentation, registry=self.registry).set_function(read)
 
+    def chunks_per_stream(self) -> float | None:
+        """The mean length of the streams accepted so far, in chunks; None before the first."""
+        streams = self.registry.get_sample_value(f"{_PREFIX}_accepted_rows_total", {"table": "streams"})
+        chunks = self.registry.get_sample_value(f"{_PREFIX}_accepted_rows_total", {"table": "chunks"})
+        return chunks / streams if streams and chunks is not None else None
+
     def accepted(self, signal: str, batch: DecodedBatch) -> None:
         for table, rows in batch.counts().items():
             self._accepted.labels(table).inc(rows)

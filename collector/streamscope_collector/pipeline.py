@@ -161,7 +161,7 @@ class ExportPipeline:
     def spool(self, batch: DecodedBatch, signal: str, reservation: Reservation) -> Ticket:
         """Hand ``batch`` to the writer, its bytes held in the request's ``reservation`` meanwhile; returns once it
         is durable in the spool. Raises Overloaded past the in-flight budget, WriteError if the spool fails."""
-        reservation.take(batch.nbytes)
+        reservation.take(batch.nbytes, resident=True)  # decoded within the turn's memory
         ticket = self._writer.submit(batch)
         try:
             ticket.spooled.result(timeout=self._write_timeout_s)

@@ -34,6 +34,7 @@ from streamscope_collector.admission import Admission
 from streamscope_collector.config import CollectorConfig
 from streamscope_collector.grpc_server import start_grpc_server
 from streamscope_collector.http.app import KEEP_ALIVE_S, OperatorSql, create_app
+from streamscope_collector.memory import AttributionInRoom, resident_bytes
 from streamscope_collector.metrics import SelfMetrics
 from streamscope_collector.pipeline import ExportPipeline
 from streamscope_collector.readiness import readiness
@@ -46,7 +47,7 @@ from streamscope_collector.serving import (
 )
 from streamscope_collector.store_link import StoreClients, StoreLink
 from streamscope_ingest import store
-from streamscope_ingest.analysis.attribution_job import JOB, AttributionJob, PeriodicAttribution
+from streamscope_ingest.analysis.attribution_job import JOB, PeriodicAttribution
 from streamscope_ingest.durability.group_commit import GroupCommitConfig, GroupCommitWriter
 from streamscope_ingest.durability.spool import Spool
 from streamscope_ingest.store import migrations, sql
@@ -138,7 +139,10 @@ class Collector:
     def _store_opened(self, clients: StoreClients) -> None:
         if self.config.attribution_interval_s:
             reads, writes = self._connect(self.read_target), self._connect(self.target)
-            job = AttributionJob(reads, insert_client=writes, lease=Lease(reads, writes, JOB))
+            assert self.admission is not None, "admission is set up before the store opens"
+            memory = self.admission.budget.memory
+            lease = Lease(reads, writes, JOB)
+            job = AttributionInRoom(memory, self.metrics.chunks_per_stream, reads, insert_client=writes, lease=lease)
             self._attribution = PeriodicAttribution(job, self.config.attribution_interval_s).start()
 
     def start(self) -> Collector:
@@ -150,6 +154,7 @@ class Collector:
             if link.error is not None and store.schema_missing(link.error) and not self.config.migrate:
                 raise link.error  # not migrated, and not to migrate it: a setting to fix, not a store to wait for
             log.warning("starting without the store: requests are spooled, and /readyz says not ready until it opens")
+        self.admission = admission = Admission.from_config(self.config)  # its memory ceiling: the store open
         spool = Spool(self.spool_dir, max_bytes=self.config.spool_max_bytes, fsync=self.config.spool_fsync)
         for directory in (self._data_dir(), self.spool_dir):
             _warn_if_shared(directory)
@@ -166,7 +171,6 @@ class Collector:
             metrics=metrics,
             limits=self.config.limits,
         )
-        self.admission = admission = Admission.from_config(self.config)
         metrics.watch("spool_bytes", "Bytes in the spool waiting for the store.", lambda: spool.bytes)
         metrics.watch("spool_segments", "Spool segments waiting for the store.", writer.backlog)
         metrics.watch(
@@ -176,6 +180,12 @@ class Collector:
             "parsing_bytes",
             "Memory counted for the requests being parsed and decoded (streamscope_collector.admission).",
             lambda: admission.expansion.used,
+        )
+        metrics.watch("resident_bytes", "The collector's resident memory (RSS).", lambda: resident_bytes() or 0)
+        metrics.watch(
+            "memory_ceiling_bytes",
+            "Resident memory past which requests are refused (streamscope_collector.memory); 0: none.",
+            lambda: admission.budget.memory.max_bytes or 0,
         )
         metrics.watch(
             "store_up",

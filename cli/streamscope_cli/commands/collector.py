@@ -53,6 +53,15 @@ if TYPE_CHECKING:  # the command module stays light until it runs
     help="Memory for request bodies and rows on their way to the spool; as much again bounds their parsing.",
 )
 @click.option(
+    "--max-memory-mib",
+    type=click.IntRange(1, 1 << 30),
+    default=None,
+    envvar=env.STREAMSCOPE_MAX_MEMORY_MIB,
+    help="The collector's resident memory at most; requests are refused (429) rather than let it pass "
+    "(default: its memory once started, plus twice --max-inflight-mib, the store's working set and an attribution "
+    "pass; docs/operations.md).",
+)
+@click.option(
     "--cors-origin",
     "cors_origins",
     multiple=True,
@@ -127,6 +136,7 @@ def collector(
     no_attribution: bool,
     max_request_mib: int,
     max_inflight_mib: int,
+    max_memory_mib: int | None,
     cors_origins: tuple[str, ...],
     browser_token: str | None,
     auth_file: Path | None,
@@ -162,6 +172,7 @@ def collector(
         grpc_port=None if no_grpc else grpc_port,
         max_request_bytes=max_request_mib * 1024 * 1024,
         max_inflight_bytes=max_inflight_mib * 1024 * 1024,
+        max_memory_bytes=max_memory_mib * 1024 * 1024 if max_memory_mib else None,
         cors_origins=tuple(o.strip() for value in cors_origins for o in value.split(",") if o.strip()),
         browser_token=browser_token,
         tokens=tokens,
