@@ -6,6 +6,7 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,9 +38,9 @@ def test_requests_sent_at_once_are_all_decoded_on_the_one_decode_thread(collecto
     decoded_on: list[threading.Thread] = []
     decode = collector.pipeline.decode
 
-    def recorded(*args: object) -> DecodedBatch:
+    def recorded(*args: Any, **kwargs: Any) -> DecodedBatch:
         decoded_on.append(threading.current_thread())
-        return decode(*args)
+        return decode(*args, **kwargs)
 
     monkeypatch.setattr(collector.pipeline, "decode", recorded)
     bodies = [request_of(plain_stream_span(span, [10, 20, 30])).SerializeToString() for span in range(1, 9)]
