@@ -31,7 +31,8 @@ import pyarrow.compute as pc
 
 from benchmarks.storage import on_disk, requests
 from streamscope_dashboards.macros import QueryContext, resolve
-from streamscope_dashboards.panels import DEFAULTS, raw_itl_heatmap
+from streamscope_dashboards.panels.common import DEFAULTS
+from streamscope_dashboards.panels.quality import raw_itl_heatmap
 from streamscope_ingest import store
 from streamscope_ingest.decode import columns
 from streamscope_ingest.decode.traces import decode_traces

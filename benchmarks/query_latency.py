@@ -36,19 +36,9 @@ from benchmarks.storage import requests
 from streamscope_dashboards.alerts import RULES
 from streamscope_dashboards.boards import BOARDS
 from streamscope_dashboards.macros import QueryContext, expand, resolve
-from streamscope_dashboards.panels import (
-    CHUNK_ECONOMICS,
-    DEFAULTS,
-    FLEET_STATS,
-    MODEL_TEXTURE,
-    SIZED,
-    SMOOTHING_TRADE,
-    STREAM_SHAPE,
-    TIMED,
-    TOKENS_PER_S,
-    UNTIMED_CHUNKS,
-    streams_with,
-)
+from streamscope_dashboards.panels.common import DEFAULTS, SIZED, TIMED, TOKENS_PER_S, UNTIMED_CHUNKS, streams_with
+from streamscope_dashboards.panels.cost import CHUNK_ECONOMICS
+from streamscope_dashboards.panels.quality import FLEET_STATS, MODEL_TEXTURE, SMOOTHING_TRADE, STREAM_SHAPE
 from streamscope_ingest import store
 from streamscope_ingest.analysis.attribution_job import AttributionJob
 from streamscope_ingest.decode.traces import decode_traces

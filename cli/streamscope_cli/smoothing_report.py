@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from streamscope_dashboards.macros import QueryContext, resolve
-from streamscope_dashboards.panels import SELECTED, SELECTED_CHUNKS, TIMED, Panel, chosen
+from streamscope_dashboards.panels.common import SELECTED, SELECTED_CHUNKS, TIMED, Panel, chosen
 from streamscope_dashboards.report import PanelResult, Query
 from streamscope_ingest.analysis.attribution import StallRules, Timeline
 from streamscope_ingest.analysis.smoothing import Buffer, Smoothed, smooth

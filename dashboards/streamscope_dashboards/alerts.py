@@ -23,9 +23,7 @@ import yaml
 
 from streamscope_dashboards.files import grafana_dir
 from streamscope_dashboards.grafana import DATASOURCE, PLUGIN_VERSION
-from streamscope_dashboards.panels import (
-    CHANGE_FACTOR,
-    CHANGE_MIN_CHUNKS,
+from streamscope_dashboards.panels.common import (
     GOODPUT_TARGET,
     SIZED,
     SLO_US,
@@ -35,6 +33,7 @@ from streamscope_dashboards.panels import (
     median_of,
     over_range,
 )
+from streamscope_dashboards.panels.cost import CHANGE_FACTOR, CHANGE_MIN_CHUNKS
 
 RULES_FILE = grafana_dir() / "provisioning" / "alerting" / "rules.yaml"
 FOLDER = "streamscope"
@@ -114,7 +113,7 @@ class RuleGroup:
 
 def _last(seconds: int, until: int = 0) -> str:
     """The pre-aggregated rows counting the client streams that started in the ``seconds`` before the evaluation
-    (less ``until`` seconds), each once (``panels.over_range``: a window's first 5 s may take in streams that
+    (less ``until`` seconds), each once (``common.over_range``: a window's first 5 s may take in streams that
     started up to 5 s before it)."""
     end = f"$__toTime - toIntervalSecond({until})" if until else "$__toTime"
     return f"{over_range(f'$__toTime - toIntervalSecond({seconds + until})', end)} AND side = 'client'"

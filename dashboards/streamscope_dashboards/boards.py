@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from streamscope_dashboards import panels as p
+from streamscope_dashboards.panels import attribution, cost, drilldown, nodes, quality
+from streamscope_dashboards.panels.common import Panel
 
-Row = tuple[tuple[p.Panel, int], ...]
+Row = tuple[tuple[Panel, int], ...]
 
 
 @dataclass(frozen=True)
@@ -19,7 +20,7 @@ class Board:
     """A text box for one trace id (the drilldown) instead of the fleet filters."""
 
     @property
-    def panels(self) -> list[p.Panel]:
+    def panels(self) -> list[Panel]:
         return [panel for row in self.rows for panel, _ in row]
 
 
@@ -28,16 +29,16 @@ STREAM_QUALITY = Board(
     "Stream quality",
     "What users feel: time to first token and the rhythm of the rest, per stream, against the ITL SLO.",
     (
-        ((p.FLEET_STATS, 24),),
-        ((p.ITL_HEATMAP, 16), (p.STREAM_P99_HISTOGRAM, 8)),
-        ((p.ITL_GOODPUT, 12), (p.TTFT_OVER_TIME, 12)),
-        ((p.STREAM_SHAPE, 12), (p.STREAM_QUALITY, 12)),
-        ((p.SMOOTHING_TRADE, 24),),
-        ((p.STRUCTURED_OUTPUT, 24),),
-        ((p.RETRACTED_TEXT, 24),),
-        ((p.MODEL_TEXTURE, 24),),
-        ((p.STREAM_SOURCES, 24),),
-        ((p.GENAI_METRICS, 24),),
+        ((quality.FLEET_STATS, 24),),
+        ((quality.ITL_HEATMAP, 16), (quality.STREAM_P99_HISTOGRAM, 8)),
+        ((quality.ITL_GOODPUT, 12), (quality.TTFT_OVER_TIME, 12)),
+        ((quality.STREAM_SHAPE, 12), (quality.STREAM_QUALITY, 12)),
+        ((quality.SMOOTHING_TRADE, 24),),
+        ((quality.STRUCTURED_OUTPUT, 24),),
+        ((quality.RETRACTED_TEXT, 24),),
+        ((quality.MODEL_TEXTURE, 24),),
+        ((quality.STREAM_SOURCES, 24),),
+        ((quality.GENAI_METRICS, 24),),
     ),
 )
 
@@ -47,10 +48,10 @@ ATTRIBUTION = Board(
     "Where each stall came from: causes over time, the nodes' KV pressure, preemptions and step sizes against "
     "them, the client's gap next to the server's, and where a browser's first token spent its time.",
     (
-        ((p.STALLS_BY_CAUSE, 16), (p.STALL_CAUSES, 8)),
-        ((p.KV_USAGE, 8), (p.PREEMPTIONS, 8), (p.STEP_TOKENS, 8)),
-        ((p.CLIENT_VS_SERVER, 14), (p.ENGINE_EVENTS, 10)),
-        ((p.GPU_TO_GLASS, 24),),
+        ((attribution.STALLS_BY_CAUSE, 16), (attribution.STALL_CAUSES, 8)),
+        ((nodes.KV_USAGE, 8), (nodes.PREEMPTIONS, 8), (nodes.STEP_TOKENS, 8)),
+        ((attribution.CLIENT_VS_SERVER, 14), (nodes.ENGINE_EVENTS, 10)),
+        ((attribution.GPU_TO_GLASS, 24),),
     ),
 )
 
@@ -60,10 +61,10 @@ TRACE_COST = Board(
     "What a chunk costs on the wire, in OTLP, on disk and on the user's screen, and whether a provider started "
     "sending fewer tokens per chunk.",
     (
-        ((p.TOKENS_PER_CHUNK, 12), (p.OTLP_BYTES_PER_CHUNK, 12)),
-        ((p.CHUNK_ECONOMICS, 24),),
-        ((p.CHUNKING_CHANGES, 12), (p.CANCELLATION, 12)),
-        ((p.BROWSER_RENDER, 24),),
+        ((cost.TOKENS_PER_CHUNK, 12), (cost.OTLP_BYTES_PER_CHUNK, 12)),
+        ((cost.CHUNK_ECONOMICS, 24),),
+        ((cost.CHUNKING_CHANGES, 12), (cost.CANCELLATION, 12)),
+        ((cost.BROWSER_RENDER, 24),),
     ),
 )
 
@@ -72,9 +73,9 @@ DRILLDOWN = Board(
     "Stream drilldown",
     "One trace: each side's chunk timeline, its stalls with their evidence, and what its node did meanwhile.",
     (
-        ((p.STREAM_TIMELINE, 24),),
-        ((p.TRACE_STREAMS, 24),),
-        ((p.TRACE_STALLS, 12), (p.TRACE_NODE_EVENTS, 12)),
+        ((drilldown.STREAM_TIMELINE, 24),),
+        ((drilldown.TRACE_STREAMS, 24),),
+        ((drilldown.TRACE_STALLS, 12), (drilldown.TRACE_NODE_EVENTS, 12)),
     ),
     trace_variable=True,
 )
@@ -84,10 +85,10 @@ SERVING_NODES = Board(
     "Serving nodes",
     "Engine and GPU telemetry from the GPU agents, per node.",
     (
-        ((p.KV_USAGE, 8), (p.REQUESTS_WAITING, 8), (p.SPEC_ACCEPTANCE, 8)),
-        ((p.PREEMPTIONS, 8), (p.STEP_TOKENS, 8), (p.GPU_UTILIZATION, 8)),
-        ((p.GPU_MEMORY, 12), (p.GPU_POWER, 12)),
-        ((p.ENGINE_EVENTS, 24),),
+        ((nodes.KV_USAGE, 8), (nodes.REQUESTS_WAITING, 8), (nodes.SPEC_ACCEPTANCE, 8)),
+        ((nodes.PREEMPTIONS, 8), (nodes.STEP_TOKENS, 8), (nodes.GPU_UTILIZATION, 8)),
+        ((nodes.GPU_MEMORY, 12), (nodes.GPU_POWER, 12)),
+        ((nodes.ENGINE_EVENTS, 24),),
     ),
 )
 

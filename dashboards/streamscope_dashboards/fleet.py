@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from streamscope_dashboards.macros import QueryContext, resolve
-from streamscope_dashboards.panels import (
+from streamscope_dashboards.panels.common import (
     ROUTES_ALL,
     SELECTED,
     SELECTED_CHUNKS,

@@ -13,7 +13,8 @@ from typing import Any
 
 from streamscope_dashboards.boards import BOARDS, DRILLDOWN, Board
 from streamscope_dashboards.files import grafana_dir
-from streamscope_dashboards.panels import DEFAULTS, SIDE, SIDES, VARIABLES, WORST_STALLED_TRACES, Panel
+from streamscope_dashboards.panels.common import DEFAULTS, SIDE, SIDES, VARIABLES, Panel
+from streamscope_dashboards.panels.drilldown import WORST_STALLED_TRACES
 
 DATASOURCE = {"type": "grafana-clickhouse-datasource", "uid": "clickhouse"}
 """The data source dashboards/grafana/provisioning/datasources/clickhouse.yaml provisions."""

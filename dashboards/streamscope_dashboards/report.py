@@ -13,7 +13,9 @@ from datetime import datetime, timedelta
 
 from streamscope_dashboards.fleet import Query, Summary, summarize
 from streamscope_dashboards.macros import QueryContext, resolve
-from streamscope_dashboards.panels import PANELS, WORST_STALLED_TRACE, Panel, chosen
+from streamscope_dashboards.panels import PANELS
+from streamscope_dashboards.panels.common import Panel, chosen
+from streamscope_dashboards.panels.drilldown import WORST_STALLED_TRACE
 from streamscope_ingest.store.sql import QueryResult
 
 _DURATION = re.compile(r"(\d+)([smhd])")

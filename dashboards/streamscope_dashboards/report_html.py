@@ -18,7 +18,7 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from streamscope_dashboards.panels import ITL_BUCKETS_MS, OVERFLOW_BUCKET
+from streamscope_dashboards.panels.quality import ITL_BUCKETS_MS, OVERFLOW_BUCKET
 from streamscope_dashboards.report import PanelResult, Report, cell, title_line
 from streamscope_ingest.store.sql import QueryResult
 

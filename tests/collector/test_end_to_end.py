@@ -22,7 +22,7 @@ from streamscope import StreamRecorder
 from streamscope import semconv as sc
 from streamscope._internal.observer import StreamObserver
 from streamscope.formats import make_format
-from streamscope_dashboards.panels import median_of
+from streamscope_dashboards.panels.common import median_of
 from tests.clock import FakeClock
 from tests.sse_fixtures import TOOL_CALL_FIXTURES, first_tool_call, fixture_events
 from tests.support import int64s, metric

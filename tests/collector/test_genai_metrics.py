@@ -17,7 +17,8 @@ from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 
 from streamscope_dashboards.macros import QueryContext, resolve
-from streamscope_dashboards.panels import GENAI_METRICS, chosen
+from streamscope_dashboards.panels.common import chosen
+from streamscope_dashboards.panels.quality import GENAI_METRICS
 from streamscope_ingest.store import sql
 from tests.support import any_value, metric, post
 

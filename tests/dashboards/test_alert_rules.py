@@ -29,7 +29,7 @@ from streamscope_collector.http.alerts import ALERTS_PATH
 from streamscope_collector.service import Collector
 from streamscope_dashboards import alerts, grafana
 from streamscope_dashboards.macros import QueryContext, apply_variables, expand
-from streamscope_dashboards.panels import SLO_US
+from streamscope_dashboards.panels.common import SLO_US
 from streamscope_ingest.store import sql
 from streamscope_ingest.store.sql import QueryResult
 from tests.support import T0, store_spans, stream_span

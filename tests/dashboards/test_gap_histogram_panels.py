@@ -13,9 +13,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from streamscope import semconv as sc
-from streamscope_dashboards import panels
 from streamscope_dashboards.macros import QueryContext, resolve
-from streamscope_dashboards.panels import DEFAULTS, ITL_BUCKETS_MS, ITL_HEATMAP, MODEL_TEXTURE, OVERFLOW_BUCKET
+from streamscope_dashboards.panels.common import DEFAULTS, GAP_BUCKET_RATIO, HISTOGRAM_STEPS_S
+from streamscope_dashboards.panels.quality import (
+    HISTOGRAM_OVERFLOW_MS,
+    ITL_BUCKETS_MS,
+    ITL_HEATMAP,
+    MODEL_TEXTURE,
+    OVERFLOW_BUCKET,
+)
 from streamscope_ingest.decode import gap_histograms
 from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.store.writer import ClickHouseWriter
@@ -128,7 +134,7 @@ def test_tool_calls_of_streams_decoded_before_their_pause_was_kept_count_but_sta
 
 def test_the_panels_read_the_histograms_as_the_writer_counts_them():
     """The dashboards may not import the decoder (docs/architecture.md), so each keeps the constants it needs."""
-    assert panels.ITL_BUCKETS_MS == gap_histograms.ITL_BOUNDS_MS
-    assert panels.GAP_BUCKET_RATIO == gap_histograms.BUCKET_RATIO
-    assert panels.HISTOGRAM_OVERFLOW_MS == gap_histograms.OVERFLOW_MS
-    assert sorted(panels.HISTOGRAM_STEPS_S) == list(gap_histograms.STEPS_S)
+    assert ITL_BUCKETS_MS == gap_histograms.ITL_BOUNDS_MS
+    assert GAP_BUCKET_RATIO == gap_histograms.BUCKET_RATIO
+    assert HISTOGRAM_OVERFLOW_MS == gap_histograms.OVERFLOW_MS
+    assert sorted(HISTOGRAM_STEPS_S) == list(gap_histograms.STEPS_S)

@@ -23,16 +23,10 @@ from streamscope_collector.service import Collector
 from streamscope_dashboards import grafana
 from streamscope_dashboards.boards import BOARDS, DRILLDOWN
 from streamscope_dashboards.macros import QueryContext, resolve
-from streamscope_dashboards.panels import (
-    CLIENT_VS_SERVER,
-    DEFAULTS,
-    FLEET_STATS,
-    STALL_CAUSES,
-    STREAM_TIMELINE,
-    WORST_STALLED_TRACE,
-    Panel,
-    chosen,
-)
+from streamscope_dashboards.panels.attribution import CLIENT_VS_SERVER, STALL_CAUSES
+from streamscope_dashboards.panels.common import DEFAULTS, Panel, chosen
+from streamscope_dashboards.panels.drilldown import STREAM_TIMELINE, WORST_STALLED_TRACE
+from streamscope_dashboards.panels.quality import FLEET_STATS
 from streamscope_ingest.store import sql
 from tests import browser
 from tests.support import free_port, wait_for_rows

@@ -10,7 +10,9 @@ import pytest
 
 from streamscope_dashboards.grafana import OUTPUT_DIR as DASHBOARDS_DIR
 from streamscope_dashboards.macros import QueryContext, resolve
-from streamscope_dashboards.panels import KV_USAGE, OTLP_BYTES_PER_CHUNK, Panel
+from streamscope_dashboards.panels.common import Panel
+from streamscope_dashboards.panels.cost import OTLP_BYTES_PER_CHUNK
+from streamscope_dashboards.panels.nodes import KV_USAGE
 
 # a range that starts part way through its first one-minute bucket
 START = datetime(2026, 1, 1, 0, 0, 45, tzinfo=UTC)

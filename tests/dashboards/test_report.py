@@ -13,7 +13,9 @@ from streamscope import semconv as sc
 from streamscope_cli.main import cli
 from streamscope_cli.smoothing_report import smoothing_panel
 from streamscope_dashboards.macros import QueryContext
-from streamscope_dashboards.panels import ATTRIBUTED_STALL, PANELS, SLO_US
+from streamscope_dashboards.panels import PANELS
+from streamscope_dashboards.panels.attribution import ATTRIBUTED_STALL
+from streamscope_dashboards.panels.common import SLO_US
 from streamscope_dashboards.report import build_report, interval_for, parse_duration, title_line
 from streamscope_dashboards.report_html import render_html
 from streamscope_ingest.analysis.attribution import StallRules

@@ -14,19 +14,15 @@ import pytest
 
 from streamscope import semconv as sc
 from streamscope_dashboards.macros import QueryContext, resolve
-from streamscope_dashboards.panels import (
-    CANCELLATION,
-    CHUNK_ECONOMICS,
-    CHUNKING_CHANGES,
-    DEFAULTS,
+from streamscope_dashboards.panels.common import DEFAULTS, TOKENS_PER_S
+from streamscope_dashboards.panels.cost import CANCELLATION, CHUNK_ECONOMICS, CHUNKING_CHANGES, TOKENS_PER_CHUNK
+from streamscope_dashboards.panels.quality import (
     FLEET_STATS,
     ITL_GOODPUT,
     MODEL_TEXTURE,
     SMOOTHING_TRADE,
     STREAM_SHAPE,
     STREAM_SOURCES,
-    TOKENS_PER_CHUNK,
-    TOKENS_PER_S,
     TTFT_OVER_TIME,
 )
 from streamscope_ingest.analysis.attribution_job import AttributionJob

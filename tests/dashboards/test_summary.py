@@ -11,7 +11,8 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from streamscope import semconv as sc
 from streamscope_dashboards.fleet import summarize
 from streamscope_dashboards.macros import QueryContext, resolve
-from streamscope_dashboards.panels import FLEET_STATS, STREAM_SOURCES, chosen
+from streamscope_dashboards.panels.common import chosen
+from streamscope_dashboards.panels.quality import FLEET_STATS, STREAM_SOURCES
 from streamscope_ingest.store import sql
 from tests.support import T0, any_value, store_spans, stream_span
 

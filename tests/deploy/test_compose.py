@@ -17,8 +17,9 @@ import pytest
 import yaml
 
 from streamscope_cli.main import cli
-from streamscope_dashboards import alerts, fleet, panels
+from streamscope_dashboards import alerts, fleet
 from streamscope_dashboards.macros import QueryContext, resolve
+from streamscope_dashboards.panels import attribution, common, cost, drilldown, nodes, quality
 from streamscope_ingest import store
 from tests.clickhouse_account import run_as
 
@@ -400,10 +401,11 @@ def _queries_run_by_readers() -> list[str]:
         for target in panel.get("targets", [])
     ]
     queries += [rule.sql for rule in alerts.RULES]
-    queries += [value for module in (panels, fleet) for value in vars(module).values() if isinstance(value, str)]
+    modules = (attribution, common, cost, drilldown, nodes, quality, fleet)
+    queries += [value for module in modules for value in vars(module).values() if isinstance(value, str)]
     at = datetime.now(UTC)
     context = QueryContext(at - timedelta(hours=1), at, timedelta(minutes=1))
-    return [resolve(query, context, panels.DEFAULTS) for query in queries if "system." in query and "SELECT" in query]
+    return [resolve(query, context, common.DEFAULTS) for query in queries if "system." in query and "SELECT" in query]
 
 
 def _system_columns_read(client, query: str) -> dict[str, set[str]]:

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from streamscope import semconv as sc
-from streamscope_dashboards.panels import median_of
+from streamscope_dashboards.panels.common import median_of
 from tests.support import T0, store_spans, stream_span
 
 MS = 1_000_000  # ns

@@ -13,7 +13,7 @@ from functools import partial
 import pytest
 
 from streamscope import semconv as sc
-from streamscope_dashboards.panels import SLO_US as PANELS_SLO_US
+from streamscope_dashboards.panels.common import SLO_US as PANELS_SLO_US
 from streamscope_ingest.analysis.attribution_job import AttributionJob
 from streamscope_ingest.decode.stream_histograms import SLO_US
 from streamscope_ingest.decode.traces import decode_traces

@@ -6,7 +6,7 @@ import click
 
 from streamscope import env
 from streamscope_cli.options import collector_url_option, fail_plainly, storage_option
-from streamscope_dashboards.panels import SIDES  # light: no query engine behind it
+from streamscope_dashboards.panels.common import SIDES  # light: no query engine behind it
 
 
 @click.command()

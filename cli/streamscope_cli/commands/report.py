@@ -10,7 +10,7 @@ import click
 
 from streamscope import env
 from streamscope_cli.options import collector_url_option, fail_plainly, storage_option
-from streamscope_dashboards.panels import SIDES  # light: no query engine behind it
+from streamscope_dashboards.panels.common import SIDES  # light: no query engine behind it
 
 if TYPE_CHECKING:
     from streamscope_ingest.analysis.smoothing import Buffer

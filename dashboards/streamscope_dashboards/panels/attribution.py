@@ -1,0 +1,84 @@
+"""The Jitter attribution board's own panels: where each stall came from (the node metrics beside them are in nodes)."""
+
+from __future__ import annotations
+
+from streamscope.env import DEFAULT_STALL_THRESHOLD_MS
+from streamscope_dashboards.panels.common import STALL_FILTERS, VARIABLES, Panel, filters
+
+ATTRIBUTED_STALL = (
+    "A stall here is attribution's: a content gap of at least 400 ms, or one well over the stream's own rhythm "
+    "(at least 150 ms and 3x its median gap). Stall count, stall rate and ITL goodput count only gaps over the "
+    f"{DEFAULT_STALL_THRESHOLD_MS:g} ms SLO, so they can count fewer."
+)
+"""What the stall panels count, next to the SLO's single threshold (``StallRules``' defaults, which a test checks)."""
+
+STALLS_BY_CAUSE = Panel(
+    "stalls_by_cause",
+    "Stalls by cause",
+    f"Client stalls per interval, by the cause attribution gave them. {ATTRIBUTED_STALL}",
+    "timeseries",
+    f"""SELECT $__timeInterval(start_time) AS time, cause, count() AS stalls
+FROM stalls
+WHERE $__timeFilter(start_time) AND {STALL_FILTERS}
+GROUP BY time, cause
+ORDER BY time, cause""",
+    unit="short",
+    stacked=True,
+)
+
+STALL_CAUSES = Panel(
+    "stall_causes",
+    "Stall attribution",
+    f"Every client stall in the range by cause: how many, how long, how sure. {ATTRIBUTED_STALL}",
+    "table",
+    f"""SELECT cause, count() AS stalls, round(stalls / sum(stalls) OVER (), 3) AS share,
+    quantileExact(0.5)(gap_us) / 1000 AS median_gap_ms, max(gap_us) / 1000 AS worst_gap_ms,
+    round(avg(confidence), 2) AS mean_confidence
+FROM stalls
+WHERE $__timeFilter(start_time) AND {STALL_FILTERS}
+GROUP BY cause
+ORDER BY stalls DESC, cause""",
+)
+
+CLIENT_VS_SERVER = Panel(
+    "client_vs_server",
+    "Longest stalls, client against server",
+    "The client's gap next to the server's gap for the same content: a server gap close to the client's puts "
+    "the delay at the engine, a small one puts it on the path.",
+    "table",
+    f"""SELECT start_time, trace_id, node_name, cause, round(confidence, 2) AS confidence,
+    gap_us / 1000 AS client_gap_ms, server_gap_us / 1000 AS server_gap_ms
+FROM stalls
+WHERE $__timeFilter(start_time) AND {STALL_FILTERS}
+ORDER BY gap_us DESC
+LIMIT 50""",
+)
+
+GPU_TO_GLASS = Panel(
+    "gpu_to_glass",
+    "GPU to glass: the first token",
+    "Where a browser's wait for its first token went, averaged per interval over browser streams whose server span "
+    "is in the same trace: the engine (request received to first chunk emitted: queue and prefill), the network "
+    "(the browser's time to first chunk less the engine's: both hops, and any gateway), and the screen (arrival to "
+    "the frame that painted it). Durations on each host, never a clock subtraction.",
+    "timeseries",
+    f"""SELECT time, series, value FROM (
+    SELECT $__timeInterval(b.start_time) AS time,
+        avg(s.ttft_us) / 1000 AS engine,
+        avg(greatest(toInt64(b.ttft_us) - toInt64(s.ttft_us), 0)) / 1000 AS network,
+        avg(f.paint_delay_us) / 1000 AS screen
+    FROM stream_metrics AS b
+    INNER JOIN stream_metrics AS s ON s.tenant = b.tenant AND s.trace_id = b.trace_id AND s.side = 'server'
+    INNER JOIN (
+        SELECT tenant, trace_id, span_id, paint_delay_us FROM chunks
+        WHERE $__timeFilter(start_time) AND side = 'browser' AND kind = 'first'
+    ) AS f ON f.tenant = b.tenant AND f.trace_id = b.trace_id AND f.span_id = b.span_id
+    WHERE $__timeFilter(b.start_time) AND b.side = 'browser' AND b.ttft_us IS NOT NULL AND s.ttft_us IS NOT NULL
+        AND {filters(*VARIABLES, alias="b.")}
+    GROUP BY time
+)
+ARRAY JOIN ['1 engine', '2 network', '3 screen'] AS series, [engine, network, screen] AS value
+ORDER BY time, series""",
+    unit="ms",
+    stacked=True,
+)
