@@ -18,7 +18,7 @@ from streamscope_ingest.decode import columns
 STEPS_S = (5, 60, 300, 3600)
 """The interval lengths every gap is counted at (the panels read the longest their interval is a multiple of)."""
 ITL_BOUNDS_MS = (10, 25, 50, 100, 200, 400, 800, 1600, 3200)
-"""The ITL heatmap's row bounds (``streamscope_dashboards.panels.ITL_BUCKETS_MS``, which a test compares)."""
+"""The ITL heatmap's row bounds (``streamscope_dashboards.panels.quality.ITL_BUCKETS_MS``, which a test compares)."""
 OVERFLOW_MS = 65535
 """``itl_upper_ms`` of a gap above every bound; 0 is a gap of 0 (no heatmap row)."""
 BUCKET_RATIO = 1.01

@@ -40,8 +40,8 @@ SIZED = ("full", "partial")
 TIMED = ("full", "arrivals")
 """The coverages of streams whose every chunk's arrival is known."""
 SLO_US = round(DEFAULT_STALL_THRESHOLD_MS * 1000)
-"""The ITL SLO the dashboards and alert rules read (``streamscope_dashboards.panels.SLO_US``): ``over_slo`` counts
-the streams with a content gap over it (migration 0033 writes it as a number; a test compares)."""
+"""The ITL SLO the dashboards and alert rules read (``streamscope_dashboards.panels.common.SLO_US``): ``over_slo``
+counts the streams with a content gap over it (migration 0033 writes it as a number; a test compares)."""
 SMOOTHING_LABELS = ("tenant", "side", "service", "model", "depth_ms")
 
 

@@ -205,7 +205,7 @@ def content_chunks_by_tokens(stream: np.ndarray, kind: np.ndarray, tokens: np.nd
     """Count each stream's content chunks (kinds first and content) by token count.
 
     Summed over streams, these counts give the exact median tokens per chunk of any set of streams without
-    reading their chunks (streamscope_dashboards.panels.median_of). ``stream`` is each chunk's stream index, in
+    reading their chunks (streamscope_dashboards.panels.common.median_of). ``stream`` is each chunk's stream index, in
     any order.
     """
     content = (kind == KIND_FIRST) | (kind == KIND_CONTENT)
