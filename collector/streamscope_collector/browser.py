@@ -29,6 +29,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from streamscope import semconv
 from streamscope.errors import Overloaded
 from streamscope_ingest.decode.batch import Rejection
+from streamscope_ingest.decode.traces.rows import span_subject
 
 if TYPE_CHECKING:
     from streamscope_collector.config import CollectorConfig
@@ -118,8 +119,7 @@ def screen(request: ExportTraceServiceRequest, window_ns: int, now_ns: int) -> S
                 if _side(span) != BROWSER:
                     screened.not_browser += 1
                 elif abs(span.start_time_unix_nano - now_ns) > window_ns:
-                    name = f"span {span.span_id.hex()} of trace {span.trace_id.hex()}"
-                    screened.outside_window.append(Rejection(name, reason))
+                    screened.outside_window.append(Rejection(span_subject(span), reason))
                 else:
                     kept.append(span)
             if len(kept) < len(scope_spans.spans):

@@ -120,7 +120,7 @@ def halves(batch: DecodedBatch) -> tuple[DecodedBatch, DecodedBatch] | None:
     other = {t: b for t, b in batch.blocks.items() if b.num_rows and t not in keyed}
     spans = list(dict.fromkeys(k for block in keyed.values() for k in _hex_keys(block)))
     if spans and other:
-        return with_spans(batch, spans, keep=True), DecodedBatch(blocks=other)
+        return DecodedBatch(blocks=keyed), DecodedBatch(blocks=other)
     if len(spans) > 1:
         first = spans[: len(spans) // 2]
         return with_spans(batch, first, keep=True), with_spans(batch, first, keep=False)

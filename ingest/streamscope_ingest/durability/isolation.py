@@ -247,9 +247,10 @@ class GroupWriter:
         cut again, until what is refused is one span or one row: that alone is quarantined, so a row the store
         takes is never kept back with one it refuses. ``skip``: tables already stored whole. Returns why the first
         piece was quarantined, or None when every piece was stored."""
-        pieces = halves(DecodedBatch({table: block for table, block in batch.blocks.items() if table not in skip}))
+        rest = DecodedBatch({table: block for table, block in batch.blocks.items() if table not in skip})
+        pieces = halves(rest)
         if pieces is None:
-            return self._quarantine(name, batch, skip, error)
+            return self._quarantine(name, rest, error)
         refused = None
         for suffix, piece in zip("ab", pieces, strict=True):
             written = set[str]()
@@ -274,10 +275,9 @@ class GroupWriter:
         self._finished(probe, unreadable, outcome)
         return True
 
-    def _quarantine(self, name: str, batch: DecodedBatch, skip: frozenset[str], error: Exception) -> WriteError:
-        """Keep the batch, less the tables stored already (``skip``), for ``streamscope spool replay``."""
+    def _quarantine(self, name: str, rest: DecodedBatch, error: Exception) -> WriteError:
+        """Keep what the store did not take of a batch (``rest``) for ``streamscope spool replay``."""
         reason = f"the store refused it alone while taking other data: {error}"
-        rest = DecodedBatch({table: block for table, block in batch.blocks.items() if table not in skip})
         path = self._spool.quarantine(rest, name, reason)
         log.error("a batch was quarantined (%s); kept in %s for `streamscope spool replay`", error, path)
         if self._observer is not None:
