@@ -34,7 +34,7 @@ from streamscope_dashboards.macros import QueryContext, resolve
 from streamscope_dashboards.panels.common import DEFAULTS
 from streamscope_dashboards.panels.quality import raw_itl_heatmap
 from streamscope_ingest import store
-from streamscope_ingest.decode import columns
+from streamscope_ingest.blocks import columns
 from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.store import migrations, sql
 

@@ -54,7 +54,7 @@ def migrated_schema(chdb_dir: Path) -> MigratedSchema:
 @pytest.fixture
 def storage_dsn(empty_storage_dsn: str, migrated_schema: MigratedSchema) -> str:
     """A database with every migration applied: a copy of the session's migrated one (running the migrations for
-    every test would cost seconds each on a busy host). tests/ingest/test_migrations.py runs them itself."""
+    every test would cost seconds each on a busy host). tests/ingest/store/test_migrations.py runs them itself."""
     client = store.connect(store.parse_dsn(empty_storage_dsn))
     try:
         migrated_schema.copy_to(client)

@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamscope import semconv as sc
-from streamscope_ingest.decode.batch import DecodedBatch
+from streamscope_ingest.blocks.batch import DecodedBatch
 from streamscope_ingest.decode.request_log import Received, with_request_row
 from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.store.writer import ClickHouseWriter

@@ -28,7 +28,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from streamscope import semconv
 from streamscope.errors import Overloaded
-from streamscope_ingest.decode.batch import Rejection
+from streamscope_ingest.blocks.batch import Rejection
 from streamscope_ingest.decode.traces.rows import span_subject
 
 if TYPE_CHECKING:

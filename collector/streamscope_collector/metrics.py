@@ -13,7 +13,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from streamscope_ingest.decode.batch import DecodedBatch
+from streamscope_ingest.blocks.batch import DecodedBatch
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _PREFIX = "streamscope_collector"

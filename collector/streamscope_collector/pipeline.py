@@ -33,7 +33,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from streamscope.errors import RetryableWriteError
 from streamscope_collector.admission import Reservation
 from streamscope_collector.metrics import SelfMetrics
-from streamscope_ingest.decode.batch import DecodedBatch, Rejection
+from streamscope_ingest.blocks.batch import DecodedBatch, Rejection
 from streamscope_ingest.decode.chunk_events import TraceRequestView
 from streamscope_ingest.decode.limits import DEFAULT_LIMITS, SpanLimits
 from streamscope_ingest.decode.logs import decode_logs

@@ -17,7 +17,7 @@ from clickhouse_connect.driver.client import Client
 
 from streamscope.errors import RetryableWriteError
 from streamscope.threads import named_thread
-from streamscope_ingest.decode.batch import DecodedBatch
+from streamscope_ingest.blocks.batch import DecodedBatch
 from streamscope_ingest.store.writer import ClickHouseWriter
 
 log = logging.getLogger(__name__)

@@ -30,19 +30,37 @@ OURS = tuple(PACKAGE_DIRS)
 ALLOWED: dict[str, tuple[str, ...]] = {
     # importer (a package or one of its subpackages) -> the first-party modules it may import (prefixes)
     "streamscope": ("streamscope",),
-    "streamscope_ingest.decode": ("streamscope", "streamscope_ingest.decode"),
-    "streamscope_ingest.store": ("streamscope", "streamscope_ingest.decode", "streamscope_ingest.store"),
-    "streamscope_ingest.durability": ("streamscope", "streamscope_ingest.decode", "streamscope_ingest.durability"),
+    "streamscope_ingest.blocks": ("streamscope", "streamscope_ingest.blocks"),
+    "streamscope_ingest.decode": ("streamscope", "streamscope_ingest.blocks", "streamscope_ingest.decode"),
+    "streamscope_ingest.rollups": ("streamscope", "streamscope_ingest.blocks", "streamscope_ingest.rollups"),
+    "streamscope_ingest.durability": (
+        "streamscope",
+        "streamscope_ingest.blocks",
+        "streamscope_ingest.decode",
+        "streamscope_ingest.durability",
+    ),
+    "streamscope_ingest.store": (
+        "streamscope",
+        "streamscope_ingest.blocks",
+        "streamscope_ingest.rollups",
+        "streamscope_ingest.store",
+    ),
     "streamscope_ingest.analysis": (
         "streamscope",
-        "streamscope_ingest.decode",
+        "streamscope_ingest.blocks",
+        "streamscope_ingest.rollups",
         "streamscope_ingest.store",
         "streamscope_ingest.analysis",
     ),
     "streamscope_ingest": ("streamscope", "streamscope_ingest"),
     "streamscope_collector": ("streamscope", "streamscope_ingest", "streamscope_collector"),
     "streamscope_gpu_agent": ("streamscope", "streamscope_gpu_agent"),
-    "streamscope_dashboards": ("streamscope", "streamscope_ingest.store", "streamscope_dashboards"),
+    "streamscope_dashboards": (
+        "streamscope",
+        "streamscope_ingest.blocks",
+        "streamscope_ingest.store",
+        "streamscope_dashboards",
+    ),
     "streamscope_cli": OURS,
 }
 """The most specific key that prefixes a module's name holds its rule."""

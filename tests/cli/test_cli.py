@@ -28,7 +28,7 @@ def test_migrate_then_up_to_date(tmp_path):
 
 def test_migrate_prints_the_cluster_schema_for_review(tmp_path):
     """What ``--cluster`` would run, statement by statement, each with the settings it runs with; ClickHouse's
-    parser reads every one (tests/ingest/test_cluster_schema.py checks them in depth)."""
+    parser reads every one (tests/ingest/store/test_cluster_schema.py checks them in depth)."""
     printed = run("migrate", "--cluster", "fleet", "--print")
     assert printed.returncode == 0, printed.stderr
     out = printed.stdout

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from streamscope_cli.commands.spool import spool
 from streamscope_ingest.durability.spool import Spool, quarantined
-from tests.ingest.test_spool_faults import no_room_for_inserts
+from tests.ingest.durability.test_spool_faults import no_room_for_inserts
 from tests.support import batch
 
 

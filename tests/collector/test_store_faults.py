@@ -20,7 +20,7 @@ from streamscope_collector.config import CollectorConfig
 from streamscope_collector.service import Collector
 from streamscope_collector.status import RETRY_AFTER_S
 from tests.collector.test_reliability import CollectorProcess, wait_for_empty_spool
-from tests.ingest.test_spool_faults import DAY_NS, UnlinkFaults, no_room_for_inserts
+from tests.ingest.durability.test_spool_faults import DAY_NS, UnlinkFaults, no_room_for_inserts
 from tests.support import T0, free_port, metric, otlp_json, post, stream_span, trace_request, wait_until
 
 METRIC = "streamscope_collector_"

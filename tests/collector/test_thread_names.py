@@ -13,7 +13,7 @@ import pytest
 from streamscope_collector.admission import DECODE_THREAD, DECODING_AT_ONCE
 from streamscope_collector.config import CollectorConfig
 from streamscope_collector.service import Collector
-from streamscope_ingest.decode.batch import DecodedBatch
+from streamscope_ingest.blocks.batch import DecodedBatch
 from tests.support import good_body, plain_stream_span, post, request_of
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names are read from /proc")

@@ -22,8 +22,8 @@ from streamscope_dashboards.panels.quality import (
     MODEL_TEXTURE,
     OVERFLOW_BUCKET,
 )
-from streamscope_ingest.decode import gap_histograms
 from streamscope_ingest.decode.traces import decode_traces
+from streamscope_ingest.rollups import gap_histograms
 from streamscope_ingest.store.writer import ClickHouseWriter
 from tests.support import T0, store_spans, stream_span, trace_request
 

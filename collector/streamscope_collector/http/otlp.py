@@ -36,7 +36,7 @@ from streamscope_collector.http.body import (
 from streamscope_collector.metrics import SelfMetrics
 from streamscope_collector.pipeline import SIGNALS, TRACES, ExportPipeline, ExportResult, Signal
 from streamscope_collector.status import Answer, answer
-from streamscope_ingest.decode.batch import DecodedBatch
+from streamscope_ingest.blocks.batch import DecodedBatch
 from streamscope_ingest.decode.otlp_body import to_json
 from streamscope_ingest.decode.request_log import Received
 from streamscope_ingest.durability.group_commit import Ticket

@@ -39,8 +39,8 @@ from streamscope_ingest.analysis.attribution import StallRules
 from streamscope_ingest.analysis.pass_inputs import EPOCH, SettledStream, read_inputs, settled_streams
 from streamscope_ingest.analysis.smoothing import DEPTHS_MS, Buffer
 from streamscope_ingest.analysis.verdicts import TIMED, QualityTargets, Verdicts, judge
-from streamscope_ingest.decode import columns
-from streamscope_ingest.decode.stream_histograms import smoothing_histograms
+from streamscope_ingest.blocks import columns
+from streamscope_ingest.rollups.stream_histograms import smoothing_histograms
 from streamscope_ingest.store.arrow_insert import insert_arrow
 from streamscope_ingest.store.lease import Lease
 

@@ -15,8 +15,8 @@ from typing import Any
 import pyarrow as pa
 
 from streamscope.errors import DecodeError
-from streamscope_ingest.decode import columns
-from streamscope_ingest.decode.batch import DecodedBatch
+from streamscope_ingest.blocks import columns
+from streamscope_ingest.blocks.batch import DecodedBatch
 
 TABLE = "alerts"
 STATUSES = ("firing", "resolved")

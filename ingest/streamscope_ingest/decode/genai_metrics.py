@@ -23,8 +23,8 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
     Metric,
 )
 
+from streamscope_ingest.blocks.batch import Rejection
 from streamscope_ingest.decode.attributes import attribute_map, stringify
-from streamscope_ingest.decode.batch import Rejection
 from streamscope_ingest.decode.limits import SpanLimits
 
 PREFIX = "gen_ai."

@@ -16,9 +16,9 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from streamscope import semconv as sc
-from streamscope_ingest.decode import columns
+from streamscope_ingest.blocks import columns
+from streamscope_ingest.blocks.batch import DecodedBatch, Rejection
 from streamscope_ingest.decode.attributes import attribute_map, stringify
-from streamscope_ingest.decode.batch import DecodedBatch, Rejection
 
 log = logging.getLogger(__name__)
 _OWN_KEYS = frozenset(

@@ -16,9 +16,9 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric
 
 from streamscope import semconv as sc
-from streamscope_ingest.decode import columns
+from streamscope_ingest.blocks import columns
+from streamscope_ingest.blocks.batch import DecodedBatch, Rejection
 from streamscope_ingest.decode.attributes import attribute_map, stringify
-from streamscope_ingest.decode.batch import DecodedBatch, Rejection
 from streamscope_ingest.decode.genai_metrics import PREFIX as GENAI_PREFIX
 from streamscope_ingest.decode.genai_metrics import GenAIPoints
 from streamscope_ingest.decode.limits import DEFAULT_LIMITS, SpanLimits

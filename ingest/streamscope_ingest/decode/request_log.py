@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from streamscope_ingest.decode import columns
-from streamscope_ingest.decode.batch import DecodedBatch
+from streamscope_ingest.blocks import columns
+from streamscope_ingest.blocks.batch import DecodedBatch
 
 TABLE = "ingest_requests"
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from streamscope_ingest.decode.columns import KIND_ASIDE, KIND_CONTENT, KIND_FIRST, KIND_LEAD, KIND_RETRACT
+from streamscope_ingest.blocks.columns import KIND_ASIDE, KIND_CONTENT, KIND_FIRST, KIND_LEAD, KIND_RETRACT
 
 QUANTILES = (0.5, 0.95, 0.99)
 HEAD_WINDOW_US = 200_000

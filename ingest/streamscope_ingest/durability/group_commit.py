@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from streamscope.errors import SpoolUnavailable, StreamscopeError, WriteError
 from streamscope.threads import named_thread
-from streamscope_ingest.decode.batch import DecodedBatch
+from streamscope_ingest.blocks.batch import DecodedBatch
 from streamscope_ingest.durability.isolation import (
     WHOLE_SEGMENT,
     Errors,

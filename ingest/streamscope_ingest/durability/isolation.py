@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from streamscope.errors import RetryableWriteError, WriteError
-from streamscope_ingest.decode.batch import DecodedBatch, halves
+from streamscope_ingest.blocks.batch import DecodedBatch, halves
 from streamscope_ingest.durability.spool import Group, Segment, Spool
 
 log = logging.getLogger(__name__)

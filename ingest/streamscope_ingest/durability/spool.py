@@ -46,9 +46,9 @@ from typing import Literal
 import pyarrow as pa
 
 from streamscope.errors import ConfigError, SpoolFull, SpoolUnavailable, WriteError
-from streamscope_ingest.decode import ipc_streams
-from streamscope_ingest.decode.batch import DecodedBatch
-from streamscope_ingest.decode.ipc_streams import SizedStream
+from streamscope_ingest.blocks import ipc_streams
+from streamscope_ingest.blocks.batch import DecodedBatch
+from streamscope_ingest.blocks.ipc_streams import SizedStream
 from streamscope_ingest.durability import spooled_upgrades
 
 FsyncPolicy = Literal["always", "never"]

@@ -13,8 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streamscope_ingest.decode import columns
-from streamscope_ingest.decode.batch import CHUNK_ARRAYS, CHUNKS, DecodedBatch
+from streamscope_ingest.blocks import columns
+from streamscope_ingest.blocks.batch import CHUNK_ARRAYS, CHUNKS, DecodedBatch
 from streamscope_ingest.decode.timeline import content_chunks_by_tokens
 
 _COUNTS = "content_chunks_by_tokens"

@@ -20,7 +20,7 @@ import pyarrow as pa
 from clickhouse_connect.driver.binding import quote_identifier
 from clickhouse_connect.driver.client import Client
 
-from streamscope_ingest.decode import ipc_streams
+from streamscope_ingest.blocks import ipc_streams
 from streamscope_ingest.store.sql import string_literal
 
 _PROC_FDS = "/proc/self/fd"

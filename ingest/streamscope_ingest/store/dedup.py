@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from clickhouse_connect.driver.client import Client
 
-from streamscope_ingest.decode.batch import HEX_KEY, DecodedBatch, span_keys, with_spans
+from streamscope_ingest.blocks.batch import HEX_KEY, DecodedBatch, span_keys, with_spans
 
 STREAMS = "streams"
 _LOOKED_UP = [*HEX_KEY, "start_time"]
@@ -36,7 +36,7 @@ WHERE tenant IN {tenants:Array(String)}
 """Candidates by span id alone, bound as the numbers their hex spells (the client formats a number in C, and
 escapes a string character by character in Python; a span id is about a third of a whole key's digits). A stored span
 that shares only its span id with one of the batch's, or is another tenant's, is a candidate that matches no key of the
-batch (keys are the tenant's: ``streamscope_ingest.decode.batch.span_keys``)."""
+batch (keys are the tenant's: ``streamscope_ingest.blocks.batch.span_keys``)."""
 
 
 def drop_repeated_spans(client: Client, batches: Sequence[DecodedBatch]) -> tuple[list[DecodedBatch], int]:

@@ -23,10 +23,10 @@ from clickhouse_connect.driver.client import Client
 
 from streamscope.errors import SchemaMismatch
 from streamscope_ingest import store
-from streamscope_ingest.decode import columns
-from streamscope_ingest.decode.batch import CHUNK_ARRAYS, DecodedBatch, concat
-from streamscope_ingest.decode.gap_histograms import gap_histograms
-from streamscope_ingest.decode.stream_histograms import stream_histograms, stream_totals
+from streamscope_ingest.blocks import columns
+from streamscope_ingest.blocks.batch import CHUNK_ARRAYS, DecodedBatch, concat
+from streamscope_ingest.rollups.gap_histograms import gap_histograms
+from streamscope_ingest.rollups.stream_histograms import stream_histograms, stream_totals
 from streamscope_ingest.store.arrow_insert import insert_arrow
 from streamscope_ingest.store.dedup import drop_repeated_spans
 

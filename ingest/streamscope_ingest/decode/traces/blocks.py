@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from streamscope_ingest.decode import columns
+from streamscope_ingest.blocks import columns
 from streamscope_ingest.decode.retractions import retraction_stats
 from streamscope_ingest.decode.timeline import PerStream, build_timeline, stream_stats
 from streamscope_ingest.decode.traces.rows import Stream

@@ -11,9 +11,10 @@ import numpy as np
 from google.protobuf.message import Message
 
 from streamscope import semconv as sc
-from streamscope_ingest.decode import columns, sources
+from streamscope_ingest.blocks import columns
+from streamscope_ingest.blocks.batch import DecodedBatch, Rejection
+from streamscope_ingest.decode import sources
 from streamscope_ingest.decode.attributes import AttributeRejected, attribute_map, plain, span_attributes
-from streamscope_ingest.decode.batch import DecodedBatch, Rejection
 from streamscope_ingest.decode.chunk_events import as_trace_view
 from streamscope_ingest.decode.int_arrays import PackedArray, element_count
 from streamscope_ingest.decode.limits import DEFAULT_LIMITS, SpanLimits, SpanOverLimit

@@ -15,7 +15,7 @@ import pyarrow as pa
 from google.protobuf.message import Message
 
 from streamscope import semconv as sc
-from streamscope_ingest.decode import columns
+from streamscope_ingest.blocks import columns
 from streamscope_ingest.decode.attributes import stringify
 from streamscope_ingest.decode.int_arrays import PackedArray
 from streamscope_ingest.decode.limits import LATEST_OFFSET_US, LATEST_START_NS, SpanLimits

@@ -12,7 +12,7 @@ from google.protobuf.message import Message
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from streamscope import semconv as sc
-from streamscope_ingest.decode.batch import Rejection
+from streamscope_ingest.blocks.batch import Rejection
 from streamscope_ingest.decode.chunk_events import ChunkEventRejected, chunk_events
 from streamscope_ingest.decode.int_arrays import INT64_BYTES, NotAnIntArray, PackedArray, decode_int_arrays, int64s
 from streamscope_ingest.decode.limits import LATEST_OFFSET_US

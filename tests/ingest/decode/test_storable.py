@@ -11,7 +11,7 @@ from streamscope import semconv as sc
 from streamscope_ingest.decode.limits import LATEST_OFFSET_US, LATEST_START_NS
 from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.store.writer import ClickHouseWriter
-from tests.ingest.test_decode_request import as_bytes
+from tests.ingest.decode.test_decode_request import as_bytes
 from tests.support import T0, any_value, event_span, plain_stream_span, trace_request
 
 FAR = 2**62

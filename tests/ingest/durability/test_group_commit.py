@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks.chunk_layout import as_rows
 from streamscope.errors import ConfigError, RetryableWriteError, SpoolFull, WriteError
-from streamscope_ingest.decode.batch import DecodedBatch
+from streamscope_ingest.blocks.batch import DecodedBatch
 from streamscope_ingest.decode.request_log import Received, with_request_row
 from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.durability.group_commit import GroupCommitConfig, GroupCommitWriter

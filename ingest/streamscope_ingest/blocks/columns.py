@@ -405,7 +405,7 @@ _PER_INTERVAL = [
 _STREAMS_COUNTED = [("figure", _LC), ("bucket", pa.int16()), ("streams", pa.uint64())]
 """The trailing columns of the per-stream histograms (migration 0032)."""
 
-SMOOTHING_HISTOGRAMS = pa.schema(  # stream_smoothing counted (migration 0032, decode.stream_histograms)
+SMOOTHING_HISTOGRAMS = pa.schema(  # stream_smoothing counted (migration 0032, rollups.stream_histograms)
     [*_PER_INTERVAL, ("model", _LC), ("depth_ms", pa.float32()), *_STREAMS_COUNTED]
 )
 
@@ -443,7 +443,7 @@ ALERTS = pa.schema(
     ]
 )
 
-GAP_HISTOGRAMS = pa.schema(  # content gaps counted (migration 0030, streamscope_ingest.decode.gap_histograms)
+GAP_HISTOGRAMS = pa.schema(  # content gaps counted (migration 0030, streamscope_ingest.rollups.gap_histograms)
     [
         *_PER_INTERVAL,
         ("provider", _LC),
@@ -455,14 +455,14 @@ GAP_HISTOGRAMS = pa.schema(  # content gaps counted (migration 0030, streamscope
     ]
 )
 
-STREAM_HISTOGRAMS = pa.schema(  # per-stream figures counted (migration 0032, decode.stream_histograms)
+STREAM_HISTOGRAMS = pa.schema(  # per-stream figures counted (migration 0032, rollups.stream_histograms)
     [*_PER_INTERVAL, ("provider", _LC), ("model", _LC), *_STREAMS_COUNTED]
 )
 
 STREAM_SUMS = ("streams", "content_chunks", "tokens", "content_bytes", "wire_bytes", "cancelled", "stalled",
                "over_slo", "frontloaded_then_stalled", "stuck_loops")  # fmt: skip
 """The summed columns of ``stream_totals``, in order (migration 0033)."""
-STREAM_TOTALS = pa.schema(  # streams summed per interval (migration 0033, decode.stream_histograms)
+STREAM_TOTALS = pa.schema(  # streams summed per interval (migration 0033, rollups.stream_histograms)
     [
         *_PER_INTERVAL,
         ("provider", _LC),

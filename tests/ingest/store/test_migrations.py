@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from streamscope.errors import SchemaMismatch
-from streamscope_ingest.decode import columns
+from streamscope_ingest.blocks import columns
 from streamscope_ingest.store import migrations
 from streamscope_ingest.store.writer import ClickHouseWriter, table_columns
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 from streamscope_ingest.analysis.attribution_job import JOB, AttributionJob
 from streamscope_ingest.store.lease import Lease
-from tests.ingest.test_attribution_job import MS, T0, span, trace_hex, with_gap, write
+from tests.ingest.analysis.test_attribution_job import MS, T0, span, trace_hex, with_gap, write
 
 
 def jobs(client, count: int, lease_s: float) -> list[AttributionJob]:

@@ -17,13 +17,13 @@ import clickhouse_connect
 from streamscope_ingest.analysis.attribution_job import JOB
 from streamscope_ingest.store import migrations
 from streamscope_ingest.store.lease import CLAIMS_TABLE, Lease, claims_table_ddl
-from tests.ingest.test_attribution_lease import (
+from tests.ingest.analysis.test_attribution_lease import (
     a_dead_holders_share_is_taken_over_and_a_holder_that_was_only_slow_writes_nothing,
     holder,
     one_attributes_each_stream_once_and_another_takes_over_when_it_stops,
 )
 
-TESTKEEPER = Path(__file__).parents[1] / "fixtures" / "keeper" / "testkeeper.xml"
+TESTKEEPER = Path(__file__).parents[2] / "fixtures" / "keeper" / "testkeeper.xml"
 DATABASE = "leases"
 
 

@@ -15,8 +15,8 @@ import pytest
 from streamscope import semconv as sc
 from streamscope_dashboards.panels.common import SLO_US as PANELS_SLO_US
 from streamscope_ingest.analysis.attribution_job import AttributionJob
-from streamscope_ingest.decode.stream_histograms import SLO_US
 from streamscope_ingest.decode.traces import decode_traces
+from streamscope_ingest.rollups.stream_histograms import SLO_US
 from streamscope_ingest.store import migrations
 from streamscope_ingest.store.writer import ClickHouseWriter
 from tests.support import T0, store_spans, stream_span, trace_request

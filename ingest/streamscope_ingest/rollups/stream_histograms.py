@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamscope.env import DEFAULT_STALL_THRESHOLD_MS
-from streamscope_ingest.decode import columns
-from streamscope_ingest.decode.gap_histograms import BUCKET_RATIO, STEPS_S, label_groups
+from streamscope_ingest.blocks import columns
+from streamscope_ingest.rollups.gap_histograms import BUCKET_RATIO, STEPS_S, label_groups
 
 ZERO = -32768
 """The bucket of a duration or rate of 0 (bucket 0 holds [1/1.01, 1))."""

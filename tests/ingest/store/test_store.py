@@ -12,8 +12,8 @@ from streamscope import semconv as sc
 from streamscope.errors import ConfigError, RetryableWriteError, WriteError
 from streamscope.int64_bytes import int64_bytes
 from streamscope_ingest import store
-from streamscope_ingest.decode import columns
-from streamscope_ingest.decode.batch import DecodedBatch
+from streamscope_ingest.blocks import columns
+from streamscope_ingest.blocks.batch import DecodedBatch
 from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.store.writer import ClickHouseWriter
 from tests.support import store_spans, stream_span, trace_request

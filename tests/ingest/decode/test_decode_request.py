@@ -14,7 +14,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from streamscope import semconv as sc
 from streamscope.int64_bytes import int64_bytes
-from streamscope_ingest.decode import columns
+from streamscope_ingest.blocks import columns
 from streamscope_ingest.decode.limits import SpanLimits
 from streamscope_ingest.decode.traces import decode_traces
 from tests.support import T0, any_value, event_span, plain_stream_span, stream_span, trace_request

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streamscope_ingest.decode import columns
+from streamscope_ingest.blocks import columns
 
 _MAX_REASONS_REPORTED = 5
 CHUNK_ARRAYS = "chunk_arrays"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from streamscope_ingest.decode.ipc_streams import sized, write_pieces
+from streamscope_ingest.blocks.ipc_streams import sized, write_pieces
 from streamscope_ingest.durability.spool import Spool, encode
 from tests.support import batch
 

@@ -12,13 +12,13 @@ from contextlib import contextmanager
 
 import pytest
 
-from streamscope_ingest.decode.batch import DecodedBatch, concat
+from streamscope_ingest.blocks.batch import DecodedBatch, concat
 from streamscope_ingest.decode.request_log import Received, with_request_row
 from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.durability.group_commit import GroupCommitWriter
 from streamscope_ingest.durability.spool import Spool
 from streamscope_ingest.store.writer import ClickHouseWriter
-from tests.ingest.test_group_commit import FAST_RETRY, stored
+from tests.ingest.durability.test_group_commit import FAST_RETRY, stored
 from tests.support import T0, batch, stream_span, trace_request, wait_until
 
 DAY_NS = 86_400 * 10**9

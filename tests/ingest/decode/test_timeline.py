@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamscope_ingest.decode.columns import CHUNK_KINDS
+from streamscope_ingest.blocks.columns import CHUNK_KINDS
 from streamscope_ingest.decode.timeline import HEAD_WINDOW_US, build_timeline, content_chunks_by_tokens, stream_stats
 
 chunk = st.tuples(st.integers(0, 2_000_000), st.integers(0, 3))  # (wait µs, content bytes)

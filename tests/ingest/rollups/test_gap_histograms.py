@@ -13,9 +13,10 @@ import pyarrow as pa
 import pytest
 
 from streamscope import semconv as sc
-from streamscope_ingest.decode import columns, gap_histograms
-from streamscope_ingest.decode.batch import CHUNK_ARRAYS
+from streamscope_ingest.blocks import columns
+from streamscope_ingest.blocks.batch import CHUNK_ARRAYS
 from streamscope_ingest.decode.traces import decode_traces
+from streamscope_ingest.rollups import gap_histograms
 from streamscope_ingest.store import migrations
 from streamscope_ingest.store.writer import ClickHouseWriter
 from tests.support import T0, store_spans, stream_span, trace_request

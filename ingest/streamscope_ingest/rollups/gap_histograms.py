@@ -13,7 +13,7 @@ import itertools
 import numpy as np
 import pyarrow as pa
 
-from streamscope_ingest.decode import columns
+from streamscope_ingest.blocks import columns
 
 STEPS_S = (5, 60, 300, 3600)
 """The interval lengths every gap is counted at (the panels read the longest their interval is a multiple of)."""

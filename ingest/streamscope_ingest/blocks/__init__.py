@@ -1,0 +1,1 @@
+"""The column blocks every layer shares: each table's Arrow schema, a decoded batch, Arrow IPC streams."""
