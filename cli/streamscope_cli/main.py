@@ -16,6 +16,7 @@ from streamscope_cli.commands.demo import demo
 from streamscope_cli.commands.engine import engine
 from streamscope_cli.commands.eval import eval_command
 from streamscope_cli.commands.gpu_agent import gpu_agent
+from streamscope_cli.commands.llama import llama
 from streamscope_cli.commands.load import load
 from streamscope_cli.commands.migrate import migrate
 from streamscope_cli.commands.proxy import proxy
@@ -47,6 +48,7 @@ for _command in (
     chat,
     load,
     engine,
+    llama,
     proxy,
     eval_command,
     report,

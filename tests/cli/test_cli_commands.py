@@ -28,6 +28,7 @@ TOP_LEVEL = (
     "chat",
     "load",
     "engine",
+    "llama",
     "proxy",
     "eval",
     "report",
