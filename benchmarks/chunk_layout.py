@@ -130,7 +130,7 @@ def main() -> None:
     args = parser.parse_args()
     streams, rounds = (400, 1) if args.quick else (args.streams, args.rounds)
     decoded = [
-        decode_traces(r, tenant="default", stall_threshold_us=400_000).blocks[ARRAYS]
+        decode_traces(r, tenant="default").blocks[ARRAYS]
         for r in requests(streams, args.chunks, per_request=args.per_insert)
     ]
     layouts = {ROWS: [as_rows(block) for block in decoded], ARRAYS: decoded}

@@ -41,7 +41,7 @@ def counted_decode(bodies_file: str) -> NoReturn:
 
     def decode_all() -> None:
         for body in bodies:
-            decode_traces(TRACES.parse(body, protobuf=True), tenant="default", stall_threshold_us=400_000)
+            decode_traces(TRACES.parse(body, protobuf=True), tenant="default")
 
     decode_all()  # imports, caches and the allocator's pools warm
     # callgrind_control reaches this process through valgrind's gdbserver (ptrace): bounded, where that is refused

@@ -352,7 +352,7 @@ def decode_only(load: Workload) -> float:
     for _ in range(3):
         start = time.thread_time()
         for body in bodies:
-            decode_traces(TRACES.parse(body, protobuf=True), tenant="default", stall_threshold_us=400_000)
+            decode_traces(TRACES.parse(body, protobuf=True), tenant="default")
         best = min(best, time.thread_time() - start)
     return best / load.chunks * 1e6
 
@@ -360,7 +360,7 @@ def decode_only(load: Workload) -> float:
 def insert_only(packed: Workload, events: Workload) -> tuple[float, float, float]:
     """Chunks per second of the engine's insert alone, our tables (packed) and ``otel_traces`` (events), and of
     the attribution job alone over the streams inserted."""
-    ours = [decode_traces(r, tenant="default", stall_threshold_us=400_000) for r in packed.requests]
+    ours = [decode_traces(r, tenant="default") for r in packed.requests]
     baseline = [otel_traces.otel_traces_block(r) for r in events.requests]
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:  # the engine may still be merging
         client = store.connect(store.parse_dsn(f"chdb://{tmp}"))

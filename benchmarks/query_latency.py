@@ -52,7 +52,7 @@ def load(client, streams: int, chunks: int) -> tuple[int, QueryContext]:
     """Write the streams and attribute them; returns the chunk count and a context spanning all of them."""
     writer = ClickHouseWriter(client)
     for request in requests(streams, chunks, per_request=500, tool_call_every=3):
-        writer.insert(decode_traces(request, tenant="default", stall_threshold_us=400_000))
+        writer.insert(decode_traces(request, tenant="default"))
     AttributionJob(client, settle_s=0).run_once(until=datetime.now(UTC) + timedelta(minutes=1))
     (total, first, last) = client.query("SELECT count(), min(start_time), max(start_time) FROM chunks").result_rows[0]
     first, last = (t.replace(tzinfo=UTC) if t.tzinfo is None else t for t in (first, last))

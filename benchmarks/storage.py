@@ -149,7 +149,7 @@ def main() -> None:
         otel_traces.create(client)
         writer = ClickHouseWriter(client)
         for request in requests(streams, args.chunks):
-            writer.write([decode_traces(request, tenant="default", stall_threshold_us=400_000)])
+            writer.write([decode_traces(request, tenant="default")])
             client.insert_arrow("otel_traces", otel_traces.otel_traces_block(as_events(request)))
         for table in ("chunk_arrays", "streams", "otel_traces"):
             client.command(f"OPTIMIZE TABLE {table} FINAL")

@@ -55,17 +55,56 @@ STREAMSCOPE_SIDE: Final = "streamscope.side"
 """Where the chunk times were observed; marks the span as a stream span. type string; required; sides: client, server, browser, gateway; streamscope extension."""
 STREAMSCOPE_SIDE_VALUES: Final = ("client", "server", "browser", "gateway")
 
+
+class StreamscopeSideValues:
+    """The values of ``streamscope.side``."""
+
+    CLIENT: Final = "client"
+    SERVER: Final = "server"
+    BROWSER: Final = "browser"
+    GATEWAY: Final = "gateway"
+
+
 STREAMSCOPE_ENCODING: Final = "streamscope.encoding"
 """How the chunk timeline is carried (see encodings below). type string; required; sides: client, server, browser, gateway; streamscope extension."""
 STREAMSCOPE_ENCODING_VALUES: Final = ("packed", "events")
+
+
+class StreamscopeEncodingValues:
+    """The values of ``streamscope.encoding``."""
+
+    PACKED: Final = "packed"
+    EVENTS: Final = "events"
+
 
 STREAMSCOPE_TRANSPORT: Final = "streamscope.transport"
 """The streaming transport. type string; recommended; sides: client, server, browser, gateway; streamscope extension."""
 STREAMSCOPE_TRANSPORT_VALUES: Final = ("sse", "websocket", "grpc", "chunked")
 
+
+class StreamscopeTransportValues:
+    """The values of ``streamscope.transport``."""
+
+    SSE: Final = "sse"
+    WEBSOCKET: Final = "websocket"
+    GRPC: Final = "grpc"
+    CHUNKED: Final = "chunked"
+
+
 STREAMSCOPE_OUTCOME: Final = "streamscope.outcome"
 """How the stream ended; cancelled means our side stopped it, disconnected means the peer went away. type string; required; sides: client, server, browser, gateway; streamscope extension."""
 STREAMSCOPE_OUTCOME_VALUES: Final = ("completed", "cancelled", "error", "timeout", "disconnected")
+
+
+class StreamscopeOutcomeValues:
+    """The values of ``streamscope.outcome``."""
+
+    COMPLETED: Final = "completed"
+    CANCELLED: Final = "cancelled"
+    ERROR: Final = "error"
+    TIMEOUT: Final = "timeout"
+    DISCONNECTED: Final = "disconnected"
+
 
 STREAMSCOPE_FIRST_BYTE_OFFSET_US: Final = "streamscope.first_byte_offset_us"
 """Microseconds from span start to the first byte of the response body (received, or sent on the server). type int; unit us; recommended; sides: client, server, browser, gateway; streamscope extension."""
@@ -98,6 +137,15 @@ STREAMSCOPE_HOST_WATCH: Final = "streamscope.host.watch"
 """How the emitter watched its own host for streamscope.chunks.host_delay_us: an asyncio event loop's heartbeat, a thread's heartbeat, or the browser's Long Tasks API; absent when it did not watch. type string; recommended; sides: client, browser; streamscope extension."""
 STREAMSCOPE_HOST_WATCH_VALUES: Final = ("asyncio", "thread", "longtask")
 
+
+class StreamscopeHostWatchValues:
+    """The values of ``streamscope.host.watch``."""
+
+    ASYNCIO: Final = "asyncio"
+    THREAD: Final = "thread"
+    LONGTASK: Final = "longtask"
+
+
 STREAMSCOPE_FIRST_TOOL_CALL_CHUNK: Final = "streamscope.first_tool_call_chunk"
 """Index (from 0) in the chunk timeline of the first chunk carrying part of a tool call (name or arguments). type int; recommended (if the stream called a tool); sides: client, server, browser, gateway; streamscope extension."""
 
@@ -105,9 +153,26 @@ STREAMSCOPE_JSON_DOCUMENT: Final = "streamscope.json.document"
 """The JSON document the emitter followed as it streamed: the answer itself (structured output, a JSON response format) or the first tool call's arguments. The streamscope.json.* attributes describe it. type string; conditionally required (if the emitter followed a JSON document in the stream); sides: client, browser; streamscope extension."""
 STREAMSCOPE_JSON_DOCUMENT_VALUES: Final = ("content", "tool_call")
 
+
+class StreamscopeJsonDocumentValues:
+    """The values of ``streamscope.json.document``."""
+
+    CONTENT: Final = "content"
+    TOOL_CALL: Final = "tool_call"
+
+
 STREAMSCOPE_JSON_OUTCOME: Final = "streamscope.json.outcome"
 """valid: the document closed with nothing but whitespace after it; truncated: the stream ended before it closed; malformed: a character broke the JSON grammar (or followed the closed document). type string; conditionally required (if streamscope.json.document is set); sides: client, browser; streamscope extension."""
 STREAMSCOPE_JSON_OUTCOME_VALUES: Final = ("valid", "truncated", "malformed")
+
+
+class StreamscopeJsonOutcomeValues:
+    """The values of ``streamscope.json.outcome``."""
+
+    VALID: Final = "valid"
+    TRUNCATED: Final = "truncated"
+    MALFORMED: Final = "malformed"
+
 
 STREAMSCOPE_JSON_VALID_OFFSET_US: Final = "streamscope.json.valid_offset_us"
 """Microseconds from the span start to the chunk that closed the document (made it parse). type int; unit us; conditionally required (if the document closed); sides: client, browser; streamscope extension."""
@@ -193,6 +258,22 @@ STREAMSCOPE_TRUTH_CAUSE_VALUES: Final = (
     "chunking_regression",
 )
 
+
+class StreamscopeTruthCauseValues:
+    """The values of ``streamscope.truth.cause``."""
+
+    PREFILL_INTERFERENCE: Final = "prefill_interference"
+    KV_PRESSURE: Final = "kv_pressure"
+    SPEC_DECODE: Final = "spec_decode"
+    GPU_THROTTLE: Final = "gpu_throttle"
+    GPU_FAULT: Final = "gpu_fault"
+    NETWORK_BUFFERING: Final = "network_buffering"
+    CONNECTION: Final = "connection"
+    CLIENT_RENDER: Final = "client_render"
+    CLIENT_HOST: Final = "client_host"
+    CHUNKING_REGRESSION: Final = "chunking_regression"
+
+
 STREAMSCOPE_TRUTH_END_UNIX_NANO: Final = "streamscope.truth.end_unix_nano"
 """End of the window in which the cause delayed the stream (the record's time is its start). type int; unit ns; required; sides: simulator; streamscope extension."""
 
@@ -223,6 +304,23 @@ STREAMSCOPE_EVENT_KIND_VALUES: Final = (
     "gpu_unavailable",
     "gpu_recovery_action",
 )
+
+
+class StreamscopeEventKindValues:
+    """The values of ``streamscope.event.kind``."""
+
+    PREEMPTION: Final = "preemption"
+    KV_HIGH_WATER: Final = "kv_high_water"
+    PREFILL_BURST: Final = "prefill_burst"
+    SPEC_ACCEPTANCE_DROP: Final = "spec_acceptance_drop"
+    QUEUE_SPIKE: Final = "queue_spike"
+    ENGINE_RESTART: Final = "engine_restart"
+    XID: Final = "xid"
+    THROTTLE: Final = "throttle"
+    GPU_LOST: Final = "gpu_lost"
+    GPU_UNAVAILABLE: Final = "gpu_unavailable"
+    GPU_RECOVERY_ACTION: Final = "gpu_recovery_action"
+
 
 STREAMSCOPE_EVENT_END_UNIX_NANO: Final = "streamscope.event.end_unix_nano"
 """When the event ended. type int; unit ns; conditionally required (once the event has ended (instant events end where they start)); sides: agent; streamscope extension."""

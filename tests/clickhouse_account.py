@@ -36,7 +36,6 @@ def spans(tenant: str = "t"):
     return decode_traces(
         trace_request([stream_span(7, 7, side="client", offsets_ms=[0, 20], tokens=[1, 1])]),
         tenant=tenant,
-        stall_threshold_us=400_000,
     )
 
 

@@ -150,7 +150,7 @@ def good_body() -> bytes:
 def batch(span_byte: int, tenant: str, chunks: int = 3) -> DecodedBatch:
     """A request's batch: one stream span of ``chunks`` chunks, and the request's log row."""
     request = request_of(plain_stream_span(span_byte, list(range(chunks))))
-    decoded = decode_traces(request, tenant=tenant, stall_threshold_us=1)
+    decoded = decode_traces(request, tenant=tenant)
     size = request.ByteSize()
     received = Received("http", "protobuf", "identity", size, size)
     with_request_row(decoded, tenant=tenant, signal="traces", received=received)
@@ -163,11 +163,9 @@ def trace_request(spans: Sequence[Span], service: str = "app", scope: str = "") 
     return ExportTraceServiceRequest(resource_spans=[ResourceSpans(resource=resource, scope_spans=[scope_spans])])
 
 
-def store_spans(
-    client, spans: Sequence[Span], service: str = "app", stall_threshold_us: int = 400_000, scope: str = ""
-) -> None:
+def store_spans(client, spans: Sequence[Span], service: str = "app", scope: str = "") -> None:
     """Decode ``spans`` (sent by the instrumentation ``scope``) as the collector does and write them."""
-    decoded = decode_traces(trace_request(spans, service, scope), tenant="t", stall_threshold_us=stall_threshold_us)
+    decoded = decode_traces(trace_request(spans, service, scope), tenant="t")
     assert not decoded.rejected, decoded.rejection_message("span")
     ClickHouseWriter(client).write([decoded])
 

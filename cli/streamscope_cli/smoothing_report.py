@@ -13,6 +13,7 @@ from streamscope_dashboards.report import PanelResult, Query
 from streamscope_ingest.analysis.attribution import StallRules, Timeline
 from streamscope_ingest.analysis.smoothing import Buffer, Smoothed, smooth
 from streamscope_ingest.analysis.verdicts import QualityTargets
+from streamscope_ingest.blocks.stalls import StallRule
 from streamscope_ingest.store.sql import QueryResult
 
 TIMELINES_SQL = f"""
@@ -54,7 +55,7 @@ def smoothing_panel(
 ) -> PanelResult:
     """The streams of the range, narrowed by ``variables``, before and after ``buffer``: one row."""
     sql = resolve(TIMELINES_SQL, ctx, chosen(variables))
-    targets, rules = QualityTargets().in_us(), StallRules()
+    targets, rules = QualityTargets().in_us(), StallRules(stall=StallRule.configured())
     smoothed: list[Smoothed] = []
     for _trace, _span, start, offsets, content, tokens, paint in run(sql).rows:
         timeline = Timeline(int(start), np.array(offsets, np.int64), np.array(content, np.int64), np.array(paint))

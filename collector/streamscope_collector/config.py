@@ -12,6 +12,7 @@ from streamscope_collector.auth import Credentials
 from streamscope_collector.browser import DEFAULT_CLOCK_WINDOW_S as DEFAULT_BROWSER_CLOCK_WINDOW_S
 from streamscope_collector.browser import DEFAULT_MAX_REQUEST_BYTES as DEFAULT_MAX_BROWSER_REQUEST_BYTES
 from streamscope_collector.browser import DEFAULT_REQUESTS_PER_MINUTE as DEFAULT_BROWSER_REQUESTS_PER_MINUTE
+from streamscope_ingest.blocks.stalls import StallRule
 from streamscope_ingest.decode.limits import DEFAULT_LIMITS, SpanLimits
 from streamscope_ingest.durability.group_commit import GroupCommitConfig
 from streamscope_ingest.durability.spool import FsyncPolicy
@@ -35,7 +36,9 @@ class CollectorConfig:
     """Largest request body accepted, measured after decompression (HTTP 413 / gRPC RESOURCE_EXHAUSTED)."""
     limits: SpanLimits = DEFAULT_LIMITS
     """Spans per request, chunks and attributes per span, string lengths (see streamscope_ingest.decode.limits)."""
-    stall_threshold_us: int = field(default_factory=env.stall_threshold_us)
+    stall: StallRule = field(default_factory=StallRule.configured)
+    """What a stall is (``STREAMSCOPE_STALL_THRESHOLD_MS`` sets its threshold): decoding counts them, attribution
+    names them."""
     tenant: str = "default"
     """The tenant of every request while authentication is off (no ``tokens``)."""
     tokens: Mapping[str, str] = field(default_factory=dict)

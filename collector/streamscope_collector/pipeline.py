@@ -34,6 +34,7 @@ from streamscope.errors import RetryableWriteError
 from streamscope_collector.admission import Reservation
 from streamscope_collector.metrics import SelfMetrics
 from streamscope_ingest.blocks.batch import DecodedBatch, Rejection
+from streamscope_ingest.blocks.stalls import StallRule
 from streamscope_ingest.decode.chunk_events import TraceRequestView
 from streamscope_ingest.decode.limits import DEFAULT_LIMITS, SpanLimits
 from streamscope_ingest.decode.logs import decode_logs
@@ -125,7 +126,7 @@ class ExportPipeline:
         self,
         writer: GroupCommitWriter,
         *,
-        stall_threshold_us: int,
+        stall: StallRule,
         write_timeout_s: float,
         store_wait_s: float,
         metrics: SelfMetrics,
@@ -136,9 +137,7 @@ class ExportPipeline:
         self._write_timeout_s = write_timeout_s
         self._store_wait_s = store_wait_s
         self._decoders: dict[str, Callable[[Message, str], DecodedBatch]] = {
-            TRACES.name: lambda request, tenant: decode_traces(
-                request, tenant=tenant, stall_threshold_us=stall_threshold_us, limits=limits
-            ),
+            TRACES.name: lambda request, tenant: decode_traces(request, tenant=tenant, stall=stall, limits=limits),
             LOGS.name: lambda request, tenant: decode_logs(request, tenant=tenant),
             METRICS.name: lambda request, tenant: decode_metrics(request, tenant=tenant, limits=limits),
         }

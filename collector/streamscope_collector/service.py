@@ -47,6 +47,7 @@ from streamscope_collector.serving import (
 )
 from streamscope_collector.store_link import StoreClients, StoreLink
 from streamscope_ingest import store
+from streamscope_ingest.analysis.attribution import StallRules
 from streamscope_ingest.analysis.attribution_job import JOB, PeriodicAttribution
 from streamscope_ingest.durability.group_commit import GroupCommitConfig, GroupCommitWriter
 from streamscope_ingest.durability.spool import Spool
@@ -142,7 +143,10 @@ class Collector:
             assert self.admission is not None, "admission is set up before the store opens"
             memory = self.admission.budget.memory
             lease = Lease(reads, writes, JOB)
-            job = AttributionInRoom(memory, self.metrics.chunks_per_stream, reads, insert_client=writes, lease=lease)
+            rules = StallRules(stall=self.config.stall)
+            job = AttributionInRoom(
+                memory, self.metrics.chunks_per_stream, reads, rules, insert_client=writes, lease=lease
+            )
             self._attribution = PeriodicAttribution(job, self.config.attribution_interval_s).start()
 
     def start(self) -> Collector:
@@ -165,7 +169,7 @@ class Collector:
         self._writer = writer = GroupCommitWriter(spool, link, pacing, observer=metrics)
         self.pipeline = ExportPipeline(
             writer,
-            stall_threshold_us=self.config.stall_threshold_us,
+            stall=self.config.stall,
             write_timeout_s=self.config.write_timeout_s,
             store_wait_s=self.config.store_wait_s,
             metrics=metrics,

@@ -123,7 +123,7 @@ def test_tool_calls_of_streams_decoded_before_their_pause_was_kept_count_but_sta
         offsets = [10, 20, 30, 30 + pause_ms, 40 + pause_ms]
         span = stream_span(trace, 1, side="client", offsets_ms=offsets, tokens=[1] * 5, start_ns=T0,
                            attributes={sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK: 3})  # fmt: skip
-        return decode_traces(trace_request([span]), tenant="", stall_threshold_us=400_000)
+        return decode_traces(trace_request([span]), tenant="")
 
     earlier = decoded(1, 900)
     earlier.blocks["streams"] = earlier.blocks["streams"].drop_columns(["tool_call_pause_us"])

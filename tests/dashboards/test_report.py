@@ -18,9 +18,9 @@ from streamscope_dashboards.panels.attribution import ATTRIBUTED_STALL
 from streamscope_dashboards.panels.common import SLO_US
 from streamscope_dashboards.report import build_report, interval_for, parse_duration, title_line
 from streamscope_dashboards.report_html import render_html
-from streamscope_ingest.analysis.attribution import StallRules
 from streamscope_ingest.analysis.attribution_job import AttributionJob
 from streamscope_ingest.analysis.smoothing import Buffer
+from streamscope_ingest.blocks.stalls import StallRule
 from streamscope_ingest.store import sql
 from tests.support import T0, store_spans, stream_span
 
@@ -411,12 +411,12 @@ def test_the_report_says_which_tokens_per_chunk_is_a_median_and_which_a_mean(sto
 
 
 def test_the_stall_panels_state_attributions_threshold_beside_the_slos():
-    rules = StallRules()
-    stated = re.search(r"at least (\d+) ms, or .*at least (\d+) ms and (\d+)x", ATTRIBUTED_STALL)
+    rule = StallRule()
+    stated = re.search(r"longer than (\d+) ms, or .*at least (\d+) ms and (\d+)x", ATTRIBUTED_STALL)
     assert stated and tuple(int(n) for n in stated.groups()) == (
-        rules.absolute_us // 1000,
-        rules.relative_floor_us // 1000,
-        int(rules.relative_factor),
+        rule.threshold_us // 1000,
+        rule.relative_floor_us // 1000,
+        int(rule.relative_factor),
     )
     assert f"{SLO_US // 1000} ms SLO" in ATTRIBUTED_STALL
     for panel in PANELS:

@@ -78,6 +78,7 @@ def report(
     from streamscope_dashboards.report import build_report, parse_duration
     from streamscope_dashboards.report_html import write_html
     from streamscope_dashboards.report_terminal import print_report
+    from streamscope_ingest.blocks.stalls import StallRule
 
     end = end.replace(tzinfo=UTC) if end else datetime.now(UTC)
     if start is None:
@@ -91,7 +92,7 @@ def report(
     buffer = _buffer(smoothing)
     chosen = {**variables, "side": (side,)}
     with opened_store(storage_dsn or env.default_storage_dsn(), collector_url) as run:
-        built = build_report(run, start, end, env.stall_threshold_us(), chosen)
+        built = build_report(run, start, end, StallRule.configured().threshold_us, chosen)
         if buffer is not None:
             from streamscope_cli.smoothing_report import smoothing_panel
 

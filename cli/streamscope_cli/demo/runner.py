@@ -28,6 +28,7 @@ from streamscope_dashboards.macros import QueryContext
 from streamscope_ingest import store
 from streamscope_ingest.analysis.attribution_job import AttributionJob, PeriodicAttribution
 from streamscope_ingest.analysis.evaluation import STALL_CAUSES, Score, score
+from streamscope_ingest.blocks.stalls import StallRule
 from streamscope_ingest.store import sql
 
 
@@ -49,13 +50,14 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> Summary:
     if config.streams is not None:
         scenario = replace(scenario, load=replace(scenario.load, streams=config.streams))
     set_default_encoding(config.encoding)
-    stall_us = env.stall_threshold_us()
+    stall = StallRule.configured()
+    stall_us = stall.threshold_us
     collector = Collector(
         CollectorConfig(
             storage_dsn=config.storage_dsn,
             http_port=0,
             grpc_port=None,
-            stall_threshold_us=stall_us,
+            stall=stall,
             attribution_interval_s=None,  # attributed once, below, when the run is complete
             cors_origins=_chat_origins(config.chat_port),
         )
@@ -87,7 +89,7 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> Summary:
                 "GROUP BY cause ORDER BY cause",
                 parameters=params,
             ).result_rows,
-            score(client, since),
+            score(client, since, stall),
         )
         stalls = client.query(
             "SELECT cause, count() FROM stalls WHERE start_time >= {since:DateTime64(6)} GROUP BY cause ORDER BY cause",

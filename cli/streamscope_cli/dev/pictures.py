@@ -18,6 +18,7 @@ from streamscope import env
 from streamscope_cli.query import opened_store
 from streamscope_dashboards.report import build_report, parse_duration
 from streamscope_dashboards.report_html import render_html
+from streamscope_ingest.blocks.stalls import StallRule
 
 CHROMIUM_FLAGS = (
     "--headless",
@@ -60,7 +61,7 @@ def main() -> None:
     args = parser.parse_args()
     end = datetime.now(UTC)
     with opened_store(args.storage, None) as run:
-        report = build_report(run, end - parse_duration(args.since), end, env.stall_threshold_us())
+        report = build_report(run, end - parse_duration(args.since), end, StallRule.configured().threshold_us)
     args.out.mkdir(parents=True, exist_ok=True)
     for item in report.panels:
         wanted = item.panel.key in args.panel if args.panel else item.panel.kind != "table"

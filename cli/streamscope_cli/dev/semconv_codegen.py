@@ -52,6 +52,20 @@ def _strings(name: str, values: list[str]) -> list[str]:
     return [f"{name}: Final = (", *(f'    "{v}",' for v in values), ")"]
 
 
+def _values_class(name: str, values: list[str]) -> list[str]:
+    """A namespace of one constant per value, so code names a value rather than spelling it."""
+    title = "".join(part.capitalize() for part in _constant(name).split("_"))
+    return [
+        "",
+        "",
+        f"class {title}Values:",
+        f'    """The values of ``{name}``."""',
+        "",
+        *(f'    {_constant(v)}: Final = "{v}"' for v in values),
+        "",
+    ]
+
+
 def render(registry: dict[str, Any]) -> str:
     """The Python source of the constants module for ``registry`` (the parsed YAML)."""
     lines = [
@@ -73,6 +87,7 @@ def render(registry: dict[str, Any]) -> str:
         lines.append(f'"""{_doc(attr)}"""')
         if "enum" in attr:
             lines.extend(_strings(f"{const}_VALUES", attr["enum"]))
+            lines.extend(_values_class(attr["name"], attr["enum"]))
         lines.append("")
     lines.append(f'METRIC_PREFIX: Final = "{registry["metric_prefix"]}"')
     lines.extend(_strings("METRIC_SOURCES", registry["metric_sources"]))

@@ -48,7 +48,7 @@ class ModelSpec:
     context_length: int = 4096
     seed: int = 1
     logit_scale: float = 6.0  # the spread of the logits of the tokens the model may say
-    residual_scale: float = 0.2  # how far each layer moves the residual stream
+    residual_scale: float = 0.1  # how far each layer moves the residual stream: the less, the more a draft agrees
 
 
 TINY = ModelSpec("tiny", n_embd=64, n_layer=2, n_head=2, n_head_kv=2, n_ff=128)
@@ -58,7 +58,8 @@ LARGER = ModelSpec("larger", n_embd=768, n_layer=12, n_head=12, n_head_kv=4, n_f
 """Tens of milliseconds a token on two cores: slow enough for batching and drafts to matter."""
 
 DRAFT = ModelSpec("draft", n_embd=768, n_layer=1, n_head=12, n_head_kv=4, n_ff=2048)
-"""LARGER's first layer alone, with its embeddings and output: LARGER's draft model."""
+"""LARGER's first layer alone, with its embeddings and output: LARGER's draft model (about half its drafted tokens
+accepted at the default sampling; a larger ``residual_scale`` on both makes it collapse, 0.15 to about a fifth)."""
 
 SPECS = {spec.name: spec for spec in (TINY, LARGER, DRAFT)}
 

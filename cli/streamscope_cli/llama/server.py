@@ -7,11 +7,12 @@ for speculative decoding (a draft model alone is loaded but not used), ``--spec-
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -32,7 +33,8 @@ class ServerOptions:
     context: int = 4096
     metrics: bool = True
     slots: bool = True
-    threads: int | None = None
+    threads: int = field(default_factory=lambda: max(1, (os.cpu_count() or 2) - 1))
+    """A core is left to the clients: on a shared core, llama.cpp's threads wait on each other for whole slices."""
     host: str = "127.0.0.1"
     port: int = 0
 
@@ -41,7 +43,7 @@ class ServerOptions:
         arguments += ["-c", str(self.context), "-np", str(self.parallel)]
         arguments += ["--metrics"] if self.metrics else []
         arguments += ["--slots"] if self.slots else ["--no-slots"]
-        arguments += ["-t", str(self.threads)] if self.threads else []
+        arguments += ["-t", str(self.threads)]
         if self.draft is not None:
             arguments += ["-md", str(self.draft), "--spec-type", "draft-simple"]
             arguments += ["--spec-draft-n-max", str(self.draft_max)]

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from streamscope.env import DEFAULT_STALL_THRESHOLD_MS
 from streamscope_dashboards.panels.common import STALL_FILTERS, VARIABLES, Panel, filters
+from streamscope_ingest.blocks.stalls import StallRule
 
+_RULE = StallRule()
 ATTRIBUTED_STALL = (
-    "A stall here is attribution's: a content gap of at least 400 ms, or one well over the stream's own rhythm "
-    "(at least 150 ms and 3x its median gap). Stall count, stall rate and ITL goodput count only gaps over the "
-    f"{DEFAULT_STALL_THRESHOLD_MS:g} ms SLO, so they can count fewer."
+    f"A stall here is attribution's: a content gap longer than {_RULE.threshold_us // 1000} ms, or one well over "
+    f"the stream's own rhythm (at least {_RULE.relative_floor_us // 1000} ms and {_RULE.relative_factor:g}x its "
+    "median gap). Stall count, stall rate and ITL goodput count only gaps over the "
+    f"{_RULE.threshold_us // 1000} ms SLO, so they can count fewer."
 )
-"""What the stall panels count, next to the SLO's single threshold (``StallRules``' defaults, which a test checks)."""
+"""What the stall panels count, next to the SLO's single threshold (the stall rule's defaults)."""
 
 STALLS_BY_CAUSE = Panel(
     "stalls_by_cause",

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from streamscope.env import DEFAULT_STALL_THRESHOLD_MS
+from streamscope_ingest.blocks.stalls import DEFAULT_THRESHOLD_US
 
 PanelKind = Literal["heatmap", "histogram", "timeseries", "table", "timeline", "stat"]
 
@@ -344,9 +344,10 @@ def figure_at(level: float, figure: str) -> str:
     return _of_figure(figure_quantile(level, "histogram", "counted", f"{figure}_{round(level * 100)}"), figure)
 
 
-SLO_US = int(DEFAULT_STALL_THRESHOLD_MS * 1000)
+SLO_US = DEFAULT_THRESHOLD_US
 """A client stream meets the ITL SLO when every gap between its content chunks is within the default stall
-threshold (400 ms): a longer gap is a freeze the reader sees, the line stall counts and ITL goodput draw too."""
+threshold (``streamscope_ingest.blocks.stalls``): a longer gap is a freeze the reader sees, the line stall counts
+and ITL goodput draw too."""
 
 GOODPUT_TARGET = 0.99
 """Share of client streams that must meet it (ITL goodput). One stream in a hundred with a freeze keeps a chat

@@ -1,8 +1,7 @@
 """Stall attribution: find the stalls of one stream and name what caused each, with the evidence used.
 
-A stall is a gap between content chunks over the absolute threshold, or well over the stream's own median
-(a stream that normally ticks every 40 ms stalls at 200 ms), in what the reader saw: a browser's chunks count
-from the frame that painted them. For each client stall:
+A stall is what ``streamscope_ingest.blocks.stalls`` says, in what the reader saw: a browser's chunks count from
+the frame that painted them. For each client stall:
 
 0. On a browser, the part of the gap after the chunk that ended it had arrived is the screen's: the page had the
    chunk and had not shown it (the app's render work, or a main thread too busy to paint). When it is the larger
@@ -76,21 +75,40 @@ from functools import partial
 
 import numpy as np
 
+from streamscope.semconv import StreamscopeTruthCauseValues as Cause
+from streamscope_ingest.blocks.stalls import StallRule
+
+UNKNOWN = "unknown"
+"""The cause of a stall nothing seen explains (the conventions' causes are ``StreamscopeTruthCauseValues``)."""
+
+SEEN = 0.85
+"""Confidence when the evidence names the cause: the node's event in the window, the reader's own host watch, the
+screen's frame, a gateway's flushes."""
+HICCUP = 0.75
+"""A connection's hiccup told from the flushes of a buffering gateway around it."""
+INFERRED = 0.6
+"""The cause the stall had anyway, inferred: the reader's host idle for a third of a wait nothing on the node
+explains, a draft's rhythm slowing with no acceptance drop seen, an endpoint that held its streams together."""
+CIRCUMSTANTIAL = 0.5
+"""What the circumstances allow and no more: a host that froze earlier in the wait, a pause many streams shared,
+a node slow for all its streams."""
+UNEXPLAINED = 0.3
+"""Nothing seen explains the stall."""
+
 GPU_FAULTS = frozenset({"xid", "gpu_lost", "gpu_unavailable"})
 """Node events of a GPU that stopped running work: an XID error, the GPU lost or unavailable."""
-HIGH_WATER_ONLY = 0.5
+HIGH_WATER_ONLY = CIRCUMSTANTIAL
 """The confidence of ``kv_pressure`` from a KV cache over its high-water mark with no preemption seen: a node
 condition, not evidence about the stream, so the client's own host evidence outranks it."""
-PER_REQUEST_CAUSES = ("kv_pressure", "spec_decode")
+PER_REQUEST_CAUSES = (Cause.KV_PRESSURE, Cause.SPEC_DECODE)
 """Engine causes that delay the requests they hit (a preempted sequence, rejected drafts), not the whole node
 (a prefill in the batch delays every sequence decoding with it)."""
 
 
 @dataclass(frozen=True)
 class StallRules:
-    absolute_us: int = 400_000
-    relative_factor: float = 3.0
-    relative_floor_us: int = 150_000
+    stall: StallRule = field(default_factory=StallRule)
+    """What a stall is (``streamscope_ingest.blocks.stalls``); the rest is what each cause needs."""
     server_share: float = 0.5
     """The server's part of a client gap at least this share of it: the delay was at (or before) the server."""
     secondary_share: float = 0.25
@@ -202,8 +220,8 @@ class Stall:
     start_us: int
     end_us: int
     gap_us: int
-    cause: str = "unknown"
-    confidence: float = 0.3
+    cause: str = UNKNOWN
+    confidence: float = UNEXPLAINED
     server_gap_us: int | None = None
     server_seq: int | None = None
     path_delay_us: int | None = None
@@ -229,7 +247,7 @@ def find_stalls(timeline: Timeline, rules: StallRules) -> list[Stall]:
         return []
     gaps = np.diff(shown)
     median = float(np.median(gaps))
-    stalled = np.flatnonzero(stalls_among(gaps, median, rules))
+    stalled = np.flatnonzero(rules.stall.stalls_among(gaps, median))
     return [
         Stall(
             seq=int(index[k + 1]),
@@ -241,13 +259,6 @@ def find_stalls(timeline: Timeline, rules: StallRules) -> list[Stall]:
         )
         for k in stalled
     ]
-
-
-def stalls_among(gaps: np.ndarray, median: float | np.ndarray, rules: StallRules) -> np.ndarray:
-    """Which of a stream's ``gaps`` (as shown) are stalls by ``rules``: long, or long and many times the median
-    gap. ``gaps`` may be rows of one stream shown in several ways, each with its ``median`` (a column)."""
-    usual = np.maximum(median, 1.0)
-    return (gaps >= rules.absolute_us) | ((gaps >= rules.relative_floor_us) & (gaps >= rules.relative_factor * usual))
 
 
 @dataclass(frozen=True)
@@ -399,7 +410,7 @@ def attribute(
         server_part = _server_part(wait, stall.path_delay_us)
         # the client's own host not reading is part of the chunk's lateness after it was sent, at most all of it
         host_part = min(int(host[k]), wait - server_part) if host is not None else 0
-        parts = {"server": server_part, "client_host": host_part, "network": wait - server_part - host_part}
+        parts = {"server": server_part, Cause.CLIENT_HOST: host_part, "network": wait - server_part - host_part}
         stall.evidence.update(
             server_gap_ms=f"{server_gap / 1000:.1f}",
             client_gap_ms=f"{stall.gap_us / 1000:.1f}",
@@ -418,7 +429,7 @@ def attribute(
         )
         primary = max(parts, key=lambda part: parts[part])  # ties: the server, then the host
         secondary = max((part for part in parts if part != primary), key=lambda part: parts[part])
-        if parts[secondary] >= rules.secondary_share * stall.gap_us and (secondary != "server" or engine != "unknown"):
+        if parts[secondary] >= rules.secondary_share * stall.gap_us and (secondary != "server" or engine != UNKNOWN):
             stall.evidence["secondary_cause"] = engine if secondary == "server" else secondary
         if primary == "server":
             stall.cause, stall.confidence = engine, confidence
@@ -426,19 +437,19 @@ def attribute(
             if engine in PER_REQUEST_CAUSES and shared_hosts is not None:
                 hosts = list(shared_hosts()) if hosts is None else hosts
                 _node_slow(stall, window, hosts, rules)
-            unexplained = stall.cause == "unknown" or stall.confidence <= HIGH_WATER_ONLY
+            unexplained = stall.cause == UNKNOWN or stall.confidence <= HIGH_WATER_ONLY
             if unexplained and host is not None and host[k] >= rules.host_share * wait:
                 # nothing that hit this request explains the server's part (or its node was silent for every
                 # stream); the reader could not have read for this long anyway
-                stall.cause, stall.confidence = "client_host", 0.6
+                stall.cause, stall.confidence = Cause.CLIENT_HOST, INFERRED
             elif unexplained and held is not None and held[k] >= rules.host_share * wait:
                 # the reader's host froze earlier in the wait and the server fell silent as well: one host (an
                 # engine beside its load generator), which sent late once it ran again
-                stall.cause, stall.confidence = "client_host", 0.5
+                stall.cause, stall.confidence = Cause.CLIENT_HOST, CIRCUMSTANTIAL
                 stall.evidence["host_held_ms"] = f"{held[k] / 1000:.1f}"
-        elif primary == "client_host":
-            stall.cause, stall.confidence = "client_host", 0.85
-            host_held[k] = (stall, parts["client_host"])
+        elif primary == Cause.CLIENT_HOST:
+            stall.cause, stall.confidence = Cause.CLIENT_HOST, SEEN
+            host_held[k] = (stall, parts[Cause.CLIENT_HOST])
         else:
             # what the path held the chunk for: all its lateness the host does not explain, whether or not the
             # content before it came late too (then only part of that hold fell in this gap)
@@ -493,7 +504,7 @@ def _host_alone(stall: Stall, host_us: int, rules: StallRules) -> None:
     """Without a server span, the client's own host still explains a stall it held for most of the wait."""
     stall.evidence["host_delay_ms"] = f"{host_us / 1000:.1f}"
     if host_us >= rules.server_share * stall.wait_us:
-        stall.cause, stall.confidence = "client_host", 0.85
+        stall.cause, stall.confidence = Cause.CLIENT_HOST, SEEN
 
 
 def _held_all_along(arrivals: Arrivals, first_held_us: int, network: list[int], rules: StallRules) -> bool:
@@ -529,7 +540,7 @@ def _gateway_held_longer(
             gateway[k] = (stall, flushed_us)
             stall.evidence.pop("secondary_cause", None)
             if host_us >= rules.secondary_share * stall.gap_us:
-                stall.evidence["secondary_cause"] = "client_host"
+                stall.evidence["secondary_cause"] = Cause.CLIENT_HOST
     return gateway
 
 
@@ -540,11 +551,11 @@ def _on_screen(stall: Stall, rules: StallRules) -> bool:
         return False
     stall.evidence["screen_part_ms"] = f"{stall.screen_us / 1000:.1f}"
     if stall.screen_us >= rules.server_share * stall.gap_us:
-        stall.cause, stall.confidence = "client_render", 0.85
+        stall.cause, stall.confidence = Cause.CLIENT_RENDER, SEEN
         stall.evidence["waiting_part_ms"] = f"{stall.wait_us / 1000:.1f}"
         return True
     if stall.screen_us >= rules.secondary_share * stall.gap_us:
-        stall.evidence["secondary_cause"] = "client_render"
+        stall.evidence["secondary_cause"] = Cause.CLIENT_RENDER
     return False
 
 
@@ -581,11 +592,11 @@ def _network_causes(
         if behind and hiccup:
             stall.evidence["hiccup"] = "left content behind" if left_behind else "stands out from the flushes"
         if hiccup and network_us < rules.connection_floor_us:
-            stall.cause, stall.confidence = "unknown", 0.3
+            stall.cause, stall.confidence = UNKNOWN, UNEXPLAINED
             stall.evidence["network"] = "held on the path for less than a retransmission timeout"
             continue
-        stall.cause = "connection" if hiccup else "network_buffering"
-        stall.confidence = 0.75 if hiccup else 0.85
+        stall.cause = Cause.CONNECTION if hiccup else Cause.NETWORK_BUFFERING
+        stall.confidence = HICCUP if hiccup else SEEN
 
 
 def _server_part(gap_us: int, path_delay_us: int) -> int:
@@ -615,7 +626,7 @@ def _shared_pause(
         held, telling = verdicts.count(True), len(verdicts) - verdicts.count(None)
         if held >= rules.pause_witnesses and 2 * held >= telling:
             path = host.kind == "endpoint" and network_us >= rules.connection_floor_us
-            stall.cause, stall.confidence = ("connection", 0.6) if path else ("unknown", 0.5)
+            stall.cause, stall.confidence = (Cause.CONNECTION, INFERRED) if path else (UNKNOWN, CIRCUMSTANTIAL)
             stall.evidence["held_together_with"] = f"{held} of {telling} streams in flight on {host.kind} {host.name}"
             return True
     return False
@@ -632,7 +643,7 @@ def _node_slow(stall: Stall, window: tuple[int, int], hosts: list[SharedHost], r
         silent, served = verdicts.count(True), len(verdicts) - verdicts.count(None)
         if silent >= rules.pause_witnesses and 2 * silent > served:
             stall.evidence["not_blamed"] = stall.cause
-            stall.cause, stall.confidence = "unknown", 0.5
+            stall.cause, stall.confidence = UNKNOWN, CIRCUMSTANTIAL
             stall.evidence["silent_together_with"] = f"{silent} of {served} streams served on node {host.name}"
 
 
@@ -683,24 +694,24 @@ def _engine_cause(
     }
     evidence = {"node_events": ",".join(sorted(seen))} if seen else {}
     if "prefill_burst" in seen:
-        return "prefill_interference", 0.85, evidence
+        return Cause.PREFILL_INTERFERENCE, SEEN, evidence
     if spec_active or "spec_acceptance_drop" in seen:
         ruled_out = collapse_ruled_out()
         if ruled_out is None:
             if "spec_acceptance_drop" in seen:
-                return "spec_decode", 0.85, evidence
-            return "spec_decode", 0.6, {**evidence, "node": "speculative decoding active, its rhythm slowed"}
+                return Cause.SPEC_DECODE, SEEN, evidence
+            return Cause.SPEC_DECODE, INFERRED, {**evidence, "node": "speculative decoding active, its rhythm slowed"}
         evidence["spec_decode_ruled_out"] = ruled_out
     if "preemption" in seen:
-        return "kv_pressure", 0.85, evidence
+        return Cause.KV_PRESSURE, SEEN, evidence
     if seen & GPU_FAULTS:
-        return "gpu_fault", 0.85, evidence
+        return Cause.GPU_FAULT, SEEN, evidence
     if "throttle" in seen:
-        return "gpu_throttle", 0.85, evidence
+        return Cause.GPU_THROTTLE, SEEN, evidence
     if "kv_high_water" in seen:
         return (
-            "kv_pressure",
+            Cause.KV_PRESSURE,
             HIGH_WATER_ONLY,
             {**evidence, "kv": "KV cache over its high-water mark, no preemption seen"},
         )
-    return "unknown", 0.3, {**evidence, "node": "server late, no engine event that explains it"}
+    return UNKNOWN, UNEXPLAINED, {**evidence, "node": "server late, no engine event that explains it"}

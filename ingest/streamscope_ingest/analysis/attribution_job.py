@@ -40,6 +40,7 @@ from streamscope_ingest.analysis.pass_inputs import EPOCH, SettledStream, read_i
 from streamscope_ingest.analysis.smoothing import DEPTHS_MS, Buffer
 from streamscope_ingest.analysis.verdicts import TIMED, QualityTargets, Verdicts, judge
 from streamscope_ingest.blocks import columns
+from streamscope_ingest.blocks.stalls import StallRule
 from streamscope_ingest.rollups.stream_histograms import smoothing_histograms
 from streamscope_ingest.store.arrow_insert import insert_arrow
 from streamscope_ingest.store.lease import Lease
@@ -70,7 +71,7 @@ class AttributionJob:
         self._client = client
         self._insert_client = insert_client or client
         self.lease = lease
-        self.rules = rules or StallRules()
+        self.rules = rules or StallRules(stall=StallRule.configured())
         self.settle_s = settle_s
         self.quality = quality or QualityTargets()
         self.pass_streams = pass_streams

@@ -48,23 +48,25 @@ from typing import NamedTuple
 from clickhouse_connect.driver.client import Client
 
 from streamscope import semconv as sc
+from streamscope.semconv import StreamscopeTruthCauseValues as Cause
 from streamscope_ingest import store
+from streamscope_ingest.blocks.stalls import StallRule
 
 STALL_CAUSES = tuple(c for c in sc.STREAMSCOPE_TRUTH_CAUSE_VALUES if c != "chunking_regression")
 DELAY_CAUSES = (
-    "kv_pressure",
-    "prefill_interference",
-    "spec_decode",
-    "gpu_throttle",
-    "gpu_fault",
-    "network_buffering",
-    "connection",
+    Cause.KV_PRESSURE,
+    Cause.PREFILL_INTERFERENCE,
+    Cause.SPEC_DECODE,
+    Cause.GPU_THROTTLE,
+    Cause.GPU_FAULT,
+    Cause.NETWORK_BUFFERING,
+    Cause.CONNECTION,
 )
 """Causes whose ground-truth magnitude is the delay they added (others measure something else): the network's and
 the engine's."""
-HOST_CAUSE = "client_host"
+HOST_CAUSE = Cause.CLIENT_HOST
 """The cause of host-level records (no trace id) that label stalls by time."""
-PATH_HOLDS = ("network_buffering", "connection")
+PATH_HOLDS = (Cause.NETWORK_BUFFERING, Cause.CONNECTION)
 """Causes that held a stream's content on the path: a server delay inside one did not reach the client."""
 MATCH_SLACK_US = 100_000
 EXPLAINING_SHARE = 1 / 3
@@ -170,7 +172,10 @@ class Record(NamedTuple):
         return self.first_held is not None and server_seq is not None and self.first_held > server_seq
 
 
-def score(client: Client, since: datetime, absolute_us: int = 400_000) -> Score:
+def score(client: Client, since: datetime, stall: StallRule | None = None) -> Score:
+    """How the stalls attributed since ``since`` match the ground truth; an injected delay is one attribution had
+    to find when ``stall`` (default: as configured) calls it a stall."""
+    stall = stall or StallRule.configured()
     with store.translated_errors():
         stalls = client.query(STALLS_SQL, parameters={"since": since}).result_rows
         truths = client.query(TRUTH_SQL, parameters={"since": since}).result_rows
@@ -219,13 +224,13 @@ def score(client: Client, since: datetime, absolute_us: int = 400_000) -> Score:
             )
     for trace, records in by_trace.items():
         for r in records:
-            detectable = r.cause in DELAY_CAUSES and r.delayed_content and r.magnitude_s * 1e6 >= absolute_us
+            detectable = r.cause in DELAY_CAUSES and r.delayed_content and stall.over_threshold(r.magnitude_s * 1e6)
             masked = r.cause not in PATH_HOLDS and any(s <= r.start_us and r.end_us <= e for s, e in holds[trace])
             if detectable and not masked and (trace, r.start_us, r.end_us) not in hit:
                 result.undetected[r.cause] += 1
     for r in host_records:
         mid_answer = any(first < r.start_us and r.end_us < last for first, last in answering)
-        if r.end_us - r.start_us >= absolute_us and mid_answer and ("", r.start_us, r.end_us) not in hit:
+        if stall.over_threshold(r.end_us - r.start_us) and mid_answer and ("", r.start_us, r.end_us) not in hit:
             result.undetected[r.cause] += 1
     result.made_a_stall.update(record.cause for _, record in labelling)
     return result

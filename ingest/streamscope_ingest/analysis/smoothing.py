@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streamscope_ingest.analysis.attribution import StallRules, Timeline, stalls_among
+from streamscope_ingest.analysis.attribution import StallRules, Timeline
 from streamscope_ingest.analysis.quality import andes_qoes, fluidity_indices, of_row
 
 DEPTHS_MS = (100, 250, 500)
@@ -121,7 +121,7 @@ def smooth_each(
     andes = andes_qoes(shown_as, counts, targets.expected_ttft_us, targets.reading_tokens_per_s)
     gaps_as = np.diff(shown_as, axis=1)
     medians = np.vstack(([[median_us]], np.median(gaps_as[1:], axis=1, keepdims=True)))  # the seen one known
-    stalls = stalls_among(gaps_as, medians, rules).sum(axis=1)
+    stalls = rules.stall.stalls_among(gaps_as, medians).sum(axis=1)
     longest = gaps_as.max(axis=1)
     return [
         Smoothed(

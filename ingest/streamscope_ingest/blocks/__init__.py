@@ -1,1 +1,2 @@
-"""The column blocks every layer shares: each table's Arrow schema, a decoded batch, Arrow IPC streams."""
+"""The column blocks every layer shares: each table's Arrow schema, a decoded batch, Arrow IPC streams, and what a
+stall is."""

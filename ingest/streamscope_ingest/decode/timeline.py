@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from streamscope_ingest.blocks.columns import KIND_ASIDE, KIND_CONTENT, KIND_FIRST, KIND_LEAD, KIND_RETRACT
+from streamscope_ingest.blocks.stalls import StallRule
 
 QUANTILES = (0.5, 0.95, 0.99)
 HEAD_WINDOW_US = 200_000
@@ -124,7 +125,7 @@ def stream_stats(
     content_bytes: np.ndarray,
     wire_bytes: np.ndarray | None,
     timeline: Timeline,
-    stall_threshold_us: int,
+    stall: StallRule,
 ) -> StreamStats:
     n = lengths.size
     stream = timeline.stream
@@ -176,7 +177,7 @@ def stream_stats(
         gap_quantiles_us=quantiles,
         gap_max_us=pick(count - 1),
         jitter_ratio=jitter,
-        stall_count=per_stream_sum(itl_mask & (timeline.gap_us > stall_threshold_us), np.uint32),
+        stall_count=per_stream_sum(itl_mask & stall.over_threshold(timeline.gap_us), np.uint32),
         chunks_by_tokens=content_chunks_by_tokens(stream, timeline.kind, tokens, n),
     )
 

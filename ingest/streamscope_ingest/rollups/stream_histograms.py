@@ -22,8 +22,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streamscope.env import DEFAULT_STALL_THRESHOLD_MS
 from streamscope_ingest.blocks import columns
+from streamscope_ingest.blocks.stalls import DEFAULT_THRESHOLD_US
 from streamscope_ingest.rollups.gap_histograms import BUCKET_RATIO, STEPS_S, label_groups
 
 ZERO = -32768
@@ -39,7 +39,7 @@ SIZED = ("full", "partial")
 """The coverages of streams whose chunks' sizes are known (``streams.coverage``)."""
 TIMED = ("full", "arrivals")
 """The coverages of streams whose every chunk's arrival is known."""
-SLO_US = round(DEFAULT_STALL_THRESHOLD_MS * 1000)
+SLO_US = DEFAULT_THRESHOLD_US
 """The ITL SLO the dashboards and alert rules read (``streamscope_dashboards.panels.common.SLO_US``): ``over_slo``
 counts the streams with a content gap over it (migration 0033 writes it as a number; a test compares)."""
 SMOOTHING_LABELS = ("tenant", "side", "service", "model", "depth_ms")

@@ -104,7 +104,7 @@ def write(client, spans: list[Span], events: list[LogRecord], tenant: str = "t")
             )
         ]
     )
-    writer.write([decode_traces(request, tenant=tenant, stall_threshold_us=400_000)])
+    writer.write([decode_traces(request, tenant=tenant)])
     logs = ExportLogsServiceRequest(
         resource_logs=[
             ResourceLogs(

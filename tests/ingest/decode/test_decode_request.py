@@ -21,7 +21,7 @@ from tests.support import T0, any_value, event_span, plain_stream_span, stream_s
 
 
 def _decoded(*spans):
-    batch = decode_traces(trace_request(spans), tenant="t", stall_threshold_us=400_000)
+    batch = decode_traces(trace_request(spans), tenant="t")
     assert not batch.rejected, batch.rejection_message("span")
     arrays = batch.blocks["chunk_arrays"]
     assert arrays.schema == columns.CHUNKS_DECODED
@@ -43,7 +43,6 @@ def test_a_streams_arrays_of_zeros_are_decoded_empty_as_the_store_keeps_them():
             ]
         ),
         tenant="t",
-        stall_threshold_us=400_000,
     )
     arrays = batch.blocks["chunk_arrays"]
     assert arrays["paint_delay_us"].to_pylist() == [[], [0, 12], []]
@@ -84,14 +83,14 @@ def test_spans_starting_more_days_apart_than_a_request_may_span_are_rejected_and
         stream_span(100 + day, 1, side="browser", offsets_ms=[0], tokens=[1], start_ns=T0 - day * DAY_NS)
         for day in range(150)
     ]
-    batch = decode_traces(trace_request(spread), tenant="t", stall_threshold_us=400_000)
+    batch = decode_traces(trace_request(spread), tenant="t")
     assert len(batch.rejected) == 143
     assert "a request may span 7 days" in batch.rejection_message("span")
     assert sorted(batch.blocks["streams"]["trace_id"].to_pylist()) == [f"{100 + day:032x}" for day in range(7)]
 
     stray = stream_span(1, 1, side="client", offsets_ms=[0], tokens=[1], start_ns=T0 - 200 * DAY_NS)
     usual = [stream_span(2 + i, 1, side="client", offsets_ms=[0], tokens=[1], start_ns=T0 + i) for i in range(3)]
-    batch = decode_traces(trace_request([*usual, stray]), tenant="t", stall_threshold_us=400_000)
+    batch = decode_traces(trace_request([*usual, stray]), tenant="t")
     assert [r.subject for r in batch.rejected] == [f"span {1:016x} of trace {1:032x}"]
     assert batch.blocks["streams"].num_rows == 3
 
@@ -159,7 +158,7 @@ def test_a_malformed_host_delay_rejects_its_span_only(host_delay_us, watch, reas
         stream_span(7, 7, side="client", offsets_ms=[1, 2, 3], tokens=[1, 1, 1]), host_delay_us, watch
     )
     good = with_host_delay(stream_span(8, 8, side="client", offsets_ms=[1], tokens=[1]), [5], "thread")
-    batch = decode_traces(trace_request([bad, good]), tenant="t", stall_threshold_us=400_000)
+    batch = decode_traces(trace_request([bad, good]), tenant="t")
     (rejection,) = batch.rejected
     assert reason in rejection.reason
     assert batch.blocks["streams"]["trace_id"].to_pylist() == [f"{8:032x}"]
@@ -176,7 +175,7 @@ def test_a_string_over_the_limit_is_stored_cut_and_its_span_named_in_the_warning
         tokens=[1],
         attributes={sc.GEN_AI_REQUEST_MODEL: long_model, "note": long_note},
     )
-    batch = decode_traces(trace_request([span]), tenant="t", stall_threshold_us=400_000)
+    batch = decode_traces(trace_request([span]), tenant="t")
     subject = f"span {(9).to_bytes(8, 'big').hex()} of trace {(7).to_bytes(16, 'big').hex()}"
     # the columns cut, then the attributes
     assert batch.warnings == [f"{subject}: request_model, model, note cut to 65536 characters"]
@@ -197,9 +196,7 @@ def test_a_string_over_the_limit_is_stored_cut_and_its_span_named_in_the_warning
 def test_any_one_string_over_the_limit_is_cut(attributes, name, cut):
     span = stream_span(7, 9, side="client", offsets_ms=[10], tokens=[1], attributes=attributes)
     span.name = name
-    batch = decode_traces(
-        trace_request([span]), tenant="t", stall_threshold_us=400_000, limits=SpanLimits(max_string_length=40)
-    )
+    batch = decode_traces(trace_request([span]), tenant="t", limits=SpanLimits(max_string_length=40))
     assert batch.warnings == [f"{_subject(7, 9)}: {cut} cut to 40 characters"]
 
 
@@ -209,9 +206,7 @@ def test_strings_each_within_the_limit_are_kept_whole_however_long_together():
         7, 9, side="client", offsets_ms=[10], tokens=[1], attributes={**notes, sc.GEN_AI_RESPONSE_ID: "i" * 40}
     )
     span.name = "n" * 40
-    batch = decode_traces(
-        trace_request([span]), tenant="t", stall_threshold_us=400_000, limits=SpanLimits(max_string_length=40)
-    )
+    batch = decode_traces(trace_request([span]), tenant="t", limits=SpanLimits(max_string_length=40))
     assert batch.warnings == []
     stored = batch.blocks["streams"].to_pylist()[0]
     assert (stored["span_name"], stored["response_id"]) == ("n" * 40, "i" * 40)
@@ -237,7 +232,7 @@ def _both_forms(spans):
     """The request decoded with its arrays as int values (read span by span) and as bytes (read together)."""
     results = []
     for request_spans in (spans, [as_bytes(span) for span in spans]):
-        batch = decode_traces(trace_request(request_spans), tenant="t", stall_threshold_us=400_000)
+        batch = decode_traces(trace_request(request_spans), tenant="t")
         blocks = {name: block.to_pydict() for name, block in batch.blocks.items()}
         results.append((blocks, [(r.subject, r.reason) for r in batch.rejected]))
     return results
@@ -288,7 +283,7 @@ def test_each_stream_keeps_the_attributes_of_its_own_resource():
     third = trace_request(spans[3:], "search")
     second.resource_spans[0].resource.Clear()
     first.resource_spans.extend([*second.resource_spans, *third.resource_spans])
-    batch = decode_traces(first, tenant="t", stall_threshold_us=400_000)
+    batch = decode_traces(first, tenant="t")
     streams = batch.blocks["streams"].to_pydict()
     assert streams["service"] == ["checkout", "checkout", "", "search", "search"]
     assert [dict(pairs) for pairs in streams["resource_attributes"]] == [

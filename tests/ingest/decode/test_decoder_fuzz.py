@@ -53,7 +53,7 @@ def decodes_or_refuses(kind: str, body: bytes) -> None:
         request = PARSERS[kind](body)
     except DecodeError:
         return  # the collector's 400
-    batch = decode_traces(request, tenant="t", stall_threshold_us=1000)
+    batch = decode_traces(request, tenant="t")
     assert batch.total_rows >= 0
     for rejection in batch.rejected:
         assert "internal error" not in rejection.reason, rejection
@@ -80,4 +80,4 @@ def test_mutated_json(data):
 def test_the_seeds_decode():
     for kind, body in SEEDS.items():
         request = PARSERS[kind](body)
-        assert decode_traces(request, tenant="t", stall_threshold_us=1000).rows("streams") == 3
+        assert decode_traces(request, tenant="t").rows("streams") == 3

@@ -141,7 +141,7 @@ def test_host_delays_as_a_javascript_sdk_sends_them_decode_beside_the_sdks_bytes
         stream_span(3, 3, side="browser", offsets_ms=[1, 2], tokens=[1, 1]),
         array(AnyValue(double_value=1.0), AnyValue(double_value=0.5)),
     )
-    batch = decode_traces(trace_request([browser, client, torn]), tenant="t", stall_threshold_us=400_000)
+    batch = decode_traces(trace_request([browser, client, torn]), tenant="t")
     assert [r.reason for r in batch.rejected] == [
         f"{sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US}: element 1 is double_value, not an integer"
     ]

@@ -78,7 +78,7 @@ def test_the_events_encoding_carries_retractions_too(store_client):
 def test_a_chunk_that_withdraws_more_than_was_shown_rejects_its_span_only():
     good = withdrawing(5, [10, 20], [4, 4], [0, 3])
     bad = withdrawing(6, [10, 20], [4, 0], [0, 5])
-    decoded = decode_traces(trace_request([good, bad]), tenant="t", stall_threshold_us=400_000)
+    decoded = decode_traces(trace_request([good, bad]), tenant="t")
     assert [r.reason for r in decoded.rejected] == [
         f"a chunk withdraws more content than was shown before it ({sc.STREAMSCOPE_CHUNKS_RETRACTED_BYTES})"
     ]

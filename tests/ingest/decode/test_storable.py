@@ -47,7 +47,7 @@ BAD_SPANS = {
 @pytest.mark.parametrize("bad", BAD_SPANS.values(), ids=BAD_SPANS.keys())
 def test_an_offset_past_the_latest_rejects_its_span_only_and_the_rest_is_stored(bad, store_client):
     good = plain_stream_span(1, [0, 10, 20])
-    batch = decode_traces(trace_request([good, bad()]), tenant="t", stall_threshold_us=400_000)
+    batch = decode_traces(trace_request([good, bad()]), tenant="t")
     assert [r.subject for r in batch.rejected] == [f"span {'02' * 8} of trace {'02' * 16}"]
     assert str(LATEST_OFFSET_US) in batch.rejected[0].reason or "offset" in batch.rejected[0].reason
     ClickHouseWriter(store_client).write([batch], "t")
@@ -57,7 +57,7 @@ def test_an_offset_past_the_latest_rejects_its_span_only_and_the_rest_is_stored(
 
 def test_an_offset_at_the_latest_is_stored():
     span = plain_stream_span(1, [0, LATEST_OFFSET_US])
-    batch = decode_traces(trace_request([span]), tenant="t", stall_threshold_us=400_000)
+    batch = decode_traces(trace_request([span]), tenant="t")
     assert not batch.rejected
     assert batch.blocks["streams"]["gap_max_us"].to_pylist() == [2**32 - 1]  # a gap past UInt32 reads as its most
 
@@ -73,7 +73,7 @@ def test_a_time_to_first_token_another_source_measured_past_a_stream_is_stored_u
         end_time_unix_nano=T0 + 10**9,
         attributes=[KeyValue(key="gen_ai.latency.time_to_first_token", value=any_value(ttft_s))],
     )
-    batch = decode_traces(trace_request([span], scope="vllm.tracing.otel"), tenant="t", stall_threshold_us=400_000)
+    batch = decode_traces(trace_request([span], scope="vllm.tracing.otel"), tenant="t")
     assert not batch.rejected
     ClickHouseWriter(store_client).write([batch], "t")
     assert store_client.query("SELECT ttft_us FROM streams").result_rows == [(stored,)]
@@ -84,6 +84,6 @@ def test_a_span_starting_past_the_times_the_store_holds_is_rejected_alone():
     late.start_time_unix_nano, late.end_time_unix_nano = LATEST_START_NS + 1, LATEST_START_NS + 10**9
     last = plain_stream_span(1, [0, LATEST_OFFSET_US])
     last.start_time_unix_nano, last.end_time_unix_nano = LATEST_START_NS, LATEST_START_NS + 10**9
-    batch = decode_traces(trace_request([last, late]), tenant="t", stall_threshold_us=400_000)
+    batch = decode_traces(trace_request([last, late]), tenant="t")
     assert [r.subject for r in batch.rejected] == [f"span {'02' * 8} of trace {'02' * 16}"]
     assert batch.blocks["streams"]["span_id"].to_pylist() == ["01" * 8]

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamscope_ingest.blocks.columns import CHUNK_KINDS
+from streamscope_ingest.blocks.stalls import StallRule
 from streamscope_ingest.decode.timeline import HEAD_WINDOW_US, build_timeline, content_chunks_by_tokens, stream_stats
 
 chunk = st.tuples(st.integers(0, 2_000_000), st.integers(0, 3))  # (wait µs, content bytes)
@@ -65,7 +66,7 @@ def test_vectorised_timeline_equals_reference(streams, threshold):
     content = np.array([size for s in streams for _, size in s], dtype=np.int64)
     ones = np.ones(offsets.size, dtype=np.int64)
     timeline = build_timeline(lengths, offsets, content)
-    stats = stream_stats(lengths, offsets, ones, content, ones, timeline, threshold)
+    stats = stream_stats(lengths, offsets, ones, content, ones, timeline, StallRule(threshold))
     assert [CHUNK_KINDS[k] for k in timeline.kind] == [k for r in refs for k in r[1]]
     assert timeline.gap_us.tolist() == [g for r in refs for g in r[2]]
     for i, (_, _, _, expected) in enumerate(refs):
@@ -97,7 +98,8 @@ def test_gap_quantiles_of_streams_of_very_unequal_lengths():
     offsets = np.array([o for r in refs for o in r[0]], dtype=np.int64)
     content = np.array([size for s in streams for _, size in s], dtype=np.int64)
     ones = np.ones(offsets.size, dtype=np.int64)
-    stats = stream_stats(lengths, offsets, ones, content, ones, build_timeline(lengths, offsets, content), 50_000)
+    timeline = build_timeline(lengths, offsets, content)
+    stats = stream_stats(lengths, offsets, ones, content, ones, timeline, StallRule(50_000))
     for level, name in ((0.5, "p50"), (0.95, "p95"), (0.99, "p99")):
         assert [value(stats.gap_quantiles_us[level], i) for i in range(len(streams))] == [r[3][name] for r in refs]
     assert [value(stats.gap_max_us, i) for i in range(len(streams))] == [r[3]["max"] for r in refs]

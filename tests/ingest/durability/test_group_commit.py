@@ -148,7 +148,7 @@ def test_streams_spooled_before_their_chunks_were_counted_by_tokens_get_the_coun
     request = request_of(
         plain_stream_span(0xA1, [10, 20, 30, 40], tokens=[2, 5, 2, 2]), plain_stream_span(0xB2, [10, 20], tokens=[3, 1])
     )
-    old = decode_traces(request, tenant="before", stall_threshold_us=1)
+    old = decode_traces(request, tenant="before")
     streams = old.blocks["streams"]
     old.blocks["streams"] = streams.drop_columns(["content_chunks_by_tokens"])
     write_through_the_spool(tmp_path, store_client, [old, batch(0xC3, "after")])
@@ -166,7 +166,7 @@ def test_streams_spooled_before_their_chunks_were_counted_by_tokens_get_the_coun
 def test_streams_spooled_before_coverage_was_decoded_are_written_as_what_they_were(tmp_path, store_client):
     """A streams block without source and coverage (an earlier version decoded it), left in the spool beside one
     in the current layout, is written as streamscope's own, full unless its timeline was truncated."""
-    old = decode_traces(request_of(plain_stream_span(0xA1, [10, 20])), tenant="before", stall_threshold_us=1)
+    old = decode_traces(request_of(plain_stream_span(0xA1, [10, 20])), tenant="before")
     streams = old.blocks["streams"].drop_columns(["source", "coverage"])
     truncated = pa.array([True], pa.bool_())
     old.blocks["streams"] = streams.set_column(
@@ -204,7 +204,7 @@ def test_a_span_that_shares_only_its_span_id_with_a_stored_one_is_stored_too(tmp
     other.trace_id = bytes([2]) * 16  # the stored span's span id, in another trace
     writer = GroupCommitWriter(Spool(tmp_path, max_bytes=10**8), ClickHouseWriter(store_client), FAST_RETRY)
     for span in (first, other, other):
-        decoded = decode_traces(request_of(span), tenant="a", stall_threshold_us=1)
+        decoded = decode_traces(request_of(span), tenant="a")
         writer.submit(decoded).stored.result(timeout=10)
     writer.shutdown()
     assert stored(store_client, "streams") == [("a", 2)]
@@ -271,7 +271,7 @@ def poisoned(batch: DecodedBatch, row: int) -> DecodedBatch:
 
 def test_a_refused_batch_is_cut_down_until_only_the_refused_rows_are_quarantined(tmp_path, store_client):
     spans = [plain_stream_span(byte, [0, 1, 2]) for byte in range(1, 6)]
-    decoded = decode_traces(request_of(*spans), tenant="a", stall_threshold_us=1)
+    decoded = decode_traces(request_of(*spans), tenant="a")
     received = Received("http", "protobuf", "identity", 1, 1)
     with_request_row(decoded, tenant="a", signal="traces", received=received)
     refused = poisoned(decoded, 3)
@@ -359,10 +359,10 @@ def test_a_span_stored_before_is_found_by_its_ids_whatever_their_bytes(tmp_path,
     must read the same in the query as in the batch."""
     span = plain_stream_span(1, [0, 10, 20])
     span.trace_id, span.span_id = bytes(range(16)), bytes(range(200, 208))
-    sent = decode_traces(request_of(span), tenant="a", stall_threshold_us=1)
+    sent = decode_traces(request_of(span), tenant="a")
     writer = GroupCommitWriter(Spool(tmp_path, max_bytes=10**8), ClickHouseWriter(store_client), FAST_RETRY)
     writer.submit(sent).stored.result(timeout=10)
-    writer.submit(decode_traces(request_of(span), tenant="a", stall_threshold_us=1)).stored.result(timeout=10)
+    writer.submit(decode_traces(request_of(span), tenant="a")).stored.result(timeout=10)
     writer.shutdown()
     assert stored(store_client) == [("a", 3)]
     assert stored(store_client, "streams") == [("a", 1)]

@@ -166,7 +166,6 @@ def spread_over_days(days: int, tenant: str) -> DecodedBatch:
                 ]
             ),
             tenant=tenant,
-            stall_threshold_us=400_000,
         )
         for day in range(days)
     ]

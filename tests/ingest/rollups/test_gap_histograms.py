@@ -99,7 +99,7 @@ def test_every_content_gap_is_counted_at_every_step_in_its_row_and_bucket(
 
 
 def test_a_block_without_streams_or_without_content_counts_nothing():
-    decoded = decode_traces(trace_request(spans()[:2]), tenant="t", stall_threshold_us=400_000).blocks[CHUNK_ARRAYS]
+    decoded = decode_traces(trace_request(spans()[:2]), tenant="t").blocks[CHUNK_ARRAYS]
     kind = decoded.schema.field("kind")
     leads_only = pa.array([[columns.KIND_LEAD] * 11] * 2, kind.type)
     no_content = decoded.set_column(decoded.schema.get_field_index("kind"), kind, leads_only)
@@ -120,7 +120,7 @@ def test_the_migrations_copy_counts_what_the_writer_counts(store_client):
 
 
 def test_an_insert_replayed_under_its_token_is_counted_once(store_client):
-    batch = decode_traces(trace_request(spans()[:4]), tenant="t", stall_threshold_us=400_000)
+    batch = decode_traces(trace_request(spans()[:4]), tenant="t")
     writer = ClickHouseWriter(store_client)
     writer.insert(batch, token="segment-1")
     once = stored(store_client)

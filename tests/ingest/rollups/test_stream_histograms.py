@@ -220,7 +220,7 @@ def test_the_migrations_copy_counts_what_was_counted_as_rows_were_written(store_
 
 
 def test_an_insert_replayed_under_its_token_is_counted_once(store_client):
-    batch = decode_traces(trace_request(spans()[:6]), tenant="t", stall_threshold_us=400_000)
+    batch = decode_traces(trace_request(spans()[:6]), tenant="t")
     writer = ClickHouseWriter(store_client)
     writer.insert(batch, token="segment-1")
     once = stored(store_client, "stream_histograms", STREAM_KEY), stored_totals(store_client)

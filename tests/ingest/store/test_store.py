@@ -143,7 +143,7 @@ def test_chunks_written_without_host_delays_read_zeros_one_a_chunk(store_client)
     reads the same."""
 
     def decoded(span: Span) -> DecodedBatch:
-        return decode_traces(trace_request([span]), tenant="t", stall_threshold_us=400_000)
+        return decode_traces(trace_request([span]), tenant="t")
 
     def as_earlier(batch: DecodedBatch) -> DecodedBatch:
         new = {"host_delay_us", "host_held_us", "host_watch"}
@@ -176,7 +176,7 @@ def test_a_tool_calls_pause_is_kept_with_its_stream_and_unknown_for_streams_deco
 
     def decoded(trace: int) -> DecodedBatch:
         span = stream_span(trace, 1, side="client", offsets_ms=offsets, tokens=[1] * 5, attributes=tool_call)
-        return decode_traces(trace_request([span]), tenant="t", stall_threshold_us=400_000)
+        return decode_traces(trace_request([span]), tenant="t")
 
     earlier = decoded(1)
     earlier.blocks["streams"] = earlier.blocks["streams"].drop_columns(["tool_call_pause_us"])
@@ -194,7 +194,7 @@ def test_chunk_columns_of_zeros_are_left_to_their_default(store_client):
     held.attributes.append(
         KeyValue(key=sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US, value=AnyValue(bytes_value=int64_bytes([0, 250_000])))
     )
-    batch = decode_traces(trace_request([quiet, held]), tenant="t", stall_threshold_us=400_000)
+    batch = decode_traces(trace_request([quiet, held]), tenant="t")
     block = batch.blocks["chunk_arrays"]
     left_out = set(block.column_names) - set(columns.without_zero_defaults(block).column_names)
     assert left_out == {"paint_delay_us", "render_us", "host_held_us", "retracted_bytes", "retracted_tokens"}
@@ -222,7 +222,7 @@ def test_a_group_of_requests_writes_its_chunks_as_one_compact_part(store_client)
     spans = [
         stream_span(trace, 1, side="client", offsets_ms=range(1, 1001), tokens=[1] * 1000) for trace in range(1, 901)
     ]
-    ClickHouseWriter(store_client).write([decode_traces(trace_request(spans), tenant="t", stall_threshold_us=400_000)])
+    ClickHouseWriter(store_client).write([decode_traces(trace_request(spans), tenant="t")])
     parts = store_client.query(
         "SELECT part_type, data_uncompressed_bytes FROM system.parts "
         "WHERE database = currentDatabase() AND table = 'chunk_arrays' AND active"

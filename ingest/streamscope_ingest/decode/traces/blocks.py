@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from streamscope_ingest.blocks import columns
+from streamscope_ingest.blocks.stalls import StallRule
 from streamscope_ingest.decode.retractions import retraction_stats
 from streamscope_ingest.decode.timeline import PerStream, build_timeline, stream_stats
 from streamscope_ingest.decode.traces.rows import Stream
@@ -25,7 +26,7 @@ def _tool_call_pauses(rows: list[dict[str, Any]], lengths: np.ndarray, gap_us: n
     ]
 
 
-def column_blocks(streams: list[Stream], timelines: Timelines, stall_threshold_us: int) -> tuple[pa.Table, pa.Table]:
+def column_blocks(streams: list[Stream], timelines: Timelines, stall: StallRule) -> tuple[pa.Table, pa.Table]:
     lengths, offsets, values = timelines
     tokens, content, wire, paint_delay, render, host_delay, host_held, retracted_bytes, retracted_tokens = values
     tokens, content = or_zeros(tokens, offsets.size), or_zeros(content, offsets.size)  # required: sent
@@ -34,7 +35,7 @@ def column_blocks(streams: list[Stream], timelines: Timelines, stall_threshold_u
         unknown_sizes = np.repeat(np.fromiter((s.sizes_unknown for s in streams), bool, len(streams)), lengths)
         sizes = np.where(unknown_sizes, 1, content)
     timeline = build_timeline(lengths, offsets, sizes, retracted_bytes)
-    stats = stream_stats(lengths, offsets, tokens, content, wire, timeline, stall_threshold_us)
+    stats = stream_stats(lengths, offsets, tokens, content, wire, timeline, stall)
     taken_back = retraction_stats(lengths, offsets, content, retracted_bytes, retracted_tokens)
     rows = [s.row for s in streams]
 
@@ -63,7 +64,7 @@ def column_blocks(streams: list[Stream], timelines: Timelines, stall_threshold_u
         "gap_max_us": _nullable(stats.gap_max_us, pa.uint32()),
         "jitter_ratio": _nullable(stats.jitter_ratio, pa.float32()),
         "stall_count": pa.array(stats.stall_count),
-        "stall_threshold_us": pa.array(np.full(len(streams), stall_threshold_us, dtype=np.uint32)),
+        "stall_threshold_us": pa.array(np.full(len(streams), stall.threshold_us, dtype=np.uint32)),
         "last_content_us": _nullable(stats.last_content_us, pa.uint64()),
         "head_tokens": pa.array(stats.head_tokens),
         "content_chunks_by_tokens": stats.chunks_by_tokens.map_array(),

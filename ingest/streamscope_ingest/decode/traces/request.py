@@ -13,6 +13,7 @@ from google.protobuf.message import Message
 from streamscope import semconv as sc
 from streamscope_ingest.blocks import columns
 from streamscope_ingest.blocks.batch import DecodedBatch, Rejection
+from streamscope_ingest.blocks.stalls import StallRule
 from streamscope_ingest.decode import sources
 from streamscope_ingest.decode.attributes import AttributeRejected, attribute_map, plain, span_attributes
 from streamscope_ingest.decode.chunk_events import as_trace_view
@@ -42,13 +43,15 @@ from streamscope_ingest.decode.traces.timelines import (
 
 log = logging.getLogger(__name__)
 
+DEFAULT_RULE = StallRule()
+
 
 def decode_traces(
-    request: Message, *, tenant: str, stall_threshold_us: int, limits: SpanLimits = DEFAULT_LIMITS
+    request: Message, *, tenant: str, stall: StallRule = DEFAULT_RULE, limits: SpanLimits = DEFAULT_LIMITS
 ) -> DecodedBatch:
     """Decode every stream span in ``request`` (an ``ExportTraceServiceRequest``, or its view as the collector
-    parses it: ``streamscope_ingest.decode.chunk_events``) for ``tenant``; raises LimitExceeded past ``limits``'
-    span count."""
+    parses it: ``streamscope_ingest.decode.chunk_events``) for ``tenant``, its stalls counted by ``stall``; raises
+    LimitExceeded past ``limits``' span count."""
     request = as_trace_view(request)
     limits.check_span_count(sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans))
     accepted: list[Stream] = []
@@ -102,7 +105,7 @@ def decode_traces(
                     )
     accepted = _within_days(accepted, limits, rejected)
     accepted, timelines = with_timelines(accepted, rejected)
-    streams, chunks = column_blocks(accepted, timelines, stall_threshold_us)
+    streams, chunks = column_blocks(accepted, timelines, stall)
     coverage = Counter(str(s.row["coverage"]) for s in accepted)
     return DecodedBatch(
         blocks={"chunk_arrays": chunks, "streams": streams},
