@@ -10,11 +10,12 @@ figure that compares streams; the ``stalls`` table, where attribution names each
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import overload
-
-import numpy as np
+from typing import TYPE_CHECKING, overload
 
 from streamscope import env
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_THRESHOLD_US = round(env.DEFAULT_STALL_THRESHOLD_MS * 1000)
 """The default stall threshold, and the ITL SLO the generated dashboards and alert rules read."""
@@ -46,6 +47,8 @@ class StallRule:
         """Which of a stream's ``gaps`` (µs, as shown) are stalls: over the threshold, or long and many times the
         ``median`` gap. ``gaps`` may be rows of one stream shown in several ways, each with its ``median`` (a
         column)."""
+        import numpy as np  # here, not above: the panels and the CLI read the thresholds without numpy
+
         usual = np.maximum(median, 1.0)
         floor = min(self.relative_floor_us, self.threshold_us)
         return self.over_threshold(gaps) | ((gaps >= floor) & (gaps >= self.relative_factor * usual))
