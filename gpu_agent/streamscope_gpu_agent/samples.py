@@ -1,6 +1,6 @@
 """What the agent measures, normalized across engines and GPUs: one Sample per (metric, engine, GPU) and time.
 
-Engine scrapers map vLLM, SGLang and TGI names onto the ``ENGINE_*`` metrics below; the NVML sampler fills
+Engine scrapers map vLLM, SGLang, TGI and llama.cpp names onto the ``ENGINE_*`` metrics below; the NVML sampler fills
 the ``GPU_*`` ones. Counters are reported as the increase over the sampling interval (reset-aware), never
 as raw cumulative values, so a restart cannot produce a negative or a huge spike. Histograms are reported
 as the per-interval count and sum of their observations.
@@ -16,24 +16,29 @@ from streamscope import semconv as sc
 # Engine gauges (value at sample time)
 ENGINE_KV_USAGE: Final = "kv_usage"
 """KV-cache usage, 0..1 (vLLM kv_cache_usage_perc / gpu_cache_usage_perc, SGLang token_usage)."""
+ENGINE_CONTEXT_USAGE: Final = "context_usage"
+"""The fullest busy slot's context, 0..1: the tokens its sequence holds (prompt and generated so far) over the slot's
+context size (llama.cpp ``/slots``). Not a KV-cache fraction: each slot owns its context, and one that fills ends or
+shifts its own stream, never preempts another; 0 while no slot is busy."""
 ENGINE_REQUESTS_RUNNING: Final = "requests_running"
 ENGINE_REQUESTS_WAITING: Final = "requests_waiting"
+"""Requests admitted and not yet running (llama.cpp: deferred until a slot is free)."""
 ENGINE_SPEC_ACCEPTANCE: Final = "spec_acceptance"
-"""Draft acceptance over the interval, 0..1 (vLLM accepted/draft tokens; SGLang spec_accept_rate)."""
+"""Draft acceptance over the interval, 0..1 (vLLM and llama.cpp accepted/draft tokens; SGLang spec_accept_rate)."""
 ENGINE_SPEC_ACCEPT_LENGTH: Final = "spec_accept_length"
-"""Tokens a sequence gains per speculative step, the bonus token included (vLLM 1 + accepted tokens / drafts;
-SGLang spec_accept_length). A draft collapse leaves one token per step, so it slows a stream by at most this."""
+"""Tokens a sequence gains per speculative step, the bonus token included (vLLM and llama.cpp 1 + accepted tokens /
+drafts; SGLang spec_accept_length). A draft collapse leaves one token per step, so it slows a stream by at most this."""
 
 # Engine counters (increase over the interval)
 ENGINE_PREEMPTIONS: Final = "preemptions"
 ENGINE_PROMPT_TOKENS: Final = "prompt_tokens"
 """Prompt tokens of the requests admitted, those the prefix cache held included."""
 ENGINE_PROMPT_TOKENS_COMPUTED: Final = "prompt_tokens_computed"
-"""Of those, the tokens the engine computed (vLLM ``prompt_tokens_by_source{source="local_compute"}``; SGLang and
-vLLM without it: prompt tokens less cached ones): what a prefill costs the batch it joins. Absent where the engine
-does not say (TGI)."""
+"""Of those, the tokens the engine computed (vLLM ``prompt_tokens_by_source{source="local_compute"}``; llama.cpp
+``prompt_tokens``, which leaves the cached out; SGLang and vLLM without it: prompt tokens less cached ones): what a
+prefill costs the batch it joins. Absent where the engine does not say (TGI)."""
 ENGINE_PROMPT_TOKENS_CACHED: Final = "prompt_tokens_cached"
-"""Prompt tokens served from a cache, counted once per request (vLLM ``prompt_tokens_cached``, SGLang
+"""Prompt tokens served from a cache, counted once per request (vLLM and llama.cpp ``prompt_tokens_cached``, SGLang
 ``cached_tokens``); unlike vLLM's prefix-cache hits, which count every scheduling attempt."""
 ENGINE_GENERATION_TOKENS: Final = "generation_tokens"
 ENGINE_PREFIX_QUERIES: Final = "prefix_cache_queries"
@@ -55,7 +60,7 @@ being compiled): the queue KV pressure makes, among others."""
 
 # Engine histograms (per-interval count and sum)
 ENGINE_STEPS: Final = "steps"
-"""Engine steps in the interval (vLLM iteration_tokens_total count)."""
+"""Engine steps in the interval (vLLM iteration_tokens_total count, llama.cpp ``n_decode``: its llama_decode calls)."""
 ENGINE_STEP_TOKENS: Final = "step_tokens"
 """Tokens scheduled across those steps (its sum); step_tokens / steps is the mean batch size in tokens."""
 ENGINE_STEP_TOKENS_MAX: Final = "step_tokens_max"
@@ -119,8 +124,8 @@ class Sample:
     metric: str
     value: float
     engine: str = ""
-    """The engine's own name for itself: ``vllm``, ``sglang``, ``tgi``, plus its index when one endpoint serves
-    several (``vllm/1``); empty for GPU samples."""
+    """The engine's own name for itself: ``vllm``, ``sglang``, ``tgi``, ``llamacpp``, plus its index when one endpoint
+    serves several (``vllm/1``); empty for GPU samples."""
     gpu_uuid: str = ""
     gpu_index: int = -1
     gpu_name: str = ""

@@ -1,8 +1,9 @@
 """Scrape an inference engine's Prometheus ``/metrics`` and turn it into normalized, per-interval Samples.
 
-One endpoint may serve vLLM, SGLang or TGI, and several instances of one engine (vLLM data-parallel engines,
-SGLang ranks). Gauges are reported as read; counters and histograms as their increase since the previous
-scrape of the same engine, so a restart never yields a negative value or a spike (see ``samples.py``).
+One endpoint may serve vLLM, SGLang, TGI or llama.cpp, and several instances of one engine (vLLM data-parallel
+engines, SGLang ranks). Gauges are reported as read; counters and histograms as their increase since the previous
+scrape of the same engine, so a restart never yields a negative value or a spike (see ``samples.py``). llama.cpp
+serves no KV-cache gauge: its context usage is read from ``/slots`` beside its ``/metrics`` (``slots.py``).
 The source is injected (``fetch``), so tests and the agent's own loop need no network to exercise it.
 """
 
@@ -22,6 +23,7 @@ from streamscope_gpu_agent.samples import (
     AGENT_ENGINE_UP,
     AGENT_SCRAPE_DURATION,
     AGENT_SCRAPE_ERRORS,
+    ENGINE_CONTEXT_USAGE,
     ENGINE_GENERATION_TOKENS,
     ENGINE_ITL_COUNT,
     ENGINE_ITL_SUM,
@@ -51,6 +53,7 @@ from streamscope_gpu_agent.samples import (
     ENGINE_TTFT_SUM,
     Sample,
 )
+from streamscope_gpu_agent.slots import context_usage, slots_url
 
 __all__ = ["EngineScraper", "Fetch", "ScrapeResult", "http_fetch"]
 
@@ -59,18 +62,24 @@ logger = logging.getLogger(__name__)
 Fetch = Callable[[str, float], str]
 """``fetch(url, timeout_s)`` returns the exposition text and raises on any failure."""
 
-ENGINE_PREFIXES: Final = (("vllm:", "vllm"), ("sglang:", "sglang"), ("tgi_", "tgi"))
+ENGINE_PREFIXES: Final = (("vllm:", "vllm"), ("sglang:", "sglang"), ("tgi_", "tgi"), ("llamacpp:", "llamacpp"))
 ID_LABELS: Final = {
     "vllm": ("engine",),
     "sglang": ("engine_type", "tp_rank", "pp_rank", "dp_rank", "moe_ep_rank"),
     "tgi": (),
+    "llamacpp": (),
 }
 """Labels that tell engine instances apart behind one endpoint (``model_name`` does not)."""
 ALL_INSTANCES: Final = "all"
 """The engine index of series counted over all of an endpoint's instances of one engine."""
+SIGNIFICANT_DIGITS: Final = {"llamacpp": 6}
+"""Engines that write their values rounded: llama.cpp streams each double through a C++ ostream at its default
+precision, so from a million on its counters move in steps of ten (of a hundred from ten million)."""
+RATIO_TOLERANCE: Final = 0.02
+"""A ratio of two increases that rounding leaves less certain than this is not reported."""
 
-_VLLM_SPEC_DRAFTS = "_vllm_spec_drafts"
-"""Read, never emitted: vLLM's draft count, from which the acceptance length follows."""
+_SPEC_DRAFTS = "_spec_drafts"
+"""Read, never emitted: vLLM's and llama.cpp's draft count, from which the acceptance length follows."""
 _TGI_BATCH_TOKENS = "_tgi_batch_tokens"
 _TGI_BATCH_TOKEN_BUDGET = "_tgi_batch_token_budget"
 """Read, never emitted: TGI's tokens the running batch may grow to and the budget its KV cache was sized for at
@@ -137,7 +146,7 @@ RULES: Final[dict[str, tuple[_Rule, ...]]] = {
     "vllm:gpu_prefix_cache_hits": _counter(ENGINE_PREFIX_HITS, replaced_by="vllm:prefix_cache_hits"),
     "vllm:spec_decode_num_draft_tokens": _counter(ENGINE_SPEC_DRAFT_TOKENS),
     "vllm:spec_decode_num_accepted_tokens": _counter(ENGINE_SPEC_ACCEPTED_TOKENS),
-    "vllm:spec_decode_num_drafts": _counter(_VLLM_SPEC_DRAFTS),
+    "vllm:spec_decode_num_drafts": _counter(_SPEC_DRAFTS),
     "vllm:request_success": (
         _Rule("counter", ENGINE_REQUESTS_FINISHED),
         _Rule("counter", ENGINE_REQUESTS_ABORTED, only=("finished_reason", frozenset({"abort"}))),
@@ -178,6 +187,24 @@ RULES: Final[dict[str, tuple[_Rule, ...]]] = {
     "tgi_request_generated_tokens": _histogram(sum_metric=ENGINE_GENERATION_TOKENS),
     "tgi_request_input_length": _histogram(sum_metric=ENGINE_PROMPT_TOKENS),
     "tgi_batch_forward_duration": _histogram(count_metric=ENGINE_STEPS),
+    # llama.cpp: tools/server/server-task.cpp (server_task_result_metrics::to_metrics) and server-common.h. Its
+    # prompt_tokens are the tokens computed, the cached ones counted apart; generated and drafted tokens are added
+    # when their request ends. Deferred requests wait for a free slot.
+    "llamacpp:requests_processing": _gauge(ENGINE_REQUESTS_RUNNING),
+    "llamacpp:requests_deferred": _gauge(ENGINE_REQUESTS_WAITING),
+    "llamacpp:prompt_tokens": (
+        _Rule("counter", ENGINE_PROMPT_TOKENS_COMPUTED),
+        _Rule("counter", ENGINE_PROMPT_TOKENS),
+    ),
+    "llamacpp:prompt_tokens_cached": (
+        _Rule("counter", ENGINE_PROMPT_TOKENS_CACHED),
+        _Rule("counter", ENGINE_PROMPT_TOKENS),
+    ),
+    "llamacpp:tokens_predicted": _counter(ENGINE_GENERATION_TOKENS),
+    "llamacpp:n_decode": _counter(ENGINE_STEPS),
+    "llamacpp:spec_decode_num_draft_tokens": _counter(ENGINE_SPEC_DRAFT_TOKENS),
+    "llamacpp:spec_decode_num_accepted_tokens": _counter(ENGINE_SPEC_ACCEPTED_TOKENS),
+    "llamacpp:spec_decode_num_drafts": _counter(_SPEC_DRAFTS),
 }
 """Source family (counters without ``_total``) -> rules; families not listed here are ignored."""
 
@@ -253,6 +280,7 @@ class EngineScraper:
         self._clock = clock
         self._totals: dict[Identity, dict[SeriesKey, float]] = {}
         self._up: bool | None = None
+        self._slots_up: bool | None = None
         self._last_ok_ns = 0
 
     def scrape(self) -> ScrapeResult:
@@ -270,9 +298,11 @@ class EngineScraper:
         except Exception as exc:  # the parser's errors are not a documented set; the text is untrusted
             return self._failed(time_ns, started, f"unparsable exposition from {self.url}: {describe(exc)}")
         if not found:
-            return self._failed(time_ns, started, f"no vLLM, SGLang or TGI metrics at {self.url}")
+            return self._failed(time_ns, started, f"no vLLM, SGLang, TGI or llama.cpp metrics at {self.url}")
 
         samples, restarted, engines = self._normalize(found, time_ns)
+        if "llamacpp" in engines:
+            samples += self._context_usage(time_ns)
         if self._up is False:
             logger.info("engine metrics at %s are back", self.url)
         self._up = True
@@ -295,27 +325,49 @@ class EngineScraper:
             interval = _Interval({point.family for identity in grouped[name] for point in found[identity]})
             resets = []
             for identity in grouped[name]:
-                deltas, reset = self._advance(identity, found[identity])
-                interval.add(found[identity], deltas)
+                deltas, errors, reset = self._advance(identity, found[identity])
+                interval.add(found[identity], deltas, errors)
                 resets.append(reset)
             if any(resets):
                 restarted.append(name)
             samples += [Sample(time_ns, "engine", metric, value, engine=name) for metric, value in interval.values()]
         return samples, restarted, sorted(grouped)
 
-    def _advance(self, identity: Identity, points: list[_Point]) -> tuple[dict[SeriesKey, float] | None, bool]:
-        """Each cumulative series' increase since this engine's previous scrape (None on its first), and whether
-        its counters reset: then the current values are the increase since the restart."""
+    def _advance(
+        self, identity: Identity, points: list[_Point]
+    ) -> tuple[dict[SeriesKey, float] | None, dict[SeriesKey, float], bool]:
+        """Each cumulative series' increase since this engine's previous scrape (None on its first), how far rounding
+        may have moved each increase, and whether its counters reset: then the current values are the increase
+        since the restart."""
         totals = {point.key: point.value for point in points if point.part != "gauge"}
         previous = self._totals.get(identity)
         self._totals[identity] = totals
         if previous is None:
-            return None, False
+            return None, {}, False
+        kind = identity[0]
         # a histogram's _sum may fall legitimately (negative observations); counts and buckets cannot
         reset = any(value < previous[key] for key, value in totals.items() if key[1] != "sum" and key in previous)
         if reset:
-            return totals, True
-        return {key: value - previous.get(key, 0.0) for key, value in totals.items()}, False
+            return totals, {key: _rounding(kind, value) for key, value in totals.items()}, True
+        deltas = {key: value - previous.get(key, 0.0) for key, value in totals.items()}
+        errors = {
+            key: _rounding(kind, value) + _rounding(kind, previous.get(key, 0.0)) for key, value in totals.items()
+        }
+        return deltas, errors, False
+
+    def _context_usage(self, time_ns: int) -> list[Sample]:
+        """llama.cpp's context usage from its /slots; none when /slots cannot be read (a server run with
+        ``--no-slots``): the figure is then unknown, and the scrape of /metrics stands."""
+        url = slots_url(self.url)
+        try:
+            usage = context_usage(self._fetch(url, self.timeout_s))
+        except Exception as exc:  # transport, status and shape alike: the text is untrusted
+            if self._slots_up is not False:
+                logger.warning("llama.cpp context usage unknown: reading %s failed: %s", url, describe(exc))
+            self._slots_up = False
+            return []
+        self._slots_up = True
+        return [Sample(time_ns, "engine", ENGINE_CONTEXT_USAGE, usage, engine="llamacpp")]
 
     def _failed(self, time_ns: int, started: float, error: str) -> ScrapeResult:
         if self._up is not False:  # once per outage, not once per scrape
@@ -332,10 +384,12 @@ class _Interval:
         self._families = families
         self._gauges: dict[str, float] = {}
         self._deltas: dict[str, float] = {}
+        self._errors: dict[str, float] = {}
         self._buckets: dict[tuple[str, Labels], dict[float, float]] = {}
 
-    def add(self, points: list[_Point], deltas: dict[SeriesKey, float] | None) -> None:
-        """``deltas`` is None on an engine's first scrape: a baseline only, so gauges alone are reported."""
+    def add(self, points: list[_Point], deltas: dict[SeriesKey, float] | None, errors: dict[SeriesKey, float]) -> None:
+        """``deltas`` is None on an engine's first scrape: a baseline only, so gauges alone are reported. ``errors``:
+        how far rounding may have moved each increase."""
         for point in points:
             for rule in RULES[point.family]:
                 if rule.replaced_by in self._families or not rule.accepts(point.labels):
@@ -344,9 +398,9 @@ class _Interval:
                     # several series on one engine (e.g. two model names): report the worse
                     self._gauges[rule.metric] = max(self._gauges.get(rule.metric, -math.inf), point.value)
                 elif deltas is not None:
-                    self._add_delta(rule, point, deltas[point.key])
+                    self._add_delta(rule, point, deltas[point.key], errors.get(point.key, 0.0))
 
-    def _add_delta(self, rule: _Rule, point: _Point, delta: float) -> None:
+    def _add_delta(self, rule: _Rule, point: _Point, delta: float, error: float) -> None:
         if point.part == "bucket":
             if rule.max_metric:
                 series = tuple(label for label in point.labels if label[0] != "le")
@@ -356,19 +410,20 @@ class _Interval:
         target = rule.sum_metric if point.part == "sum" else rule.metric
         if target:
             self._deltas[target] = self._deltas.get(target, 0.0) + delta
+            self._errors[target] = self._errors.get(target, 0.0) + error
 
     def values(self) -> list[tuple[str, float]]:
         values = {**self._gauges, **self._deltas}
         if values.get(ENGINE_SPEC_ACCEPT_LENGTH) == 0:  # SGLang with speculative decoding off reports zeros
             values.pop(ENGINE_SPEC_ACCEPT_LENGTH)
             values.pop(ENGINE_SPEC_ACCEPTANCE, None)
-        accepted = self._deltas.get(ENGINE_SPEC_ACCEPTED_TOKENS, 0.0)
-        draft_tokens = self._deltas.get(ENGINE_SPEC_DRAFT_TOKENS, 0.0)
-        if draft_tokens > 0 and ENGINE_SPEC_ACCEPTANCE not in values:
-            values[ENGINE_SPEC_ACCEPTANCE] = accepted / draft_tokens
-        drafts = values.pop(_VLLM_SPEC_DRAFTS, 0.0)
-        if drafts > 0:
-            values[ENGINE_SPEC_ACCEPT_LENGTH] = 1 + accepted / drafts
+        acceptance = self._ratio(ENGINE_SPEC_ACCEPTED_TOKENS, ENGINE_SPEC_DRAFT_TOKENS)
+        if acceptance is not None and ENGINE_SPEC_ACCEPTANCE not in values:
+            values[ENGINE_SPEC_ACCEPTANCE] = acceptance
+        values.pop(_SPEC_DRAFTS, None)
+        accepted_per_draft = self._ratio(ENGINE_SPEC_ACCEPTED_TOKENS, _SPEC_DRAFTS)
+        if accepted_per_draft is not None:
+            values[ENGINE_SPEC_ACCEPT_LENGTH] = 1 + accepted_per_draft
         budget = values.pop(_TGI_BATCH_TOKEN_BUDGET, 0.0)
         batch_tokens = values.pop(_TGI_BATCH_TOKENS, None)
         if batch_tokens is not None and budget > 0 and ENGINE_KV_USAGE not in values:
@@ -383,6 +438,27 @@ class _Interval:
             if beyond:
                 values[ENGINE_STEPS_BEYOND_BUCKETS] = values.get(ENGINE_STEPS_BEYOND_BUCKETS, 0.0) + beyond
         return sorted(values.items())
+
+    def _ratio(self, numerator: str, denominator: str) -> float | None:
+        """The ratio of two increases in the interval; None when nothing was counted in the denominator, or when
+        rounding leaves the ratio less certain than ``RATIO_TOLERANCE`` (a few drafts counted past a million)."""
+        top, bottom = self._deltas.get(numerator, 0.0), self._deltas.get(denominator, 0.0)
+        top_error, bottom_error = self._errors.get(numerator, 0.0), self._errors.get(denominator, 0.0)
+        if bottom <= bottom_error:
+            return None
+        ratio = top / bottom
+        if (top_error + ratio * bottom_error) / (bottom - bottom_error) > RATIO_TOLERANCE:
+            return None
+        return ratio
+
+
+def _rounding(kind: str, value: float) -> float:
+    """How far ``value`` may lie from what the engine counted: half a unit of the last digit it wrote (whole counts
+    below the engine's precision are exact)."""
+    digits = SIGNIFICANT_DIGITS.get(kind)
+    if digits is None or abs(value) < 10**digits:
+        return 0.0
+    return 0.5 * 10 ** (math.floor(math.log10(abs(value))) - digits + 1)
 
 
 def _largest_step(deltas: dict[float, float]) -> tuple[float | None, float]:

