@@ -38,47 +38,50 @@ def status_message(response: httpx.Response) -> str:
     return response.json()["message"]
 
 
+BAD_BODIES = [
+    ("garbage", b"\xff\xfe not protobuf \x00\x01", PROTOBUF, 400, "not a valid ExportTraceServiceRequest"),
+    ("truncated", good_body()[:-7], PROTOBUF, 400, "not a valid ExportTraceServiceRequest"),
+    ("bad json", b'{"resourceSpans": [', {"content-type": "application/json"}, 400, "not valid JSON"),
+    ("json array", b"[1, 2]", {"content-type": "application/json"}, 400, "must be a JSON object"),
+    (
+        "json bad hex id",
+        json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz", "spanId": "00"}]}]}]}).encode(),
+        {"content-type": "application/json"},
+        400,
+        "not a hex string",
+    ),
+    ("wrong content type", b"hello", {"content-type": "text/plain"}, 415, "unsupported content type"),
+    ("no content type", b"hello", {}, 415, "unsupported content type"),
+    (
+        "gzip that does not inflate",
+        b"\x1f\x8b\x08\x00garbage",
+        {**PROTOBUF, "content-encoding": "gzip"},
+        400,
+        "gzip body",
+    ),
+    ("truncated gzip", gzip.compress(good_body())[:-12], {**PROTOBUF, "content-encoding": "gzip"}, 400, "gzip"),
+    (
+        "gzip with trailing bytes",
+        gzip.compress(good_body()) + b"tail",
+        {**PROTOBUF, "content-encoding": "gzip"},
+        400,
+        "trailing data",
+    ),
+    ("unknown encoding", good_body(), {**PROTOBUF, "content-encoding": "br"}, 415, "unsupported content encoding"),
+    ("oversize body", b"\x00" * (1024 * 1024 + 1), PROTOBUF, 413, "exceeds the limit"),
+    (
+        "gzip bomb",
+        gzip.compress(b"\x00" * (8 * 1024 * 1024)),
+        {**PROTOBUF, "content-encoding": "gzip"},
+        413,
+        "after decompression",
+    ),
+]
+"""Each bad body: (name, body, headers, status, what the message says)."""
+
+
 @pytest.mark.parametrize(
-    ("name", "body", "headers", "code", "message"),
-    [
-        ("garbage", b"\xff\xfe not protobuf \x00\x01", PROTOBUF, 400, "not a valid ExportTraceServiceRequest"),
-        ("truncated", good_body()[:-7], PROTOBUF, 400, "not a valid ExportTraceServiceRequest"),
-        ("bad json", b'{"resourceSpans": [', {"content-type": "application/json"}, 400, "not valid JSON"),
-        ("json array", b"[1, 2]", {"content-type": "application/json"}, 400, "must be a JSON object"),
-        (
-            "json bad hex id",
-            json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz", "spanId": "00"}]}]}]}).encode(),
-            {"content-type": "application/json"},
-            400,
-            "not a hex string",
-        ),
-        ("wrong content type", b"hello", {"content-type": "text/plain"}, 415, "unsupported content type"),
-        ("no content type", b"hello", {}, 415, "unsupported content type"),
-        (
-            "gzip that does not inflate",
-            b"\x1f\x8b\x08\x00garbage",
-            {**PROTOBUF, "content-encoding": "gzip"},
-            400,
-            "gzip body",
-        ),
-        ("truncated gzip", gzip.compress(good_body())[:-12], {**PROTOBUF, "content-encoding": "gzip"}, 400, "gzip"),
-        (
-            "gzip with trailing bytes",
-            gzip.compress(good_body()) + b"tail",
-            {**PROTOBUF, "content-encoding": "gzip"},
-            400,
-            "trailing data",
-        ),
-        ("unknown encoding", good_body(), {**PROTOBUF, "content-encoding": "br"}, 415, "unsupported content encoding"),
-        ("oversize body", b"\x00" * (1024 * 1024 + 1), PROTOBUF, 413, "exceeds the limit"),
-        (
-            "gzip bomb",
-            gzip.compress(b"\x00" * (8 * 1024 * 1024)),
-            {**PROTOBUF, "content-encoding": "gzip"},
-            413,
-            "after decompression",
-        ),
-    ],
+    ("name", "body", "headers", "code", "message"), BAD_BODIES, ids=[case[0] for case in BAD_BODIES]
 )
 def test_bad_http_bodies(collector, name, body, headers, code, message):
     response = post(collector, body, headers)
