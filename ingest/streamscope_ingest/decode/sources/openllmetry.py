@@ -1,8 +1,10 @@
 """OpenLLMetry (Traceloop's ``opentelemetry-instrumentation-openai``): a streamed call's span carries one
 ``gen_ai.content.completion.chunk`` event per chunk the client received, stamped as it arrived, without its size.
 
-So each chunk's arrival is known (``arrivals``), not what it carried: the first event is the first chunk of any
-kind (a role-only chunk may come a decode step before the first token), and the gaps are between arrivals.
+So each chunk's arrival is known (``arrivals``), not what it carried. The first event is the first chunk of any
+kind: OpenAI-compatible servers (vLLM, SGLang, llama.cpp) send a role-only chunk before prefill ends, so the first
+arrival is the first byte, and which arrival brought the first token is unknown (the time to it is stored
+unknown, never the first byte's); the gaps between tokens are those after the first arrival.
 Non-streamed calls have no chunks and are not streams. The span has no server.address; the base URL
 (``gen_ai.openai.api_base``) gives it.
 """

@@ -31,9 +31,11 @@ def column_blocks(streams: list[Stream], timelines: Timelines, stall: StallRule)
     tokens, content, wire, paint_delay, render, host_delay, host_held, retracted_bytes, retracted_tokens = values
     tokens, content = or_zeros(tokens, offsets.size), or_zeros(content, offsets.size)  # required: sent
     sizes = content
-    if any(s.sizes_unknown for s in streams):  # arrivals only: each is content
-        unknown_sizes = np.repeat(np.fromiter((s.sizes_unknown for s in streams), bool, len(streams)), lengths)
-        sizes = np.where(unknown_sizes, 1, content)
+    unknown = np.fromiter((s.sizes_unknown for s in streams), bool, len(streams))
+    if unknown.any():  # arrivals only: each is content but the first, which may have carried only a role
+        sizes = np.where(np.repeat(unknown, lengths), 1, content)
+        firsts = (np.cumsum(lengths) - lengths)[unknown & (lengths > 0)]
+        sizes[firsts] = 0
     timeline = build_timeline(lengths, offsets, sizes, retracted_bytes)
     stats = stream_stats(lengths, offsets, tokens, content, wire, timeline, stall)
     taken_back = retraction_stats(lengths, offsets, content, retracted_bytes, retracted_tokens)
@@ -43,6 +45,7 @@ def column_blocks(streams: list[Stream], timelines: Timelines, stall: StallRule)
     # the first chunks lost, the first stored is not the first: times to it are unknown, and so is the head
     lost = np.fromiter((s.first_chunk_lost for s in streams), dtype=bool, count=len(streams))
     first_byte.present[lost] = stats.ttft_us.present[lost] = False
+    stats.ttft_us.present[unknown] = False  # which arrival carried the first token is not known
     stats.head_tokens[lost] = 0
     for index, stream in enumerate(streams):  # a source that measured the first token but sent no chunks
         if stream.ttft_us is not None and not stream.chunk_count:

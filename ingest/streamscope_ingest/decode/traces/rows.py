@@ -83,7 +83,10 @@ class Stream:
     first_chunk_lost: bool = False
     """The sender dropped span events, the oldest first: the stored chunks do not begin with the stream's first."""
     sizes_unknown: bool = False
-    """Each chunk's arrival is known, not what it carried (``arrivals``): every chunk counts as content."""
+    """Each chunk's arrival is known, not what it carried (``arrivals``). OpenAI-compatible servers send a
+    role-only chunk before prefill ends, so the first arrival is the first byte, not the first token: it counts
+    as no content (its wait is no gap between tokens) and the time to the first token is unknown. Every later
+    arrival counts as content."""
     ttft_us: int | None = None
     """The time to the first token as the span's source measured it, for a stream without chunks."""
 
