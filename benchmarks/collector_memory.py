@@ -163,7 +163,7 @@ def _mib(value: float) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="12 s per store, a 32 MiB spool: the same table")
+    parser.add_argument("--quick", action="store_true", help="6 s per store, a 32 MiB spool: the same table")
     parser.add_argument("--seconds", type=float, default=90, help="how long the load lasts, per store")
     parser.add_argument("--store-chunks-per-s", type=float, default=50_000, help="what the slow store takes")
     parser.add_argument("--spool-max-mib", type=int, default=256, help="the collector's spool limit")
@@ -172,7 +172,7 @@ def main() -> None:
     parser.add_argument("--per-request", type=int, default=100, help="stream spans per OTLP request")
     args = parser.parse_args()
     if args.quick:
-        args.seconds, args.spool_max_mib = 12, 32
+        args.seconds, args.spool_max_mib = 6, 32
     runs = [
         under_load("healthy", None, args),
         under_load(f"slow, {args.store_chunks_per_s:,.0f} chunks/s", args.store_chunks_per_s, args),

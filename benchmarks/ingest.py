@@ -384,7 +384,7 @@ def insert_only(packed: Workload, events: Workload) -> tuple[float, float, float
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "--quick", action="store_true", help="a small run (2,000 streams, 4 senders) that prints the same table"
+        "--quick", action="store_true", help="a small run (500 streams, 4 senders) that prints the same table"
     )
     parser.add_argument("--streams", type=int, default=20_000)
     parser.add_argument("--chunks", type=int, default=250, help="mean chunks per stream")
@@ -401,7 +401,7 @@ def main() -> None:
         help="packed runs in a row per number of senders (the target is three in a row), each printed",
     )
     args = parser.parse_args()
-    streams = 2_000 if args.quick else args.streams
+    streams = 500 if args.quick else args.streams
     senders_runs = [4] if args.quick else args.senders
     packed = workload("packed", streams, args.chunks, args.per_request)
     events = workload("events", streams, args.chunks, args.per_request)

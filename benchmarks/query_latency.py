@@ -221,14 +221,14 @@ def _rows(client, query: str) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="5,000 streams: the same table, sooner")
+    parser.add_argument("--quick", action="store_true", help="1,000 streams: the same table, sooner")
     parser.add_argument("--streams", type=int, default=50_000)
     parser.add_argument("--chunks", type=int, default=200, help="mean chunks per stream")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--copies", type=int, default=1, help="store the streams this many times (see above)")
     parser.add_argument("--stacked", action="store_true", help="the copies at the originals' times (see above)")
     args = parser.parse_args()
-    streams = 5_000 if args.quick else args.streams
+    streams = 1_000 if args.quick else args.streams
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:  # the engine may still be merging
         client = store.connect(store.parse_dsn(f"chdb://{tmp}"))
         migrations.migrate(client)
