@@ -11,6 +11,7 @@ from streamscope._internal.observer import StreamEvent
 from streamscope._internal.openai_client import instrument_openai
 from streamscope._internal.recorder import Encoding, Outcome, Side, StreamRecorder, set_default_encoding
 from streamscope._internal.setup import otlp_exporter, setup
+from streamscope.asgi import StreamMiddleware
 
 __all__ = [
     "Encoding",
@@ -19,6 +20,7 @@ __all__ = [
     "ServerStream",
     "Side",
     "StreamEvent",
+    "StreamMiddleware",
     "StreamRecorder",
     "astream_sse",
     "flush_metrics",
