@@ -15,6 +15,7 @@ from streamscope_cli.commands.dashboards import dashboards
 from streamscope_cli.commands.demo import demo
 from streamscope_cli.commands.engine import engine
 from streamscope_cli.commands.eval import eval_command
+from streamscope_cli.commands.gateway import gateway
 from streamscope_cli.commands.gpu_agent import gpu_agent
 from streamscope_cli.commands.llama import llama
 from streamscope_cli.commands.load import load
@@ -50,6 +51,7 @@ for _command in (
     engine,
     llama,
     proxy,
+    gateway,
     eval_command,
     report,
     replay,

@@ -30,6 +30,7 @@ TOP_LEVEL = (
     "engine",
     "llama",
     "proxy",
+    "gateway",
     "eval",
     "report",
     "replay",

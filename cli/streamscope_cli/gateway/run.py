@@ -1,0 +1,64 @@
+"""Serve the gateway until SIGINT or SIGTERM: uvicorn on one socket, the spans exported over OTLP as the SDK's
+``setup`` exports them (to ``collector_url``, else where the OTEL_EXPORTER_OTLP_* variables say)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+import uvicorn
+from opentelemetry.trace import TracerProvider
+
+import streamscope
+from streamscope.errors import ConfigError
+from streamscope_cli.gateway.app import Gateway
+from streamscope_collector.serving import bound_socket
+
+GRACE_S = 5
+"""On the way out, streams still being relayed get this long to finish."""
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    upstream: str
+    host: str = "127.0.0.1"
+    port: int = 8080
+    """0 picks a free one."""
+    collector_url: str | None = None
+    service_name: str = "streamscope-gateway"
+
+    def __post_init__(self) -> None:
+        try:
+            url = httpx.URL(self.upstream)
+        except httpx.InvalidURL as exc:
+            raise ConfigError(f"--upstream {self.upstream!r}: {exc}") from None
+        if url.scheme not in ("http", "https") or not url.host:
+            raise ConfigError(f"--upstream {self.upstream!r} is not an http:// or https:// URL")
+
+
+def create_app(upstream: str, tracer_provider: TracerProvider | None = None) -> streamscope.StreamMiddleware:
+    """The gateway as an ASGI app: forwarding, with every stream it relays recorded as its ``gateway`` side."""
+    return streamscope.StreamMiddleware(Gateway(upstream), side="gateway", tracer_provider=tracer_provider)
+
+
+def run_gateway(config: GatewayConfig, on_ready: Callable[[int], None] = lambda port: None) -> None:
+    """Serve until a signal; ``on_ready`` gets the bound port. Spans still queued are exported on the way out."""
+    sock = bound_socket(config.host, config.port, "the gateway")
+    provider = streamscope.setup(config.service_name, endpoint=config.collector_url, set_global=False)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(config.upstream, provider),
+            log_level="warning",
+            access_log=False,
+            server_header=False,  # the upstream's Server and Date headers pass through instead
+            date_header=False,
+            timeout_graceful_shutdown=GRACE_S,
+        )
+    )
+    try:
+        on_ready(sock.getsockname()[1])
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+        provider.shutdown()

@@ -1,0 +1,53 @@
+"""`streamscope gateway` as a process of its own in front of an upstream, exporting to a collector; llama-server
+from the fixtures tests/llama serves it with (one build per session)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from streamscope_cli.llama.server import LlamaServer, ServerOptions
+from tests.llama.conftest import llama_server_binary, tiny_model
+from tests.support import STREAMSCOPE
+
+__all__ = ["engine", "gateway_process", "llama_server_binary", "tiny_model"]
+
+ENGINE_CONTEXT = 4096
+"""One slot of the tiny model's whole context: a stream of thousands of tokens, to be cancelled long before its end."""
+EXPORT_DELAY_MS = "50"
+"""The gateway's span batches leave this soon (OTEL_BSP_SCHEDULE_DELAY), so a test waits for them briefly."""
+
+
+@contextmanager
+def gateway_process(upstream: str, collector_url: str) -> Iterator[str]:
+    """``streamscope gateway`` in front of ``upstream`` on a free port; yields its base URL, stops it with SIGTERM."""
+    env = {**os.environ, "OTEL_BSP_SCHEDULE_DELAY": EXPORT_DELAY_MS}
+    command = [*STREAMSCOPE, "gateway", "--upstream", upstream, "--port", "0", "--collector", collector_url]
+    with tempfile.TemporaryFile("w+") as errors:
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
+        try:
+            assert child.stdout is not None
+            ready = re.search(r"gateway on (http://\S+) ->", child.stdout.readline())
+            if ready is None:
+                child.kill()
+                child.wait()
+                errors.seek(0)
+                raise AssertionError(f"the gateway did not start:\n{errors.read()}")
+            yield ready[1]
+        finally:
+            child.terminate()
+            child.wait(30)
+            child.stdout.close()  # type: ignore[union-attr]
+
+
+@pytest.fixture
+def engine(llama_server_binary: Path, tiny_model: Path) -> Iterator[LlamaServer]:
+    with LlamaServer(llama_server_binary, ServerOptions(tiny_model, parallel=1, context=ENGINE_CONTEXT)) as server:
+        yield server
