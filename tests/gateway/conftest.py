@@ -26,9 +26,9 @@ EXPORT_DELAY_MS = "50"
 
 
 @contextmanager
-def gateway_process(upstream: str, collector_url: str) -> Iterator[str]:
+def gateway_process(upstream: str, collector_url: str, export_delay_ms: str = EXPORT_DELAY_MS) -> Iterator[str]:
     """``streamscope gateway`` in front of ``upstream`` on a free port; yields its base URL, stops it with SIGTERM."""
-    env = {**os.environ, "OTEL_BSP_SCHEDULE_DELAY": EXPORT_DELAY_MS}
+    env = {**os.environ, "OTEL_BSP_SCHEDULE_DELAY": export_delay_ms}
     command = [*STREAMSCOPE, "gateway", "--upstream", upstream, "--port", "0", "--collector", collector_url]
     with tempfile.TemporaryFile("w+") as errors:
         child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True, env=env)

@@ -114,3 +114,13 @@ def test_a_client_that_stops_reading_holds_the_upstream_back(upstream: RunningAp
         received += sum(len(data) for data in body)
     assert held_at < count // 4
     assert received == count * BIG_EVENT_BYTES
+
+
+def test_spans_still_queued_are_exported_when_the_gateway_is_stopped(upstream: RunningApp, collector: Collector) -> None:
+    with gateway_process(upstream.url, collector.http_url, export_delay_ms="600000") as gateway:
+        with httpx.stream("POST", f"{gateway}/v1/chat/completions", json=STREAM) as streamed:
+            streamed.read()
+        wait_until(upstream.spans.get_finished_spans, "the stream to end upstream")
+    # stopped (SIGTERM) long before its next export was due
+
+    assert gateway_rows(collector, 1, "outcome") == [("completed",)]

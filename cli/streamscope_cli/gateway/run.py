@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import signal
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -11,12 +13,15 @@ import uvicorn
 from opentelemetry.trace import TracerProvider
 
 import streamscope
+from streamscope.asgi import ASGIApp
 from streamscope.errors import ConfigError
 from streamscope_cli.gateway.app import Gateway
 from streamscope_collector.serving import bound_socket
 
 GRACE_S = 5
 """On the way out, streams still being relayed get this long to finish."""
+BACKLOG = 2048
+"""Connections waiting to be taken (uvicorn's default)."""
 
 
 @dataclass(frozen=True)
@@ -44,21 +49,41 @@ def create_app(upstream: str, tracer_provider: TracerProvider | None = None) -> 
 
 def run_gateway(config: GatewayConfig, on_ready: Callable[[int], None] = lambda port: None) -> None:
     """Serve until a signal; ``on_ready`` gets the bound port. Spans still queued are exported on the way out."""
-    sock = bound_socket(config.host, config.port, "the gateway")
+    sock = listening_socket(config.host, config.port)
     provider = streamscope.setup(config.service_name, endpoint=config.collector_url, set_global=False)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(config.upstream, provider),
-            log_level="warning",
-            access_log=False,
-            server_header=False,  # the upstream's Server and Date headers pass through instead
-            date_header=False,
-            timeout_graceful_shutdown=GRACE_S,
-        )
-    )
     try:
         on_ready(sock.getsockname()[1])
-        server.run(sockets=[sock])
+        serve(create_app(config.upstream, provider), sock)
     finally:
         sock.close()
         provider.shutdown()
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host:port``: from the moment its port is announced, connections wait in its backlog
+    for the server to take them."""
+    sock = bound_socket(host, port, "the gateway")
+    sock.listen(BACKLOG)
+    return sock
+
+
+def serve(app: ASGIApp, sock: socket.socket) -> None:
+    """Serve ``app`` on ``sock`` as the gateway is served, from the main thread, until SIGINT or SIGTERM.
+
+    Once stopped, uvicorn raises the signal that stopped it again; SIGTERM then interrupts as Ctrl-C does, so the
+    caller's cleanup (the last export) runs instead of the process dying."""
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        server_header=False,  # the upstream's Server and Date headers pass through instead
+        date_header=False,
+        timeout_graceful_shutdown=GRACE_S,
+    )
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
