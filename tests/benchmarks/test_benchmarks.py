@@ -24,6 +24,7 @@ BENCHMARKS = {
     "attribution_accuracy": "with nothing injected:",
     "json_progress": "tool call",
     "decode_cost": "this checkout",
+    "gateway_cost": "gateway, recording",
 }
 OPTIONS = {
     "ingest": (["--repeat", "2"], "packed, 4 senders, run 2 of 2"),
