@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -68,7 +69,10 @@ def anthropic_events(words: list[str]) -> list[str]:
     ]
 
 
-def create_app(seen: Seen) -> Starlette:
+def create_app(seen: Seen, tracer_provider: TracerProvider) -> Starlette:
+    """The app, with ``StreamMiddleware`` added as a server adds middleware it is told to load (vLLM's
+    ``--middleware``: ``app.add_middleware``)."""
+
     async def paced(events: list[str], pace_s: float) -> AsyncIterator[str]:
         for event in events:
             if pace_s:
@@ -102,13 +106,15 @@ def create_app(seen: Seen) -> Starlette:
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
-    return Starlette(
+    app = Starlette(
         routes=[
             Route("/v1/chat/completions", chat, methods=["POST"]),
             Route("/v1/messages", messages, methods=["POST"]),
             Route("/big", big, methods=["POST"]),
         ]
     )
+    app.add_middleware(streamscope.StreamMiddleware, tracer_provider=tracer_provider)
+    return app
 
 
 @dataclass
@@ -124,7 +130,7 @@ def running_app() -> Iterator[RunningApp]:
     """The app behind ``StreamMiddleware`` (side server, spans kept in memory), on a free loopback port."""
     provider, spans = memory_provider()
     seen = Seen()
-    server = BackgroundServer(streamscope.StreamMiddleware(create_app(seen), tracer_provider=provider)).start()
+    server = BackgroundServer(create_app(seen, provider)).start()
     try:
         yield RunningApp(f"http://127.0.0.1:{server.port}", seen, spans)
     finally:

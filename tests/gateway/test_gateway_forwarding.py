@@ -116,7 +116,7 @@ def test_a_client_that_stops_reading_holds_the_upstream_back(upstream: RunningAp
     assert received == count * BIG_EVENT_BYTES
 
 
-def test_spans_still_queued_are_exported_when_the_gateway_is_stopped(upstream: RunningApp, collector: Collector) -> None:
+def test_spans_still_queued_are_exported_when_the_gateway_stops(upstream: RunningApp, collector: Collector) -> None:
     with gateway_process(upstream.url, collector.http_url, export_delay_ms="600000") as gateway:
         with httpx.stream("POST", f"{gateway}/v1/chat/completions", json=STREAM) as streamed:
             streamed.read()
