@@ -27,7 +27,7 @@ pytestmark = pytest.mark.timeout(BUILD_TIMEOUT_S)
 
 STREAM_COLUMNS = (
     "side, trace_id, span_id, parent_span_id, chunk_count, content_bytes, wire_bytes, output_tokens, input_tokens, "
-    "outcome, finish_reasons, cancel_offset_us, ttfb_us, request_model, response_model"
+    "outcome, finish_reasons, cancel_offset_us, ttfb_us, request_model, response_model, node_name"
 )
 LONG = ENGINE_CONTEXT - 100
 """Tokens a stream would run to if nothing stopped it: thousands of the tiny model's (the prompt takes about 20)."""
@@ -67,12 +67,13 @@ def predicted_tokens(engine: LlamaServer) -> float:
 def test_the_gateway_span_joins_the_clients_trace_and_counts_what_it_received(
     engine: LlamaServer, collector: Collector
 ) -> None:
-    with gateway_process(engine.url, collector.http_url) as gateway:
+    with gateway_process(engine.url, collector.http_url, node="llama-0") as gateway:
         received = run_client(gateway, collector, max_tokens=32)
 
     by_side = streams(collector, 2)
     client, gateway_row = by_side["client"], by_side["gateway"]
     assert gateway_row["trace_id"] == client["trace_id"]
+    assert (gateway_row["node_name"], client["node_name"]) == ("llama-0", "")  # the engine's node, for its events
     assert gateway_row["parent_span_id"] == client["span_id"]
     timings = received[-1]["timings"]  # the usage chunk, last, carries the engine's timings too
     assert timings["predicted_n"] == 32

@@ -32,6 +32,9 @@ class GatewayConfig:
     """0 picks a free one."""
     collector_url: str | None = None
     service_name: str = "streamscope-gateway"
+    node_name: str | None = None
+    """The serving node behind ``upstream`` (its GPU agent's name), carried by every span: a gateway in front of an
+    engine with no recorder of its own is the engine's side of its streams."""
 
     def __post_init__(self) -> None:
         try:
@@ -42,9 +45,13 @@ class GatewayConfig:
             raise ConfigError(f"--upstream {self.upstream!r} is not an http:// or https:// URL")
 
 
-def create_app(upstream: str, tracer_provider: TracerProvider | None = None) -> streamscope.StreamMiddleware:
+def create_app(
+    upstream: str, tracer_provider: TracerProvider | None = None, node_name: str | None = None
+) -> streamscope.StreamMiddleware:
     """The gateway as an ASGI app: forwarding, with every stream it relays recorded as its ``gateway`` side."""
-    return streamscope.StreamMiddleware(Gateway(upstream), side="gateway", tracer_provider=tracer_provider)
+    return streamscope.StreamMiddleware(
+        Gateway(upstream), side="gateway", node_name=node_name, tracer_provider=tracer_provider
+    )
 
 
 def run_gateway(config: GatewayConfig, on_ready: Callable[[int], None] = lambda port: None) -> None:
@@ -53,7 +60,7 @@ def run_gateway(config: GatewayConfig, on_ready: Callable[[int], None] = lambda 
     provider = streamscope.setup(config.service_name, endpoint=config.collector_url, set_global=False)
     try:
         on_ready(sock.getsockname()[1])
-        serve(create_app(config.upstream, provider), sock)
+        serve(create_app(config.upstream, provider, config.node_name), sock)
     finally:
         sock.close()
         provider.shutdown()

@@ -24,6 +24,9 @@ path's part), so both sides mean one thing. Collapsed speculative decoding holds
 steps it added over normal acceptance, so its window is that added time, at the end of the event's wait: a
 stall inside a collapsed stretch that a prefill burst or a slow node step made is labelled with that cause.
 
+Chunks are numbered as the engine emitted them: by its server span, or by the gateway that relayed them where the
+engine records nothing (a gateway forwards every event as it came).
+
 A ``client_host`` record of the whole client process (the time its event loop did not run: no trace id) is a
 candidate for every client and browser stall of the run by time alone, under the same rules as a record of the
 stall's own trace: the workload runs its clients in one process, so a record of that host delayed every
@@ -85,9 +88,9 @@ SELECT g.trace_id, g.cause, toUnixTimestamp64Micro(g.start_time), toUnixTimestam
        if(empty(g.chunk_indices), NULL, arrayMin(g.chunk_indices)) AS first_held
 FROM ground_truth AS g
 LEFT JOIN (
-    SELECT trace_id, groupArrayIf(seq, kind = 'content') AS content_seqs, anyIf(seq, kind = 'first') AS first_seq
+    SELECT trace_id, groupUniqArrayIf(seq, kind = 'content') AS content_seqs, anyIf(seq, kind = 'first') AS first_seq
     FROM chunks
-    WHERE side = 'server' AND start_time >= {since:DateTime64(6)} - toIntervalMinute(10)
+    WHERE side IN ('server', 'gateway') AND start_time >= {since:DateTime64(6)} - toIntervalMinute(10)
     GROUP BY trace_id
 ) AS c ON c.trace_id = g.trace_id
 WHERE g.start_time >= {since:DateTime64(6)} AND g.trace_id != '' AND g.cause != 'chunking_regression'

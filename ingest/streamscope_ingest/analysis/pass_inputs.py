@@ -22,6 +22,11 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 Key = tuple[str, str, str]
 """A stream: its tenant, trace id and span id."""
 
+UPSTREAM_SIDES = ("server", "gateway")
+"""Where a stream's content is taken as emitted, best first: the server that made it, else the gateway that relayed
+it (in front of an engine that records nothing itself, the gateway's reads are the engine's emissions, a loopback
+away; its node, ``streamscope gateway --node``, is the engine's)."""
+
 STREAMS_SQL = """
 SELECT tenant, trace_id, span_id, service, side, if(response_model != '', response_model, request_model),
        resource_attributes['service.instance.id'], toUnixTimestamp64Micro(start_time), duration_us, ingested_at
@@ -177,7 +182,7 @@ def read_inputs(client: Client, streams: list[SettledStream], event_slack_us: in
         inputs.chunks[key] = Chunks(
             offsets, content, tokens, paint, host if host_watched else None, held if host_watched else None
         )
-    nodes = sorted({s.node for spans in sides.values() for s in spans if s.side == "server" and s.node})
+    nodes = sorted({s.node for spans in sides.values() for s in spans if s.side in UPSTREAM_SIDES and s.node})
     if nodes:
         low = min(s.start_us for s in streams) - event_slack_us
         high = max(s.start_us + s.duration_us for s in streams) + event_slack_us

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from streamscope_ingest.analysis.attribution import Arrivals, SharedHost, Stall, StallRules, Timeline, attribute
-from streamscope_ingest.analysis.pass_inputs import Key, PassInputs, SettledStream
+from streamscope_ingest.analysis.pass_inputs import UPSTREAM_SIDES, Key, PassInputs, SettledStream
 from streamscope_ingest.analysis.quality import andes_qoe, fluidity_index
 from streamscope_ingest.analysis.smoothing import Buffer, Smoothed, Targets, smooth_each
 
@@ -59,7 +59,8 @@ class Verdicts:
 
 @dataclass(frozen=True)
 class _Sides:
-    """A stream's side as its reader saw it, its server's side when known, and the server's node."""
+    """A stream's side as its reader saw it, its upstream's side when known (``UPSTREAM_SIDES``), and the upstream's
+    node."""
 
     client: Timeline
     server: Timeline | None
@@ -117,12 +118,13 @@ def _sides(stream: SettledStream, inputs: PassInputs) -> _Sides | None:
         return None  # a server span is attributed through its client's stream
     if stream.side not in ("client", "browser", "server") or stream.key not in inputs.chunks:
         return None
-    server = next((s for s in in_trace if s.side == "server"), None)
-    server_chunks = inputs.chunks.get((stream.tenant, stream.trace, server.span)) if server is not None else None
     client = inputs.chunks[stream.key].timeline(stream.start_us)
-    if server is None or server_chunks is None:
-        return _Sides(client, None, "")
-    return _Sides(client, server_chunks.timeline(server.start_us), server.node)
+    for upstream_side in UPSTREAM_SIDES:
+        span = next((s for s in in_trace if s.side == upstream_side), None)
+        chunks = inputs.chunks.get((stream.tenant, stream.trace, span.span)) if span is not None else None
+        if span is not None and chunks is not None:
+            return _Sides(client, chunks.timeline(span.start_us), span.node)
+    return _Sides(client, None, "")
 
 
 def measured(

@@ -430,3 +430,25 @@ def test_a_pass_retried_later_over_more_streams_counts_the_first_ones_once(store
     rated = store_client.query("SELECT trace_id, count() FROM stream_quality GROUP BY trace_id ORDER BY trace_id")
     assert rated.result_rows == [(trace_hex(1), 1), (trace_hex(3), 1)]
     assert _attributed(store_client)["stream_smoothing"] == 2 * 3
+
+
+def test_behind_a_gateway_with_no_server_span_the_gateways_side_is_the_engines(store_client):
+    """An engine that records nothing (llama-server behind ``streamscope gateway --node``): the gateway's reads are
+    its emissions. A gap the gateway saw too is the engine's, judged with its node's events; a gap only the client
+    saw is the path's; a gateway span's own chunks are never judged as a reader's."""
+    stall_at = T0 + 5 * MS + (100 + 20 * 10 + 600) * MS
+    spans = [
+        span(21, 1, "client", T0, with_gap(10, 600)),
+        span(21, 2, "gateway", T0 + 5 * MS, with_gap(10, 600), node="node-1"),
+        span(22, 1, "client", T0, with_gap(12, 900)),
+        span(22, 2, "gateway", T0 + 5 * MS, steady(), node="node-1"),
+    ]
+    write(store_client, spans, [preemption(stall_at - 300 * MS, stall_at - 50 * MS)])
+    AttributionJob(store_client, settle_s=0).run_once(until=datetime.now(UTC) + timedelta(seconds=1))
+    rows = store_client.query(
+        "SELECT trace_id, side, seq, cause, server_gap_us, node_name FROM stalls ORDER BY trace_id"
+    ).result_rows
+    assert rows == [
+        (trace_hex(21), "client", 11, "kv_pressure", 600_000, "node-1"),
+        (trace_hex(22), "client", 13, "connection", 20_000, "node-1"),
+    ]
