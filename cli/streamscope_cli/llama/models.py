@@ -51,8 +51,9 @@ class ModelSpec:
     residual_scale: float = 0.1  # how far each layer moves the residual stream: the less, the more a draft agrees
 
 
-TINY = ModelSpec("tiny", n_embd=64, n_layer=2, n_head=2, n_head_kv=2, n_ff=128)
-"""Streams as fast as the server can send: a fraction of a millisecond a token."""
+TINY = ModelSpec("tiny", n_embd=64, n_layer=2, n_head=2, n_head_kv=2, n_ff=128, context_length=32768)
+"""Streams as fast as the server can send: a fraction of a millisecond a token. Its context takes prompts long
+enough for their prefill to hold up the streams decoding beside them (llama-server caps ``-c`` at it)."""
 
 LARGER = ModelSpec("larger", n_embd=768, n_layer=12, n_head=12, n_head_kv=4, n_ff=2048)
 """Tens of milliseconds a token on two cores: slow enough for batching and drafts to matter."""

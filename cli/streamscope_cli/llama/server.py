@@ -31,6 +31,8 @@ class ServerOptions:
     draft_max: int = 4
     parallel: int = 1
     context: int = 4096
+    unified_kv: bool = False
+    """One KV buffer for all slots (``-kvu``): a request may use the whole context, not its slot's share of it."""
     metrics: bool = True
     slots: bool = True
     threads: int = field(default_factory=lambda: max(1, (os.cpu_count() or 2) - 1))
@@ -41,6 +43,7 @@ class ServerOptions:
     def arguments(self) -> list[str]:
         arguments = ["-m", str(self.model), "--host", self.host, "--port", str(self.port)]
         arguments += ["-c", str(self.context), "-np", str(self.parallel)]
+        arguments += ["-kvu"] if self.unified_kv else []
         arguments += ["--metrics"] if self.metrics else []
         arguments += ["--slots"] if self.slots else ["--no-slots"]
         arguments += ["-t", str(self.threads)]

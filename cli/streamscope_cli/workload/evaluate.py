@@ -7,8 +7,9 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from streamscope import env
+from streamscope_cli.workload import llama_eval
 from streamscope_cli.workload.load import run_load, wait_until_stored
-from streamscope_cli.workload.scenario import Scenario, load_scenario, plan
+from streamscope_cli.workload.scenario import Scenario, parse, plan, scenario_document
 from streamscope_collector.config import CollectorConfig
 from streamscope_collector.service import Collector
 from streamscope_ingest.analysis.attribution_job import AttributionJob
@@ -32,10 +33,19 @@ def evaluate(scenario: Scenario, storage_dsn: str, settle_s: float = 2.0, timeou
 
 
 def evaluate_named(name: str, storage_dsn: str | None = None, streams: int | None = None) -> Score:
-    scenario = load_scenario(name)
+    """A shipped scenario, or a scenario file, scored: on the simulated engines, or on llama-server when it says
+    ``engine: llama-server`` (``llama_eval``)."""
+    document, where = scenario_document(name)
+    dsn = storage_dsn or env.default_storage_dsn()
+    if llama_eval.is_real_engine(document):
+        on_llama = llama_eval.parse(document, where)
+        if streams:
+            on_llama = replace(on_llama, load=replace(on_llama.load, streams=streams))
+        return llama_eval.evaluate(on_llama, dsn)
+    scenario = parse(document, where)
     if streams:
         scenario = replace(scenario, load=replace(scenario.load, streams=streams))
-    return evaluate(scenario, storage_dsn or env.default_storage_dsn())
+    return evaluate(scenario, dsn)
 
 
 def render(name: str, result: Score) -> str:

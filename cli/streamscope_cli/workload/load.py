@@ -259,13 +259,16 @@ def describe(workload: RunningWorkload) -> dict[str, Any]:
     return {"engines": dict(workload.urls), "proxy": workload.proxy_url}
 
 
-def wait_until_stored(client: Client, expected: int, since: datetime, timeout_s: float) -> None:
-    """Block until ``expected`` client streams started since ``since`` are in the store (spans arrive batched)."""
+def wait_until_stored(
+    client: Client, expected: int, since: datetime, timeout_s: float, service: str = CLIENT_SERVICE
+) -> None:
+    """Block until ``expected`` streams of ``service`` started since ``since`` are in the store (spans arrive
+    batched)."""
     deadline = time.monotonic() + timeout_s
     query = "SELECT count() FROM streams WHERE service = {service:String} AND start_time >= {since:DateTime64(6)}"
     stored = 0
     while time.monotonic() < deadline:
-        stored = client.query(query, parameters={"service": CLIENT_SERVICE, "since": since}).result_rows[0][0]
+        stored = client.query(query, parameters={"service": service, "since": since}).result_rows[0][0]
         if stored >= expected:
             return
         time.sleep(0.2)

@@ -288,17 +288,26 @@ def plan(scenario: Scenario) -> list[PlannedStream]:
 # --- reading scenario files ---------------------------------------------------------------------------------
 
 
-def shipped() -> list[str]:
-    """Names of the scenarios that ship with streamscope."""
+REAL_ENGINE_DIRECTORY = "llama"
+"""Where the shipped scenarios on a real engine (``llama_eval``) are, beside the simulated ones."""
+
+
+def shipped(directory: str = "") -> list[str]:
+    """Names of the scenarios that ship with streamscope: on the simulated engines, or in ``directory``."""
     return sorted(
         p.name[: -len(".yaml")]
-        for p in resources.files(__package__).joinpath("scenarios").iterdir()
+        for p in resources.files(__package__).joinpath("scenarios", directory).iterdir()
         if p.name.endswith(".yaml")
     )
 
 
 def load_scenario(name_or_path: str) -> Scenario:
     """A shipped scenario by name, or a scenario file by path."""
+    return parse(*scenario_document(name_or_path))
+
+
+def scenario_document(name_or_path: str) -> tuple[Any, str]:
+    """The YAML document of a shipped scenario (by name) or a scenario file (by path), and where it came from."""
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
         try:
@@ -306,20 +315,28 @@ def load_scenario(name_or_path: str) -> Scenario:
         except OSError as exc:
             raise ScenarioError(f"cannot read scenario file {path}: {exc.strerror}") from None
     else:
-        resource = resources.files(__package__).joinpath("scenarios", f"{name_or_path}.yaml")
+        scenarios = resources.files(__package__).joinpath("scenarios")
+        resource = scenarios.joinpath(f"{name_or_path}.yaml")
         if not resource.is_file():
-            raise ScenarioError(f"no scenario named {name_or_path!r}; shipped: {', '.join(shipped())}")
+            resource = scenarios.joinpath(REAL_ENGINE_DIRECTORY, f"{name_or_path}.yaml")
+        if not resource.is_file():
+            names = shipped() + shipped(REAL_ENGINE_DIRECTORY)
+            raise ScenarioError(f"no scenario named {name_or_path!r}; shipped: {', '.join(names)}")
         text = resource.read_text()
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ScenarioError(f"scenario {name_or_path} is not valid YAML: {exc}") from None
-    return parse(document, str(name_or_path))
+    return document, str(name_or_path)
 
 
 def parse(document: Any, where: str) -> Scenario:
     if not isinstance(document, dict):
         raise ScenarioError(f"{where}: a scenario is a mapping")
+    if "engine" in document:
+        raise ScenarioError(
+            f"{where}: a scenario on a real engine (engine: {document['engine']}) runs with streamscope eval"
+        )
     _known(document, {"name", "seed", "description", "load", "nodes", "proxy", "inject"}, where)
     name = document.get("name")
     seed = document.get("seed")

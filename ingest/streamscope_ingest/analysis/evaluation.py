@@ -192,6 +192,10 @@ def score(client: Client, since: datetime, stall: StallRule | None = None) -> Sc
     holds = {
         trace: [(r.start_us, r.end_us) for r in records if r.cause in PATH_HOLDS] for trace, records in by_trace.items()
     }
+    upstream = {
+        trace: [(r.start_us, r.end_us) for r in records if r.cause in DELAY_CAUSES]
+        for trace, records in by_trace.items()
+    }
     result = Score()
     result.injected.update(r.cause for records in by_trace.values() for r in records)
     result.injected.update(r.cause for r in host_records)
@@ -208,7 +212,7 @@ def score(client: Client, since: datetime, stall: StallRule | None = None) -> Sc
                 continue
             hit.add((key, t_start, t_end))
             if not key:
-                overlap = min(end, t_end) - max(start, _reached_client(t_start, holds.get(trace, [])))
+                overlap = min(end, t_end) - max(start, _reached_client(t_start, upstream.get(trace, [])))
             elif record.held_before(server_seq):
                 continue
             match = overlap / (max(end, t_end) - min(start, t_start) + 1)

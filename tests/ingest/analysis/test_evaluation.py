@@ -114,6 +114,19 @@ def test_a_host_pause_holds_content_only_from_when_the_path_let_it_through(store
     assert result.confusion == {("network_buffering", "network_buffering"): 1, ("client_host", "client_host"): 1}
 
 
+def test_a_host_pause_holds_content_only_from_when_the_engine_emitted_it(store_client):
+    """A long prompt's prefill held the engine from 600 to 1610 (the stream's content came out at its end); the
+    client's host did not run the reader from 1180 to 1640, a window that fits the stall better, but it held the
+    content only for the 30 ms after the engine emitted it."""
+    prefilled = "f1" * 16
+    result = scored(
+        store_client,
+        [stall(prefilled, 1000, 1650, "prefill_interference")],
+        [truth("prefill_interference", 600, 1610, trace=prefilled), truth("client_host", 1180, 1640)],
+    )
+    assert result.confusion == {("prefill_interference", "prefill_interference"): 1}
+
+
 def test_a_record_that_held_only_content_sent_after_the_stall_ended_does_not_label_it(store_client):
     """A connection stalled right after delivering server chunk 12: the stall that chunk ended (the client's
     host read it late) was not the connection's, the next one was; with no server chunk known, time decides."""

@@ -1,0 +1,211 @@
+"""The clients of a real-engine evaluation, in a process of their own: instrumented streams through the gateway (or
+the impairment proxy in front of it), and the injector that sends long prompts at the times the plan gives.
+
+The injector knows when each long prompt was sent and when its answer came back (its prefill ran in between, on
+the engine's continuous-batching scheduler, sharing its steps with every stream decoding there), and the clients
+know which of their streams were mid-answer then and which of their events arrived in that window: that is the
+ground truth of ``prefill_interference``, one record per stream it overlapped, from the load generator alone,
+never from the engine's telemetry. The clients' own event loop is watched as in the simulated runs
+(``host_load.HostActivity``: ``client_host`` records).
+
+Run as ``python -m streamscope_cli.workload.llama_clients`` with the plan (``ClientPlan``, JSON) on stdin; prints
+how the streams ended, as JSON, on stdout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import secrets
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from streamscope import astream_sse, otlp_exporter, setup
+from streamscope.semconv import StreamscopeTruthCauseValues as Cause
+from streamscope_cli.workload.ground_truth import GroundTruth, GroundTruthSink
+from streamscope_cli.workload.host_load import HostActivity
+from streamscope_cli.workload.scenario import HostLoad
+from streamscope_cli.workload.truth_export import OtlpGroundTruthSink, ground_truth_logger
+
+CLIENT_SERVICE = "llama-client"
+INJECTOR_SERVICE = "llama-injector"
+
+
+@dataclass(frozen=True)
+class PlannedRequest:
+    at_s: float
+    url: str
+    """The chat completions URL: the gateway's, or the proxy's in front of it."""
+    max_tokens: int
+    prompt: str
+
+
+@dataclass(frozen=True)
+class LongPrompt:
+    at_s: float
+    url: str
+    prompt: str
+
+
+@dataclass(frozen=True)
+class ClientPlan:
+    scenario: str
+    seed: int
+    collector_url: str
+    node: str
+    """The engine's node, as its agent and the gateway name it (the node of the ground truth the injector writes)."""
+    streams: list[PlannedRequest]
+    long_prompts: list[LongPrompt] = field(default_factory=list)
+    host_load: list[HostLoad] = field(default_factory=list)
+    concurrency: int = 8
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ClientPlan:
+        raw = json.loads(text)
+        return cls(
+            **{
+                **raw,
+                "streams": [PlannedRequest(**s) for s in raw["streams"]],
+                "long_prompts": [LongPrompt(**p) for p in raw["long_prompts"]],
+                "host_load": [HostLoad(**h) for h in raw["host_load"]],
+            }
+        )
+
+
+@dataclass
+class Received:
+    """One stream as its client saw it: its trace, and when each event arrived (wall clock, ns)."""
+
+    trace_id: str
+    arrivals_ns: list[int] = field(default_factory=list)
+    content: list[bool] = field(default_factory=list)
+
+
+def prefill_truths(
+    node: str, windows: list[tuple[int, int]], streams: list[Received], slack_ns: int = 50_000_000
+) -> list[GroundTruth]:
+    """For each long prompt's prefill (sent, answered: wall ns), a record on every stream that was mid-answer then
+    (content before it was sent, content after it was answered), naming the events that arrived in the window (the
+    engine's numbering: the gateway forwards each event as it came) and, as its magnitude, the longest wait between
+    content events there."""
+    truths = []
+    for sent, answered in windows:
+        for stream in streams:
+            content = [t for t, has in zip(stream.arrivals_ns, stream.content, strict=True) if has]
+            if not content or content[0] >= sent or content[-1] <= answered:
+                continue
+            held = tuple(i for i, t in enumerate(stream.arrivals_ns) if sent < t <= answered + slack_ns)
+            around = [t for t in content if sent - slack_ns <= t <= answered + slack_ns]
+            before = max((t for t in content if t <= sent), default=sent)
+            after = min((t for t in content if t > answered), default=answered)
+            edges = [before, *around, after]
+            longest = max(b - a for a, b in itertools.pairwise(edges))
+            truths.append(
+                GroundTruth(
+                    Cause.PREFILL_INTERFERENCE,
+                    node,
+                    sent,
+                    answered,
+                    trace_id=stream.trace_id,
+                    chunk_indices=held,
+                    magnitude=longest / 1e9,
+                    detail={"kind": "long_prompt", "prefill_ms": f"{(answered - sent) / 1e6:.1f}"},
+                )
+            )
+    return truths
+
+
+async def _stream(client: httpx.AsyncClient, request: PlannedRequest, provider: Any, received: list[Received]) -> str:
+    trace_id = secrets.randbits(128) or 1
+    parent = trace.NonRecordingSpan(
+        trace.SpanContext(trace_id, secrets.randbits(64) or 1, is_remote=True, trace_flags=trace.TraceFlags(1))
+    )
+    token = otel_context.attach(trace.set_span_in_context(parent))
+    seen = Received(f"{trace_id:032x}")
+    received.append(seen)
+    body = {
+        "messages": [{"role": "user", "content": request.prompt}],
+        "max_tokens": request.max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    try:
+        async with astream_sse(client, "POST", request.url, json=body, tracer_provider=provider) as events:
+            async for event in events:
+                seen.arrivals_ns.append(time.time_ns())
+                seen.content.append(bool(_content_of(event.payload)))
+        return "completed"
+    except httpx.RemoteProtocolError:
+        return "disconnected"
+    except httpx.HTTPError:
+        return "error"
+    finally:
+        otel_context.detach(token)
+
+
+def _content_of(payload: Any) -> str:
+    """The text a Chat Completions chunk (parsed) carries."""
+    choices = (payload.get("choices") if isinstance(payload, dict) else None) or [{}]
+    delta = choices[0].get("delta") if isinstance(choices[0], dict) else None
+    return str((delta or {}).get("content") or "")
+
+
+async def _long_prompt(client: httpx.AsyncClient, prompt: LongPrompt, windows: list[tuple[int, int]]) -> None:
+    body = {"messages": [{"role": "user", "content": prompt.prompt}], "max_tokens": 1}
+    sent = time.time_ns()
+    response = await client.post(prompt.url, json=body)
+    if response.status_code == 200:
+        windows.append((sent, time.time_ns()))
+
+
+async def run(plan: ClientPlan, sink: GroundTruthSink, provider: Any) -> Counter[str]:
+    outcomes: Counter[str] = Counter()
+    received: list[Received] = []
+    windows: list[tuple[int, int]] = []
+    gate = asyncio.Semaphore(plan.concurrency)
+    started = time.monotonic()
+    limits = httpx.Limits(max_connections=plan.concurrency * 2 + len(plan.long_prompts))
+    host = HostActivity(plan.host_load, seed=plan.seed, sink=sink, node=CLIENT_SERVICE)
+    async with host, httpx.AsyncClient(timeout=httpx.Timeout(300.0, connect=10.0), limits=limits) as client:
+
+        async def one(request: PlannedRequest) -> None:
+            await asyncio.sleep(max(0.0, request.at_s - (time.monotonic() - started)))
+            async with gate:
+                outcomes[await _stream(client, request, provider, received)] += 1
+
+        async def inject(prompt: LongPrompt) -> None:
+            await asyncio.sleep(max(0.0, prompt.at_s - (time.monotonic() - started)))
+            await _long_prompt(client, prompt, windows)
+
+        await asyncio.gather(*(one(r) for r in plan.streams), *(inject(p) for p in plan.long_prompts))
+    for truth in prefill_truths(plan.node, windows, received):
+        sink.record(truth)
+    outcomes["long prompts answered"] = len(windows)
+    return outcomes
+
+
+def main() -> None:
+    plan = ClientPlan.from_json(sys.stdin.read())
+    provider = setup(CLIENT_SERVICE, set_global=False, exporter=otlp_exporter(plan.collector_url))
+    logs = ground_truth_logger(INJECTOR_SERVICE, plan.collector_url)
+    try:
+        outcomes = asyncio.run(run(plan, OtlpGroundTruthSink(logs, scenario=plan.scenario), provider))
+    finally:
+        provider.shutdown()
+        logs.shutdown()
+    json.dump(dict(outcomes), sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,245 @@
+"""Score attribution on a real engine: llama.cpp's ``llama-server`` behind ``streamscope gateway``, read by a GPU
+agent, streamed by instrumented clients in a process of their own, through the impairment proxy for some.
+
+Laid out as a deployment is: the engine, the gateway, the proxy and the clients each run in their own process, so
+nothing ties the engine's pace to the clients' host but the machine they share (as on any one machine). Every
+ground-truth record comes from a part that did it: the injector in the clients' process (a long prompt sent and
+answered, ``llama_clients``), the proxy (bytes it held), the clients' watchdog (their loop not running); none from
+the engine's own telemetry, which attribution reads.
+
+A scenario file says ``engine: llama-server``:
+
+    name: llama-mixed
+    engine: llama-server
+    seed: 201
+    load: {streams: 24, arrival_rate: 2, concurrency: 6, output_tokens: {uniform: [600, 900]}, proxy_share: 0.5}
+    engine_options: {parallel: 8}                       # llama-server's slots (-np)
+    inject:
+      long_prompts: {every_s: 4, prompt_tokens: 12000}  # prefill sharing the batch with the streams
+      host_load: {target: client, period_s: 2, busy_ms: 450}
+    proxy: {impairments: [{kind: stall, after_event: 300, duration_ms: 900, probability: 0.3}]}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from streamscope.errors import StreamscopeError
+from streamscope_cli.llama.build import ensure_server
+from streamscope_cli.llama.models import TINY, ensure_model
+from streamscope_cli.llama.server import LlamaServer, ServerOptions
+from streamscope_cli.proxy.process import ProxyProcess
+from streamscope_cli.workload.llama_clients import CLIENT_SERVICE, ClientPlan, LongPrompt, PlannedRequest
+from streamscope_cli.workload.load import attribute_settled, wait_until_stored
+from streamscope_cli.workload.scenario import (
+    HostLoad,
+    LoadSpec,
+    ScenarioError,
+    _host_loads,
+    _known,
+    _load,
+)
+from streamscope_collector.config import CollectorConfig
+from streamscope_collector.service import Collector
+from streamscope_ingest.analysis.evaluation import Score, score
+
+ENGINE = "llama-server"
+NODE = "llama-0"
+"""The engine's node, as the gateway (``--node``) and its agent name it."""
+GATEWAY_SERVICE = "llama-gateway"
+CONTEXT = 32768
+PREFILL_BURST_TOKENS = 1024
+PROMPT_WORDS = ("the", "river", "slow", "light", "morning", "over", "and", "stone", "green", "far")
+
+
+@dataclass(frozen=True)
+class LongPrompts:
+    every_s: float
+    prompt_tokens: int = 12000
+    start_s: float = 2.0
+
+
+@dataclass(frozen=True)
+class LlamaScenario:
+    name: str
+    seed: int
+    description: str
+    load: LoadSpec
+    parallel: int = 8
+    long_prompts: LongPrompts | None = None
+    host_load: tuple[HostLoad, ...] = ()
+    impairments: tuple[dict[str, Any], ...] = ()
+    timeout_s: float = 600.0
+
+
+def is_real_engine(document: Any) -> bool:
+    return isinstance(document, dict) and document.get("engine") == ENGINE
+
+
+def parse(document: dict[str, Any], where: str) -> LlamaScenario:
+    _known(document, {"name", "seed", "description", "engine", "load", "engine_options", "inject", "proxy"}, where)
+    name, seed = document.get("name"), document.get("seed")
+    if not isinstance(name, str) or not name or not isinstance(seed, int) or isinstance(seed, bool):
+        raise ScenarioError(f"{where}: name (text) and seed (integer) are required")
+    load = _load(document.get("load") or {}, f"{where}: load")
+    options = document.get("engine_options") or {}
+    _known(options, {"parallel"}, f"{where}: engine_options")
+    parallel = options.get("parallel", load.concurrency + 2)
+    if not isinstance(parallel, int) or parallel < 1:
+        raise ScenarioError(f"{where}: engine_options.parallel must be a positive integer")
+    inject = document.get("inject") or {}
+    _known(inject, {"long_prompts", "host_load"}, f"{where}: inject")
+    long_prompts = None
+    if (raw := inject.get("long_prompts")) is not None:
+        if not isinstance(raw, dict):
+            raise ScenarioError(f"{where}: inject.long_prompts must be a mapping")
+        _known(raw, {"every_s", "prompt_tokens", "start_s"}, f"{where}: inject.long_prompts")
+        try:
+            long_prompts = LongPrompts(**raw)
+        except TypeError:
+            raise ScenarioError(f"{where}: inject.long_prompts needs every_s") from None
+        if long_prompts.every_s <= 0 or not 0 < long_prompts.prompt_tokens < CONTEXT - 64:
+            raise ScenarioError(f"{where}: inject.long_prompts needs every_s > 0 and prompt_tokens below {CONTEXT}")
+    proxy = document.get("proxy") or {}
+    _known(proxy, {"impairments"}, f"{where}: proxy")
+    impairments = proxy.get("impairments", [])
+    if not isinstance(impairments, list):
+        raise ScenarioError(f"{where}: proxy.impairments must be a list")
+    return LlamaScenario(
+        name,
+        seed,
+        str(document.get("description", "")),
+        load,
+        parallel,
+        long_prompts,
+        _host_loads(inject.get("host_load"), f"{where}: inject.host_load"),
+        tuple(impairments),
+    )
+
+
+def client_plan(scenario: LlamaScenario, gateway_url: str, proxy_url: str | None, collector_url: str) -> ClientPlan:
+    """The streams (Poisson arrivals, output lengths, route) and the long prompts, from the scenario's seed."""
+    rng = random.Random(scenario.seed)
+    load = scenario.load
+    at, requests = 0.0, []
+    for _ in range(load.streams):
+        at += rng.expovariate(load.arrival_rate)
+        via_proxy = proxy_url is not None and rng.random() < load.proxy_share
+        base = proxy_url if via_proxy and proxy_url else gateway_url
+        words = " ".join(rng.choice(PROMPT_WORDS) for _ in range(load.prompt_tokens.sample(rng) // 2))
+        requests.append(
+            PlannedRequest(round(at, 3), f"{base}/v1/chat/completions", load.output_tokens.sample(rng), words)
+        )
+    prompts = []
+    if (injected := scenario.long_prompts) is not None:
+        count = math.floor(max(at - injected.start_s, 0.0) / injected.every_s) + 1
+        for index in range(count):
+            prompt = f"{index} {rng.random():.6f} " + "ab " * (injected.prompt_tokens // 2)  # no cached prefix
+            url = f"{gateway_url}/v1/chat/completions"
+            prompts.append(LongPrompt(injected.start_s + index * injected.every_s, url, prompt))
+    return ClientPlan(
+        scenario.name,
+        scenario.seed,
+        collector_url,
+        NODE,
+        requests,
+        prompts,
+        list(scenario.host_load),
+        load.concurrency,
+    )
+
+
+def evaluate(scenario: LlamaScenario, storage_dsn: str) -> Score:
+    """Run ``scenario`` on llama-server (built or taken from the cache) and score attribution on it."""
+    binary, model = ensure_server(), ensure_model(TINY)
+    collector = Collector(
+        CollectorConfig(storage_dsn=storage_dsn, http_port=0, grpc_port=None, attribution_interval_s=None)
+    ).start()
+    try:
+        since = datetime.now(UTC)
+        options = ServerOptions(model, parallel=scenario.parallel, context=CONTEXT, unified_kv=True)
+        with (
+            LlamaServer(binary, options) as engine,
+            _gateway(engine.url, collector.http_url) as gateway,
+            _agent(engine.url, collector.http_url),
+        ):
+            gateway_url = gateway.announced.split(" on ", 1)[1].split(" ->", 1)[0]
+            proxy = None
+            if scenario.impairments:
+                config = {"upstream": gateway_url, "node": "edge", "seed": scenario.seed}
+                config["impairments"] = list(scenario.impairments)
+                proxy = ProxyProcess(config, collector_url=collector.http_url, scenario=scenario.name).start()
+            try:
+                plan = client_plan(scenario, gateway_url, proxy.url if proxy else None, collector.http_url)
+                _run_clients(plan, scenario.timeout_s)
+            finally:
+                if proxy is not None:
+                    proxy.stop()
+        wait_until_stored(collector.query_client, len(plan.streams), since, 60.0, service=CLIENT_SERVICE)
+        attribute_settled(collector.query_client)
+        return score(collector.query_client, since)
+    finally:
+        collector.stop()
+
+
+def _run_clients(plan: ClientPlan, timeout_s: float) -> dict[str, int]:
+    run = subprocess.run(
+        [sys.executable, "-m", "streamscope_cli.workload.llama_clients"],
+        input=plan.to_json(),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    if run.returncode != 0:
+        raise StreamscopeError(f"the clients' process failed:\n{run.stderr[-3000:]}")
+    outcomes: dict[str, int] = json.loads(run.stdout)
+    return outcomes
+
+
+class _Command:
+    """A ``streamscope`` command in a process of its own, up once it prints its first line (where it listens)."""
+
+    def __init__(self, *arguments: str) -> None:
+        self._command = [sys.executable, "-m", "streamscope_cli.main", *arguments]
+        self._child: subprocess.Popen[str] | None = None
+        self.announced = ""
+
+    def __enter__(self) -> _Command:
+        self._child = subprocess.Popen(self._command, stdout=subprocess.PIPE, text=True)
+        assert self._child.stdout is not None
+        self.announced = self._child.stdout.readline().strip()
+        if not self.announced:
+            self.__exit__()
+            raise StreamscopeError(f"streamscope {self._command[3]} did not start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._child is not None:
+            self._child.terminate()
+            try:
+                self._child.wait(30)
+            except subprocess.TimeoutExpired:
+                self._child.kill()
+                self._child.wait()
+            if self._child.stdout is not None:
+                self._child.stdout.close()
+
+
+def _gateway(upstream: str, collector_url: str) -> _Command:
+    """``streamscope gateway`` in front of the engine, naming its node; it announces ``gateway on URL -> ...``."""
+    arguments = ["gateway", "--upstream", upstream, "--port", "0", "--collector", collector_url]
+    return _Command(*arguments, "--node", NODE, "--service-name", GATEWAY_SERVICE)
+
+
+def _agent(engine_url: str, collector_url: str) -> _Command:
+    """``streamscope gpu-agent`` reading the engine's /metrics (no GPU here), with a prefill burst sized to the tiny
+    model: it prefills about ten thousand tokens a second, so a step that holds up its streams is a few hundred."""
+    arguments = ["gpu-agent", "--node", NODE, "--engine-url", f"{engine_url}/metrics", "--collector", collector_url]
+    return _Command(*arguments, "--no-gpu", "--prefill-burst-tokens", str(PREFILL_BURST_TOKENS))
