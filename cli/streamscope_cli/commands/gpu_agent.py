@@ -36,14 +36,6 @@ if TYPE_CHECKING:
 )
 @click.option("--no-gpu", is_flag=True, help="Do not read the GPUs (engine telemetry only).")
 @click.option(
-    "--prefill-burst-tokens",
-    default=4096,
-    show_default=True,
-    type=click.FloatRange(1, min_open=False),
-    help="Prompt tokens computed in one engine interval (or one step's size) that make a prefill burst: about what "
-    "the engine prefills in a step that holds up its decoding streams.",
-)
-@click.option(
     "--once",
     is_flag=True,
     help="Print what the agent would report first (two engine scrapes an interval apart, the GPUs read once: "
@@ -59,7 +51,6 @@ def gpu_agent(
     gpu_interval_ms: int,
     dcgm_url: str | None,
     no_gpu: bool,
-    prefill_burst_tokens: float,
     once: bool,
     as_json: bool,
 ) -> None:
@@ -73,7 +64,6 @@ def gpu_agent(
           --dcgm-url http://127.0.0.1:9400/metrics
     """
     from streamscope_gpu_agent.agent import AgentConfig, GpuAgent
-    from streamscope_gpu_agent.events import Thresholds
 
     config = AgentConfig(
         node=node,
@@ -83,7 +73,6 @@ def gpu_agent(
         gpu_interval_s=gpu_interval_ms / 1000,
         dcgm_url=dcgm_url,
         gpu=not no_gpu,
-        thresholds=Thresholds(prefill_burst_tokens=prefill_burst_tokens),
     )
     agent = GpuAgent(config)
     if once:

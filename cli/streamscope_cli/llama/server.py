@@ -31,6 +31,9 @@ class ServerOptions:
     draft_max: int = 4
     parallel: int = 1
     context: int = 4096
+    batch: int | None = None
+    """Tokens in one step (``-b`` and ``-ub``; llama.cpp's default 2048): a prompt up to this long is prefilled in
+    one step, holding up every stream decoding beside it, as an engine without chunked prefill does."""
     unified_kv: bool = False
     """One KV buffer for all slots (``-kvu``): a request may use the whole context, not its slot's share of it."""
     metrics: bool = True
@@ -44,6 +47,7 @@ class ServerOptions:
         arguments = ["-m", str(self.model), "--host", self.host, "--port", str(self.port)]
         arguments += ["-c", str(self.context), "-np", str(self.parallel)]
         arguments += ["-kvu"] if self.unified_kv else []
+        arguments += ["-b", str(self.batch), "-ub", str(self.batch)] if self.batch else []
         arguments += ["--metrics"] if self.metrics else []
         arguments += ["--slots"] if self.slots else ["--no-slots"]
         arguments += ["-t", str(self.threads)]

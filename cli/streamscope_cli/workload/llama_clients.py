@@ -98,7 +98,7 @@ def prefill_truths(
     """For each long prompt's prefill (sent, answered: wall ns), a record on every stream that was mid-answer then
     (content before it was sent, content after it was answered), naming the events that arrived in the window (the
     engine's numbering: the gateway forwards each event as it came) and, as its magnitude, the longest wait between
-    content events there."""
+    content events from the last before it was sent to the first after it was answered."""
     truths = []
     for sent, answered in windows:
         for stream in streams:
@@ -106,11 +106,9 @@ def prefill_truths(
             if not content or content[0] >= sent or content[-1] <= answered:
                 continue
             held = tuple(i for i, t in enumerate(stream.arrivals_ns) if sent < t <= answered + slack_ns)
-            around = [t for t in content if sent - slack_ns <= t <= answered + slack_ns]
-            before = max((t for t in content if t <= sent), default=sent)
-            after = min((t for t in content if t > answered), default=answered)
-            edges = [before, *around, after]
-            longest = max(b - a for a, b in itertools.pairwise(edges))
+            first = max(i for i, t in enumerate(content) if t <= sent)
+            last = min(i for i, t in enumerate(content) if t > answered)
+            longest = max(b - a for a, b in itertools.pairwise(content[first : last + 1]))
             truths.append(
                 GroundTruth(
                     Cause.PREFILL_INTERFERENCE,

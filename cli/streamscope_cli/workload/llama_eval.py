@@ -13,9 +13,9 @@ A scenario file says ``engine: llama-server``:
     engine: llama-server
     seed: 201
     load: {streams: 24, arrival_rate: 2, concurrency: 6, output_tokens: {uniform: [600, 900]}, proxy_share: 0.5}
-    engine_options: {parallel: 8}                       # llama-server's slots (-np)
+    engine_options: {parallel: 8, step_tokens: 8192}    # slots (-np); tokens a step takes (-b, -ub)
     inject:
-      long_prompts: {every_s: 4, prompt_tokens: 12000}  # prefill sharing the batch with the streams
+      long_prompts: {every_s: 4, prompt_tokens: 5000}   # prefilled in one step with the streams' decoding
       host_load: {target: client, period_s: 2, busy_ms: 450}
     proxy: {impairments: [{kind: stall, after_event: 300, duration_ms: 900, probability: 0.3}]}
 """
@@ -55,14 +55,13 @@ NODE = "llama-0"
 """The engine's node, as the gateway (``--node``) and its agent name it."""
 GATEWAY_SERVICE = "llama-gateway"
 CONTEXT = 32768
-PREFILL_BURST_TOKENS = 1024
 PROMPT_WORDS = ("the", "river", "slow", "light", "morning", "over", "and", "stone", "green", "far")
 
 
 @dataclass(frozen=True)
 class LongPrompts:
     every_s: float
-    prompt_tokens: int = 12000
+    prompt_tokens: int = 5000
     start_s: float = 2.0
 
 
@@ -73,6 +72,9 @@ class LlamaScenario:
     description: str
     load: LoadSpec
     parallel: int = 8
+    step_tokens: int | None = None
+    """The most tokens one engine step takes (llama.cpp's default when None): a prompt up to this long is prefilled
+    in one step, as an engine without chunked prefill does, and every stream decoding beside it waits for it all."""
     long_prompts: LongPrompts | None = None
     host_load: tuple[HostLoad, ...] = ()
     impairments: tuple[dict[str, Any], ...] = ()
@@ -90,10 +92,12 @@ def parse(document: dict[str, Any], where: str) -> LlamaScenario:
         raise ScenarioError(f"{where}: name (text) and seed (integer) are required")
     load = _load(document.get("load") or {}, f"{where}: load")
     options = document.get("engine_options") or {}
-    _known(options, {"parallel"}, f"{where}: engine_options")
-    parallel = options.get("parallel", load.concurrency + 2)
+    _known(options, {"parallel", "step_tokens"}, f"{where}: engine_options")
+    parallel, step_tokens = options.get("parallel", load.concurrency + 2), options.get("step_tokens")
     if not isinstance(parallel, int) or parallel < 1:
         raise ScenarioError(f"{where}: engine_options.parallel must be a positive integer")
+    if step_tokens is not None and (not isinstance(step_tokens, int) or not 64 <= step_tokens <= CONTEXT):
+        raise ScenarioError(f"{where}: engine_options.step_tokens must be an integer from 64 to {CONTEXT}")
     inject = document.get("inject") or {}
     _known(inject, {"long_prompts", "host_load"}, f"{where}: inject")
     long_prompts = None
@@ -118,6 +122,7 @@ def parse(document: dict[str, Any], where: str) -> LlamaScenario:
         str(document.get("description", "")),
         load,
         parallel,
+        step_tokens,
         long_prompts,
         _host_loads(inject.get("host_load"), f"{where}: inject.host_load"),
         tuple(impairments),
@@ -164,7 +169,9 @@ def evaluate(scenario: LlamaScenario, storage_dsn: str) -> Score:
     ).start()
     try:
         since = datetime.now(UTC)
-        options = ServerOptions(model, parallel=scenario.parallel, context=CONTEXT, unified_kv=True)
+        options = ServerOptions(
+            model, parallel=scenario.parallel, context=CONTEXT, batch=scenario.step_tokens, unified_kv=True
+        )
         with (
             LlamaServer(binary, options) as engine,
             _gateway(engine.url, collector.http_url) as gateway,
@@ -239,7 +246,6 @@ def _gateway(upstream: str, collector_url: str) -> _Command:
 
 
 def _agent(engine_url: str, collector_url: str) -> _Command:
-    """``streamscope gpu-agent`` reading the engine's /metrics (no GPU here), with a prefill burst sized to the tiny
-    model: it prefills about ten thousand tokens a second, so a step that holds up its streams is a few hundred."""
+    """``streamscope gpu-agent`` reading the engine's /metrics, with its default thresholds (no GPU here)."""
     arguments = ["gpu-agent", "--node", NODE, "--engine-url", f"{engine_url}/metrics", "--collector", collector_url]
-    return _Command(*arguments, "--no-gpu", "--prefill-burst-tokens", str(PREFILL_BURST_TOKENS))
+    return _Command(*arguments, "--no-gpu")

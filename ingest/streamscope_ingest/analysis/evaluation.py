@@ -71,6 +71,9 @@ HOST_CAUSE = Cause.CLIENT_HOST
 """The cause of host-level records (no trace id) that label stalls by time."""
 PATH_HOLDS = (Cause.NETWORK_BUFFERING, Cause.CONNECTION)
 """Causes that held a stream's content on the path: a server delay inside one did not reach the client."""
+HOLDS = (*PATH_HOLDS, Cause.PREFILL_INTERFERENCE, Cause.KV_PRESSURE, Cause.GPU_FAULT)
+"""Causes whose record's window is one in which the stream's content was held back altogether (a step that
+prefilled, a preempted request, a stopped GPU, the path), not merely slowed (a throttled GPU, a collapsed draft)."""
 MATCH_SLACK_US = 100_000
 EXPLAINING_SHARE = 1 / 3
 """A record labels a stall only if it held the content for at least this share of the stall. A stall is at least
