@@ -6,8 +6,9 @@ cause the precision, recall and support, then every cause pooled over the scenar
 injected cause explains but attribution blamed on the network or an engine, and the load average the host
 ran at. ``--burners N`` runs N processes that spin on the CPU for the whole run (a busy host, load ≥ N).
 
-Three sets: ``shipped`` (the scenarios that ship with streamscope), ``tuning`` and ``holdout``
-(benchmarks/attribution/): the rules are tuned on the first two, the holdout set is only ever measured.
+Three sets on the simulated engines: ``shipped`` (the scenarios that ship with streamscope), ``tuning`` and
+``holdout`` (benchmarks/attribution/): the rules are tuned on the first two, the holdout set is only ever measured.
+``llama``: the shipped scenarios on llama.cpp's real server (``streamscope_cli.workload.llama_eval``).
 
     python -m benchmarks.attribution_accuracy [--quick] [--set holdout] [--burners 3] [SCENARIO ...]
 """
@@ -33,10 +34,10 @@ QUICK = ("steady", str(HERE / "tuning" / "short-stalls.yaml"))
 
 
 def scenario_set(name: str) -> list[str]:
-    if name == "shipped":
-        from streamscope_cli.workload.scenario import shipped
+    if name in ("shipped", "llama"):
+        from streamscope_cli.workload.scenario import REAL_ENGINE_DIRECTORY, shipped
 
-        return shipped()
+        return shipped(REAL_ENGINE_DIRECTORY if name == "llama" else "")
     return sorted(str(path) for path in (HERE / name).glob("*.yaml"))
 
 
@@ -141,7 +142,7 @@ def render(results: dict[str, dict[str, Any]], burners: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenarios", nargs="*", help="scenario names or files (default: the --set)")
-    parser.add_argument("--set", dest="sets", action="append", choices=("shipped", "tuning", "holdout"))
+    parser.add_argument("--set", dest="sets", action="append", choices=("shipped", "tuning", "holdout", "llama"))
     parser.add_argument("--burners", type=int, default=0, help="CPU-spinning processes beside the run")
     parser.add_argument("--streams", type=int, default=None, help="override each scenario's stream count")
     parser.add_argument("--quick", action="store_true", help="two short scenarios (a smoke test)")

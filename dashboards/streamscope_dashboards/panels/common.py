@@ -143,7 +143,7 @@ VARIABLES = ("tenant", "service", "provider", "model", "route")
 but route: that is the server's (``http.route``), so a client row is kept when its trace's server span was
 served on one of the chosen routes."""
 
-SIDES = ("client", "server", "browser")
+SIDES = ("client", "server", "gateway", "browser")
 
 SIDE = "side"
 """The single-valued variable naming whose view of the streams the panels show. The client's by default: the

@@ -8,8 +8,8 @@ STREAM_TIMELINE = Panel(
     "stream_timeline",
     "One stream, from the server to the screen",
     "Content delivered over time on each side of one trace, each side timed from its own span start (the "
-    "client sending the request, the server receiving it: one network hop apart, never a clock subtraction); "
-    "for a browser, also when each chunk was painted.",
+    "client sending the request, a gateway or the server receiving it: a network hop apart, never a clock "
+    "subtraction); for a browser, also when each chunk was painted.",
     "timeline",
     """SELECT side, ms_since_request, content_bytes FROM (
     SELECT side, seq, offset_us / 1000 AS ms_since_request,
@@ -75,7 +75,8 @@ ORDER BY seq""",
 TRACE_NODE_EVENTS = Panel(
     "trace_node_events",
     "Events on the trace's node while it streamed",
-    "Engine events on the node that served the trace, from 5 s before the stream to 5 s after it.",
+    "Engine events on the node that served the trace (named by its server span, or by the gateway in front of it), "
+    "from 5 s before the stream to 5 s after it.",
     "table",
     f"""SELECT e.start_time AS start_time, e.end_time AS end_time, e.kind AS kind, round(e.magnitude, 3) AS magnitude
 FROM engine_events AS e
@@ -83,7 +84,7 @@ INNER JOIN (
     SELECT node_name, min(start_time) - INTERVAL 5 SECOND AS low,
         max(start_time + toIntervalMicrosecond(duration_us)) + INTERVAL 5 SECOND AS high
     FROM streams
-    WHERE {TRACE} AND side = 'server'
+    WHERE {TRACE} AND side IN ('server', 'gateway') AND node_name != ''
     GROUP BY node_name
 ) AS s ON s.node_name = e.node_name
 WHERE e.start_time BETWEEN s.low AND s.high
