@@ -52,6 +52,8 @@ the frame that painted them. For each client stall:
    leaves one token per step where the node's steps gave its acceptance length, so it stretches the stream's
    usual server gap by about that factor, never into a freeze many times longer, and it slows a stretch, not
    one chunk (``spec_decode_ruled_out`` in the evidence says why not).
+   With a recording gateway between the server and the client (``streamscope gateway``), the path's part is split at
+   it: held at the gateway, or after it (``held_at`` in the evidence).
 6. Across streams: a late arrival on one stream is that connection's, but when a host the stream shares with
    others (its client process, the endpoint it streamed from, its serving node) held at least
    ``pause_witnesses`` of its other streams that had content due over the same time, and half of those that
@@ -374,10 +376,12 @@ def attribute(
     rules: StallRules,
     spec_accept_length: float | None = None,
     shared_hosts: Callable[[], Iterable[SharedHost]] | None = None,
+    relay: Timeline | None = None,
 ) -> list[Stall]:
     """The client's stalls, each with a cause, a confidence and its evidence. ``spec_accept_length`` is the
     node's tokens per speculative step (None: not reported); ``shared_hosts`` gives, when asked, the hosts this
-    stream shares with others (its client process, its serving node)."""
+    stream shares with others (its client process, its serving node); ``relay`` is the side of a gateway between
+    the server and the client, which splits the path's part of a stall at the gateway (``_where_on_the_path``)."""
     stalls = find_stalls(client, rules)
     waiting = [stall for stall in stalls if not _on_screen(stall, rules)]
     if not waiting:
@@ -467,7 +471,28 @@ def attribute(
     stalled_at = sorted(int(np.searchsorted(c_index, stall.seq)) for stall in waiting)
     late = [_read_late(host, stalled_at, k) for k in network]
     _network_causes(list(network.values()), late, behind, first_held, rules)
+    if relay is not None and relay.content()[0].size:
+        _where_on_the_path(list(network.values()), c_cumulative[list(network)], relay, server)
     return stalls
+
+
+def _where_on_the_path(
+    network: list[tuple[Stall, int]], through: np.ndarray, relay: Timeline, server: Timeline
+) -> None:
+    """With a gateway between the server and the client, the path's part of each stall split at it: how late the
+    gateway relayed the content that ended the stall (``held_at_gateway_ms``: a gateway that held it) and how much
+    later than that the client got it (``after_gateway_ms``), each as late as the stream's quickest chunk allows
+    (as ``Arrivals`` measures), and the larger named in ``held_at``."""
+    relayed = Arrivals.of(relay, server)
+    _, _, r_cumulative = relay.content()
+    at = np.minimum(np.searchsorted(r_cumulative, through), r_cumulative.size - 1)
+    for (stall, _), gateway_us in zip(network, relayed.path_us[at], strict=True):
+        assert stall.path_delay_us is not None
+        gateway_part = min(int(gateway_us), stall.path_delay_us)
+        after = stall.path_delay_us - gateway_part
+        stall.evidence["held_at_gateway_ms"] = f"{gateway_part / 1000:.1f}"
+        stall.evidence["after_gateway_ms"] = f"{after / 1000:.1f}"
+        stall.evidence["held_at"] = "gateway" if gateway_part > after else "after the gateway"
 
 
 def _read_late(host: np.ndarray | None, stalled_at: list[int], k: int) -> int:

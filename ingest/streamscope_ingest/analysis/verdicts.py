@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from streamscope_ingest.analysis.attribution import Arrivals, SharedHost, Stall, StallRules, Timeline, attribute
-from streamscope_ingest.analysis.pass_inputs import UPSTREAM_SIDES, Key, PassInputs, SettledStream
+from streamscope_ingest.analysis.pass_inputs import UPSTREAM_SIDES, Key, PassInputs, SettledStream, TraceSpan
 from streamscope_ingest.analysis.quality import andes_qoe, fluidity_index
 from streamscope_ingest.analysis.smoothing import Buffer, Smoothed, Targets, smooth_each
 
@@ -65,6 +65,8 @@ class _Sides:
     client: Timeline
     server: Timeline | None
     node: str
+    relay: Timeline | None = None
+    """A gateway's side between the server and the client, when both were recorded."""
 
 
 def judge(inputs: PassInputs, rules: StallRules, buffers: Sequence[Buffer], quality: QualityTargets) -> Verdicts:
@@ -89,6 +91,7 @@ def judge(inputs: PassInputs, rules: StallRules, buffers: Sequence[Buffer], qual
             rules=rules,
             spec_accept_length=inputs.spec_nodes.get(both.node),
             shared_hosts=partial(peers.of, stream.key),
+            relay=both.relay,
         )
         identity = {
             "tenant": stream.tenant,
@@ -119,12 +122,16 @@ def _sides(stream: SettledStream, inputs: PassInputs) -> _Sides | None:
     if stream.side not in ("client", "browser", "server") or stream.key not in inputs.chunks:
         return None
     client = inputs.chunks[stream.key].timeline(stream.start_us)
-    for upstream_side in UPSTREAM_SIDES:
-        span = next((s for s in in_trace if s.side == upstream_side), None)
-        chunks = inputs.chunks.get((stream.tenant, stream.trace, span.span)) if span is not None else None
-        if span is not None and chunks is not None:
-            return _Sides(client, chunks.timeline(span.start_us), span.node)
-    return _Sides(client, None, "")
+    recorded: dict[str, tuple[TraceSpan, Timeline]] = {}
+    for span in in_trace:
+        chunks = inputs.chunks.get((stream.tenant, stream.trace, span.span))
+        if span.side in UPSTREAM_SIDES and chunks is not None:
+            recorded.setdefault(span.side, (span, chunks.timeline(span.start_us)))
+    upstream = next((recorded[side] for side in UPSTREAM_SIDES if side in recorded), None)
+    if upstream is None:
+        return _Sides(client, None, "")
+    relay = recorded["gateway"][1] if "server" in recorded and "gateway" in recorded else None
+    return _Sides(client, upstream[1], upstream[0].node, relay)
 
 
 def measured(

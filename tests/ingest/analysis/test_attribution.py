@@ -674,3 +674,21 @@ def test_a_preempted_request_on_a_node_silent_for_everyone_while_the_reader_was_
     unwatched = timeline(with_gap(20, 400, [20.0] * 40), start_us=server.start_us + 3 * MS)
     stall = only(attribute(unwatched, server, preemption, spec_active=False, rules=RULES, shared_hosts=lambda: hosts))
     assert stall.cause == "unknown"
+
+
+def test_with_a_gateway_between_them_the_paths_part_is_split_where_the_content_was_held():
+    """The server emits steadily; a connection stall holds chunk 12 for 900 ms either between the server and the
+    gateway (the gateway relays it late) or after the gateway (it relays it on time)."""
+    server = timeline(STEADY)
+    late_at_gateway = held(server, (12, 900))
+    at_gateway = only(
+        attribute(held(late_at_gateway, (0, 0)), server, [], spec_active=False, rules=RULES, relay=late_at_gateway)
+    )
+    assert at_gateway.cause == "connection" and at_gateway.evidence["held_at"] == "gateway"
+    assert float(at_gateway.evidence["held_at_gateway_ms"]) == pytest.approx(900, abs=1)
+    on_time = held(server)
+    after = only(attribute(held(server, (12, 900)), server, [], spec_active=False, rules=RULES, relay=on_time))
+    assert after.cause == "connection" and after.evidence["held_at"] == "after the gateway"
+    assert float(after.evidence["after_gateway_ms"]) == pytest.approx(900, abs=1)
+    without = only(attribute(held(server, (12, 900)), server, [], spec_active=False, rules=RULES))
+    assert "held_at" not in without.evidence

@@ -452,3 +452,15 @@ def test_behind_a_gateway_with_no_server_span_the_gateways_side_is_the_engines(s
         (trace_hex(21), "client", 11, "kv_pressure", 600_000, "node-1"),
         (trace_hex(22), "client", 13, "connection", 20_000, "node-1"),
     ]
+
+
+def test_with_server_and_gateway_spans_the_server_is_the_upstream_and_the_gateway_splits_the_path(store_client):
+    spans = [
+        span(23, 1, "client", T0, with_gap(12, 900)),
+        span(23, 2, "gateway", T0 + 3 * MS, with_gap(12, 900)),
+        span(23, 3, "server", T0 + 5 * MS, steady(), node="node-1"),
+    ]
+    write(store_client, spans, [])
+    AttributionJob(store_client, settle_s=0).run_once(until=datetime.now(UTC) + timedelta(seconds=1))
+    rows = store_client.query("SELECT cause, server_gap_us, evidence['held_at'] FROM stalls").result_rows
+    assert rows == [("connection", 20_000, "gateway")]
