@@ -15,9 +15,13 @@ from streamscope.threads import named_thread
 
 
 def bound_socket(host: str, port: int, what: str) -> socket.socket:
-    """A TCP socket bound to ``host:port``; the error says what could not listen where (a port in use)."""
+    """A TCP socket bound to ``host:port``; the error says what could not listen where (a port in use).
+
+    Made with the TCP protocol by number: asyncio turns Nagle's algorithm off (``TCP_NODELAY``) only on such sockets'
+    connections, and with it on, a small write after another (an event after the response's headers) waits for the
+    client's delayed acknowledgement."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

@@ -174,8 +174,8 @@ def evaluate(scenario: LlamaScenario, storage_dsn: str) -> Score:
         )
         with (
             LlamaServer(binary, options) as engine,
-            _gateway(engine.url, collector.http_url) as gateway,
-            _agent(engine.url, collector.http_url),
+            gateway_process(engine.url, collector.http_url) as gateway,
+            agent_process(engine.url, collector.http_url),
         ):
             gateway_url = gateway.announced.split(" on ", 1)[1].split(" ->", 1)[0]
             proxy = None
@@ -210,7 +210,7 @@ def _run_clients(plan: ClientPlan, timeout_s: float) -> dict[str, int]:
     return outcomes
 
 
-class _Command:
+class CommandProcess:
     """A ``streamscope`` command in a process of its own, up once it prints its first line (where it listens)."""
 
     def __init__(self, *arguments: str) -> None:
@@ -218,7 +218,7 @@ class _Command:
         self._child: subprocess.Popen[str] | None = None
         self.announced = ""
 
-    def __enter__(self) -> _Command:
+    def __enter__(self) -> CommandProcess:
         self._child = subprocess.Popen(self._command, stdout=subprocess.PIPE, text=True)
         assert self._child.stdout is not None
         self.announced = self._child.stdout.readline().strip()
@@ -239,13 +239,13 @@ class _Command:
                 self._child.stdout.close()
 
 
-def _gateway(upstream: str, collector_url: str) -> _Command:
+def gateway_process(upstream: str, collector_url: str) -> CommandProcess:
     """``streamscope gateway`` in front of the engine, naming its node; it announces ``gateway on URL -> ...``."""
     arguments = ["gateway", "--upstream", upstream, "--port", "0", "--collector", collector_url]
-    return _Command(*arguments, "--node", NODE, "--service-name", GATEWAY_SERVICE)
+    return CommandProcess(*arguments, "--node", NODE, "--service-name", GATEWAY_SERVICE)
 
 
-def _agent(engine_url: str, collector_url: str) -> _Command:
+def agent_process(engine_url: str, collector_url: str) -> CommandProcess:
     """``streamscope gpu-agent`` reading the engine's /metrics, with its default thresholds (no GPU here)."""
     arguments = ["gpu-agent", "--node", NODE, "--engine-url", f"{engine_url}/metrics", "--collector", collector_url]
-    return _Command(*arguments, "--no-gpu")
+    return CommandProcess(*arguments, "--no-gpu")
