@@ -24,12 +24,13 @@ FROM (
         paint_delay_us
     FROM chunk_timeline
     WHERE {SELECTED_CHUNKS}
-        AND (trace_id, span_id) IN (SELECT trace_id, span_id FROM streams WHERE {SELECTED} AND {TIMED})
+        AND (trace_id, span_id) IN (SELECT trace_id, span_id FROM stream_metrics WHERE {SELECTED} AND {TIMED})
     ORDER BY trace_id, span_id, seq
 )
 GROUP BY trace_id, span_id
 """
-"""Each stream of the range whose every chunk's time is known, chunk by chunk."""
+"""Each stream of the range whose every chunk's time is known, chunk by chunk. The streams are chosen from
+``stream_metrics``, whose columns every dashboard variable filters (``streams`` has no ``model``)."""
 
 COLUMNS = (
     "depth_ms",

@@ -15,7 +15,7 @@ from streamscope_cli.smoothing_report import smoothing_panel
 from streamscope_dashboards.macros import QueryContext
 from streamscope_dashboards.panels import PANELS
 from streamscope_dashboards.panels.attribution import ATTRIBUTED_STALL
-from streamscope_dashboards.panels.common import SLO_US
+from streamscope_dashboards.panels.common import SLO_US, VARIABLES
 from streamscope_dashboards.report import build_report, interval_for, parse_duration, title_line
 from streamscope_dashboards.report_html import render_html
 from streamscope_ingest.analysis.attribution_job import AttributionJob
@@ -222,6 +222,22 @@ def test_a_buffer_of_ones_choosing_in_the_report_by_hand(frozen_store, buffer, e
     row = dict(zip(result.names, result.rows[0]))
     assert (row["streams"], row["stalled_share_before"], row["stall_count_before"]) == (2, 0.5, 1)
     assert {key: row[key] for key in expected} == expected
+
+
+@pytest.mark.parametrize("name", VARIABLES)
+def test_a_buffer_of_ones_choosing_keeps_the_streams_each_filter_keeps(frozen_store, name):
+    """Each dashboard variable narrows the chosen buffer's streams as it narrows the panels (a filter on a column
+    the streams table lacks, ``model``, once made its query fail). Both streams pass every filter set to their own
+    value; no client stream has a route."""
+    ctx = QueryContext(START, END, timedelta(seconds=1))
+    columns = [n for n in VARIABLES if n != "route"]
+    own = dict(
+        zip(columns, frozen_store.query(f"SELECT {', '.join(columns)} FROM stream_metrics LIMIT 1").result_rows[0])
+    )
+    value = own.get(name, "/v1/chat/completions")
+    result = smoothing_panel(run_on(frozen_store), ctx, {"side": ("client",), name: (value,)}, Buffer(250)).result
+    streams = dict(zip(result.names, result.rows[0]))["streams"] if result.rows else 0
+    assert streams == (0 if name == "route" else 2)
 
 
 def test_the_report_command_adds_the_chosen_buffer_or_says_what_is_wrong(frozen_store, storage_dsn, tmp_path):

@@ -148,3 +148,9 @@ def test_an_engine_answering_again_after_an_outage_is_a_restart_event():
     assert kinds.count("engine_restart") == 1
     down = [s for s in agent.outbox.samples if s.metric == "engine_up" and s.value == 0]
     assert down, "the outage itself is recorded"
+
+
+def test_gpu_agent_refuses_to_read_no_gpu_from_dcgm_exporter():
+    result = run("gpu-agent", "--node", "n", "--no-gpu", "--dcgm-url", "http://127.0.0.1:9400/metrics", "--once")
+    assert result.returncode == 2 and "--no-gpu" in result.stderr and "--dcgm-url" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -63,6 +63,8 @@ def gpu_agent(
       streamscope gpu-agent --node gpu-7 --engine-url http://127.0.0.1:8000/metrics \
           --dcgm-url http://127.0.0.1:9400/metrics
     """
+    if no_gpu and dcgm_url:
+        raise click.UsageError("--no-gpu reads no GPU, so --dcgm-url would be ignored: give one of them")
     from streamscope_gpu_agent.agent import AgentConfig, GpuAgent
 
     config = AgentConfig(
