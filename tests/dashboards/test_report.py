@@ -224,6 +224,19 @@ def test_a_buffer_of_ones_choosing_in_the_report_by_hand(frozen_store, buffer, e
     assert {key: row[key] for key in expected} == expected
 
 
+def test_gap_quantiles_read_from_histogram_buckets_never_pass_the_longest_gap(store_client):
+    """Every gap 20.96 ms: just above its bucket's lower edge (1.01^1000 µs), below the bucket's geometric middle
+    (21.06 ms), which the histogram's quantiles read; no quantile may exceed the longest gap."""
+    store_spans(
+        store_client, [stream_span(1, 1, side="client", offsets_ms=[20.96 * i for i in range(1, 41)], tokens=[1] * 40)]
+    )
+    report = build_report(run_on(store_client), START, END, slo_us=400_000)
+    texture = report.result("model_texture")
+    (row,) = [dict(zip(texture.names, row)) for row in texture.rows]
+    assert row["gap_max_ms"] == pytest.approx(20.96, abs=0.001)
+    assert [row[f"gap_{q}_ms"] for q in ("p50", "p95", "p99")] == [row["gap_max_ms"]] * 3
+
+
 @pytest.mark.parametrize("name", VARIABLES)
 def test_a_buffer_of_ones_choosing_keeps_the_streams_each_filter_keeps(frozen_store, name):
     """Each dashboard variable narrows the chosen buffer's streams as it narrows the panels (a filter on a column

@@ -107,13 +107,13 @@ def bucket_at(level: float, histogram: str, count: str) -> str:
     return f"arrayFirst((b, c) -> c > floor({level} * {count}), {histogram}.1, arrayCumSum({histogram}.2))"
 
 
-def gap_quantile_ms(level: float, histogram: str, count: str, name: str) -> str:
+def gap_quantile_ms(level: float, histogram: str, count: str, name: str, longest_ms: str = "gap_max_ms") -> str:
     """SQL for quantile ``level`` of the gaps a sorted ``histogram`` of ``gap_histograms`` buckets counts, ``count``
-    in all, in ms: the bucket holding quantileExact's rank, read as its geometric middle. ``name`` keeps the
-    expression's alias apart."""
+    in all, in ms: the bucket holding quantileExact's rank, read as its geometric middle, and never past the longest
+    gap (``longest_ms``), which may lie below its bucket's middle. ``name`` keeps the expression's alias apart."""
     bucket = f"bucket_{name}"
     at = bucket_at(level, histogram, count)
-    return f"if(({at} AS {bucket}) = 0, 0, pow({GAP_BUCKET_RATIO}, {bucket} - 0.5) / 1000)"
+    return f"if(({at} AS {bucket}) = 0, 0, least(pow({GAP_BUCKET_RATIO}, {bucket} - 0.5) / 1000, {longest_ms}))"
 
 
 def gap_histogram(selected: str, *keys: str) -> str:
