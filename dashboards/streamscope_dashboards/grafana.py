@@ -123,7 +123,8 @@ def _panel(panel: Panel, panel_id: int, x: int, y: int, width: int) -> dict[str,
     if panel.kind == "timeline":
         # one line per side, in the one frame a Trend panel draws: x ascending across all of them
         out["transformations"] = [
-            {"id": "partitionByValues", "options": {"fields": ["side"]}},
+            # frames named by their side (not labelled): the legend reads "client", not a label set
+            {"id": "partitionByValues", "options": {"fields": ["side"], "naming": {"asLabels": False}}},
             {"id": "joinByField", "options": {"byField": panel.x_field, "mode": "outer"}},
         ]
     return out
