@@ -107,7 +107,7 @@ class SelfMetrics:
         for table, rows in batch.counts().items():
             self._accepted.labels(table).inc(rows)
         self._rejected_items.labels(signal).inc(len(batch.rejected))
-        self._ignored.labels(signal).inc(batch.ignored)
+        self._ignored.labels(signal).inc(batch.ignored_count)
         for coverage, streams in batch.incomplete.items():
             self._incomplete.labels(coverage).inc(streams)
 

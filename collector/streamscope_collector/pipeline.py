@@ -8,6 +8,7 @@ longer needs it (see ``streamscope_collector.admission``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import suppress
@@ -43,6 +44,8 @@ from streamscope_ingest.decode.otlp_body import parse_json, parse_protobuf
 from streamscope_ingest.decode.request_log import Received, with_request_row
 from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.durability.group_commit import GroupCommitWriter, Ticket
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,8 @@ METRICS = Signal(
     protobuf_type=ExportMetricsServiceRequest,
 )
 SIGNALS = (TRACES, LOGS, METRICS)
+SAID_KINDS = 1000
+"""Kinds of ignored items logged once each; the names are the senders', so the memory of them is bounded."""
 
 
 class ExportPipeline:
@@ -136,6 +141,7 @@ class ExportPipeline:
         self._metrics = metrics
         self._write_timeout_s = write_timeout_s
         self._store_wait_s = store_wait_s
+        self._said: set[tuple[str, str]] = set()
         self._decoders: dict[str, Callable[[Message, str], DecodedBatch]] = {
             TRACES.name: lambda request, tenant: decode_traces(request, tenant=tenant, stall=stall, limits=limits),
             LOGS.name: lambda request, tenant: decode_logs(request, tenant=tenant),
@@ -154,8 +160,25 @@ class ExportPipeline:
         """
         batch = self._decoders[signal.name](request, tenant)
         batch.rejected[:0] = rejected
+        self._say_ignored(signal, batch)
         with_request_row(batch, tenant=tenant, signal=signal.name, received=received)
         return batch
+
+    def _say_ignored(self, signal: Signal, batch: DecodedBatch) -> None:
+        """Log each kind of item the collector does not read the first time it comes (the sender is told every
+        time, in partial_success; ``ignored_items_total`` counts them): a user whose data never shows up finds why
+        in the log. At most ``SAID_KINDS`` kinds are remembered; past them, nothing more is logged."""
+        for kind, count in batch.ignored.items():
+            said = (signal.name, kind)
+            if said not in self._said and len(self._said) < SAID_KINDS:
+                self._said.add(said)
+                log.warning(
+                    "%s: not read, as not stream data: %d %s (first seen; counted in ignored_items_total, and told "
+                    "to each sender in partial_success)",
+                    signal.name,
+                    count,
+                    kind,
+                )
 
     def spool(self, batch: DecodedBatch, signal: str, reservation: Reservation) -> Ticket:
         """Hand ``batch`` to the writer, its bytes held in the request's ``reservation`` meanwhile; returns once it

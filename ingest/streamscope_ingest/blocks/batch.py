@@ -32,8 +32,10 @@ class Rejection:
 class DecodedBatch:
     blocks: dict[str, pa.Table] = field(default_factory=dict)
     """Rows per table (the writer orders the tables)."""
-    ignored: int = 0
-    """Items that were valid but not for us (spans that are not streams, logs of other events)."""
+    ignored: Counter[str] = field(default_factory=Counter)
+    """Items that were valid but not for us, by kind (``ignored_kind``): spans that are not streams, by their
+    instrumentation scope; log records of other events; metrics of other names or types. Counted, and named to the
+    sender, so data that is never stored is never missing in silence."""
     rejected: list[Rejection] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     """What was accepted only in part (strings truncated at the limits, timelines known in part): said to the
@@ -72,7 +74,13 @@ class DecodedBatch:
             parts.append(f"rejected {len(self.rejected)} {noun}(s): {_some(self.rejected)}")
         if self.warnings:
             parts.append(f"accepted with warnings: {_some(self.warnings)}")
+        if self.ignored:
+            parts.append(f"not read (not stream data): {_kinds(self.ignored)}")
         return "; ".join(parts)
+
+    @property
+    def ignored_count(self) -> int:
+        return sum(self.ignored.values())
 
 
 HEX_KEY = ("tenant", "trace_id", "span_id")
@@ -146,6 +154,24 @@ def _hex_keys(block: pa.Table) -> list[str]:
     return [f"{t}/{trace.hex()}{span.hex()}" for t, trace, span in zip(tenants, trace_ids, span_ids, strict=True)]
 
 
+KIND_NAME_LIMIT = 80
+"""A kind's name (a scope, an event, a metric: the sender's words) is cut at this many characters."""
+
+
+def ignored_kind(what: str, name: str) -> str:
+    """How an ignored kind is named to the sender: ``what`` (``span(s) of scope``) and the sender's ``name``."""
+    shown = name if len(name) <= KIND_NAME_LIMIT else name[:KIND_NAME_LIMIT] + "…"
+    return f"{what} {shown!r}" if name else f"{what} (none)"
+
+
+def _kinds(ignored: Counter[str]) -> str:
+    """The most common ignored kinds, each with its count."""
+    common = ignored.most_common(_MAX_REASONS_REPORTED)
+    shown = "; ".join(f"{n} {kind}" for kind, n in common)
+    more = len(ignored) - len(common)
+    return shown + (f"; and {more} other kind{'s' if more > 1 else ''}" if more > 0 else "")
+
+
 def _some(items: Sequence[object]) -> str:
     """The first few distinct items, each with how many times it came (a thousand points refused for one reason
     is one line, and leaves room for the other reasons)."""
@@ -167,7 +193,7 @@ def concat(batches: Sequence[DecodedBatch]) -> DecodedBatch:
             tables.setdefault(table, []).append(columns.completed(table, block))
     return DecodedBatch(
         blocks={table: pa.concat_tables(blocks).unify_dictionaries() for table, blocks in tables.items()},
-        ignored=sum(b.ignored for b in batches),
+        ignored=sum((b.ignored for b in batches), Counter()),
         rejected=[r for b in batches for r in b.rejected],
         warnings=[w for b in batches for w in b.warnings],
         incomplete=dict(sum((Counter(b.incomplete) for b in batches), Counter())),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -23,7 +24,7 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
     Metric,
 )
 
-from streamscope_ingest.blocks.batch import Rejection
+from streamscope_ingest.blocks.batch import Rejection, ignored_kind
 from streamscope_ingest.decode.attributes import attribute_map, stringify
 from streamscope_ingest.decode.limits import SpanLimits
 
@@ -41,7 +42,7 @@ class GenAIPoints:
     rows: list[dict[str, Any]] = field(default_factory=list)
     rejected: list[Rejection] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    ignored: int = 0
+    ignored: Counter[str] = field(default_factory=Counter)
 
     def add(self, metric: Metric, resource: dict[str, str], scope: str, *, tenant: str, limits: SpanLimits) -> None:
         kind = metric.WhichOneof("data")
@@ -49,7 +50,7 @@ class GenAIPoints:
             self._reject_all(metric, "exponential histograms are not read: export explicit buckets")
             return
         if kind != "histogram":
-            self.ignored += 1
+            self.ignored[ignored_kind(f"{kind or 'empty'} metric(s) named", metric.name)] += 1
             return
         temporality = _TEMPORALITY.get(metric.histogram.aggregation_temporality)
         if temporality is None:
@@ -66,7 +67,7 @@ class GenAIPoints:
         }
         for point in metric.histogram.data_points:
             if point.flags & DataPointFlags.DATA_POINT_FLAGS_NO_RECORDED_VALUE_MASK:
-                self.ignored += 1  # a series that stopped: nothing was measured
+                self.ignored[ignored_kind("data point(s) with no recorded value of", metric.name)] += 1
                 continue
             if problem := _unreadable(point):
                 self.rejected.append(Rejection(f"a {metric.name} data point", problem))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from typing import Any, TypeGuard
 
 import pyarrow as pa
@@ -17,7 +18,7 @@ from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from streamscope import semconv as sc
 from streamscope_ingest.blocks import columns
-from streamscope_ingest.blocks.batch import DecodedBatch, Rejection
+from streamscope_ingest.blocks.batch import DecodedBatch, Rejection, ignored_kind
 from streamscope_ingest.decode.attributes import attribute_map, stringify
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ class _Rejected(Exception):
 def decode_logs(request: ExportLogsServiceRequest, *, tenant: str) -> DecodedBatch:
     rows: dict[str, list[dict[str, Any]]] = {table: [] for table, _ in _ROUTES.values()}
     rejected: list[Rejection] = []
-    ignored = 0
+    ignored: Counter[str] = Counter()
     number = 0
     for resource_logs in request.resource_logs:
         resource = attribute_map(resource_logs.resource.attributes)
@@ -50,7 +51,7 @@ def decode_logs(request: ExportLogsServiceRequest, *, tenant: str) -> DecodedBat
                 number += 1
                 route = _ROUTES.get(record.event_name)
                 if route is None:
-                    ignored += 1
+                    ignored[ignored_kind("log record(s) of event", record.event_name)] += 1
                     continue
                 table, to_row = route
                 try:

@@ -9,6 +9,7 @@ metrics) is counted and ignored. A data point with a non-finite value is rejecte
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any
 
 import pyarrow as pa
@@ -17,7 +18,7 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric
 
 from streamscope import semconv as sc
 from streamscope_ingest.blocks import columns
-from streamscope_ingest.blocks.batch import DecodedBatch, Rejection
+from streamscope_ingest.blocks.batch import DecodedBatch, Rejection, ignored_kind
 from streamscope_ingest.decode.attributes import attribute_map, stringify
 from streamscope_ingest.decode.genai_metrics import PREFIX as GENAI_PREFIX
 from streamscope_ingest.decode.genai_metrics import GenAIPoints
@@ -29,7 +30,7 @@ def decode_metrics(
 ) -> DecodedBatch:
     rows: list[dict[str, Any]] = []
     rejected: list[Rejection] = []
-    ignored = 0
+    ignored: Counter[str] = Counter()
     genai = GenAIPoints()
     for resource_metrics in request.resource_metrics:
         resource = attribute_map(resource_metrics.resource.attributes)
@@ -49,7 +50,7 @@ def decode_metrics(
                 named = _sample_name(metric.name)
                 points = _number_points(metric)
                 if named is None or points is None:
-                    ignored += 1
+                    ignored[ignored_kind("metric(s) named", metric.name)] += 1
                     continue
                 if not node:
                     rejected.append(

@@ -47,7 +47,7 @@ def with_request_row(batch: DecodedBatch, *, tenant: str, signal: str, received:
         "received_bytes": received.size,
         "message_bytes": received.message_bytes,
         "rejected": len(batch.rejected),
-        "ignored": batch.ignored,
+        "ignored": batch.ignored_count,
         "rows": list(batch.counts().items()),
     }
     batch.blocks[TABLE] = pa.Table.from_pylist([row], schema=columns.INGEST_REQUESTS)

@@ -12,7 +12,7 @@ from google.protobuf.message import Message
 
 from streamscope import semconv as sc
 from streamscope_ingest.blocks import columns
-from streamscope_ingest.blocks.batch import DecodedBatch, Rejection
+from streamscope_ingest.blocks.batch import DecodedBatch, Rejection, ignored_kind
 from streamscope_ingest.blocks.stalls import StallRule
 from streamscope_ingest.decode import sources
 from streamscope_ingest.decode.attributes import AttributeRejected, attribute_map, plain, span_attributes
@@ -57,7 +57,7 @@ def decode_traces(
     accepted: list[Stream] = []
     rejected: list[Rejection] = []
     warnings: list[str] = []
-    ignored = 0
+    ignored: Counter[str] = Counter()
     seen: set[tuple[bytes, bytes]] = set()
     for resource_spans in request.resource_spans:
         resource_strings = stringified(attribute_map(resource_spans.resource.attributes))
@@ -78,7 +78,7 @@ def decode_traces(
                         every = scalars | {key: _plain_packed(value) for key, value in packed.items()}
                         foreign = sources.read_foreign(scope, span, every)
                     if foreign is None:
-                        ignored += 1
+                        ignored[ignored_kind("span(s) of scope", scope)] += 1
                         continue
                 try:
                     limits.check_span(len(span.attributes), len(span.events))
