@@ -37,7 +37,16 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> object:
     # The server helper needs Starlette, which the base install does not require.
     if name in ("ServerStream", "ServerChunk"):
-        from streamscope import server
+        try:
+            from streamscope import server
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").partition(".")[0] != "starlette":
+                raise
+            from streamscope.errors import MissingDependency
 
+            raise MissingDependency(
+                f"streamscope.{name} needs Starlette, which the SDK alone does not install: `pip install starlette`, "
+                "or the server side from a clone of streamscope (`pip install '.[server]'`)"
+            ) from None
         return getattr(server, name)
     raise AttributeError(f"module 'streamscope' has no attribute {name!r}")

@@ -23,6 +23,11 @@ class StreamscopeError(Exception):
     """Root of every error streamscope raises on purpose."""
 
 
+class MissingDependency(StreamscopeError, AttributeError):
+    """A part of the SDK needs a package this install lacks; the message names it and how to install it. An
+    AttributeError too, so ``hasattr(streamscope, name)`` answers False instead of raising."""
+
+
 class ConfigError(StreamscopeError):
     """A setting, option or DSN is invalid."""
 
