@@ -49,25 +49,36 @@ def evaluate_named(name: str, storage_dsn: str | None = None, streams: int | Non
 
 
 def render(name: str, result: Score) -> str:
-    lines = [f"scenario {name}", f"{'cause':22} {'precision':>9} {'recall':>7} {'F1':>6} {'support':>8}"]
+    """The scenario's score as a user reads it: per cause precision, recall, F1, how many stalls were injected with
+    it (support) and how many attribution gave it; the confusion matrix with whole labels; the footnotes spelled
+    out."""
+    lines = [
+        f"scenario {name}",
+        f"{'cause':22} {'precision':>9} {'recall':>7} {'F1':>6} {'support':>8} {'attributed':>10}",
+    ]
 
     def fmt(value: float | None) -> str:
         return "-" if value is None else f"{value:.2f}"
 
     for cause in STALL_CAUSES:
-        if result.support(cause) or result.precision(cause) is not None:
+        attributed = sum(n for (_, p), n in result.confusion.items() if p == cause)
+        if result.support(cause) or attributed:
             lines.append(
                 f"{cause:22} {fmt(result.precision(cause)):>9} {fmt(result.recall(cause)):>7} "
-                f"{fmt(result.f1(cause)):>6} {result.support(cause):>8}"
+                f"{fmt(result.f1(cause)):>6} {result.support(cause):>8} {attributed:>10}"
             )
     labels = sorted({t for t, _ in result.confusion} | {p for _, p in result.confusion})
+    width = max((len(label) for label in labels), default=4) + 2
     lines.append("")
-    lines.append("confusion (rows: injected, columns: attributed)")
-    lines.append(" " * 22 + "".join(f"{label[:10]:>11}" for label in labels))
+    lines.append("confusion (rows: the cause injected, or none; columns: the cause attributed)")
+    lines.append(" " * 22 + "".join(f"{label:>{width}}" for label in labels))
     for truth in labels:
-        lines.append(f"{truth:22}" + "".join(f"{result.confusion[(truth, p)]:>11}" for p in labels))
+        lines.append(f"{truth:22}" + "".join(f"{result.confusion[(truth, p)]:>{width}}" for p in labels))
     if result.undetected:
-        lines.append("undetected: " + ", ".join(f"{c} {n}" for c, n in sorted(result.undetected.items())))
+        lines.append("injected, no stall found: " + ", ".join(f"{c} {n}" for c, n in sorted(result.undetected.items())))
     lines.append(f"stalls no ground truth explains, blamed on the network or an engine: {result.blamed_on_injected()}")
-    lines.append(f"secondary named {result.secondary_named}, right {result.secondary_right}")
+    lines.append(
+        f"a second cause named in the evidence: {result.secondary_named} stalls; another injected record of that "
+        f"cause overlapped {result.secondary_right} of them"
+    )
     return "\n".join(lines)
