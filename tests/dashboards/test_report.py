@@ -494,3 +494,11 @@ def test_intervals_and_durations():
         parse_duration("0s")
     assert interval_for(START, START + timedelta(hours=1)) == timedelta(minutes=1)
     assert interval_for(START, START + timedelta(minutes=10)) == timedelta(seconds=10)
+
+
+def test_the_report_writes_no_file_unless_asked(store, storage_dsn, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    window = ["--from", f"{START:%Y-%m-%d %H:%M:%S}", "--to", f"{END:%Y-%m-%d %H:%M:%S}"]
+    result = CliRunner().invoke(cli, ["report", "--storage", storage_dsn, *window])
+    assert result.exit_code == 0, result.output
+    assert list(tmp_path.iterdir()) == [] and "add --html PATH" in result.output

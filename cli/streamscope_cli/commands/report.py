@@ -26,9 +26,8 @@ if TYPE_CHECKING:
     "--html",
     "html_path",
     type=click.Path(dir_okay=False, writable=True, path_type=Path),
-    default=Path("streamscope-report.html"),
-    show_default=True,
-    help="Where to write the HTML report with the charts.",
+    default=None,
+    help="Also write the report, with its charts, as one self-contained HTML file here.",
 )
 @click.option("--tenant", multiple=True, help="Only these tenants (repeatable), as the dashboards' variables.")
 @click.option("--service", multiple=True, help="Only these services (repeatable).")
@@ -56,7 +55,7 @@ def report(
     since: str,
     start: datetime | None,
     end: datetime | None,
-    html_path: Path,
+    html_path: Path | None,
     side: str,
     smoothing: str | None,
     **variables: tuple[str, ...],
@@ -98,6 +97,9 @@ def report(
 
             built = built.with_panel(smoothing_panel(run, built.ctx, chosen, buffer), after="smoothing_trade")
     print_report(built, Console())
+    if html_path is None:
+        click.echo("The charts (ITL heatmap, per-stream p99, stalls by cause, one stalled stream): add --html PATH.")
+        return
     write_html(built, html_path)
     click.echo(f"HTML report: {html_path.resolve()}")
 
