@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any
 
 import httpx
 from clickhouse_connect.driver.client import Client
@@ -254,9 +253,10 @@ def run_load(
             provider.shutdown()
 
 
-def describe(workload: RunningWorkload) -> dict[str, Any]:
-    """Where the workload's parts listen, for people watching a run."""
-    return {"engines": dict(workload.urls), "proxy": workload.proxy_url}
+def describe(workload: RunningWorkload) -> str:
+    """Where the workload's parts listen, in a line for people watching a run."""
+    engines = ", ".join(f"{node} {url}" for node, url in workload.urls.items())
+    return f"engines {engines}" + (f" · proxy {workload.proxy_url}" if workload.proxy_url else "")
 
 
 def wait_until_stored(

@@ -1,4 +1,4 @@
-"""The table `streamscope eval` prints: whole labels, and every figure says what it counts."""
+"""What `streamscope eval` and the workload print: whole labels, every figure saying what it counts, words not dicts."""
 
 from __future__ import annotations
 
@@ -24,3 +24,10 @@ def test_the_eval_table_shows_whole_labels_and_explains_its_footnotes():
     assert header.split() == ["network_buffering", "none", "prefill_interference"]
     assert "injected, no stall found: connection 2" in table
     assert "a second cause named in the evidence: 3 stalls; another injected record of that cause overlapped 2" in table
+
+
+def test_a_running_workload_is_described_in_words_not_as_a_dict():
+    from streamscope_cli.workload.load import RunningWorkload, describe
+
+    workload = RunningWorkload(nodes={}, urls={"node-0": "http://127.0.0.1:8001"}, proxy_url="http://127.0.0.1:8002")
+    assert describe(workload) == "engines node-0 http://127.0.0.1:8001 · proxy http://127.0.0.1:8002"
