@@ -15,7 +15,7 @@ from streamscope_dashboards.fleet import Query, Summary, summarize
 from streamscope_dashboards.macros import QueryContext, resolve
 from streamscope_dashboards.panels import PANELS
 from streamscope_dashboards.panels.common import Panel, chosen
-from streamscope_dashboards.panels.drilldown import WORST_STALLED_TRACE
+from streamscope_dashboards.panels.drilldown import LONGEST_STALLED_TRACES, WORST_STALLED_TRACE
 from streamscope_ingest.store.sql import QueryResult
 
 _DURATION = re.compile(r"(\d+)([smhd])")
@@ -56,6 +56,8 @@ class Report:
     """The trace drawn client against server: the longest stall in the range seen from both sides."""
     variables: Mapping[str, Sequence[str]]
     """The dashboard variables the report was narrowed by (the side always among them)."""
+    stalled_traces: Sequence[str] = ()
+    """The traces of the longest stalls, the longest first (``LONGEST_STALLED_TRACES``)."""
 
     def result(self, key: str) -> QueryResult | None:
         return next((p.result for p in self.panels if p.panel.key == key), None)
@@ -85,7 +87,8 @@ def build_report(
         else:
             sql = panel.sql
         results.append(PanelResult(panel, run(resolve(sql, ctx, variables))))
-    return Report(ctx, slo_us, summarize(run, ctx, slo_us, variables), results, trace_id, variables)
+    stalled = [row[0] for row in run(resolve(LONGEST_STALLED_TRACES, ctx, variables)).rows]
+    return Report(ctx, slo_us, summarize(run, ctx, slo_us, variables), results, trace_id, variables, stalled)
 
 
 def cell(value: object) -> str:

@@ -502,3 +502,21 @@ def test_the_report_writes_no_file_unless_asked(store, storage_dsn, tmp_path, mo
     result = CliRunner().invoke(cli, ["report", "--storage", storage_dsn, *window])
     assert result.exit_code == 0, result.output
     assert list(tmp_path.iterdir()) == [] and "add --html PATH" in result.output
+
+
+def test_the_terminal_report_at_80_columns_cuts_nothing_and_prints_the_worst_traces_whole(store):
+    from rich.console import Console
+
+    from streamscope_dashboards.report_terminal import print_report
+
+    report = build_report(run_on(store), START, END, slo_us=400_000)
+    console = Console(width=80, record=True, color_system=None)
+    print_report(report, console)
+    text = console.export_text()
+    assert "…" not in text  # no header or cell cut short
+    (longest,) = store.query(
+        "SELECT trace_id FROM stalls WHERE side = 'client' ORDER BY gap_us DESC LIMIT 1"
+    ).result_rows[0]
+    assert report.stalled_traces[0] == longest
+    assert longest in text.splitlines()  # whole, on a line of its own, to paste into `streamscope replay`
+    assert "nothing in this range" in text and "\nnone" not in text

@@ -35,6 +35,15 @@ ORDER BY gap_us DESC, trace_id
 LIMIT 1"""
 """The trace the report draws in STREAM_TIMELINE: the longest stall in the range seen from both sides."""
 
+LONGEST_STALLED_TRACES = f"""SELECT trace_id
+FROM stalls
+WHERE $__timeFilter(start_time) AND {STALL_FILTERS}
+GROUP BY trace_id
+ORDER BY max(gap_us) DESC, trace_id
+LIMIT 5"""
+"""The traces of the range's longest stalls, the longest first: what the terminal report lists for
+``streamscope replay``."""
+
 WORST_STALLED_TRACES = """SELECT trace_id
 FROM stalls
 WHERE $__timeFilter(start_time) AND side = 'client' AND server_gap_us IS NOT NULL
