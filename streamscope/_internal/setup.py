@@ -7,8 +7,10 @@ arguments win over them. The span event limit is raised so the events encoding k
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
@@ -16,6 +18,12 @@ from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from streamscope._internal.recorder import Encoding, set_default_encoding
+from streamscope.errors import ConfigError
+
+log = logging.getLogger("streamscope")
+
+OTLP_PORTS = {"grpc": 4317, "http": 4318}
+"""OTLP's default ports: a collector (ours, or OpenTelemetry's) serves gRPC on one and HTTP on the other."""
 
 COMPRESSION_VARIABLES = ("OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION")
 CREDENTIAL_VARIABLES = (
@@ -76,6 +84,8 @@ def otlp_exporter(
     )
     header_dict = dict(headers) if headers else None
     gzip = _gzip_by_default()
+    if endpoint:
+        _check_endpoint(endpoint, protocol)
     if protocol == "grpc":
         try:
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
@@ -117,6 +127,35 @@ def otlp_exporter(
     return OTLPSpanExporter(
         endpoint=traces_url, headers=header_dict, compression=Compression.NoCompression, session=GzipSession()
     )
+
+
+def _check_endpoint(endpoint: str, protocol: str) -> None:
+    """Refuse an endpoint that names the traces path (``setup`` adds it: the exporter would post to
+    /v1/traces/v1/traces and get 404s), and warn of the other protocol's default port (an HTTP exporter on the gRPC
+    port fails with unreadable errors such as ``BadStatusLine('\x00\x00\x18\x04…')``)."""
+    parts = urlsplit(endpoint)
+    if parts.path.rstrip("/").endswith("/v1/traces"):
+        base = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')[: -len('/v1/traces')]}"
+        raise ConfigError(f"endpoint {endpoint} names the traces path, which setup() adds itself: give {base}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigError(f"endpoint {endpoint}: its port is not a number") from None
+    grpc = protocol == "grpc"
+    if port == OTLP_PORTS["http" if grpc else "grpc"]:
+        right = f"{parts.scheme}://{parts.hostname}:{OTLP_PORTS['grpc' if grpc else 'http']}"
+        sent, usual, otherwise = (
+            ("gRPC", "HTTP", "the default protocol") if grpc else ("HTTP", "gRPC", "protocol='grpc'")
+        )
+        log.warning(
+            "streamscope: %s is OTLP/%s's usual port and this exporter sends OTLP/%s: give %s, or %s to send %s there",
+            endpoint,
+            usual,
+            sent,
+            right,
+            otherwise,
+            usual,
+        )
 
 
 def _insecure(endpoint: str | None) -> bool | None:

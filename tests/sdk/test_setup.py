@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import logging
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -62,3 +63,23 @@ def test_a_credential_provider_session_is_left_to_the_exporter(gzip_by_default, 
     monkeypatch.setenv("OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER", "no-such-provider")
     with pytest.raises(RuntimeError, match="no-such-provider"):
         streamscope.setup("svc", endpoint="http://127.0.0.1:4318", set_global=False)
+
+
+def test_an_endpoint_naming_the_traces_path_is_refused_with_the_base_url_to_give():
+    from streamscope.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"names the traces path, which setup\(\) adds itself: give http://h:4318$"):
+        streamscope.otlp_exporter("http://h:4318/v1/traces")
+    with pytest.raises(ConfigError, match=r"give https://h/otlp$"):
+        streamscope.otlp_exporter("https://h/otlp/v1/traces/")
+
+
+def test_the_grpc_port_for_an_http_exporter_says_what_to_write_instead(caplog):
+    with caplog.at_level(logging.WARNING, logger="streamscope"):
+        streamscope.otlp_exporter("http://localhost:4317")
+    (record,) = [r for r in caplog.records if "usual port" in r.getMessage()]
+    assert "give http://localhost:4318, or protocol='grpc'" in record.getMessage()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="streamscope"):
+        streamscope.otlp_exporter("http://localhost:4318")
+    assert not [r for r in caplog.records if "usual port" in r.getMessage()]
