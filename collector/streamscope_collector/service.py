@@ -150,6 +150,12 @@ class Collector:
             self._attribution = PeriodicAttribution(job, self.config.attribution_interval_s).start()
 
     def start(self) -> Collector:
+        holder = running_collector(self.target)
+        if holder is not None and holder.pid != os.getpid():
+            raise ConfigError(
+                f"another collector (pid {holder.pid}, {holder.http_url}) holds the embedded store at "
+                f"{self.target.path}: give each collector its own --storage, or send to that one"
+            )
         check_free(self.config.host, self.config.http_port, "OTLP/HTTP")
         if self.config.grpc_port is not None:
             check_free(self.config.host, self.config.grpc_port, "OTLP/gRPC")
@@ -320,6 +326,7 @@ class RunningCollector:
 
     http_url: str
     operator_token: str
+    pid: int = 0
 
     @property
     def operator_headers(self) -> dict[str, str]:
@@ -335,6 +342,6 @@ def running_collector(target: store.StoreTarget) -> RunningCollector | None:
     try:
         info = json.loads(path.read_text())
         os.kill(int(info["pid"]), 0)
-        return RunningCollector(str(info["http_url"]), str(info["operator_token"]))
+        return RunningCollector(str(info["http_url"]), str(info["operator_token"]), int(info["pid"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
