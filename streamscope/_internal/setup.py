@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanLimits, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from streamscope._internal.recorder import Encoding, set_default_encoding
 from streamscope.errors import ConfigError
@@ -63,10 +63,35 @@ def setup(
         attributes["service.name"] = service_name
     limits = SpanLimits(max_events=None if "OTEL_SPAN_EVENT_COUNT_LIMIT" in os.environ else EVENTS_PER_SPAN)
     provider = TracerProvider(resource=Resource.create(attributes), span_limits=limits)
-    provider.add_span_processor(BatchSpanProcessor(exporter or otlp_exporter(endpoint, protocol, headers)))
+    provider.add_span_processor(BatchSpanProcessor(exporter or SaysDrops(otlp_exporter(endpoint, protocol, headers))))
     if set_global:
         trace.set_tracer_provider(provider)
     return provider
+
+
+class SaysDrops(SpanExporter):
+    """The exporter ``setup`` builds, saying once when spans start being dropped (the collector down, unreachable
+    or refusing them) and once when they get through again: the OTLP exporter logs each retry, not the loss."""
+
+    def __init__(self, exporter: SpanExporter) -> None:
+        self._exporter = exporter
+        self._failing = False
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        result = self._exporter.export(spans)
+        if result is SpanExportResult.FAILURE and not self._failing:
+            self._failing = True
+            log.warning("streamscope: the collector did not take %d span(s): spans are being dropped", len(spans))
+        elif result is SpanExportResult.SUCCESS and self._failing:
+            self._failing = False
+            log.warning("streamscope: the collector takes spans again")
+        return result
+
+    def shutdown(self) -> None:
+        self._exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self._exporter.force_flush(timeout_millis)
 
 
 def _gzip_by_default() -> bool:

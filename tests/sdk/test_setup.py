@@ -83,3 +83,44 @@ def test_the_grpc_port_for_an_http_exporter_says_what_to_write_instead(caplog):
     with caplog.at_level(logging.WARNING, logger="streamscope"):
         streamscope.otlp_exporter("http://localhost:4318")
     assert not [r for r in caplog.records if "usual port" in r.getMessage()]
+
+
+def test_setup_says_once_that_spans_are_being_dropped_and_once_that_they_get_through(caplog):
+    """The collector down: two batches fail, one line says spans are being dropped; a batch that gets through
+    says so. (The OTLP exporter's own lines are about its retries.)"""
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    class Collector(SpanExporter):
+        up = False
+
+        def export(self, spans):
+            return SpanExportResult.SUCCESS if self.up else SpanExportResult.FAILURE
+
+    from streamscope._internal.setup import SaysDrops
+
+    collector = Collector()
+    exporter = SaysDrops(collector)
+    with caplog.at_level(logging.WARNING, logger="streamscope"):
+        assert exporter.export([]) is SpanExportResult.FAILURE
+        exporter.export([])
+        collector.up = True
+        exporter.export([])
+        exporter.export([])
+    said = [r.getMessage() for r in caplog.records if r.name == "streamscope"]
+    assert said == [
+        "streamscope: the collector did not take 0 span(s): spans are being dropped",
+        "streamscope: the collector takes spans again",
+    ]
+
+
+def test_setup_exports_through_the_drop_watch(monkeypatch, caplog):
+    """setup() with a collector that is not there: the one line reaches the log."""
+    from tests.support import free_port
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "1")
+    provider = streamscope.setup("app", endpoint=f"http://127.0.0.1:{free_port()}", set_global=False)
+    with caplog.at_level(logging.WARNING, logger="streamscope"):
+        provider.get_tracer("t").start_span("s").end()
+        provider.force_flush()
+    provider.shutdown()
+    assert any("spans are being dropped" in r.getMessage() for r in caplog.records if r.name == "streamscope")
