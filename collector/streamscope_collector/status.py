@@ -18,6 +18,7 @@ from streamscope.errors import (
     DecodeError,
     GrafanaError,
     LimitExceeded,
+    MissingDependency,
     Overloaded,
     RetryableWriteError,
     SchemaMismatch,
@@ -72,6 +73,7 @@ RULES: Mapping[type[Exception], Rule] = {
     ConfigError: _INTERNAL,
     SchemaMismatch: _INTERNAL,
     GrafanaError: _INTERNAL,
+    MissingDependency: _INTERNAL,  # an install without a package the code needs: the operator's to fix
     DecodeError: Rule(400, grpc.StatusCode.INVALID_ARGUMENT),
     LimitExceeded: Rule(413, grpc.StatusCode.RESOURCE_EXHAUSTED),
     UnsupportedMediaType: Rule(415, grpc.StatusCode.INVALID_ARGUMENT),
