@@ -44,7 +44,7 @@ def main() -> None:
     try:
         options = ServerOptions(ensure_model(TINY), parallel=1, context=8192, batch=8192)
         with LlamaServer(ensure_server(), options) as engine, gateway_process(engine.url, collector.http_url) as gw:
-            bases = {"direct": engine.url, "gateway": gw.announced.split(" on ", 1)[1].split(" ->", 1)[0]}
+            bases = {"direct": engine.url, "gateway": gw.listening_url}
             with httpx.Client(timeout=120) as client:
                 for tokens in PROMPT_TOKENS:
                     for index in range(args.streams):

@@ -29,6 +29,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from streamscope import astream_sse, otlp_exporter, setup
+from streamscope.formats import make_format
 from streamscope.semconv import StreamscopeTruthCauseValues as Cause
 from streamscope_cli.workload.ground_truth import GroundTruth, GroundTruthSink
 from streamscope_cli.workload.host_load import HostActivity
@@ -132,6 +133,7 @@ async def _stream(client: httpx.AsyncClient, request: PlannedRequest, provider: 
     token = otel_context.attach(trace.set_span_in_context(parent))
     seen = Received(f"{trace_id:032x}")
     received.append(seen)
+    reader = make_format("openai-chat")  # what carried content, as the SDK's recording tells it
     body = {
         "messages": [{"role": "user", "content": request.prompt}],
         "max_tokens": request.max_tokens,
@@ -142,7 +144,7 @@ async def _stream(client: httpx.AsyncClient, request: PlannedRequest, provider: 
         async with astream_sse(client, "POST", request.url, json=body, tracer_provider=provider) as events:
             async for event in events:
                 seen.arrivals_ns.append(time.time_ns())
-                seen.content.append(bool(_content_of(event.payload)))
+                seen.content.append(bool(reader.read(event.event, event.payload).text))
         return "completed"
     except httpx.RemoteProtocolError:
         return "disconnected"
@@ -150,13 +152,6 @@ async def _stream(client: httpx.AsyncClient, request: PlannedRequest, provider: 
         return "error"
     finally:
         otel_context.detach(token)
-
-
-def _content_of(payload: Any) -> str:
-    """The text a Chat Completions chunk (parsed) carries."""
-    choices = (payload.get("choices") if isinstance(payload, dict) else None) or [{}]
-    delta = choices[0].get("delta") if isinstance(choices[0], dict) else None
-    return str((delta or {}).get("content") or "")
 
 
 async def _long_prompt(client: httpx.AsyncClient, prompt: LongPrompt, windows: list[tuple[int, int]]) -> None:

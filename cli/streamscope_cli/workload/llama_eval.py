@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -42,9 +43,11 @@ from streamscope_cli.workload.scenario import (
     HostLoad,
     LoadSpec,
     ScenarioError,
+    _dataclass,
     _host_loads,
     _known,
     _load,
+    name_and_seed,
 )
 from streamscope_collector.config import CollectorConfig
 from streamscope_collector.service import Collector
@@ -87,9 +90,7 @@ def is_real_engine(document: Any) -> bool:
 
 def parse(document: dict[str, Any], where: str) -> LlamaScenario:
     _known(document, {"name", "seed", "description", "engine", "load", "engine_options", "inject", "proxy"}, where)
-    name, seed = document.get("name"), document.get("seed")
-    if not isinstance(name, str) or not name or not isinstance(seed, int) or isinstance(seed, bool):
-        raise ScenarioError(f"{where}: name (text) and seed (integer) are required")
+    name, seed = name_and_seed(document, where)
     load = _load(document.get("load") or {}, f"{where}: load")
     options = document.get("engine_options") or {}
     _known(options, {"parallel", "step_tokens"}, f"{where}: engine_options")
@@ -100,17 +101,9 @@ def parse(document: dict[str, Any], where: str) -> LlamaScenario:
         raise ScenarioError(f"{where}: engine_options.step_tokens must be an integer from 64 to {CONTEXT}")
     inject = document.get("inject") or {}
     _known(inject, {"long_prompts", "host_load"}, f"{where}: inject")
-    long_prompts = None
-    if (raw := inject.get("long_prompts")) is not None:
-        if not isinstance(raw, dict):
-            raise ScenarioError(f"{where}: inject.long_prompts must be a mapping")
-        _known(raw, {"every_s", "prompt_tokens", "start_s"}, f"{where}: inject.long_prompts")
-        try:
-            long_prompts = LongPrompts(**raw)
-        except TypeError:
-            raise ScenarioError(f"{where}: inject.long_prompts needs every_s") from None
-        if long_prompts.every_s <= 0 or not 0 < long_prompts.prompt_tokens < CONTEXT - 64:
-            raise ScenarioError(f"{where}: inject.long_prompts needs every_s > 0 and prompt_tokens below {CONTEXT}")
+    long_prompts = _dataclass(LongPrompts, inject.get("long_prompts"), f"{where}: inject.long_prompts")
+    if long_prompts is not None and (long_prompts.every_s <= 0 or not 0 < long_prompts.prompt_tokens < CONTEXT - 64):
+        raise ScenarioError(f"{where}: inject.long_prompts needs every_s > 0 and prompt_tokens below {CONTEXT}")
     proxy = document.get("proxy") or {}
     _known(proxy, {"impairments"}, f"{where}: proxy")
     impairments = proxy.get("impairments", [])
@@ -177,7 +170,7 @@ def evaluate(scenario: LlamaScenario, storage_dsn: str) -> Score:
             gateway_process(engine.url, collector.http_url) as gateway,
             agent_process(engine.url, collector.http_url),
         ):
-            gateway_url = gateway.announced.split(" on ", 1)[1].split(" ->", 1)[0]
+            gateway_url = gateway.listening_url
             proxy = None
             if scenario.impairments:
                 config = {"upstream": gateway_url, "node": "edge", "seed": scenario.seed}
@@ -226,6 +219,14 @@ class CommandProcess:
             self.__exit__()
             raise StreamscopeError(f"streamscope {self._command[3]} did not start")
         return self
+
+    @property
+    def listening_url(self) -> str:
+        """The first URL the command announced: where it listens (``gateway on URL -> upstream``)."""
+        found = re.search(r"https?://\S+", self.announced)
+        if found is None:
+            raise StreamscopeError(f"streamscope {self._command[3]} announced no URL: {self.announced!r}")
+        return found.group()
 
     def __exit__(self, *exc: object) -> None:
         if self._child is not None:

@@ -338,10 +338,7 @@ def parse(document: Any, where: str) -> Scenario:
             f"{where}: a scenario on a real engine (engine: {document['engine']}) runs with streamscope eval"
         )
     _known(document, {"name", "seed", "description", "load", "nodes", "proxy", "inject"}, where)
-    name = document.get("name")
-    seed = document.get("seed")
-    if not isinstance(name, str) or not name or not isinstance(seed, int) or isinstance(seed, bool):
-        raise ScenarioError(f"{where}: name (text) and seed (integer) are required")
+    name, seed = name_and_seed(document, where)
     load = _load(document.get("load") or {}, f"{where}: load")
     nodes = _nodes(document.get("nodes"), seed, f"{where}: nodes")
     names = {node.node for node in nodes}
@@ -382,6 +379,14 @@ def parse(document: Any, where: str) -> Scenario:
     return Scenario(
         name, seed, description, load, nodes, proxy, storm, collapse, regression, host_load, throttle, fault
     )
+
+
+def name_and_seed(document: dict[str, Any], where: str) -> tuple[str, int]:
+    """A scenario's name and seed, which every scenario file must give."""
+    name, seed = document.get("name"), document.get("seed")
+    if not isinstance(name, str) or not name or not isinstance(seed, int) or isinstance(seed, bool):
+        raise ScenarioError(f"{where}: name (text) and seed (integer) are required")
+    return name, seed
 
 
 def _host_loads(raw: Any, where: str) -> tuple[HostLoad, ...]:

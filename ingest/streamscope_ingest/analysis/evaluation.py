@@ -152,6 +152,13 @@ def _secondary_matches(named: str, cause: str) -> bool:
     return cause == named or (named == "network" and cause in PATH_HOLDS)
 
 
+def _windows(by_trace: dict[str, list[Record]], causes: tuple[str, ...]) -> dict[str, list[tuple[int, int]]]:
+    """Per trace, the windows of its records of ``causes``."""
+    return {
+        trace: [(r.start_us, r.end_us) for r in records if r.cause in causes] for trace, records in by_trace.items()
+    }
+
+
 def _reached_client(host_from_us: int, holds: list[tuple[int, int]]) -> int:
     """When content the path was holding as the client's host stopped running the reader reached the client: the
     host holds it from then on, not before (the host's pause held back nothing the path still had)."""
@@ -192,13 +199,7 @@ def score(client: Client, since: datetime, stall: StallRule | None = None) -> Sc
         by_trace.setdefault(trace, []).append(Record(cause, start, end, magnitude, bool(delayed_content), first_held))
     host_records = [Record(cause, start, end, (end - start) / 1e6, False) for cause, start, end in host]
     host_candidates = [("", record) for record in host_records]  # candidates for every stall
-    holds = {
-        trace: [(r.start_us, r.end_us) for r in records if r.cause in PATH_HOLDS] for trace, records in by_trace.items()
-    }
-    upstream = {
-        trace: [(r.start_us, r.end_us) for r in records if r.cause in DELAY_CAUSES]
-        for trace, records in by_trace.items()
-    }
+    holds, upstream = _windows(by_trace, PATH_HOLDS), _windows(by_trace, DELAY_CAUSES)
     result = Score()
     result.injected.update(r.cause for records in by_trace.values() for r in records)
     result.injected.update(r.cause for r in host_records)
