@@ -199,7 +199,7 @@ def score(client: Client, since: datetime, stall: StallRule | None = None) -> Sc
         by_trace.setdefault(trace, []).append(Record(cause, start, end, magnitude, bool(delayed_content), first_held))
     host_records = [Record(cause, start, end, (end - start) / 1e6, False) for cause, start, end in host]
     host_candidates = [("", record) for record in host_records]  # candidates for every stall
-    holds, upstream = _windows(by_trace, PATH_HOLDS), _windows(by_trace, DELAY_CAUSES)
+    holds, upstream = _windows(by_trace, PATH_HOLDS), _windows(by_trace, HOLDS)
     result = Score()
     result.injected.update(r.cause for records in by_trace.values() for r in records)
     result.injected.update(r.cause for r in host_records)

@@ -127,6 +127,18 @@ def test_a_host_pause_holds_content_only_from_when_the_engine_emitted_it(store_c
     assert result.confusion == {("prefill_interference", "prefill_interference"): 1}
 
 
+def test_a_host_pause_inside_a_slowdown_holds_content_from_its_start(store_client):
+    """A throttled GPU slows every step but the stream's content still comes: a host pause inside the throttle held
+    what arrived meanwhile, from the pause's start (only a record that held content altogether moves it)."""
+    throttled = "f2" * 16
+    result = scored(
+        store_client,
+        [stall(throttled, 1000, 1650, "client_host")],
+        [truth("gpu_throttle", 600, 1700, trace=throttled), truth("client_host", 1020, 1640)],
+    )
+    assert result.confusion == {("client_host", "client_host"): 1}
+
+
 def test_a_record_that_held_only_content_sent_after_the_stall_ended_does_not_label_it(store_client):
     """A connection stalled right after delivering server chunk 12: the stall that chunk ended (the client's
     host read it late) was not the connection's, the next one was; with no server chunk known, time decides."""
