@@ -3,7 +3,10 @@ instruments the real ``openai`` client, whose streamed calls go to an engine, an
 the spans and the metrics over OTLP/HTTP to a collector (and keeps a copy, printed as JSON, for the test to
 compare).
 
-    python -m tests.genai_client openllmetry|opentelemetry-genai ENGINE_URL COLLECTOR_URL [CALLS]
+    python -m tests.genai_client openllmetry|opentelemetry-genai ENGINE_URL COLLECTOR_URL [CALLS [CLOSE_AFTER]]
+
+With CLOSE_AFTER, the app closes each stream once it has read that many chunks, as one does when the user stops
+the answer.
 
 Instrumentations patch the ``openai`` module for the whole process, so each runs in a process of its own. The
 pieces here import only the OpenTelemetry SDK and ``openai``, so an app in another environment (tests/openlit)
@@ -100,10 +103,16 @@ def plain(value: Any) -> Any:
 
 
 def chat(
-    engine_url: str, calls: int, *, refused: bool = True, wrap: Callable[[Any], Any] | None = None
+    engine_url: str,
+    calls: int,
+    *,
+    refused: bool = True,
+    wrap: Callable[[Any], Any] | None = None,
+    close_after: int | None = None,
 ) -> list[dict[str, Any]]:
     """Stream ``calls`` chat completions from the engine with the ``openai`` client, ``wrap``ped (and, if
-    ``refused``, one call the engine refuses); when each started and each chunk arrived."""
+    ``refused``, one call the engine refuses), each closed after ``close_after`` chunks if given; when each started
+    and each chunk arrived."""
     import openai
 
     client = openai.OpenAI(base_url=f"{engine_url}/v1", api_key="unused", max_retries=0)
@@ -118,7 +127,12 @@ def chat(
             stream=True,
             stream_options={"include_usage": True},
         )
-        arrivals = [time.time_ns() for _ in stream]
+        arrivals = []
+        with stream:  # leaving the block closes the stream, read to its end or not
+            for _ in stream:
+                arrivals.append(time.time_ns())
+                if len(arrivals) == close_after:
+                    break
         received.append({"started_ns": started, "arrivals_ns": arrivals})
     if refused:
         with contextlib.suppress(openai.BadRequestError):  # no messages
@@ -140,18 +154,18 @@ def instrument(source: str, exporting: Exporting) -> None:
         raise SystemExit(f"unknown source {source!r}")
 
 
-def main(source: str, engine_url: str, collector_url: str, calls: int = 2) -> None:
+def main(source: str, engine_url: str, collector_url: str, calls: int = 2, close_after: int | None = None) -> None:
     exporting = Exporting.to(collector_url, f"chat-{source}")
     if source == "streamscope":  # the SDK's own client side, to join a server's spans by the trace it propagates
         import streamscope
 
         trace.set_tracer_provider(exporting.tracer_provider)
-        received = chat(engine_url, calls, wrap=streamscope.instrument_openai)
+        received = chat(engine_url, calls, wrap=streamscope.instrument_openai, close_after=close_after)
     else:
         instrument(source, exporting)
-        received = chat(engine_url, calls)
+        received = chat(engine_url, calls, close_after=close_after)
     print(json.dumps({"received": received, **exporting.finish()}))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], *(int(a) for a in sys.argv[4:5]))
+    main(sys.argv[1], sys.argv[2], sys.argv[3], *(int(a) for a in sys.argv[4:6]))

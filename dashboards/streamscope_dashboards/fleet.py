@@ -42,8 +42,9 @@ SELECT
     quantileExact(0.5)(ttft_us - ttfb_us) AS first_byte_lead_us,
     sumIf(tokens, {SIZED}) / nullIf(sumIf(content_chunks, {SIZED}), 0) AS tokens_per_chunk,
     sumIf(wire_bytes, {SIZED}) / nullIf(sumIf(content_bytes, {SIZED}), 0) AS wire_per_content_byte,
-    countIf(outcome IN ('cancelled', 'disconnected')) / nullIf(count(), 0) AS cancel_rate,
-    countIf(NOT {TIMED}) AS incomplete
+    countIf(outcome IN ('cancelled', 'disconnected')) / nullIf(countIf(outcome != 'unknown'), 0) AS cancel_rate,
+    countIf(NOT {TIMED}) AS incomplete,
+    countIf(outcome = 'unknown') AS unknown_outcomes
 FROM stream_metrics
 WHERE {SELECTED}
 """
@@ -86,10 +87,13 @@ class Summary:
     wire_per_content_byte: float | None
     """Bytes on the wire per byte of content: the envelope overhead."""
     cancel_rate: float | None
+    """Over the streams whose outcome is known."""
     stored_bytes_per_chunk: float | None
     incomplete_streams: int = 0
     """Streams without every chunk's time (chunks lost, unreadable, a source that knew none): out of the per-stream
     gap figures."""
+    unknown_outcomes: int = 0
+    """Streams whose source did not say how they ended: out of the cancellation rate."""
 
     def rows(self, slo_us: int) -> list[tuple[str, str]]:
         """(metric, value) lines, as the demo and the report print them."""
@@ -107,7 +111,7 @@ class Summary:
                 "tokens per chunk (mean) / wire bytes per content byte",
                 f"{_number(self.tokens_per_chunk, '.2f')} / {_number(self.wire_per_content_byte, '.1f')}",
             ),
-            ("cancelled or disconnected", _number(self.cancel_rate, ".1%")),
+            ("cancelled or disconnected", _number(self.cancel_rate, ".1%") + self._unknown_outcomes()),
             (
                 "streams without every chunk's time (left out of goodput and per-stream p99)",
                 f"{self.incomplete_streams}",
@@ -115,12 +119,16 @@ class Summary:
             ("stored bytes per chunk", _number(self.stored_bytes_per_chunk, ".2f")),
         ]
 
+    def _unknown_outcomes(self) -> str:
+        n = self.unknown_outcomes
+        return f" (outcome unknown: {n} stream{'s' if n != 1 else ''})" if n else ""
+
 
 def summarize(
     run: Query, ctx: QueryContext, slo_us: int, variables: Mapping[str, Sequence[str]] | None = None
 ) -> Summary:
     values = chosen(variables)
-    streams, ttft50, ttft95, p99p99, goodput, lead, per_chunk, envelope, cancels, incomplete = run(
+    streams, ttft50, ttft95, p99p99, goodput, lead, per_chunk, envelope, cancels, incomplete, unknown = run(
         resolve(STREAMS_SQL.replace("{slo_us}", str(int(slo_us))), ctx, values)
     ).rows[0]
     gap50, gap95, gap99, gaps = run(resolve(GAPS_SQL, ctx, values)).rows[0]
@@ -147,6 +155,7 @@ def summarize(
         cancel_rate=_known(cancels),
         stored_bytes_per_chunk=_known(stored),
         incomplete_streams=int(incomplete or 0),
+        unknown_outcomes=int(unknown or 0),
     )
 
 

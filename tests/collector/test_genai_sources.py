@@ -21,6 +21,7 @@ from streamscope_collector.serving import BackgroundServer
 from streamscope_dashboards.fleet import summarize
 from streamscope_dashboards.macros import QueryContext, resolve
 from streamscope_dashboards.panels.common import chosen
+from streamscope_dashboards.panels.cost import CANCELLATION
 from streamscope_dashboards.panels.quality import GENAI_METRICS
 from streamscope_ingest.store import sql
 from tests.support import metric, wait_until
@@ -40,10 +41,11 @@ def engine_url():
     server.stop()
 
 
-def chat_through(source: str, engine_url: str, collector_url: str) -> dict:
-    """Run the instrumented chat app in a process of its own; what it received and the spans it exported."""
+def chat_through(source: str, engine_url: str, collector_url: str, *app_arguments: int) -> dict:
+    """Run the instrumented chat app in a process of its own (``app_arguments``: its calls, and the chunks after
+    which it closes each stream); what it received and the spans it exported."""
     child = subprocess.run(
-        [sys.executable, "-m", "tests.genai_client", source, engine_url, collector_url],
+        [sys.executable, "-m", "tests.genai_client", source, engine_url, collector_url, *map(str, app_arguments)],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -213,6 +215,32 @@ def test_opentelemetry_genai_streams_are_known_by_their_duration(collector, engi
     histograms_match(collector, seen, "opentelemetry.util.genai.handler")
     durations = [h for h in seen["histograms"] if h["name"] == "gen_ai.client.operation.duration"]
     assert sorted(h["count"] for h in durations) == [1, 2]  # the two streams, and the refused call apart
+
+
+@pytest.mark.parametrize("source", ["openllmetry", "opentelemetry-genai"])
+def test_a_stream_the_app_closed_early_is_not_stored_as_completed(collector, engine_url, source):
+    """Neither instrumentation says how a stream ended: one the app closed after 5 chunks ends its span as one
+    read to the end does, without a finish reason or usage. Its outcome is unknown, and the cancellation rate is
+    over the streams whose outcome is known, none here: unknown, not 0 %."""
+    seen = chat_through(source, engine_url, collector.http_url, 1, 5)
+    assert [len(r["arrivals_ns"]) for r in seen["received"]] == [5]
+    (span,) = [s for s in seen["spans"] if s["attributes"].get("gen_ai.operation.name") == "chat"
+               and "error.type" not in s["attributes"]]  # fmt: skip
+    assert "gen_ai.response.finish_reasons" not in span["attributes"]
+    row = collector.query_client.query(
+        "SELECT outcome, finish_reasons FROM streams WHERE span_id = {s:String}", parameters={"s": span["span_id"]}
+    ).result_rows
+    assert row == [("unknown", [])]
+    since = datetime.fromtimestamp(span["start_ns"] / 1e9 - 0.5, UTC)
+    ctx = QueryContext(since, datetime.now(UTC) + timedelta(minutes=1), timedelta(seconds=10))
+    run = lambda q: sql.parse_result(sql.query_json(collector.query_client, q))  # noqa: E731
+    summary = summarize(run, ctx, slo_us=400_000, variables={"service": [f"chat-{source}"]})
+    assert summary.streams == 2 and summary.unknown_outcomes == 1  # and the call the engine refused, an error
+    assert summary.cancel_rate == 0.0  # of the one stream whose outcome is known
+    assert ("cancelled or disconnected", "0.0% (outcome unknown: 1 stream)") in summary.rows(400_000)
+    panel = run(resolve(CANCELLATION.sql, ctx, chosen({"service": [f"chat-{source}"]})))
+    shown = dict(zip(panel.names, panel.rows[0], strict=True))
+    assert (shown["streams"], shown["unknown_outcome"], shown["cancel_rate"]) == (2, 1, 0.0)
 
 
 VERCEL_AI_REQUESTS = {

@@ -154,18 +154,21 @@ CANCELLATION = Panel(
     "cancellation",
     "Cancellation tax",
     "Client streams cancelled or cut off, the tokens servers generated after that, and how long the cancel "
-    "took to reach the server (round trip plus reaction, aligned through content).",
+    "took to reach the server (round trip plus reaction, aligned through content). The rate is over the streams "
+    "whose outcome is known; a source that does not say how a stream ended counts it as unknown_outcome.",
     "table",
-    f"""SELECT t.streams AS streams, t.cancelled AS cancelled, round(cancelled / streams, 3) AS cancel_rate,
-    c.tokens_after_cancel AS tokens_after_cancel, c.propagation_ms_p50 AS propagation_ms_p50,
-    c.propagation_ms_p95 AS propagation_ms_p95
+    f"""SELECT t.streams AS streams, t.cancelled AS cancelled,
+    if(streams > unknown_outcome, round(cancelled / (streams - unknown_outcome), 3), NULL) AS cancel_rate,
+    t.unknown_outcome AS unknown_outcome, c.tokens_after_cancel AS tokens_after_cancel,
+    c.propagation_ms_p50 AS propagation_ms_p50, c.propagation_ms_p95 AS propagation_ms_p95
 FROM (
-    SELECT sum(streams) AS streams, sum(cancelled) AS cancelled
+    SELECT sum(streams) AS streams, sum(cancelled) AS cancelled, sum(unknown_outcome) AS unknown_outcome
     FROM stream_totals
     WHERE {TABLE_HISTOGRAMS_SELECTED}
     HAVING streams > 0
     UNION ALL
-    SELECT count() AS streams, countIf(outcome IN ('cancelled', 'disconnected')) AS cancelled
+    SELECT count() AS streams, countIf(outcome IN ('cancelled', 'disconnected')) AS cancelled,
+        countIf(outcome = 'unknown') AS unknown_outcome
     FROM stream_metrics
     WHERE {SELECTED} AND NOT {ROUTES_ALL}
     HAVING streams > 0

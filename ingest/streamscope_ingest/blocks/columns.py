@@ -119,6 +119,9 @@ SOURCE_STREAMSCOPE = "streamscope"
 """``streams.source`` of spans in streamscope's own convention (the SDK, the browser snippet, ServerStream)."""
 COVERAGE_FULL, COVERAGE_PARTIAL, COVERAGE_UNREADABLE = "full", "partial", "unreadable"
 """``streams.coverage``: how much of a stream's timeline is known (migration 0023 lists every value)."""
+OUTCOME_UNKNOWN = "unknown"
+"""``streams.outcome`` beside ``streamscope.outcome``'s values: a stream whose source did not say how it ended
+(migration 0037)."""
 
 CHUNK_KINDS = ("lead", "first", "content", "aside", "retract")
 """Values of chunks.kind, in the order of their Enum8 codes."""
@@ -460,8 +463,8 @@ STREAM_HISTOGRAMS = pa.schema(  # per-stream figures counted (migration 0032, ro
 )
 
 STREAM_SUMS = ("streams", "content_chunks", "tokens", "content_bytes", "wire_bytes", "cancelled", "stalled",
-               "over_slo", "frontloaded_then_stalled", "stuck_loops")  # fmt: skip
-"""The summed columns of ``stream_totals``, in order (migration 0033)."""
+               "over_slo", "frontloaded_then_stalled", "stuck_loops", "unknown_outcome")  # fmt: skip
+"""The summed columns of ``stream_totals``, in order (migrations 0033, 0037)."""
 STREAM_TOTALS = pa.schema(  # streams summed per interval (migration 0033, rollups.stream_histograms)
     [
         *_PER_INTERVAL,

@@ -109,6 +109,7 @@ def stream_totals(streams: pa.Table) -> pa.Table:
         "over_slo": np.nan_to_num(_floats(streams["gap_max_us"])) > SLO_US,
         "frontloaded_then_stalled": bursting & (burst_ratio >= 3) & stalled,
         "stuck_loops": _floats(streams["repetition_score"]) >= 0.5,  # False where NULL (NaN)
+        "unknown_outcome": outcome == columns.OUTCOME_UNKNOWN,
     }
     by_tokens = streams["content_chunks_by_tokens"].combine_chunks()
     seconds = pc.divide(pc.cast(streams["start_time"], pa.int64()), 1_000_000).to_numpy(zero_copy_only=False)

@@ -217,6 +217,10 @@ def _decode_foreign(
     )
     if row["error_type"]:
         row["outcome"] = "error"  # other instrumentations say how a call failed, not how its stream ended
+    elif not row["finish_reasons"] and row["output_tokens"] is None:
+        row["outcome"] = columns.OUTCOME_UNKNOWN  # an app that closes a stream early ends the span all the same
+        notes.append("its end is unknown: the source recorded no finish reason and no usage (so a stream the app "
+                     "closed early looks); stored with outcome unknown, out of the cancellation rate")  # fmt: skip
     offsets = np.empty(0, np.int64)
     if foreign.arrivals_ns is not None:
         if foreign.arrivals_ns.size and int(foreign.arrivals_ns[0]) < span.start_time_unix_nano:
