@@ -15,6 +15,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from streamscope_cli.engine.app import EngineNode, NodeConfig
 from streamscope_collector.serving import BackgroundServer
@@ -23,12 +25,14 @@ from streamscope_dashboards.macros import QueryContext, resolve
 from streamscope_dashboards.panels.common import chosen
 from streamscope_dashboards.panels.cost import CANCELLATION
 from streamscope_dashboards.panels.quality import GENAI_METRICS
+from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.store import sql
-from tests.support import metric, wait_until
+from tests.support import any_value, metric, trace_request, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 VERCEL_AI = ROOT / "tests" / "vercel_ai"
 OPENLIT = ROOT / "tests" / "openlit"
+UTIL_GENAI = ROOT / "tests" / "util_genai"
 VLLM = ROOT / "tests" / "vllm"
 VLLM_RELEASE = "vllm==0.33.0"
 """Installed with --no-deps after tests/vllm/requirements.txt (its wheel pins a CUDA torch)."""
@@ -91,6 +95,13 @@ def virtualenv(name: str, requirements: Path, *after: list[str]) -> Path:
             assert install.returncode == 0, install.stderr[-3000:]
         (home / "ready").touch()
     return python
+
+
+@pytest.fixture(scope="module")
+def util_genai_python() -> Path:
+    """The interpreter of the environment with opentelemetry-util-genai's newest release (it clashes with the
+    openai-v2 instrumentation the test extra pins)."""
+    return virtualenv("util-genai", UTIL_GENAI / "requirements.txt")
 
 
 @pytest.fixture(scope="module")
@@ -241,6 +252,50 @@ def test_a_stream_the_app_closed_early_is_not_stored_as_completed(collector, eng
     panel = run(resolve(CANCELLATION.sql, ctx, chosen({"service": [f"chat-{source}"]})))
     shown = dict(zip(panel.names, panel.rows[0], strict=True))
     assert (shown["streams"], shown["unknown_outcome"], shown["cancel_rate"]) == (2, 1, 0.0)
+
+
+@pytest.mark.timeout(900)  # the first run builds the app's environment
+def test_util_genai_time_to_first_chunk_is_the_first_byte_not_the_first_token(collector, engine_url, util_genai_python):
+    """opentelemetry-util-genai 1.3b0 times the first chunk of any kind (``record_stream_chunk`` is called for the
+    role-only chunk an OpenAI-compatible server sends first) and puts it in ``gen_ai.response.time_to_first_chunk``,
+    the attribute streamscope's convention keeps for the first chunk carrying content. Read as what it is: the
+    stream's first byte; its time to the first token is unknown, and the collector says why."""
+    child = subprocess.run(
+        [str(util_genai_python), str(UTIL_GENAI / "chat.py"), engine_url, collector.http_url],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    seen = json.loads(child.stdout.strip().splitlines()[-1])
+    calls = [span for span in seen["spans"] if span["scope"] == "opentelemetry.util.genai.handler"]
+    assert len(calls) == len(seen["received"]) + 1 == 3
+    for span, received in zip(calls[:2], seen["received"], strict=False):
+        first_chunk_s = span["attributes"]["gen_ai.response.time_to_first_chunk"]
+        assert span["attributes"]["gen_ai.request.stream"] is True
+        row = collector.query_client.query(
+            "SELECT coverage, ttfb_us, ttft_us, outcome FROM streams WHERE span_id = {s:String}",
+            parameters={"s": span["span_id"]},
+        ).result_rows
+        assert row == [("duration", round(first_chunk_s * 1e6), None, "completed")]
+        # the app's own clock: the first chunk it read (the role's) came when the attribute says, before the content
+        assert received["arrivals_ns"][0] - received["started_ns"] >= first_chunk_s * 1e9 - 2e6
+    since = datetime.fromtimestamp(calls[0]["start_ns"] / 1e9 - 0.5, UTC)
+    ctx = QueryContext(since, datetime.now(UTC) + timedelta(minutes=1), timedelta(seconds=10))
+    summary = summarize(lambda q: sql.parse_result(sql.query_json(collector.query_client, q)), ctx, slo_us=400_000)
+    assert summary.ttft_p50_ms is None and summary.first_byte_lead_ms is None
+
+    # what the sender is told: this figure is kept as the first byte, its first token unknown
+    span = Span(
+        trace_id=bytes.fromhex(calls[0]["trace_id"]),
+        span_id=bytes.fromhex(calls[0]["span_id"]),
+        name=calls[0]["name"],
+        start_time_unix_nano=calls[0]["start_ns"],
+        end_time_unix_nano=calls[0]["end_ns"],
+        attributes=[KeyValue(key=k, value=any_value(v)) for k, v in calls[0]["attributes"].items()],
+    )
+    decoded = decode_traces(trace_request([span], scope="opentelemetry.util.genai.handler"), tenant="t")
+    assert "time to the first token is unknown" in decoded.rejection_message("span")
 
 
 VERCEL_AI_REQUESTS = {

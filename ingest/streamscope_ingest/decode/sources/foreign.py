@@ -46,6 +46,10 @@ class Foreign:
     """With ``arrivals`` coverage: when each chunk arrived (ns, the span's clock), in order."""
     ttft_us: int | None = None
     """With ``first_token`` coverage: the time to the first token the source measured."""
+    first_byte_us: int | None = None
+    """When the first chunk of any kind came (µs from the span's start), where the source timed it."""
+    notes: tuple[str, ...] = ()
+    """What the sender is told of how its figures were read."""
     attributes: dict[str, Any] = field(default_factory=dict)
     """The span's attributes (plain values) under the current GenAI names, content left out."""
 

@@ -197,7 +197,7 @@ def _decode_foreign(
 ) -> Stream:
     """A stream from another instrumentation's span: what its source knows of it (``sources``), the rest unknown."""
     check_ids_and_times(span)
-    notes = []
+    notes = list(foreign.notes)
     chunk_count = 0 if foreign.arrivals_ns is None else foreign.arrivals_ns.size
     coverage = foreign.coverage
     if foreign.arrivals_ns is not None and span.dropped_events_count > 0:
@@ -229,7 +229,7 @@ def _decode_foreign(
     return Stream(
         row=row,
         chunk_count=chunk_count,
-        first_byte_us=None,
+        first_byte_us=foreign.first_byte_us,
         offsets=offsets,
         values=np.zeros((len(sc.CHUNK_EVENT_ATTRIBUTES), chunk_count), np.int64),
         notes=notes,
