@@ -48,13 +48,14 @@ def engine_url():
 def chat_through(source: str, engine_url: str, collector_url: str, *app_arguments: int) -> dict:
     """Run the instrumented chat app in a process of its own (``app_arguments``: its calls, and the chunks after
     which it closes each stream); what it received and the spans it exported."""
-    child = subprocess.run(
-        [sys.executable, "-m", "tests.genai_client", source, engine_url, collector_url, *map(str, app_arguments)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
+    return run_app(
+        sys.executable, "-m", "tests.genai_client", source, engine_url, collector_url, *map(str, app_arguments)
     )
+
+
+def run_app(*command: str) -> dict:
+    """Run a chat app in a process of its own: what it received and the spans it exported (its last line)."""
+    child = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert child.returncode == 0, child.stderr[-3000:]
     return json.loads(child.stdout.strip().splitlines()[-1])
 
@@ -260,14 +261,7 @@ def test_util_genai_time_to_first_chunk_is_the_first_byte_not_the_first_token(co
     role-only chunk an OpenAI-compatible server sends first) and puts it in ``gen_ai.response.time_to_first_chunk``,
     the attribute streamscope's convention keeps for the first chunk carrying content. Read as what it is: the
     stream's first byte; its time to the first token is unknown, and the collector says why."""
-    child = subprocess.run(
-        [str(util_genai_python), str(UTIL_GENAI / "chat.py"), engine_url, collector.http_url],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert child.returncode == 0, child.stderr[-3000:]
-    seen = json.loads(child.stdout.strip().splitlines()[-1])
+    seen = run_app(str(util_genai_python), str(UTIL_GENAI / "chat.py"), engine_url, collector.http_url)
     calls = [span for span in seen["spans"] if span["scope"] == "opentelemetry.util.genai.handler"]
     assert len(calls) == len(seen["received"]) + 1 == 3
     for span, received in zip(calls[:2], seen["received"], strict=False):
@@ -316,14 +310,7 @@ def test_vercel_ai_sdk_streams_are_known_by_their_first_chunk(collector, engine_
     token and its duration, no chunk; the call's own span is not a second stream, and the prompt, the answer and
     the request headers the SDK records are not kept. SDK 6 and SDK 7's GenAI spans alike."""
     request_name, scope, ttft_of, call_name = VERCEL_AI_REQUESTS[sdk]
-    child = subprocess.run(
-        [vercel_ai_node, str(VERCEL_AI / "chat.mjs"), sdk, engine_url, collector.http_url],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert child.returncode == 0, child.stderr[-3000:]
-    seen = json.loads(child.stdout.strip().splitlines()[-1])
+    seen = run_app(vercel_ai_node, str(VERCEL_AI / "chat.mjs"), sdk, engine_url, collector.http_url)
     steps = [span for span in seen["spans"] if span["name"] == request_name]
     assert len(steps) == len(seen["received"]) == 2 and {span["scope"] for span in steps} == {scope}
     rows = stored(collector, "vercel-ai")
@@ -364,14 +351,7 @@ def test_openlit_streams_are_known_by_their_duration_and_its_ttft_is_not_taken(
     response headers, is not taken for one. Its GenAI histograms are stored point for point."""
     pricing = tmp_path / "pricing.json"
     pricing.write_text(json.dumps({"chat": {"sim-llm": {"promptPrice": 0.001, "completionPrice": 0.002}}}))
-    child = subprocess.run(
-        [str(openlit_python), str(OPENLIT / "chat.py"), engine_url, collector.http_url, str(pricing)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert child.returncode == 0, child.stderr[-3000:]
-    seen = json.loads(child.stdout.strip().splitlines()[-1])
+    seen = run_app(str(openlit_python), str(OPENLIT / "chat.py"), engine_url, collector.http_url, str(pricing))
     calls = [span for span in seen["spans"] if span["scope"] == "openlit.instrumentation.openai"]
     assert len(calls) == len(seen["received"]) + 1 == 3
     rows = stored(collector, "openlit")
