@@ -4,13 +4,21 @@ and the prefill wait after it is no gap between tokens."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from streamscope_dashboards.fleet import summarize
+from streamscope_dashboards.macros import QueryContext
 from streamscope_ingest.decode.traces import decode_traces
-from tests.support import T0, trace_request
+from streamscope_ingest.store import sql
+from tests.support import T0, store_spans, stream_span, trace_request
 
 ROLE_US, PREFILL_US, STEP_US = 8_000, 2_200_000, 20_000
+
+
+OPENLLMETRY_SCOPE = "opentelemetry.instrumentation.openai.v1"
 
 
 def openllmetry_span(arrivals_us: list[int]) -> Span:
@@ -35,7 +43,7 @@ def openllmetry_span(arrivals_us: list[int]) -> Span:
 def test_the_first_arrival_is_the_first_byte_and_the_prefill_wait_no_stall():
     tokens_at = [ROLE_US + PREFILL_US + k * STEP_US for k in range(10)]
     batch = decode_traces(
-        trace_request([openllmetry_span([ROLE_US, *tokens_at])], scope="opentelemetry.instrumentation.openai.v1"),
+        trace_request([openllmetry_span([ROLE_US, *tokens_at])], scope=OPENLLMETRY_SCOPE),
         tenant="t",
     )
     (row,) = batch.blocks["streams"].to_pylist()
@@ -45,3 +53,26 @@ def test_the_first_arrival_is_the_first_byte_and_the_prefill_wait_no_stall():
     assert row["stall_count"] == 0
     assert row["gap_max_us"] == STEP_US  # the gaps between tokens only, the prefill wait not among them
     assert row["content_chunks"] == len(tokens_at)
+
+
+def test_arrivals_whose_oldest_were_dropped_are_neither_sized_nor_whole(store_client):
+    """The OpenTelemetry SDK keeps a span's last 128 events: a longer OpenLLMetry stream arrives with its first
+    chunks gone. Its chunks' sizes are still unknown, so it stays out of tokens per chunk (its chunks would count
+    as carrying 0 tokens), and its gaps out of the per-stream figures (its head is gone)."""
+    span = openllmetry_span([ROLE_US + PREFILL_US + k * STEP_US for k in range(128)])
+    span.dropped_events_count = 72  # 200 chunks, the oldest 72 dropped
+    sdk_stream = stream_span(8, 8, side="client", offsets_ms=[100, 120, 140], tokens=[2, 2, 2], start_ns=T0 + 1)
+    batch = decode_traces(trace_request([span], scope=OPENLLMETRY_SCOPE), tenant="t")
+    (row,) = batch.blocks["streams"].to_pylist()
+    assert row["coverage"] == "arrivals_partial" and row["timeline_truncated"]
+    assert row["ttfb_us"] is None and row["ttft_us"] is None  # the first chunks are gone
+    store_spans(store_client, [span], service="openllmetry-app", scope=OPENLLMETRY_SCOPE)
+    store_spans(store_client, [sdk_stream])
+    since = datetime.fromtimestamp(T0 / 1e9 - 1, UTC)
+    ctx = QueryContext(since, since + timedelta(minutes=1), timedelta(seconds=10))
+    run = lambda q: sql.parse_result(sql.query_json(store_client, q))  # noqa: E731
+    both = summarize(run, ctx, slo_us=400_000)
+    assert both.tokens_per_chunk == 2.0  # the SDK stream's alone
+    assert both.incomplete_streams == 1  # out of goodput and per-stream p99
+    alone = summarize(run, ctx, slo_us=400_000, variables={"service": ["openllmetry-app"]})
+    assert alone.streams == 1 and alone.tokens_per_chunk is None and alone.itl_goodput is None

@@ -14,6 +14,8 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from streamscope_ingest.decode.limits import LATEST_OFFSET_US
 
 COVERAGE_ARRIVALS, COVERAGE_FIRST_TOKEN, COVERAGE_DURATION = "arrivals", "first_token", "duration"
+COVERAGE_ARRIVALS_PARTIAL = "arrivals_partial"
+"""Arrivals whose oldest the sender dropped: neither every chunk's time nor any chunk's size is known."""
 CONTENT_KEYS = (
     "gen_ai.input.messages",
     "gen_ai.output.messages",

@@ -19,6 +19,7 @@ from streamscope_ingest.decode.attributes import AttributeRejected, attribute_ma
 from streamscope_ingest.decode.chunk_events import as_trace_view
 from streamscope_ingest.decode.int_arrays import PackedArray, element_count
 from streamscope_ingest.decode.limits import DEFAULT_LIMITS, SpanLimits, SpanOverLimit
+from streamscope_ingest.decode.sources.foreign import COVERAGE_ARRIVALS_PARTIAL
 from streamscope_ingest.decode.traces.blocks import column_blocks
 from streamscope_ingest.decode.traces.rows import (
     SpanRejected,
@@ -200,8 +201,9 @@ def _decode_foreign(
     notes = list(foreign.notes)
     chunk_count = 0 if foreign.arrivals_ns is None else foreign.arrivals_ns.size
     coverage = foreign.coverage
-    if foreign.arrivals_ns is not None and span.dropped_events_count > 0:
-        coverage = columns.COVERAGE_PARTIAL
+    truncated = foreign.arrivals_ns is not None and span.dropped_events_count > 0
+    if truncated:
+        coverage = COVERAGE_ARRIVALS_PARTIAL
         notes.append(dropped_events(span, f"{chunk_count} chunk arrivals", "chunk"))
     encoding = "events" if foreign.arrivals_ns is not None else ""
     row = stream_row(
@@ -215,6 +217,7 @@ def _decode_foreign(
         coverage=coverage,
         source=foreign.source,
     )
+    row["timeline_truncated"] = truncated
     if row["error_type"]:
         row["outcome"] = "error"  # other instrumentations say how a call failed, not how its stream ended
     elif not row["finish_reasons"] and row["output_tokens"] is None:
@@ -233,7 +236,7 @@ def _decode_foreign(
         offsets=offsets,
         values=np.zeros((len(sc.CHUNK_EVENT_ATTRIBUTES), chunk_count), np.int64),
         notes=notes,
-        first_chunk_lost=coverage == columns.COVERAGE_PARTIAL,
+        first_chunk_lost=truncated,
         sizes_unknown=foreign.arrivals_ns is not None,
         ttft_us=foreign.ttft_us,
     )
