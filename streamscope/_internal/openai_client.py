@@ -59,7 +59,6 @@ def _wrap(original: Callable[..., Any], format_name: str, client: Any, encoding:
             except BaseException as exc:
                 observer.close("error", type(exc).__qualname__)
                 raise
-            observer.recorder.first_byte()
             return ObservedAsyncStream(stream, observer)
 
         return create_async
@@ -73,7 +72,6 @@ def _wrap(original: Callable[..., Any], format_name: str, client: Any, encoding:
         except BaseException as exc:
             observer.close("error", type(exc).__qualname__)
             raise
-        observer.recorder.first_byte()
         return ObservedStream(stream, observer)
 
     return create
@@ -90,6 +88,8 @@ class _Observed:
         return getattr(self._stream, name)
 
     def _item(self, item: Any) -> Any:
+        # the first byte is the first event's, as stream_sse reads it: the SDK returns the stream at the headers
+        self._observer.recorder.first_byte()
         self._observer.on_payload(str(getattr(item, "type", "") or ""), item)
         return item
 

@@ -767,6 +767,19 @@ def test_openai_client_responses(server, spans, openai_client):
     check_openai_span(only_span(spans), "openai-responses", events, server, pause_at)
 
 
+@pytest.mark.parametrize("wrapper", ["stream_sse", "instrument_openai"])
+def test_the_first_byte_is_the_first_event_through_either_wrapper(server, spans, openai_client, wrapper):
+    """One first byte, every wrapper: when the first event of the body arrived, not the response headers (the
+    replay server sends its headers at once and pauses before its first event)."""
+    if wrapper == "stream_sse":
+        read_with_stream_sse(server, "openai_chat", "openai-chat", "gpt-4o-mini", pause_at=0)
+    else:
+        list(openai_client.chat.completions.create(**chat_request(pause_at=0)))
+    span = only_span(spans)
+    first_byte = span.attributes[sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US]
+    assert PAUSE_US <= first_byte <= chunks_of(span).offsets[0]
+
+
 @pytest.mark.parametrize("api", ["chat", "responses"])
 def test_async_openai_client_streams(server, spans, global_tracing, openai_warmed_up, api):
     """``instrument_openai`` documents ``AsyncOpenAI`` too: ``await create(..., stream=True)`` must still work."""
