@@ -38,7 +38,8 @@ ROUTED = "/v1/routed"
 def store(store_client):
     """Client streams of two models over three hours at random pace, some with a stall, every fifth calling a tool,
     every seventh missing its last chunks, every sixth cancelled, m-1's chunks carrying three times the tokens in
-    the last hour, every eighth repeating itself, every fourth rushing its head (every eighth then stalling),
+    the last hour, every eighth repeating itself, every fourth rushing its head then slower (every eighth then
+    stalling too),
     every ninth pausing 300 ms; every third trace's server span was served on ``ROUTED``."""
     rng = random.Random(11)
     spans = []
@@ -48,7 +49,8 @@ def store(store_client):
         for i in range(chunks):
             stall = 700 if rng.random() < 0.03 or (n % 8 == 0 and i == 12) else 0
             stall += 300 if n % 9 == 4 and i == 5 else 0  # over attribution's 150 ms, within the 400 ms SLO
-            at += 2 if n % 4 == 0 and i < 12 else rng.lognormvariate(3.2, 0.6) + stall
+            slowed = 3 if n % 4 == 0 else 1  # after a rushed head, a third of the pace: a burst at the head
+            at += 2 if n % 4 == 0 and i < 12 else rng.lognormvariate(3.2, 0.6) * slowed + stall
             offsets.append(round(at, 3))
         attributes: dict = {sc.GEN_AI_REQUEST_MODEL: f"m-{n % 2}",
                             sc.STREAMSCOPE_FIRST_BYTE_OFFSET_US: round(offsets[0] * 1000 * rng.random())}  # fmt: skip

@@ -91,10 +91,11 @@ STREAMS_DEFAULTED = pa.schema(
         ("retracted_tokens", pa.uint64()),
         ("retraction_shown_us", pa.list_(pa.uint64())),
         ("tool_call_pause_us", pa.uint32()),
+        ("rest_stalled_us", pa.uint64()),
     ]
 )
-"""Columns of streams that decode writes although their DDL has a DEFAULT (migrations 0023, 0026, 0027 and
-0031), for rows written without them (by an earlier version)."""
+"""Columns of streams that decode writes although their DDL has a DEFAULT (migrations 0023, 0026, 0027, 0031 and
+0037), for rows written without them (by an earlier version)."""
 JSON_PROGRESS_UNKNOWN: dict[str, object] = {
     "json_document": "",
     "json_outcome": "",
@@ -111,8 +112,9 @@ NOTHING_RETRACTED: dict[str, object] = {
     "retraction_shown_us": [],
 }
 """The retraction columns of a stream that took nothing back (what the DDL defaults to)."""
-PAUSE_UNKNOWN: dict[str, object] = {"tool_call_pause_us": None}
-"""The tool call pause of a stream decoded before it was kept (what the DDL defaults to)."""
+PAUSE_UNKNOWN: dict[str, object] = {"tool_call_pause_us": None, "rest_stalled_us": None}
+"""The tool call pause and the time stalled past the head of a stream decoded before they were kept (what the DDL
+defaults to)."""
 STREAMS_DECODED = pa.unify_schemas([STREAMS, STREAMS_DEFAULTED])
 """What decode writes to streams: ``STREAMS`` then ``STREAMS_DEFAULTED``."""
 SOURCE_STREAMSCOPE = "streamscope"

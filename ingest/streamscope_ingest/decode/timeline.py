@@ -84,6 +84,8 @@ class StreamStats:
     gap_max_us: PerStream
     jitter_ratio: PerStream
     stall_count: np.ndarray
+    rest_stalled_us: np.ndarray
+    """Time in stalls past the head window (the part of each stall after it): the rest's pace leaves it out."""
     chunks_by_tokens: TokenHistograms
 
 
@@ -149,9 +151,16 @@ def stream_stats(
     has_content = (timeline.kind == KIND_FIRST) | (timeline.kind == KIND_CONTENT)  # as build_timeline found it
     content = np.flatnonzero(has_content)
     ttft = offset_of(np.flatnonzero(timeline.kind == KIND_FIRST))
-    in_head = has_content & (offsets <= np.repeat(ttft.values + HEAD_WINDOW_US, lengths))
+    head_end = np.repeat(ttft.values + HEAD_WINDOW_US, lengths)
+    in_head = has_content & (offsets <= head_end)
 
     itl_mask = timeline.kind == KIND_CONTENT
+    stalled = itl_mask & stall.over_threshold(timeline.gap_us)
+    at = np.flatnonzero(stalled)  # few: each stall's part past the head window, added up per stream
+    ends = offsets[at]
+    past_head = np.maximum(ends - np.maximum(ends - timeline.gap_us[at], head_end[at]), 0)
+    rest_stalled: np.ndarray = np.zeros(n, np.uint64)
+    np.add.at(rest_stalled, stream[at], past_head.astype(np.uint64))
     itl_gap = timeline.gap_us[itl_mask]
     count = per_stream_sum(itl_mask, np.int64)
     with_gaps = np.flatnonzero(count)
@@ -177,7 +186,8 @@ def stream_stats(
         gap_quantiles_us=quantiles,
         gap_max_us=pick(count - 1),
         jitter_ratio=jitter,
-        stall_count=per_stream_sum(itl_mask & stall.over_threshold(timeline.gap_us), np.uint32),
+        stall_count=per_stream_sum(stalled, np.uint32),
+        rest_stalled_us=rest_stalled,
         chunks_by_tokens=content_chunks_by_tokens(stream, timeline.kind, tokens, n),
     )
 

@@ -213,12 +213,14 @@ def _maps_added(maps: pa.MapArray, row_of_stream: np.ndarray, rows: int) -> pa.M
 
 
 def _head_burst(streams: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-    """Which streams have a ``stream_metrics.head_burst_ratio`` (content past the first 200 ms, and tokens after
-    the head), and the ratio (arbitrary where they have none)."""
-    names = ("ttft_us", "last_content_us", "tokens", "head_tokens")
-    ttft, last, tokens, head = (_floats(streams[name]) for name in names)
-    bursting = (last > ttft + 200_000) & (tokens > head)
-    rest_s = np.where(bursting, last - ttft - 200_000, 1.0) / 1e6
+    """Which streams have a ``stream_metrics.head_burst_ratio`` (content past the first 200 ms and past the rest's
+    stalls, whose time is known, and tokens after the head), and the ratio (arbitrary where they have none)."""
+    names = ("ttft_us", "last_content_us", "tokens", "head_tokens", "stall_count")
+    ttft, last, tokens, head, stalls = (_floats(streams[name]) for name in names)
+    rest_stalled = _floats(streams["rest_stalled_us"]) if "rest_stalled_us" in streams.column_names else stalls * np.nan
+    rest_stalled = np.where(stalls == 0, 0.0, rest_stalled)  # NaN: stalls of unknown length
+    bursting = (last > ttft + 200_000 + rest_stalled) & (tokens > head)
+    rest_s = np.where(bursting, last - ttft - 200_000 - rest_stalled, 1.0) / 1e6
     with np.errstate(divide="ignore", invalid="ignore"):
         return bursting, (head / 0.2) / ((tokens - head) / rest_s)
 

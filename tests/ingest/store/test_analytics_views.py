@@ -20,7 +20,8 @@ def every(start_ms: float, step_ms: float, count: int) -> list[float]:
 def test_stream_metrics_by_hand(store_client):
     spans = [
         # a burst at the head, then a 1 s stall: 11 chunks of 4 tokens at 100..300 ms (44 tokens in the head),
-        # then 11 chunks of 1 token at 1300..2300 ms: 220 tokens/s in the head against 11 / 2.0 s = 5.5 after it
+        # then 11 chunks of 1 token at 1300..2300 ms: 220 tokens/s in the head against 11 tokens in the 2.0 s
+        # after it less the 1 s stall, 11/s
         stream_span(
             1,
             1,
@@ -46,15 +47,17 @@ def test_stream_metrics_by_hand(store_client):
             tokens=[1] * 5,
             attributes={sc.STREAMSCOPE_REPETITION_SCORE: 0.8},
         ),
+        # steady, 1 token every 40 ms from 100 ms, but for one 2.5 s stall after the 20th: no burst at its head
+        stream_span(4, 4, side="client", offsets_ms=every(100, 40, 20) + every(3360, 40, 10), tokens=[1] * 30),
     ]
     store_spans(store_client, spans)
     rows = store_client.query(
         "SELECT head_share, head_burst_ratio, frontloaded_then_stalled, stuck_loop, first_byte_lead_us, "
         "tokens_per_s, chunks_per_s FROM stream_metrics ORDER BY trace_id"
     ).result_rows
-    burst, even, loop = rows
+    burst, even, loop, steady = rows
     assert burst[0] == pytest.approx(44 / 55)
-    assert burst[1] == pytest.approx((44 / 0.2) / (11 / 2.0))  # 40
+    assert burst[1] == pytest.approx((44 / 0.2) / (11 / 1.0))  # 20
     assert burst[2:4] == (True, False)
     assert burst[5] == pytest.approx(55 / 2.2)
     # head: content at 100..300 ms is 5 tokens (25/s); the rest 36 tokens over 1.8 s (20/s)
@@ -64,6 +67,9 @@ def test_stream_metrics_by_hand(store_client):
     assert (even[5], even[6]) == (pytest.approx(41 / 2.0), pytest.approx(41 / 2.0))
     assert loop[3] is True
     assert loop[1] is None  # the stream ends inside its head: no pace after it to compare with
+    # head: content at 100..300 ms is 6 tokens (30/s); the rest 24 tokens over 3.42 s less the 2.5 s stall
+    assert steady[1] == pytest.approx((6 / 0.2) / (24 / 0.92))  # 1.15, where the stall's time made it 4.27
+    assert steady[2] is False
 
 
 def test_cancellation_propagation_is_aligned_through_content(store_client):

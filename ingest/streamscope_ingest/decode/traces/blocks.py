@@ -67,6 +67,7 @@ def column_blocks(streams: list[Stream], timelines: Timelines, stall: StallRule)
         "gap_max_us": _nullable(stats.gap_max_us, pa.uint32()),
         "jitter_ratio": _nullable(stats.jitter_ratio, pa.float32()),
         "stall_count": pa.array(stats.stall_count),
+        "rest_stalled_us": pa.array(stats.rest_stalled_us, pa.uint64()),
         "stall_threshold_us": pa.array(np.full(len(streams), stall.threshold_us, dtype=np.uint32)),
         "last_content_us": _nullable(stats.last_content_us, pa.uint64()),
         "head_tokens": pa.array(stats.head_tokens),
