@@ -27,7 +27,8 @@ collector_url_option = click.option(
     envvar=env.STREAMSCOPE_COLLECTOR_URL,
     default=None,
     metavar="URL",
-    help="Query through this collector instead of opening the store.",
+    help="Query through the collector at this URL, the one that owns --storage's embedded store (found without "
+    "it while that collector runs).",
 )
 
 

@@ -29,10 +29,15 @@ def opened_store(storage_dsn: str, collector_url: str | None) -> Iterator[Query]
 
     target = store.parse_dsn(storage_dsn)
     running = running_collector(target)
-    url = collector_url or (running.http_url if running else None)
+    url = (collector_url or (running.http_url if running else "")).rstrip("/")
     if url:
-        headers = running.operator_headers if running else {}
-        with httpx.Client(base_url=url.rstrip("/"), timeout=60.0, headers=headers) as http:
+        if running is None or running.http_url.rstrip("/") != url:  # its token goes to its own collector alone
+            raise StreamscopeError(
+                f"no operator token for the collector at {url}: its SQL API answers the operator of the store it "
+                f"owns, whose token that collector writes beside the store; name the store with --storage chdb://PATH"
+                f"{'' if running is None else f' (the one at {target.path} is owned by {running.http_url})'}"
+            )
+        with httpx.Client(base_url=url, timeout=60.0, headers=running.operator_headers) as http:
             yield lambda query: sql.parse_result(_through_collector(http, query))
         return
     if target.embedded:

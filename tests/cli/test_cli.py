@@ -7,7 +7,9 @@ import re
 import signal
 import socket
 import subprocess
+import threading
 from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -65,7 +67,10 @@ def test_retention_is_shown_defaulted_and_set_per_table(tmp_path):
             "needs a ClickHouse server",
         ),
         (("sql", "SELECT 1", "--storage", "chdb:///tmp/streamscope-cli-none"), "no store at /tmp/streamscope-cli-none"),
-        (("sql", "SELECT 1", "--collector-url", "http://127.0.0.1:9"), "did not answer"),
+        (
+            ("sql", "SELECT 1", "--collector-url", "http://127.0.0.1:9", "--storage", "chdb:///tmp/streamscope-none"),
+            "name the store with --storage",
+        ),
         (("collector", "--spool-max-mib", "16", "--no-grpc"), "is below the largest request accepted"),
     ],
 )
@@ -93,7 +98,7 @@ def test_help_shows_an_example():
 
 @pytest.fixture
 def collector_process(tmp_path):
-    data = tmp_path / "store"
+    data = tmp_path / "chdb"  # the default store where STREAMSCOPE_DATA_DIR is tmp_path
     process = subprocess.Popen(
         [*STREAMSCOPE, "collector", "--storage", f"chdb://{data}", "--http-port", "0", "--no-grpc"],
         stdout=subprocess.PIPE,
@@ -123,6 +128,32 @@ def test_sql_goes_through_the_collector_that_owns_the_embedded_store(collector_p
     assert json.loads(result.stdout) == [{"side": "client", "chunk_count": 3}]
     refused = run("sql", "INSERT INTO streams (tenant) VALUES ('x')", "--storage", f"chdb://{data}")
     assert refused.returncode == 1 and "only a single SELECT" in refused.stderr
+
+
+def test_a_collectors_operator_token_goes_to_that_collector_alone(collector_process, tmp_path):
+    """The token a collector writes beside its store is sent to that collector, never to another URL named with
+    --collector-url; such a URL ends in a message that says how to name the store."""
+    _, url = collector_process
+    authorizations = []
+
+    class Recording(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            authorizations.append(self.headers.get("authorization"))
+            self.send_response(401)
+            self.end_headers()
+
+    other = ThreadingHTTPServer(("127.0.0.1", 0), Recording)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    owned_by_default = {"STREAMSCOPE_DATA_DIR": str(tmp_path)}
+    try:
+        elsewhere = run("sql", "SELECT 1", "--collector-url", f"http://127.0.0.1:{other.server_port}",
+                        env_extra=owned_by_default)  # fmt: skip
+    finally:
+        other.shutdown()
+    assert authorizations == [] and elsewhere.returncode == 1
+    assert f"owned by {url}" in elsewhere.stderr and "Traceback" not in elsewhere.stderr
+    own = run("sql", "SELECT 1 AS one", "--collector-url", url, "--format", "json", env_extra=owned_by_default)
+    assert own.returncode == 0 and json.loads(own.stdout) == [{"one": 1}], own.stderr
 
 
 def test_demo_prints_the_distributions(tmp_path: Path):
