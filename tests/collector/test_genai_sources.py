@@ -120,9 +120,10 @@ def stored(collector, source: str) -> list[tuple]:
     ).result_rows
 
 
-def histograms_match(collector, seen: dict, scope: str) -> None:
+def histograms_match(collector, seen: dict, scope: str, first_chunk_timed: str = "") -> None:
     """The ``gen_ai.*`` histograms the app exported are stored point for point, under the scope that recorded
-    them; the genai_metrics panel counts each measurement once."""
+    them; the genai_metrics panel counts each measurement once, and says of a time to the first chunk or token
+    what it measures (``first_chunk_timed``) where that is not what its name says."""
     sent = sorted(
         (h["name"], h["attributes"].get("gen_ai.token.type", ""), h["count"], h["bucket_counts"], h["bounds"])
         for h in seen["histograms"]
@@ -139,11 +140,19 @@ def histograms_match(collector, seen: dict, scope: str) -> None:
     now = datetime.now(UTC)
     ctx = QueryContext(now - timedelta(minutes=5), now + timedelta(minutes=1), timedelta(seconds=10))
     result = sql.parse_result(sql.query_json(collector.query_client, resolve(GENAI_METRICS.sql, ctx, chosen())))
-    shown = {(r[0], r[1], r[2]): r[6] for r in result.rows if r[3] == scope}
+    rows = [dict(zip(result.names, r, strict=True)) for r in result.rows]
+    shown = {(r["metric"], r["token_type"], r["error_type"]): r["measurements"] for r in rows if r["source"] == scope}
+    timed = {r["metric"]: r["timed"] for r in rows if r["source"] == scope}
+    first_chunk = {"gen_ai.client.operation.time_to_first_chunk", "gen_ai.server.time_to_first_token"} & set(timed)
+    assert {timed[metric] for metric in first_chunk} == ({first_chunk_timed} if first_chunk_timed else set())
+    assert {what for metric, what in timed.items() if "first" not in metric} == {""}
     for h in seen["histograms"]:
         if h["name"].startswith("gen_ai."):
             key = (h["name"], h["attributes"].get("gen_ai.token.type", ""), h["attributes"].get("error.type", ""))
             assert shown[key] == h["count"], (key, shown)
+
+
+TO_ANY_CHUNK = "to the first chunk of any kind (a role-only one too), not the first token"
 
 
 def test_openllmetry_streams_keep_each_chunks_arrival(collector, engine_url):
@@ -194,7 +203,7 @@ def test_openllmetry_streams_keep_each_chunks_arrival(collector, engine_url):
     assert summary.ttft_p50_ms is None  # no stream's first token is known: unknown, not the role chunk's time
 
     # its metrics: durations, token usage and the time to the first token, each call counted once
-    histograms_match(collector, seen, "opentelemetry.instrumentation.openai.v1")
+    histograms_match(collector, seen, "opentelemetry.instrumentation.openai.v1", TO_ANY_CHUNK)
     names = {h["name"] for h in seen["histograms"]}
     assert {"gen_ai.client.operation.duration", "gen_ai.client.token.usage", "gen_ai.server.time_to_first_token"} <= (
         names
@@ -290,6 +299,7 @@ def test_util_genai_time_to_first_chunk_is_the_first_byte_not_the_first_token(co
     )
     decoded = decode_traces(trace_request([span], scope="opentelemetry.util.genai.handler"), tenant="t")
     assert "time to the first token is unknown" in decoded.rejection_message("span")
+    histograms_match(collector, seen, "opentelemetry.util.genai.handler", TO_ANY_CHUNK)  # its metric, alike
 
 
 VERCEL_AI_REQUESTS = {
@@ -373,7 +383,7 @@ def test_openlit_streams_are_known_by_their_duration_and_its_ttft_is_not_taken(
         )
         assert openlit_ttft_us < (received["arrivals_ns"][0] - received["started_ns"]) / 1000
         assert not [key for key in row[12] if "messages" in key or "instructions" in key]
-    histograms_match(collector, seen, "openlit.otel.metrics")
+    histograms_match(collector, seen, "openlit.otel.metrics", "from the response headers, not the request")
 
 
 @pytest.fixture
