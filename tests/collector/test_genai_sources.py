@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 VERCEL_AI = ROOT / "tests" / "vercel_ai"
 OPENLIT = ROOT / "tests" / "openlit"
 UTIL_GENAI = ROOT / "tests" / "util_genai"
+LITELLM = ROOT / "tests" / "litellm"
 VLLM = ROOT / "tests" / "vllm"
 VLLM_RELEASE = "vllm==0.33.0"
 """Installed with --no-deps after tests/vllm/requirements.txt (its wheel pins a CUDA torch)."""
@@ -103,6 +104,12 @@ def util_genai_python() -> Path:
     """The interpreter of the environment with opentelemetry-util-genai's newest release (it clashes with the
     openai-v2 instrumentation the test extra pins)."""
     return virtualenv("util-genai", UTIL_GENAI / "requirements.txt")
+
+
+@pytest.fixture(scope="module")
+def litellm_python() -> Path:
+    """The interpreter of LiteLLM's own virtual environment (a proxy's worth of dependencies)."""
+    return virtualenv("litellm", LITELLM / "requirements.txt")
 
 
 @pytest.fixture(scope="module")
@@ -300,6 +307,38 @@ def test_util_genai_time_to_first_chunk_is_the_first_byte_not_the_first_token(co
     decoded = decode_traces(trace_request([span], scope="opentelemetry.util.genai.handler"), tenant="t")
     assert "time to the first token is unknown" in decoded.rejection_message("span")
     histograms_match(collector, seen, "opentelemetry.util.genai.handler", TO_ANY_CHUNK)  # its metric, alike
+
+
+@pytest.mark.timeout(900)  # the first run builds LiteLLM's environment
+def test_litellm_streams_are_known_by_their_duration(collector, engine_url, litellm_python):
+    """LiteLLM's ``otel`` callback records a ``litellm_request`` span per call (and a ``raw_gen_ai_request`` child
+    repeating it): each streamed call is one stream known by its duration, with its model, usage and finish reason
+    (sent as JSON text, stored as the list); the refused call is an error; the proxy's user and key attributes
+    and the prompt and answer are not kept."""
+    seen = run_app(str(litellm_python), str(LITELLM / "chat.py"), engine_url, collector.http_url)
+    calls = [span for span in seen["spans"] if span["name"] == "litellm_request"]
+    assert len(calls) == len(seen["received"]) + 1 == 3 and {span["scope"] for span in calls} == {"litellm"}
+    rows = stored(collector, "litellm")
+    assert [row[:5] for row in rows] == [(span["span_id"], "client", "duration", 0, None) for span in calls]
+    *rows, refused = rows
+    outcome = collector.query_client.query(
+        "SELECT outcome, error_type FROM streams WHERE span_id = {s:String}", parameters={"s": refused[0]}
+    ).result_rows
+    assert outcome == [("error", "BadRequestError")]
+    for span, received, row in zip(calls[:2], seen["received"], rows, strict=True):
+        assert row[5] == (span["end_ns"] - span["start_ns"]) // 1000
+        # the span ends once the stream was read to its end
+        assert span["end_ns"] >= received["arrivals_ns"][-1] - 1_000_000
+        assert row[6:8] == ("sim-llm", "openai")
+        assert row[10] == span["attributes"]["gen_ai.usage.output_tokens"] == 40
+        assert row[11] == json.loads(span["attributes"]["gen_ai.response.finish_reasons"]) == ["length"]
+        assert not [key for key in row[12] if key.startswith(("gen_ai.input", "gen_ai.output", "metadata."))]
+        assert "hidden_params" not in row[12]
+    summary = collector.query_client.query(
+        "SELECT count(), countIf(outcome = 'completed') FROM streams WHERE source = 'litellm'"
+    ).result_rows
+    assert summary == [(3, 2)]  # the raw_gen_ai_request children are not streams
+    assert metric(collector.http_url, "streamscope_collector_ignored_items_total", signal="traces") > 0
 
 
 VERCEL_AI_REQUESTS = {

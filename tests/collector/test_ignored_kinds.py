@@ -21,17 +21,17 @@ from tests import support
 from tests.support import PROTOBUF, metric, plain_stream_span
 
 
-def litellm_spans(count: int) -> ScopeSpans:
-    """Spans as LiteLLM's ``otel`` callback sends them: its own scope, no stream timeline."""
-    spans = [Span(trace_id=bytes([9]) * 16, span_id=bytes([i + 1]) * 8, name="litellm_request") for i in range(count)]
-    return ScopeSpans(scope=InstrumentationScope(name="litellm"), spans=spans)
+def framework_spans(count: int) -> ScopeSpans:
+    """Spans of an agent framework's steps: its own scope, no call to a model, no stream timeline."""
+    spans = [Span(trace_id=bytes([9]) * 16, span_id=bytes([i + 1]) * 8, name="agent_step") for i in range(count)]
+    return ScopeSpans(scope=InstrumentationScope(name="agents.framework"), spans=spans)
 
 
 def test_spans_not_read_are_named_to_the_sender_counted_and_logged_once(collector, caplog):
     caplog.set_level(logging.WARNING, logger="streamscope_collector")
     request = ExportTraceServiceRequest(
         resource_spans=[
-            ResourceSpans(scope_spans=[litellm_spans(8), ScopeSpans(spans=[plain_stream_span(1, [10, 20])])])
+            ResourceSpans(scope_spans=[framework_spans(8), ScopeSpans(spans=[plain_stream_span(1, [10, 20])])])
         ]
     )
     for _ in range(2):
@@ -39,9 +39,9 @@ def test_spans_not_read_are_named_to_the_sender_counted_and_logged_once(collecto
         assert response.status_code == 200
         partial = ExportTraceServiceResponse.FromString(response.content).partial_success
         assert partial.rejected_spans == 0
-        assert "not read (not stream data): 8 span(s) of scope 'litellm'" in partial.error_message
+        assert "not read (not stream data): 8 span(s) of scope 'agents.framework'" in partial.error_message
     assert metric(collector.http_url, "streamscope_collector_ignored_items_total", signal="traces") == 16
-    logged = [r.getMessage() for r in caplog.records if "span(s) of scope 'litellm'" in r.getMessage()]
+    logged = [r.getMessage() for r in caplog.records if "span(s) of scope 'agents.framework'" in r.getMessage()]
     assert len(logged) == 1 and "not read" in logged[0]
     assert collector.query_client.query("SELECT count() FROM streams").result_rows[0][0] == 1
 

@@ -15,11 +15,18 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from streamscope_ingest.decode.sources import openlit, openllmetry, opentelemetry_genai, vercel_ai, vllm
+from streamscope_ingest.decode.sources import litellm, openlit, openllmetry, opentelemetry_genai, vercel_ai, vllm
 from streamscope_ingest.decode.sources.foreign import Foreign
 
-READERS = (openllmetry.read, opentelemetry_genai.read, openlit.read, vercel_ai.read, vllm.read)
-SCOPES = (*openllmetry.SCOPES, *opentelemetry_genai.SCOPES, *openlit.SCOPES, *vercel_ai.SCOPES, *vllm.SCOPES)
+READERS = (openllmetry.read, opentelemetry_genai.read, openlit.read, vercel_ai.read, vllm.read, litellm.read)
+SCOPES = (
+    *openllmetry.SCOPES,
+    *opentelemetry_genai.SCOPES,
+    *openlit.SCOPES,
+    *vercel_ai.SCOPES,
+    *vllm.SCOPES,
+    *litellm.SCOPES,
+)
 """Instrumentation scope names (prefixes) whose spans a reader may recognise: other spans are not looked at."""
 
 
