@@ -34,6 +34,7 @@ VERCEL_AI = ROOT / "tests" / "vercel_ai"
 OPENLIT = ROOT / "tests" / "openlit"
 UTIL_GENAI = ROOT / "tests" / "util_genai"
 LITELLM = ROOT / "tests" / "litellm"
+LANGCHAIN = ROOT / "tests" / "langchain"
 VLLM = ROOT / "tests" / "vllm"
 VLLM_RELEASE = "vllm==0.33.0"
 """Installed with --no-deps after tests/vllm/requirements.txt (its wheel pins a CUDA torch)."""
@@ -110,6 +111,12 @@ def util_genai_python() -> Path:
 def litellm_python() -> Path:
     """The interpreter of LiteLLM's own virtual environment (a proxy's worth of dependencies)."""
     return virtualenv("litellm", LITELLM / "requirements.txt")
+
+
+@pytest.fixture(scope="module")
+def langchain_python() -> Path:
+    """The interpreter of the LangChain app's own virtual environment."""
+    return virtualenv("langchain", LANGCHAIN / "requirements.txt")
 
 
 @pytest.fixture(scope="module")
@@ -339,6 +346,31 @@ def test_litellm_streams_are_known_by_their_duration(collector, engine_url, lite
     ).result_rows
     assert summary == [(3, 2)]  # the raw_gen_ai_request children are not streams
     assert metric(collector.http_url, "streamscope_collector_ignored_items_total", signal="traces") > 0
+
+
+@pytest.mark.timeout(900)  # the first run builds the app's environment
+def test_langchain_calls_over_openllmetry_are_known_by_their_duration(collector, engine_url, langchain_python):
+    """With OpenLLMetry's LangChain and OpenAI instrumentations both on, only the LangChain spans are sent: each
+    ``ChatOpenAI.chat`` call is a stream known by its duration, with its model, usage and finish reason; the prompt
+    and the answer are not kept."""
+    seen = run_app(str(langchain_python), str(LANGCHAIN / "chat.py"), engine_url, collector.http_url)
+    calls = [span for span in seen["spans"] if span["name"] == "ChatOpenAI.chat"]
+    assert len(calls) == len(seen["received"]) == 2
+    assert {span["scope"] for span in seen["spans"]} == {"opentelemetry.instrumentation.langchain"}  # no OpenAI span
+    rows = stored(collector, "openllmetry-langchain")
+    assert [row[:5] for row in rows] == [(span["span_id"], "client", "duration", 0, None) for span in calls]
+    for span, received, row in zip(calls, seen["received"], rows, strict=True):
+        assert row[5] == (span["end_ns"] - span["start_ns"]) // 1000
+        assert span["start_ns"] >= received["started_ns"] and span["end_ns"] >= received["arrivals_ns"][-1] - 1e6
+        assert row[6:8] == ("sim-llm", "openai")
+        assert row[10] == span["attributes"]["gen_ai.usage.output_tokens"] == 40
+        assert row[11] == span["attributes"]["gen_ai.response.finish_reasons"] == ["length"]
+        assert "gen_ai.input.messages" in span["attributes"]  # captured by default, and never stored
+        assert not [key for key in row[12] if key.startswith(("gen_ai.input", "gen_ai.output", "traceloop.entity.in"))]
+    outcomes = collector.query_client.query(
+        "SELECT outcome FROM streams WHERE source = 'openllmetry-langchain'"
+    ).result_rows
+    assert outcomes == [("completed",)] * 2
 
 
 VERCEL_AI_REQUESTS = {

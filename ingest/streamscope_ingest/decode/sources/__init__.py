@@ -15,18 +15,20 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from streamscope_ingest.decode.sources import litellm, openlit, openllmetry, opentelemetry_genai, vercel_ai, vllm
+from streamscope_ingest.decode.sources import (
+    langchain,
+    litellm,
+    openlit,
+    openllmetry,
+    opentelemetry_genai,
+    vercel_ai,
+    vllm,
+)
 from streamscope_ingest.decode.sources.foreign import Foreign
 
-READERS = (openllmetry.read, opentelemetry_genai.read, openlit.read, vercel_ai.read, vllm.read, litellm.read)
-SCOPES = (
-    *openllmetry.SCOPES,
-    *opentelemetry_genai.SCOPES,
-    *openlit.SCOPES,
-    *vercel_ai.SCOPES,
-    *vllm.SCOPES,
-    *litellm.SCOPES,
-)
+_SOURCES = (openllmetry, opentelemetry_genai, openlit, vercel_ai, vllm, litellm, langchain)
+READERS = tuple(source.read for source in _SOURCES)
+SCOPES = tuple(scope for source in _SOURCES for scope in source.SCOPES)
 """Instrumentation scope names (prefixes) whose spans a reader may recognise: other spans are not looked at."""
 
 
