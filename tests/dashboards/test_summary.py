@@ -12,7 +12,7 @@ from streamscope import semconv as sc
 from streamscope_dashboards.fleet import summarize
 from streamscope_dashboards.macros import QueryContext, resolve
 from streamscope_dashboards.panels.common import chosen
-from streamscope_dashboards.panels.quality import FLEET_STATS, STREAM_SOURCES
+from streamscope_dashboards.panels.quality import FLEET_STATS, MODEL_TEXTURE, STREAM_SOURCES
 from streamscope_ingest.store import sql
 from tests.support import T0, any_value, store_spans, stream_span
 
@@ -172,3 +172,21 @@ def test_an_empty_range_has_no_ttft(store_client):
     summary = summarize(lambda q: sql.parse_result(sql.query_json(store_client, q)), ctx, slo_us=400_000)
     assert summary.streams == 0 and (summary.ttft_p50_ms, summary.itl_goodput, summary.cancel_rate) == (None,) * 3
     assert dict(summary.rows(400_000))["TTFT p50 / p95"] == "unknown"
+
+
+def test_a_pause_before_a_tool_call_is_a_stall_of_the_answer_everywhere(store_client):
+    """The user waits on a pause before a tool call as on any other: it is a stall in the stream's count, breaks
+    ITL goodput like one, and the texture table shows its length beside the stall rate it is part of."""
+    tool_call = stream_span(1, 1, side="client", offsets_ms=[100, 120, 140, 740, 760], tokens=[1] * 5, start_ns=T0,
+                            attributes={sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK: 3})  # fmt: skip
+    store_spans(store_client, [tool_call])
+    (row,) = store_client.query("SELECT stall_count, tool_call_pause_us, gap_max_us FROM streams").result_rows
+    assert row == (1, 600_000, 600_000)
+    since = datetime.fromtimestamp(T0 / 1e9 - 1, UTC)
+    ctx = QueryContext(since, since + timedelta(minutes=1), timedelta(seconds=10))
+    run = lambda q: sql.parse_result(sql.query_json(store_client, q))  # noqa: E731
+    assert summarize(run, ctx, slo_us=400_000).itl_goodput == 0.0
+    texture = run(resolve(MODEL_TEXTURE.sql, ctx, chosen()))
+    (shown,) = [dict(zip(texture.names, r, strict=True)) for r in texture.rows]
+    assert (shown["stall_rate"], shown["tool_calls"]) == (1.0, 1)
+    assert shown["tool_call_pause_ms_p50"] == pytest.approx(600, rel=0.005)  # a log bucket's middle
