@@ -176,7 +176,7 @@ def test_demo_prints_the_distributions(tmp_path: Path):
         "injected causes (ground truth), by the stalls they made",
     ):
         assert metric in lines
-    assert float(lines["stored bytes per chunk"]) > 0
+    assert float(lines["stored bytes per chunk"].split()[0]) > 0  # (and how many parts, while they merge)
     injected = lines["injected causes (ground truth), by the stalls they made"]
     assert "chunking_regression 1" in injected
     # stalls, the unit of the attributed row: a cause that slowed content without a stall is not counted as one

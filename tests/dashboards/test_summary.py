@@ -13,6 +13,7 @@ from streamscope_dashboards.fleet import summarize
 from streamscope_dashboards.macros import QueryContext, resolve
 from streamscope_dashboards.panels.common import chosen
 from streamscope_dashboards.panels.quality import FLEET_STATS, MODEL_TEXTURE, STREAM_SOURCES
+from streamscope_ingest import store
 from streamscope_ingest.store import sql
 from tests.support import T0, any_value, store_spans, stream_span
 
@@ -190,3 +191,24 @@ def test_a_pause_before_a_tool_call_is_a_stall_of_the_answer_everywhere(store_cl
     (shown,) = [dict(zip(texture.names, r, strict=True)) for r in texture.rows]
     assert (shown["stall_rate"], shown["tool_calls"]) == (1.0, 1)
     assert shown["tool_call_pause_ms_p50"] == pytest.approx(600, rel=0.005)  # a log bucket's middle
+
+
+def test_stored_bytes_per_chunk_says_it_falls_as_parts_merge(store_client, storage_dsn):
+    """Each write is a part of its own until the store merges them, and a merged part compresses better: the figure
+    says how many parts it is over while there are several."""
+    for n in (1, 2):
+        store_spans(store_client, [stream(n, [50, 100, 120, 140], [0, 2, 2, 2], [40, 60, 60, 60], "completed")])
+    since = datetime.fromtimestamp(T0 / 1e9 - 1, UTC)
+    ctx = QueryContext(since, since + timedelta(minutes=1), timedelta(seconds=10))
+    run = lambda q: sql.parse_result(sql.query_json(store_client, q))  # noqa: E731
+    unmerged = summarize(run, ctx, slo_us=400_000)
+    assert unmerged.stored_parts == 2
+    assert dict(unmerged.rows(400_000))["stored bytes per chunk"].endswith(
+        "(over 2 parts not merged yet: falls as they merge)"
+    )
+    writer = store.connect(store.parse_dsn(storage_dsn))  # (the summary's reads leave the other read-only)
+    writer.command("OPTIMIZE TABLE chunk_arrays FINAL")
+    writer.close()
+    merged = summarize(run, ctx, slo_us=400_000)
+    assert merged.stored_parts == 1 and "parts" not in dict(merged.rows(400_000))["stored bytes per chunk"]
+    assert merged.stored_bytes_per_chunk < unmerged.stored_bytes_per_chunk

@@ -265,6 +265,10 @@ WHERE database = currentDatabase() AND table = 'chunk_arrays' AND active
 """
 """Bytes on disk per stored chunk, over the whole table (parts do not split by time or tenant); NULL while no
 chunk is stored (streams of sources without chunks still take rows)."""
+STORED_PARTS_SQL = """
+SELECT count() FROM system.parts WHERE database = currentDatabase() AND table = 'chunk_arrays' AND active
+"""
+"""How many parts that figure is over: merging them compresses better, so it falls as they merge."""
 
 
 def streams_with(*columns: str) -> str:
