@@ -42,7 +42,7 @@ SELECT
     {timed_goodput("{slo_us}")} AS itl_goodput,
     quantileExact(0.5)(ttft_us - ttfb_us) AS first_byte_lead_us,
     sumIf(tokens, {SIZED}) / nullIf(sumIf(content_chunks, {SIZED}), 0) AS tokens_per_chunk,
-    sumIf(wire_bytes, {SIZED}) / nullIf(sumIf(content_bytes, {SIZED}), 0) AS wire_per_content_byte,
+    sumIf(wire_bytes, {SIZED}) / nullIf(sumIf(content_bytes, {SIZED} AND wire_bytes > 0), 0) AS wire_per_content_byte,
     countIf(outcome IN ('cancelled', 'disconnected')) / nullIf(countIf(outcome != 'unknown'), 0) AS cancel_rate,
     countIf(NOT {TIMED}) AS incomplete,
     countIf(outcome = 'unknown') AS unknown_outcomes
@@ -86,7 +86,8 @@ class Summary:
     """Median time from the first byte to the first content chunk (a buffering gateway widens it)."""
     tokens_per_chunk: float | None
     wire_per_content_byte: float | None
-    """Bytes on the wire per byte of content: the envelope overhead."""
+    """Bytes on the wire per byte of content: the envelope overhead, over the streams whose wire bytes are known (a
+    wrapper that reads parsed events, as the OpenAI client's, sees none)."""
     cancel_rate: float | None
     """Over the streams whose outcome is known."""
     stored_bytes_per_chunk: float | None

@@ -3,6 +3,9 @@
 --                                    error: another instrumentation's span of a stream the app closed early looks
 --                                    so); stream_totals.unknown_outcome counts them, and a cancellation rate is
 --                                    over the other streams
+--   stream_totals.wired_chunks,      the content chunks and bytes of the streams whose wire bytes are known (more
+--     wired_content_bytes            than 0: a wrapper that reads parsed events, such as the OpenAI client's,
+--                                    records none), which the wire ratios divide by
 --   streams.rest_stalled_us          time in stalls past the head window (the first 200 ms of content; of a stall
 --                                    that began in it, the part after it); NULL for rows written before
 --   head_burst_ratio                 the head's pace over the rest's, the rest's stalls left out of its time: a
@@ -15,6 +18,10 @@
 ALTER TABLE streams ADD COLUMN IF NOT EXISTS rest_stalled_us Nullable(UInt64) DEFAULT NULL AFTER stall_count;
 ALTER TABLE stream_totals ADD COLUMN IF NOT EXISTS unknown_outcome SimpleAggregateFunction(sum, UInt64)
     AFTER stuck_loops;
+ALTER TABLE stream_totals ADD COLUMN IF NOT EXISTS wired_chunks SimpleAggregateFunction(sum, UInt64)
+    AFTER unknown_outcome;
+ALTER TABLE stream_totals ADD COLUMN IF NOT EXISTS wired_content_bytes SimpleAggregateFunction(sum, UInt64)
+    AFTER wired_chunks;
 CREATE OR REPLACE VIEW stream_metrics AS
 SELECT
     tenant, start_time, trace_id, span_id, service, side, provider,
@@ -39,13 +46,14 @@ TRUNCATE TABLE stream_totals;
 INSERT INTO stream_totals
 SELECT step, tenant, side, toDateTime(intDiv(toUInt32(five_s), step) * step, 'UTC') AS interval_start, service,
     provider, model, source, coverage, sum(n), sum(chunks), sum(t), sum(content), sum(wire), sum(c), sum(s), sum(o),
-    sum(f), sum(l), sum(u), sumMap(by_tokens)
+    sum(f), sum(l), sum(u), sum(wc), sum(wb), sumMap(by_tokens)
 FROM (
     SELECT tenant, side, toStartOfInterval(start_time, toIntervalSecond(5)) AS five_s, service, provider, model,
         source, coverage, count() AS n, sum(content_chunks) AS chunks, sum(tokens) AS t, sum(content_bytes) AS content,
         sum(wire_bytes) AS wire, countIf(outcome IN ('cancelled', 'disconnected')) AS c, countIf(stall_count > 0) AS s,
         countIf(ifNull(gap_max_us, 0) > 400000) AS o, countIf(frontloaded_then_stalled) AS f, countIf(stuck_loop) AS l,
-        countIf(outcome = 'unknown') AS u,
+        countIf(outcome = 'unknown') AS u, sumIf(content_chunks, wire_bytes > 0) AS wc,
+        sumIf(content_bytes, wire_bytes > 0) AS wb,
         sumMap(content_chunks_by_tokens) AS by_tokens
     FROM stream_metrics
     GROUP BY tenant, side, five_s, service, provider, model, source, coverage

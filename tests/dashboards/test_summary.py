@@ -12,6 +12,7 @@ from streamscope import semconv as sc
 from streamscope_dashboards.fleet import summarize
 from streamscope_dashboards.macros import QueryContext, resolve
 from streamscope_dashboards.panels.common import chosen
+from streamscope_dashboards.panels.cost import CHUNK_ECONOMICS
 from streamscope_dashboards.panels.quality import FLEET_STATS, MODEL_TEXTURE, STREAM_SOURCES
 from streamscope_ingest import store
 from streamscope_ingest.store import sql
@@ -212,3 +213,19 @@ def test_stored_bytes_per_chunk_says_it_falls_as_parts_merge(store_client, stora
     merged = summarize(run, ctx, slo_us=400_000)
     assert merged.stored_parts == 1 and "parts" not in dict(merged.rows(400_000))["stored bytes per chunk"]
     assert merged.stored_bytes_per_chunk < unmerged.stored_bytes_per_chunk
+
+
+def test_wire_bytes_a_wrapper_never_saw_are_unknown_not_zero(store_client):
+    """The OpenAI client's wrapper reads parsed events, never the wire: its streams record 0 wire bytes, which the
+    wire ratios leave out (with only such streams they are unknown) instead of counting as no overhead."""
+    store_spans(store_client, [stream(1, [100, 120, 140], [2, 2, 2], [0, 0, 0], "completed")], service="openai-app")
+    store_spans(store_client, [stream(2, [100, 120], [1, 1], [50, 50], "completed")], service="sse-app")
+    since = datetime.fromtimestamp(T0 / 1e9 - 1, UTC)
+    ctx = QueryContext(since, since + timedelta(minutes=1), timedelta(seconds=10))
+    run = lambda q: sql.parse_result(sql.query_json(store_client, q))  # noqa: E731
+    assert summarize(run, ctx, slo_us=400_000).wire_per_content_byte == pytest.approx(100 / 8)  # stream 2's alone
+    alone = summarize(run, ctx, slo_us=400_000, variables={"service": ["openai-app"]})
+    assert alone.wire_per_content_byte is None and alone.tokens_per_chunk == 2.0
+    economics = run(resolve(CHUNK_ECONOMICS.sql, ctx, chosen({"service": ["openai-app"]})))
+    (row,) = [dict(zip(economics.names, r, strict=True)) for r in economics.rows]
+    assert (row["chunks"], row["wire_bytes_per_chunk"], row["wire_per_content_byte"]) == (3, None, None)

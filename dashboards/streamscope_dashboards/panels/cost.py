@@ -70,10 +70,11 @@ ORDER BY time""",
 
 _CHUNK_RATIOS = (
     "round({alias}tokens / nullIf({alias}chunks, 0), 2) AS mean_tokens_per_chunk, "
-    "round({alias}wire_bytes / nullIf({alias}chunks, 0), 1) AS wire_bytes_per_chunk, "
-    "round({alias}wire_bytes / nullIf({alias}content_bytes, 0), 2) AS wire_per_content_byte"
+    "round({alias}wire_bytes / nullIf({alias}wired_chunks, 0), 1) AS wire_bytes_per_chunk, "
+    "round({alias}wire_bytes / nullIf({alias}wired_content_bytes, 0), 2) AS wire_per_content_byte"
 )
-"""Chunk economics' ratios of its sums (``{alias}``: the sums' table alias and a dot, or nothing)."""
+"""Chunk economics' ratios of its sums (``{alias}``: the sums' table alias and a dot, or nothing); the wire's over
+the streams whose wire bytes are known."""
 
 _CHUNK_PACE_SELECTED = figures_in(TABLE_HISTOGRAMS_SELECTED, "chunks_per_s")
 
@@ -93,7 +94,8 @@ FROM (
         {_CHUNK_RATIOS.format(alias="t.")}, f.chunks_per_s_p50 AS chunks_per_s_p50
     FROM (
         SELECT provider, model, sum(streams) AS streams, sum(content_chunks) AS chunks, sum(tokens) AS tokens,
-            sum(wire_bytes) AS wire_bytes, sum(content_bytes) AS content_bytes
+            sum(wire_bytes) AS wire_bytes, sum(wired_chunks) AS wired_chunks,
+            sum(wired_content_bytes) AS wired_content_bytes
         FROM stream_totals
         WHERE {TABLE_HISTOGRAMS_SELECTED} AND {SIZED}
         GROUP BY provider, model
@@ -107,7 +109,8 @@ FROM (
     SELECT provider, model, streams, chunks, {_CHUNK_RATIOS.format(alias="")}, chunks_per_s_p50
     FROM (
         SELECT provider, model, count() AS streams, sum(content_chunks) AS chunks, sum(tokens) AS tokens,
-            sum(wire_bytes) AS wire_bytes, sum(content_bytes) AS content_bytes,
+            sum(wire_bytes) AS wire_bytes, sumIf(content_chunks, stream_metrics.wire_bytes > 0) AS wired_chunks,
+            sumIf(content_bytes, stream_metrics.wire_bytes > 0) AS wired_content_bytes,
             round(quantileExact(0.5)(chunks_per_s), 1) AS chunks_per_s_p50
         FROM stream_metrics
         WHERE {SELECTED} AND {SIZED} AND NOT {ROUTES_ALL}

@@ -101,6 +101,7 @@ def stream_totals(streams: pa.Table) -> pa.Table:
     bursting, burst_ratio = _head_burst(streams)
     stalled = _floats(streams["stall_count"]) > 0
     outcome = _strings(streams["outcome"]).to_numpy(zero_copy_only=False)
+    wired = _floats(streams["wire_bytes"]) > 0
     summed = {
         "streams": np.ones(streams.num_rows),
         **{name: _floats(streams[name]) for name in ("content_chunks", "tokens", "content_bytes", "wire_bytes")},
@@ -110,6 +111,9 @@ def stream_totals(streams: pa.Table) -> pa.Table:
         "frontloaded_then_stalled": bursting & (burst_ratio >= 3) & stalled,
         "stuck_loops": _floats(streams["repetition_score"]) >= 0.5,  # False where NULL (NaN)
         "unknown_outcome": outcome == columns.OUTCOME_UNKNOWN,
+        # the content of streams whose wire bytes are known (a wrapper that sees parsed events records none)
+        "wired_chunks": _floats(streams["content_chunks"]) * wired,
+        "wired_content_bytes": _floats(streams["content_bytes"]) * wired,
     }
     by_tokens = streams["content_chunks_by_tokens"].combine_chunks()
     seconds = pc.divide(pc.cast(streams["start_time"], pa.int64()), 1_000_000).to_numpy(zero_copy_only=False)

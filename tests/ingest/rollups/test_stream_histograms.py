@@ -17,6 +17,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from streamscope import semconv as sc
 from streamscope_dashboards.panels.common import SLO_US as PANELS_SLO_US
 from streamscope_ingest.analysis.attribution_job import AttributionJob
+from streamscope_ingest.blocks import columns
 from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.rollups.stream_histograms import SLO_US
 from streamscope_ingest.store import migrations
@@ -99,7 +100,8 @@ def expected_totals(client) -> Counter:
     rows = client.query(
         "SELECT toUnixTimestamp(start_time), side, model, source, coverage, content_chunks, tokens, content_bytes, "
         "wire_bytes, outcome IN ('cancelled', 'disconnected'), stall_count > 0, ifNull(gap_max_us, 0) > 400000, "
-        "frontloaded_then_stalled, stuck_loop, content_chunks_by_tokens FROM stream_metrics"
+        "frontloaded_then_stalled, stuck_loop, outcome = 'unknown', content_chunks * (wire_bytes > 0), "
+        "content_bytes * (wire_bytes > 0), content_chunks_by_tokens FROM stream_metrics"
     ).result_rows
     summed: Counter = Counter()
     for start_s, side, model, source, coverage, *sums, by_tokens in rows:
@@ -113,8 +115,7 @@ def expected_totals(client) -> Counter:
     return summed
 
 
-TOTALS = ("streams", "content_chunks", "tokens", "content_bytes", "wire_bytes", "cancelled", "stalled", "over_slo",
-          "frontloaded_then_stalled", "stuck_loops", "unknown_outcome")  # fmt: skip
+TOTALS = columns.STREAM_SUMS
 
 
 def stored_totals(client) -> Counter:
