@@ -41,7 +41,10 @@ SELECT
     quantileExactIf(0.99)(gap_p99_us, {TIMED}) AS p99_of_p99_us,
     {timed_goodput("{slo_us}")} AS itl_goodput,
     quantileExact(0.5)(ttft_us - ttfb_us) AS first_byte_lead_us,
-    sumIf(tokens, {SIZED}) / nullIf(sumIf(content_chunks, {SIZED}), 0) AS tokens_per_chunk,
+    sumIf(tokens, {SIZED} AND NOT tokens_estimated)
+        / nullIf(sumIf(content_chunks, {SIZED} AND NOT tokens_estimated), 0) AS tokens_per_chunk,
+    sumIf(tokens, {SIZED} AND tokens_estimated)
+        / nullIf(sumIf(content_chunks, {SIZED} AND tokens_estimated), 0) AS estimated_tokens_per_chunk,
     sumIf(wire_bytes, {SIZED}) / nullIf(sumIf(content_bytes, {SIZED} AND wire_bytes > 0), 0) AS wire_per_content_byte,
     countIf(outcome IN ('cancelled', 'disconnected')) / nullIf(countIf(outcome != 'unknown'), 0) AS cancel_rate,
     countIf(NOT {TIMED}) AS incomplete,
@@ -85,6 +88,7 @@ class Summary:
     first_byte_lead_ms: float | None
     """Median time from the first byte to the first content chunk (a buffering gateway widens it)."""
     tokens_per_chunk: float | None
+    """Over the streams whose tokens were counted (the provider's usage per chunk, logprobs, the engine's)."""
     wire_per_content_byte: float | None
     """Bytes on the wire per byte of content: the envelope overhead, over the streams whose wire bytes are known (a
     wrapper that reads parsed events, as the OpenAI client's, sees none)."""
@@ -98,6 +102,8 @@ class Summary:
     gap figures."""
     stored_parts: int = 0
     """The chunk table's active parts: more than one, and merges are still to come."""
+    estimated_tokens_per_chunk: float | None = None
+    """Over the streams whose tokens were estimated from their bytes (about 4 a token): never mixed with the other."""
     unknown_outcomes: int = 0
     """Streams whose source did not say how they ended: out of the cancellation rate."""
 
@@ -115,7 +121,7 @@ class Summary:
             ("first byte to first content, median", _numbers((self.first_byte_lead_ms,), ".1f", "", " ms")),
             (
                 "tokens per chunk (mean) / wire bytes per content byte",
-                f"{_number(self.tokens_per_chunk, '.2f')} / {_number(self.wire_per_content_byte, '.1f')}",
+                f"{self._tokens_per_chunk()} / {_number(self.wire_per_content_byte, '.1f')}",
             ),
             ("cancelled or disconnected", _number(self.cancel_rate, ".1%") + self._unknown_outcomes()),
             (
@@ -124,6 +130,13 @@ class Summary:
             ),
             ("stored bytes per chunk", _number(self.stored_bytes_per_chunk, ".2f") + self._unmerged()),
         ]
+
+    def _tokens_per_chunk(self) -> str:
+        counted, estimated = self.tokens_per_chunk, self.estimated_tokens_per_chunk
+        if estimated is None:
+            return _number(counted, ".2f")
+        shown = f"{estimated:.2f} estimated from bytes"
+        return shown if counted is None else f"{counted:.2f} ({shown} where not counted)"
 
     def _unmerged(self) -> str:
         parts = self.stored_parts
@@ -139,7 +152,7 @@ def summarize(
     run: Query, ctx: QueryContext, slo_us: int, variables: Mapping[str, Sequence[str]] | None = None
 ) -> Summary:
     values = chosen(variables)
-    streams, ttft50, ttft95, p99p99, goodput, lead, per_chunk, envelope, cancels, incomplete, unknown = run(
+    streams, ttft50, ttft95, p99p99, goodput, lead, per_chunk, estimated, envelope, cancels, incomplete, unknown = run(
         resolve(STREAMS_SQL.replace("{slo_us}", str(int(slo_us))), ctx, values)
     ).rows[0]
     gap50, gap95, gap99, gaps = run(resolve(GAPS_SQL, ctx, values)).rows[0]
@@ -163,6 +176,7 @@ def summarize(
         itl_goodput=_known(goodput),
         first_byte_lead_ms=ms(lead),
         tokens_per_chunk=_known(per_chunk),
+        estimated_tokens_per_chunk=_known(estimated),
         wire_per_content_byte=_known(envelope),
         cancel_rate=_known(cancels),
         stored_bytes_per_chunk=_known(stored),

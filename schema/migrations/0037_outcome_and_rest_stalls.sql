@@ -12,6 +12,8 @@
 --                                    steady stream with one long stall is no burst at its head (ratio 1, where it
 --                                    was 4); NULL where a stream stalled and its rest_stalled_us is unknown, and so
 --                                    frontloaded_then_stalled false
+--   stream_metrics.tokens_estimated  whether the stream's tokens were estimated from its bytes (streams'), so that a
+--                                    ratio of tokens is never over estimated and counted tokens at once
 -- stream_metrics is made again with it; stream_totals and stream_histograms are counted again from the streams
 -- stored (as migration 0033 did), a first byte's lead NULL where either time is unknown (0033 counted it as 0).
 -- Each statement can run again.
@@ -26,8 +28,8 @@ CREATE OR REPLACE VIEW stream_metrics AS
 SELECT
     tenant, start_time, trace_id, span_id, service, side, provider,
     if(response_model != '', response_model, request_model) AS model,
-    node_name, outcome, source, coverage, tokens, content_chunks, content_chunks_by_tokens, content_bytes, wire_bytes,
-    ttfb_us, ttft_us, gap_p50_us, gap_p95_us, gap_p99_us, gap_max_us, jitter_ratio, stall_count,
+    node_name, outcome, source, coverage, tokens, tokens_estimated, content_chunks, content_chunks_by_tokens,
+    content_bytes, wire_bytes, ttfb_us, ttft_us, gap_p50_us, gap_p95_us, gap_p99_us, gap_max_us, jitter_ratio, stall_count,
     cancel_offset_us, tokens_after_cancel, repetition_score,
     ttft_us - ttfb_us AS first_byte_lead_us,
     if(last_content_us > ttft_us, (last_content_us - ttft_us) / 1e6, NULL) AS content_s,

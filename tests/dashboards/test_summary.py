@@ -229,3 +229,18 @@ def test_wire_bytes_a_wrapper_never_saw_are_unknown_not_zero(store_client):
     economics = run(resolve(CHUNK_ECONOMICS.sql, ctx, chosen({"service": ["openai-app"]})))
     (row,) = [dict(zip(economics.names, r, strict=True)) for r in economics.rows]
     assert (row["chunks"], row["wire_bytes_per_chunk"], row["wire_per_content_byte"]) == (3, None, None)
+
+
+def test_tokens_estimated_from_bytes_are_never_averaged_with_counted_ones(store_client):
+    """A wrapper that sees no token counts estimates them from the bytes (about 4 a token) and says so: the
+    summary gives the counted tokens per chunk and the estimated apart, never one mean of both."""
+    counted = stream(1, [100, 120, 140], [2, 2, 2], [40, 40, 40], "completed")
+    estimated = stream_span(2, 2, side="client", offsets_ms=[100, 120, 140], tokens=[3, 3, 3], start_ns=T0 + 2,
+                            attributes={sc.STREAMSCOPE_TOKENS_ESTIMATED: True})  # fmt: skip
+    store_spans(store_client, [counted, estimated])
+    since = datetime.fromtimestamp(T0 / 1e9 - 1, UTC)
+    ctx = QueryContext(since, since + timedelta(minutes=1), timedelta(seconds=10))
+    summary = summarize(lambda q: sql.parse_result(sql.query_json(store_client, q)), ctx, slo_us=400_000)
+    assert (summary.tokens_per_chunk, summary.estimated_tokens_per_chunk) == (2.0, 3.0)
+    shown = dict(summary.rows(400_000))["tokens per chunk (mean) / wire bytes per content byte"]
+    assert shown.startswith("2.00 (3.00 estimated from bytes where not counted) / ")
