@@ -60,13 +60,16 @@ Reader = Callable[[str, Message, Mapping[str, Any]], Foreign | None]
 """(instrumentation scope name, span, its attributes as plain values) -> what it says, or None if not its source."""
 
 
-def kept(attributes: Mapping[str, Any], renames: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """``attributes`` without message content, older names renamed."""
+def kept(
+    attributes: Mapping[str, Any], renames: Mapping[str, str] | None = None, dropped: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """``attributes`` without message content nor those ``dropped`` names begin (a source's own that carry content
+    or who the user is), older names renamed."""
     renames = renames or {}
     return {
         renames.get(key, key): value
         for key, value in attributes.items()
-        if not any(key == name or key.startswith(name + ".") for name in CONTENT_KEYS)
+        if not any(key == name or key.startswith(name + ".") for name in CONTENT_KEYS) and not key.startswith(dropped)
     }
 
 

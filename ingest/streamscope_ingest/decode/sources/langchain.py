@@ -27,5 +27,4 @@ _NOT_KEPT = ("traceloop.entity.input", "traceloop.entity.output")
 def read(scope: str, span: Message, attributes: Mapping[str, Any]) -> Foreign | None:
     if not scope.startswith(SCOPES) or attributes.get(sc.GEN_AI_OPERATION_NAME) not in GENERATING_OPERATIONS:
         return None
-    values = {key: value for key, value in attributes.items() if not key.startswith(_NOT_KEPT)}
-    return Foreign(SOURCE, COVERAGE_DURATION, attributes=kept(values))
+    return Foreign(SOURCE, COVERAGE_DURATION, attributes=kept(attributes, dropped=_NOT_KEPT))

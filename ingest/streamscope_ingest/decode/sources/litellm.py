@@ -28,17 +28,17 @@ _NOT_KEPT = ("metadata.", "hidden_params", "error.stack_trace")
 
 
 def read(scope: str, span: Message, attributes: Mapping[str, Any]) -> Foreign | None:
-    if scope != "litellm" or span.name != REQUEST_SPAN:
+    if scope not in SCOPES or span.name != REQUEST_SPAN:
         return None
     if attributes.get(sc.GEN_AI_OPERATION_NAME) not in GENERATING_OPERATIONS:
         return None
     if str(attributes.get("llm.is_streaming")) != "True":
         return None  # an answer sent whole is not a stream
-    values = {key: value for key, value in attributes.items() if not key.startswith(_NOT_KEPT)}
+    values = kept(attributes, _RENAMES, dropped=_NOT_KEPT)
     reasons = values.get(sc.GEN_AI_RESPONSE_FINISH_REASONS)
     if isinstance(reasons, str):
         values[sc.GEN_AI_RESPONSE_FINISH_REASONS] = _listed(reasons)
-    return Foreign(SOURCE, COVERAGE_DURATION, attributes=kept(values, _RENAMES))
+    return Foreign(SOURCE, COVERAGE_DURATION, attributes=values)
 
 
 def _listed(text: str) -> list[str] | str:
