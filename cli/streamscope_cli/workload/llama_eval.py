@@ -43,11 +43,11 @@ from streamscope_cli.workload.scenario import (
     HostLoad,
     LoadSpec,
     ScenarioError,
-    _dataclass,
-    _host_loads,
-    _known,
-    _load,
+    known_keys,
     name_and_seed,
+    parse_dataclass,
+    parse_host_loads,
+    parse_load,
 )
 from streamscope_collector.config import CollectorConfig
 from streamscope_collector.service import Collector
@@ -89,23 +89,23 @@ def is_real_engine(document: Any) -> bool:
 
 
 def parse(document: dict[str, Any], where: str) -> LlamaScenario:
-    _known(document, {"name", "seed", "description", "engine", "load", "engine_options", "inject", "proxy"}, where)
+    known_keys(document, {"name", "seed", "description", "engine", "load", "engine_options", "inject", "proxy"}, where)
     name, seed = name_and_seed(document, where)
-    load = _load(document.get("load") or {}, f"{where}: load")
+    load = parse_load(document.get("load") or {}, f"{where}: load")
     options = document.get("engine_options") or {}
-    _known(options, {"parallel", "step_tokens"}, f"{where}: engine_options")
+    known_keys(options, {"parallel", "step_tokens"}, f"{where}: engine_options")
     parallel, step_tokens = options.get("parallel", load.concurrency + 2), options.get("step_tokens")
     if not isinstance(parallel, int) or parallel < 1:
         raise ScenarioError(f"{where}: engine_options.parallel must be a positive integer")
     if step_tokens is not None and (not isinstance(step_tokens, int) or not 64 <= step_tokens <= CONTEXT):
         raise ScenarioError(f"{where}: engine_options.step_tokens must be an integer from 64 to {CONTEXT}")
     inject = document.get("inject") or {}
-    _known(inject, {"long_prompts", "host_load"}, f"{where}: inject")
-    long_prompts = _dataclass(LongPrompts, inject.get("long_prompts"), f"{where}: inject.long_prompts")
+    known_keys(inject, {"long_prompts", "host_load"}, f"{where}: inject")
+    long_prompts = parse_dataclass(LongPrompts, inject.get("long_prompts"), f"{where}: inject.long_prompts")
     if long_prompts is not None and (long_prompts.every_s <= 0 or not 0 < long_prompts.prompt_tokens < CONTEXT - 64):
         raise ScenarioError(f"{where}: inject.long_prompts needs every_s > 0 and prompt_tokens below {CONTEXT}")
     proxy = document.get("proxy") or {}
-    _known(proxy, {"impairments"}, f"{where}: proxy")
+    known_keys(proxy, {"impairments"}, f"{where}: proxy")
     impairments = proxy.get("impairments", [])
     if not isinstance(impairments, list):
         raise ScenarioError(f"{where}: proxy.impairments must be a list")
@@ -117,7 +117,7 @@ def parse(document: dict[str, Any], where: str) -> LlamaScenario:
         parallel,
         step_tokens,
         long_prompts,
-        _host_loads(inject.get("host_load"), f"{where}: inject.host_load"),
+        parse_host_loads(inject.get("host_load"), f"{where}: inject.host_load"),
         tuple(impairments),
     )
 

@@ -337,9 +337,9 @@ def parse(document: Any, where: str) -> Scenario:
         raise ScenarioError(
             f"{where}: a scenario on a real engine (engine: {document['engine']}) runs with streamscope eval"
         )
-    _known(document, {"name", "seed", "description", "load", "nodes", "proxy", "inject"}, where)
+    known_keys(document, {"name", "seed", "description", "load", "nodes", "proxy", "inject"}, where)
     name, seed = name_and_seed(document, where)
-    load = _load(document.get("load") or {}, f"{where}: load")
+    load = parse_load(document.get("load") or {}, f"{where}: load")
     nodes = _nodes(document.get("nodes"), seed, f"{where}: nodes")
     names = {node.node for node in nodes}
     proxy = document.get("proxy")
@@ -351,20 +351,20 @@ def parse(document: Any, where: str) -> Scenario:
     inject = document.get("inject") or {}
     if not isinstance(inject, dict):
         raise ScenarioError(f"{where}: inject must be a mapping")
-    _known(
+    known_keys(
         inject,
         {"prefill_storm", "spec_collapse", "chunking_regression", "host_load", "gpu_throttle", "gpu_fault"},
         f"{where}: inject",
     )
-    storm = _dataclass(PrefillStorm, inject.get("prefill_storm"), f"{where}: inject.prefill_storm")
-    collapse = _dataclass(SpecCollapse, inject.get("spec_collapse"), f"{where}: inject.spec_collapse")
-    regression = _dataclass(
+    storm = parse_dataclass(PrefillStorm, inject.get("prefill_storm"), f"{where}: inject.prefill_storm")
+    collapse = parse_dataclass(SpecCollapse, inject.get("spec_collapse"), f"{where}: inject.spec_collapse")
+    regression = parse_dataclass(
         ChunkingRegression, inject.get("chunking_regression"), f"{where}: inject.chunking_regression"
     )
-    throttle = _dataclass(GpuThrottle, inject.get("gpu_throttle"), f"{where}: inject.gpu_throttle")
+    throttle = parse_dataclass(GpuThrottle, inject.get("gpu_throttle"), f"{where}: inject.gpu_throttle")
     if throttle is not None and not (0 < throttle.for_s < throttle.every_s and throttle.factor > 1):
         raise ScenarioError(f"{where}: inject.gpu_throttle needs 0 < for_s < every_s and a factor above 1")
-    fault = _dataclass(GpuFault, inject.get("gpu_fault"), f"{where}: inject.gpu_fault")
+    fault = parse_dataclass(GpuFault, inject.get("gpu_fault"), f"{where}: inject.gpu_fault")
     if fault is not None and not (0 < fault.for_s < fault.every_s and fault.xid > 0):
         raise ScenarioError(f"{where}: inject.gpu_fault needs 0 < for_s < every_s and an XID above 0")
     for injected in (storm, regression, throttle, fault):
@@ -374,7 +374,7 @@ def parse(document: Any, where: str) -> Scenario:
         if not all(node.scheduler.spec_decode for node in nodes):
             raise ScenarioError(f"{where}: inject.spec_collapse needs spec_decode on every node")
         collapse = SpecCollapse(collapse.fraction, tuple(collapse.window))
-    host_load = _host_loads(inject.get("host_load"), f"{where}: inject.host_load")
+    host_load = parse_host_loads(inject.get("host_load"), f"{where}: inject.host_load")
     description = str(document.get("description", ""))
     return Scenario(
         name, seed, description, load, nodes, proxy, storm, collapse, regression, host_load, throttle, fault
@@ -389,7 +389,7 @@ def name_and_seed(document: dict[str, Any], where: str) -> tuple[str, int]:
     return name, seed
 
 
-def _host_loads(raw: Any, where: str) -> tuple[HostLoad, ...]:
+def parse_host_loads(raw: Any, where: str) -> tuple[HostLoad, ...]:
     if raw is None:
         return ()
     items = raw if isinstance(raw, list) else [raw]
@@ -402,7 +402,7 @@ def _host_load(raw: Any, where: str) -> HostLoad:
     target = raw.get("target")
     if target not in HOST_LOAD_KEYS:
         raise ScenarioError(f"{where}.target must be client or machine")
-    _known(raw, HOST_LOAD_KEYS[target], where)
+    known_keys(raw, HOST_LOAD_KEYS[target], where)
     if not all(_number(raw.get(key)) and raw[key] > 0 for key in ("period_s", "busy_ms")):
         raise ScenarioError(f"{where}: period_s and busy_ms are required and must be positive numbers")
     period, busy = float(raw["period_s"]), float(raw["busy_ms"])
@@ -422,14 +422,14 @@ def _host_load(raw: Any, where: str) -> HostLoad:
     return HostLoad("machine", period, busy, processes=int(raw["processes"]))
 
 
-def _load(raw: Any, where: str) -> LoadSpec:
+def parse_load(raw: Any, where: str) -> LoadSpec:
     if not isinstance(raw, dict):
         raise ScenarioError(f"{where} must be a mapping")
     values = dict(raw)
     for key in ("prompt_tokens", "output_tokens"):
         if key in values:
             values[key] = Distribution.parse(values[key], f"{where}.{key}")
-    spec = _dataclass(LoadSpec, values, where)
+    spec = parse_dataclass(LoadSpec, values, where)
     assert spec is not None
     if spec.streams < 1 or spec.concurrency < 1 or spec.arrival_rate <= 0:
         raise ScenarioError(f"{where}: streams, concurrency and arrival_rate must be positive")
@@ -447,16 +447,16 @@ def _nodes(raw: Any, seed: int, where: str) -> tuple[NodeConfig, ...]:
         at = f"{where}[{i}]"
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise ScenarioError(f"{at}: each node needs a name")
-        _known(
+        known_keys(
             item,
             {"name", "flavor", "scheduler", "spec_decode", "output", "ignore_disconnect", "interference_threshold_ms"},
             at,
         )
-        spec = _dataclass(SpecDecodeConfig, item.get("spec_decode"), f"{at}.spec_decode")
-        scheduler = _dataclass(
+        spec = parse_dataclass(SpecDecodeConfig, item.get("spec_decode"), f"{at}.spec_decode")
+        scheduler = parse_dataclass(
             SchedulerConfig, {**(item.get("scheduler") or {}), "spec_decode": spec}, f"{at}.scheduler"
         )
-        output = _dataclass(OutputConfig, item.get("output") or {}, f"{at}.output")
+        output = parse_dataclass(OutputConfig, item.get("output") or {}, f"{at}.output")
         flavor = item.get("flavor", "vllm")
         if flavor not in ("vllm", "sglang"):
             raise ScenarioError(f"{at}.flavor must be vllm or sglang")
@@ -476,20 +476,22 @@ def _nodes(raw: Any, seed: int, where: str) -> tuple[NodeConfig, ...]:
     return tuple(nodes)
 
 
-def _dataclass(cls: type, raw: Any, where: str) -> Any:
+def parse_dataclass(cls: type, raw: Any, where: str) -> Any:
+    """A mapping of a scenario file as ``cls`` (None when absent); a key ``cls`` lacks is an error naming ``where``."""
     if raw is None:
         return None
     if not isinstance(raw, dict):
         raise ScenarioError(f"{where} must be a mapping")
     allowed = {f.name for f in fields(cls)}
-    _known(raw, allowed, where)
+    known_keys(raw, allowed, where)
     try:
         return cls(**raw)
     except (TypeError, ValueError) as exc:
         raise ScenarioError(f"{where}: {exc}") from None
 
 
-def _known(raw: dict[str, Any], allowed: set[str], where: str) -> None:
+def known_keys(raw: dict[str, Any], allowed: set[str], where: str) -> None:
+    """Refuse a mapping with a key outside ``allowed``: a misspelt option is an error, never ignored."""
     unknown = set(raw) - allowed
     if unknown:
         raise ScenarioError(
