@@ -1,10 +1,11 @@
 """Stall attribution accuracy over many scenarios, on a quiet host or beside CPU burners, in one run.
 
-Each scenario runs through `streamscope eval` (its engines, proxy, clients and an embedded collector in one
-child process, on a fresh store) and is scored against its ground truth. The table gives per scenario and
-cause the precision, recall and support, then every cause pooled over the scenarios, the stalls that no
-injected cause explains but attribution blamed on the network or an engine, and the load average the host
-ran at. ``--burners N`` runs N processes that spin on the CPU for the whole run (a busy host, load ≥ N).
+Each scenario runs through `streamscope eval` (its clients and an embedded collector in one child process, each
+engine node and the proxy in processes of their own, on a fresh store) and is scored against its ground truth.
+The table gives per scenario and cause the precision, recall and support, then every cause pooled over the
+scenarios, the stalls that no injected cause explains but attribution blamed on the network or an engine (and the
+strict count: truth none or the client's own host), and the load average the host ran at. ``--burners N`` runs N
+processes that spin on the CPU for the whole run (a busy host, load ≥ N).
 
 Three sets on the simulated engines: ``shipped`` (the scenarios that ship with streamscope), ``tuning`` and
 ``holdout`` (benchmarks/attribution/): the rules are tuned on the first two, the holdout set is only ever measured.
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from streamscope_cli.workload.host_load import spawn_burner, stop_burners
-from streamscope_ingest.analysis.evaluation import DELAY_CAUSES
+from streamscope_ingest.analysis.evaluation import Score
 
 HERE = Path(__file__).resolve().parent / "attribution"
 QUICK = ("steady", str(HERE / "tuning" / "short-stalls.yaml"))
@@ -78,33 +79,19 @@ def run_one(scenario: str, streams: int | None) -> dict[str, Any]:
     return result
 
 
-class Tally:
-    def __init__(self) -> None:
-        self.confusion: Counter[tuple[str, str]] = Counter()
-        self.undetected: Counter[str] = Counter()
-
-    def add(self, result: dict[str, Any]) -> None:
+def pooled(*results: dict[str, Any]) -> Score:
+    """Scenarios' results as one score (their confusions and undetected records added up)."""
+    score = Score()
+    for result in results:
         for truth, predicted, n in result["confusion"]:
-            self.confusion[(truth, predicted)] += n
-        self.undetected.update(result["undetected"])
+            score.confusion[(truth, predicted)] += n
+        score.undetected.update(result["undetected"])
+    return score
 
-    def causes(self) -> list[str]:
-        seen = {t for t, _ in self.confusion} | {p for _, p in self.confusion} | set(self.undetected)
-        return sorted(seen - {"none", "unknown"})
 
-    def precision(self, cause: str) -> tuple[float | None, int]:
-        predicted = sum(n for (_, p), n in self.confusion.items() if p == cause)
-        return (self.confusion[(cause, cause)] / predicted if predicted else None), predicted
-
-    def recall(self, cause: str) -> tuple[float | None, int]:
-        actual = sum(n for (t, _), n in self.confusion.items() if t == cause) + self.undetected[cause]
-        return (self.confusion[(cause, cause)] / actual if actual else None), actual
-
-    def blamed_without_cause(self) -> int:
-        return sum(n for (t, p), n in self.confusion.items() if t == "none" and p in DELAY_CAUSES)
-
-    def unexplained(self) -> Counter[str]:
-        return Counter({p: n for (t, p), n in self.confusion.items() if t == "none"})
+def _causes(score: Score) -> list[str]:
+    seen = {t for t, _ in score.confusion} | {p for _, p in score.confusion} | set(score.undetected)
+    return sorted(seen - {"none", "unknown"})
 
 
 def _fmt(value: float | None) -> str:
@@ -116,26 +103,32 @@ def render(results: dict[str, dict[str, Any]], burners: int) -> str:
         f"attribution accuracy, {burners} CPU burner(s) beside the run",
         f"{'scenario':24} {'cause':22} {'precision':>9} {'recall':>7} {'support':>8}",
     ]
-    pooled = Tally()
     for scenario, result in results.items():
-        tally = Tally()
-        tally.add(result)
-        pooled.add(result)
+        score = pooled(result)
         name = Path(scenario).stem
-        for cause in tally.causes():
-            (p, _), (r, support) = tally.precision(cause), tally.recall(cause)
-            lines.append(f"{name:24} {cause:22} {_fmt(p):>9} {_fmt(r):>7} {support:>8}")
-        other = ", ".join(f"{c} {n}" for c, n in sorted(tally.unexplained().items()))
+        for cause in _causes(score):
+            lines.append(
+                f"{name:24} {cause:22} {_fmt(score.precision(cause)):>9} {_fmt(score.recall(cause)):>7} "
+                f"{score.support(cause):>8}"
+            )
+        other = Counter({p: n for (t, p), n in score.confusion.items() if t == "none"})
+        verdicts = ", ".join(f"{c} {n}" for c, n in sorted(other.items()))
         lines.append(
-            f"{name:24} {'(nothing injected)':22} blamed on network/engine {tally.blamed_without_cause()}; "
-            f"verdicts {other or 'none'}; load {result['load'][0]:.1f}->{result['load'][1]:.1f}, "
-            f"{result['seconds']:.0f} s"
+            f"{name:24} {'(nothing injected)':22} blamed on network/engine {score.blamed_on_injected()} "
+            f"(strict {score.falsely_blamed()}); verdicts {verdicts or 'none'}; "
+            f"load {result['load'][0]:.1f}->{result['load'][1]:.1f}, {result['seconds']:.0f} s"
         )
+    everything = pooled(*results.values())
     lines += ["", f"{'pooled':24} {'cause':22} {'precision':>9} {'recall':>7} {'support':>8}"]
-    for cause in pooled.causes():
-        (p, _), (r, support) = pooled.precision(cause), pooled.recall(cause)
-        lines.append(f"{'all':24} {cause:22} {_fmt(p):>9} {_fmt(r):>7} {support:>8}")
-    lines.append(f"stalls blamed on the network or an engine with nothing injected: {pooled.blamed_without_cause()}")
+    for cause in _causes(everything):
+        lines.append(
+            f"{'all':24} {cause:22} {_fmt(everything.precision(cause)):>9} {_fmt(everything.recall(cause)):>7} "
+            f"{everything.support(cause):>8}"
+        )
+    lines.append(
+        f"stalls blamed on the network or an engine with nothing injected: {everything.blamed_on_injected()}; "
+        f"strict (truth none or the client's host): {everything.falsely_blamed()}"
+    )
     return "\n".join(lines)
 
 

@@ -29,5 +29,5 @@ def test_the_eval_table_shows_whole_labels_and_explains_its_footnotes():
 def test_a_running_workload_is_described_in_words_not_as_a_dict():
     from streamscope_cli.workload.load import RunningWorkload, describe
 
-    workload = RunningWorkload(nodes={}, urls={"node-0": "http://127.0.0.1:8001"}, proxy_url="http://127.0.0.1:8002")
+    workload = RunningWorkload(urls={"node-0": "http://127.0.0.1:8001"}, proxy_url="http://127.0.0.1:8002")
     assert describe(workload) == "engines node-0 http://127.0.0.1:8001 · proxy http://127.0.0.1:8002"

@@ -12,17 +12,13 @@ bound, then serves until SIGTERM, and flushes its ground truth on the way out.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import threading
 from collections.abc import Mapping
 from typing import Any
 
-from streamscope.errors import StreamscopeError
+from streamscope_cli.child import ChildProcess
 
 PROXY_SERVICE = "sim-proxy"
-START_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 15.0
 
 
 class ProxyProcess:
@@ -33,9 +29,10 @@ class ProxyProcess:
         from streamscope_cli.proxy.config import ProxyConfig
 
         ProxyConfig.from_dict(config)
-        self._args = [json.dumps(dict(config)), collector_url, scenario, host]
+        self._child = ChildProcess(
+            "streamscope_cli.proxy.process", json.dumps(dict(config)), collector_url, scenario, host, name="the proxy"
+        )
         self._host = host
-        self._child: subprocess.Popen[str] | None = None
         self.port = 0
 
     @property
@@ -43,35 +40,12 @@ class ProxyProcess:
         return f"http://{self._host}:{self.port}"
 
     def start(self) -> ProxyProcess:
-        self._child = subprocess.Popen(
-            [sys.executable, "-m", "streamscope_cli.proxy.process", *self._args],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        line: list[str] = []
-        reader = threading.Thread(target=lambda: line.append(self._child.stdout.readline()), daemon=True)  # type: ignore[union-attr]
-        reader.start()
-        reader.join(START_TIMEOUT_S)
-        if not line or not line[0].strip().isdigit():
-            self.stop()
-            raise StreamscopeError(f"the proxy process did not start (it printed {line[0] if line else 'nothing'!r})")
-        self.port = int(line[0])
+        self.port = self._child.start().port()
         return self
 
     def stop(self) -> None:
         """SIGTERM: in-flight streams get the proxy's grace period, then its ground truth is flushed."""
-        child, self._child = self._child, None
-        if child is None:
-            return
-        child.terminate()
-        try:
-            child.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-        if child.stdout is not None:
-            child.stdout.close()
+        self._child.stop()
 
 
 def _serve(config_json: str, collector_url: str, scenario: str, host: str) -> None:

@@ -78,6 +78,10 @@ def render(name: str, result: Score) -> str:
         lines.append("injected, no stall found: " + ", ".join(f"{c} {n}" for c, n in sorted(result.undetected.items())))
     lines.append(f"stalls no ground truth explains, blamed on the network or an engine: {result.blamed_on_injected()}")
     lines.append(
+        f"stalls whose truth is none or the client's host, blamed on the network or an engine: "
+        f"{result.falsely_blamed()}"
+    )
+    lines.append(
         f"a second cause named in the evidence: {result.secondary_named} stalls; another injected record of that "
         f"cause overlapped {result.secondary_right} of them"
     )

@@ -31,6 +31,11 @@ class Tally:
             else:
                 self.failed += items
 
+    def add(self, exported: int, failed: int) -> None:
+        """Counts kept elsewhere (another process's exporter)."""
+        self.count(exported, True)
+        self.count(failed, False)
+
 
 class _Passing:
     """What a tallying exporter passes straight to the exporter it wraps."""

@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from streamscope.errors import StreamscopeError
+from streamscope_cli.child import ChildProcess
 from streamscope_cli.llama.build import ensure_server
 from streamscope_cli.llama.models import TINY, ensure_model
 from streamscope_cli.llama.server import LlamaServer, ServerOptions
@@ -207,17 +208,11 @@ class CommandProcess:
     """A ``streamscope`` command in a process of its own, up once it prints its first line (where it listens)."""
 
     def __init__(self, *arguments: str) -> None:
-        self._command = [sys.executable, "-m", "streamscope_cli.main", *arguments]
-        self._child: subprocess.Popen[str] | None = None
+        self._child = ChildProcess("streamscope_cli.main", *arguments, name=f"streamscope {arguments[0]}")
         self.announced = ""
 
     def __enter__(self) -> CommandProcess:
-        self._child = subprocess.Popen(self._command, stdout=subprocess.PIPE, text=True)
-        assert self._child.stdout is not None
-        self.announced = self._child.stdout.readline().strip()
-        if not self.announced:
-            self.__exit__()
-            raise StreamscopeError(f"streamscope {self._command[3]} did not start")
+        self.announced = self._child.start().ready()
         return self
 
     @property
@@ -225,19 +220,11 @@ class CommandProcess:
         """The first URL the command announced: where it listens (``gateway on URL -> upstream``)."""
         found = re.search(r"https?://\S+", self.announced)
         if found is None:
-            raise StreamscopeError(f"streamscope {self._command[3]} announced no URL: {self.announced!r}")
+            raise StreamscopeError(f"{self._child.name} announced no URL: {self.announced!r}")
         return found.group()
 
     def __exit__(self, *exc: object) -> None:
-        if self._child is not None:
-            self._child.terminate()
-            try:
-                self._child.wait(30)
-            except subprocess.TimeoutExpired:
-                self._child.kill()
-                self._child.wait()
-            if self._child.stdout is not None:
-                self._child.stdout.close()
+        self._child.stop()
 
 
 def gateway_process(upstream: str, collector_url: str) -> CommandProcess:

@@ -1,8 +1,9 @@
 """Drive a scenario: start its engine nodes and proxy, send its planned streams with instrumented clients.
 
-Client spans come from ``astream_sse`` (service ``sim-client``), server spans from the engines'
-``ServerStream`` (service ``sim-engine``), ground truth from what the engines and the proxy did; all of it
-goes to the collector over OTLP. Clients cancel where the plan says, by leaving the stream early. Around the
+Laid out as a deployment: each engine node (with its GPU agent) and the proxy run in processes of their own,
+the clients in this one. Client spans come from ``astream_sse`` (service ``sim-client``), server spans from the
+engines' ``ServerStream`` (service ``sim-engine``), ground truth from what the engines and the proxy did; all of
+it goes to the collector over OTLP. Clients cancel where the plan says, by leaving the stream early. Around the
 run, ``host_load.HostActivity`` puts the scenario's load on the clients' host and watches their event loop,
 recording what held the loop as ground truth of the client process.
 """
@@ -13,9 +14,8 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import partial
 
 import httpx
 from clickhouse_connect.driver.client import Client
@@ -23,61 +23,70 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from streamscope import astream_sse, otlp_exporter, setup
 from streamscope.errors import StreamscopeError
-from streamscope_cli.engine.app import EngineNode
+from streamscope_cli.engine.process import SPANS, TRUTH, EngineProcess, NodeRun
 from streamscope_cli.proxy.process import ProxyProcess
 from streamscope_cli.workload.export_tally import SpanTally, Tally
 from streamscope_cli.workload.ground_truth import GroundTruthSink
 from streamscope_cli.workload.host_load import HostActivity
 from streamscope_cli.workload.scenario import PlannedStream, Scenario, plan
 from streamscope_cli.workload.truth_export import OtlpGroundTruthSink, ground_truth_logger
-from streamscope_collector.serving import BackgroundServer
-from streamscope_gpu_agent.agent import AgentConfig, GpuAgent
 from streamscope_ingest.analysis.attribution_job import AttributionJob
 
 CLIENT_SERVICE = "sim-client"
-GPU_INTERVAL_S = 0.25
-"""The agents read the simulated GPUs as often as the engines: a throttle opens and closes within a second."""
-ENGINE_SERVICE = "sim-engine"
 WORKLOAD_SERVICE = "sim-workload"
 
 
 @dataclass
 class RunningWorkload:
-    nodes: dict[str, EngineNode]
     urls: dict[str, str]
     proxy_url: str | None
-    servers: list[BackgroundServer] = field(default_factory=list)
+    engines: list[EngineProcess] = field(default_factory=list)
     proxy: ProxyProcess | None = None
 
     def url_for(self, stream: PlannedStream) -> str:
         base = self.proxy_url if stream.via_proxy and self.proxy_url else self.urls[stream.node]
         return f"{base}/v1/chat/completions"
 
-    def stop(self) -> None:
+    def go(self) -> None:
+        """The run starts: each node's schedule (GPU episodes, a chunking change) counts from now."""
+        for engine in self.engines:
+            engine.go()
+
+    def finish_schedules(self) -> None:
+        """Block until every node made the one-off changes its schedule has."""
+        for engine in self.engines:
+            engine.finish_schedule()
+
+    def stop(self, exports: dict[str, Tally] | None = None) -> None:
+        """Stop the proxy and the nodes; what the nodes' exporters delivered is added to ``exports``, by kind."""
         if self.proxy is not None:
             self.proxy.stop()
-        for server in reversed(self.servers):
-            server.stop()
+        for engine in reversed(self.engines):
+            engine.stop({} if exports is None else exports)
 
 
 def start_workload(
-    scenario: Scenario,
-    *,
-    sink: GroundTruthSink | None,
-    engine_traces: TracerProvider | None,
-    collector_url: str,
-    host: str = "127.0.0.1",
+    scenario: Scenario, *, collector_url: str, agents: bool = True, host: str = "127.0.0.1"
 ) -> RunningWorkload:
-    """Start the scenario's engine nodes (and its proxy, in a process of its own: ``ProxyProcess``) on free
-    loopback ports; the proxy's ground truth goes to ``collector_url``."""
-    workload = RunningWorkload(nodes={}, urls={}, proxy_url=None)
+    """Start the scenario's engine nodes, each in a process of its own with its GPU agent (``agents``) beside it,
+    and its proxy (``ProxyProcess``), on free loopback ports; all of them export to ``collector_url``."""
+    workload = RunningWorkload(urls={}, proxy_url=None)
     try:
         for config in scenario.nodes:
-            node = EngineNode(config, sink=sink, tracer_provider=engine_traces)
-            server = BackgroundServer(node.app, host, 0, name=f"engine-{config.node}").start()
-            workload.servers.append(server)
-            workload.nodes[config.node] = node
-            workload.urls[config.node] = f"http://{host}:{server.port}"
+            run = NodeRun(
+                config,
+                scenario.name,
+                gpu_episodes=tuple(e for e in scenario.gpu_episodes if e.node == config.node),
+                chunking_regression=(
+                    scenario.chunking_regression
+                    if scenario.chunking_regression and scenario.chunking_regression.node == config.node
+                    else None
+                ),
+                agent=agents,
+            )
+            workload.engines.append(EngineProcess(run, collector_url=collector_url, host=host).start())
+        for engine in workload.engines:
+            workload.urls[engine.node] = engine.ready().url
         if scenario.proxy:
             workload.proxy = ProxyProcess(
                 {
@@ -130,7 +139,6 @@ async def drive(
     streams = plan(scenario)
     report = LoadReport(planned=len(streams))
     gate = asyncio.Semaphore(scenario.load.concurrency)
-    started = time.monotonic()
     limits = httpx.Limits(max_connections=scenario.load.concurrency * 2, max_keepalive_connections=64)
     host = HostActivity(scenario.host_load, seed=scenario.seed, sink=sink, node=CLIENT_SERVICE)
     async with host, httpx.AsyncClient(timeout=httpx.Timeout(120.0, connect=10.0), limits=limits) as client:
@@ -145,37 +153,12 @@ async def drive(
             report.outcomes[outcome] += 1
             on_stream_done(outcome)
 
-        tasks = [asyncio.create_task(one(stream)) for stream in streams]
-        for episode in scenario.gpu_episodes:
-            begin = partial(episode.begin, workload.nodes[episode.node].gpu)
-            tasks.append(asyncio.create_task(_on_schedule(episode.start_s, episode.every_s, report, begin)))
-        regression = scenario.chunking_regression
-        if regression:
-            tasks.append(
-                asyncio.create_task(
-                    _change_chunking(workload, regression.node, regression.at_s, regression.tokens_per_chunk)
-                )
-            )
-        await asyncio.gather(*tasks)
+        started = time.monotonic()
+        workload.go()
+        await asyncio.gather(*(one(stream) for stream in streams))
+        await asyncio.to_thread(workload.finish_schedules)
     report.duration_s = time.monotonic() - started
     return report
-
-
-async def _on_schedule(start_s: float, every_s: float, report: LoadReport, act: Callable[[], None]) -> None:
-    """``act`` at ``start_s`` and every ``every_s`` after, while streams are still to finish (a GPU's throttle or
-    fault on the scenario's schedule)."""
-    started = time.monotonic()
-    at = start_s
-    while report.finished < report.planned:
-        await asyncio.sleep(max(0.0, at - (time.monotonic() - started)))
-        act()
-        at += every_s
-
-
-async def _change_chunking(workload: RunningWorkload, node: str, at_s: float, tokens_per_chunk: int) -> None:
-    await asyncio.sleep(at_s)
-    engine_node = workload.nodes[node]
-    engine_node.set_output(replace(engine_node.output, tokens_per_chunk=tokens_per_chunk))
 
 
 async def _stream(
@@ -205,52 +188,29 @@ def run_load(
 ) -> LoadReport:
     """Run ``scenario`` end to end, exporting spans and ground truth to the collector at ``collector_url``.
 
-    With ``agents``, a GPU agent per engine node scrapes its /metrics into the collector meanwhile, and the
-    node's simulated GPU from the dcgm-exporter endpoint the node serves (there is no NVML to read).
+    With ``agents``, a GPU agent beside each engine node scrapes its /metrics into the collector meanwhile, and
+    the node's simulated GPU from the dcgm-exporter endpoint the node serves (there is no NVML to read).
     """
-    exports = {"client stream spans": Tally(), "engine spans": Tally(), "ground-truth records": Tally()}
+    exports = {"client stream spans": Tally(), SPANS: Tally(), TRUTH: Tally()}
     client_traces = setup(
         CLIENT_SERVICE,
         set_global=False,
         exporter=SpanTally(otlp_exporter(collector_url), exports["client stream spans"]),
     )
-    engine_traces = setup(
-        ENGINE_SERVICE, set_global=False, exporter=SpanTally(otlp_exporter(collector_url), exports["engine spans"])
-    )
-    truth_logs = ground_truth_logger(WORKLOAD_SERVICE, collector_url, exports["ground-truth records"])
+    truth_logs = ground_truth_logger(WORKLOAD_SERVICE, collector_url, exports[TRUTH])
     sink = OtlpGroundTruthSink(truth_logs, scenario=scenario.name)
-    workload = start_workload(scenario, sink=sink, engine_traces=engine_traces, collector_url=collector_url)
-    node_agents = (
-        [
-            GpuAgent(
-                AgentConfig(
-                    node=name,
-                    engine_url=f"{url}/metrics",
-                    collector_url=collector_url,
-                    dcgm_url=f"{url}/dcgm/metrics",
-                    gpu_interval_s=GPU_INTERVAL_S,
-                )
-            )
-            for name, url in workload.urls.items()
-        ]
-        if agents
-        else []
-    )
+    workload = start_workload(scenario, collector_url=collector_url, agents=agents)
     try:
-        for agent in node_agents:
-            agent.start()
         on_start(workload)
         report = asyncio.run(
             drive(scenario, workload, client_traces=client_traces, on_stream_done=on_stream_done, sink=sink)
         )
-        report.exports = exports  # counted to the end as the providers shut down below
-        return report
     finally:
-        for agent in node_agents:
-            agent.stop()
-        workload.stop()
-        for provider in (client_traces, engine_traces, truth_logs):
+        workload.stop(exports)
+        for provider in (client_traces, truth_logs):
             provider.shutdown()
+    report.exports = exports  # counted to the end as the providers shut down above
+    return report
 
 
 def describe(workload: RunningWorkload) -> str:

@@ -147,6 +147,11 @@ class Score:
         A stall left ``unknown``, or put on the client's host or rendering, is no such blame."""
         return sum(n for (t, p), n in self.confusion.items() if t == "none" and p in DELAY_CAUSES)
 
+    def falsely_blamed(self) -> int:
+        """The strict count: stalls put on a network or engine cause (``DELAY_CAUSES``) whose truth is none or the
+        client's own host. ``blamed_on_injected`` leaves out the host's, which a clean but busy fleet has many of."""
+        return sum(n for (t, p), n in self.confusion.items() if t in ("none", HOST_CAUSE) and p in DELAY_CAUSES)
+
 
 def _secondary_matches(named: str, cause: str) -> bool:
     return cause == named or (named == "network" and cause in PATH_HOLDS)

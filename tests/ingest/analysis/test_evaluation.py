@@ -190,6 +190,7 @@ def test_blamed_on_injected_counts_only_network_or_engine_blame_without_a_cause(
     ]
     result = scored(store_client, stalls, [truth("client_host", 6000, 6500)])
     assert result.blamed_on_injected() == 2
+    assert result.falsely_blamed() == 3, "the strict count adds a network cause put on the host's stall"
 
 
 def test_secondary_causes_are_right_when_another_record_of_that_cause_overlaps(store_client):
