@@ -27,7 +27,7 @@ FLOOR = 0.9
 CASES = {
     # scenario: (streams, {cause: the least support that makes the floor meaningful})
     "steady": (40, {}),
-    "prefill-storm": (40, {"prefill_interference": 10}),
+    "prefill-storm": (60, {"prefill_interference": 20}),  # 40 streams make 15-18: one stall would decide
     "gateway-buffering": (40, {"network_buffering": 10}),
     str(TUNING / "short-stalls.yaml"): (40, {"connection": 10}),
     str(TUNING / "client-host.yaml"): (40, {"client_host": 10}),
