@@ -50,6 +50,7 @@ def _score_one(scenario: str, storage_dsn: str, streams: int | None) -> dict[str
     return {
         "confusion": [[t, p, n] for (t, p), n in result.confusion.items()],
         "undetected": dict(result.undetected),
+        "own_pauses": dict(result.own_pauses),
     }
 
 
@@ -86,6 +87,7 @@ def pooled(*results: dict[str, Any]) -> Score:
         for truth, predicted, n in result["confusion"]:
             score.confusion[(truth, predicted)] += n
         score.undetected.update(result["undetected"])
+        score.own_pauses.update(result.get("own_pauses", {}))
     return score
 
 
@@ -116,6 +118,7 @@ def render(results: dict[str, dict[str, Any]], burners: int) -> str:
         lines.append(
             f"{name:24} {'(nothing injected)':22} blamed on network/engine {score.blamed_on_injected()} "
             f"(strict {score.falsely_blamed()}); verdicts {verdicts or 'none'}; "
+            f"proxy's own pauses {score.own_pauses.total()} (not scored); "
             f"load {result['load'][0]:.1f}->{result['load'][1]:.1f}, {result['seconds']:.0f} s"
         )
     everything = pooled(*results.values())

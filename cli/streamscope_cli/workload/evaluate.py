@@ -81,6 +81,11 @@ def render(name: str, result: Score) -> str:
         f"stalls whose truth is none or the client's host, blamed on the network or an engine: "
         f"{result.falsely_blamed()}"
     )
+    if result.own_pauses:
+        lines.append(
+            f"stalls the proxy's own pauses made (not injected, not scored): {result.own_pauses.total()}, attributed "
+            + ", ".join(f"{cause} {n}" for cause, n in sorted(result.own_pauses.items()))
+        )
     lines.append(
         f"a second cause named in the evidence: {result.secondary_named} stalls; another injected record of that "
         f"cause overlapped {result.secondary_right} of them"

@@ -69,7 +69,11 @@ DELAY_CAUSES = (
 the engine's."""
 HOST_CAUSE = Cause.CLIENT_HOST
 """The cause of host-level records (no trace id) that label stalls by time."""
-PATH_HOLDS = (Cause.NETWORK_BUFFERING, Cause.CONNECTION)
+OWN_PAUSE = "proxy_paused"
+"""The label of a stall the impairment proxy's own process made by pausing (its watchdog's ``connection`` records,
+``detail.kind = paused``): no rule injected it, and a proxy on the clients' machine pauses when they do, which a
+gateway on a machine of its own would not. Such stalls are counted apart (``Score.own_pauses``), not scored."""
+PATH_HOLDS = (Cause.NETWORK_BUFFERING, Cause.CONNECTION, OWN_PAUSE)
 """Causes that held a stream's content on the path: a server delay inside one did not reach the client."""
 HOLDS = (*PATH_HOLDS, Cause.PREFILL_INTERFERENCE, Cause.KV_PRESSURE, Cause.GPU_FAULT)
 """Causes whose record's window is one in which the stream's content was held back altogether (a step that
@@ -88,7 +92,8 @@ FROM stalls WHERE start_time >= {since:DateTime64(6)} AND side IN ('client', 'br
 TRUTH_SQL = """
 SELECT g.trace_id, g.cause, toUnixTimestamp64Micro(g.start_time), toUnixTimestamp64Micro(g.end_time), g.magnitude,
        hasAny(g.chunk_indices, c.content_seqs) AND NOT has(g.chunk_indices, c.first_seq) AS delayed_content,
-       if(empty(g.chunk_indices), NULL, arrayMin(g.chunk_indices)) AS first_held
+       if(empty(g.chunk_indices), NULL, arrayMin(g.chunk_indices)) AS first_held,
+       g.attributes['streamscope.truth.detail.kind'] = 'paused' AS own_pause
 FROM ground_truth AS g
 LEFT JOIN (
     SELECT trace_id, groupUniqArrayIf(seq, kind = 'content') AS content_seqs, anyIf(seq, kind = 'first') AS first_seq
@@ -122,6 +127,8 @@ class Score:
     """Of those, the stalls that another overlapping ground-truth record of that cause touched."""
     injected: Counter[str] = field(default_factory=Counter)
     """Ground-truth records scored, by cause."""
+    own_pauses: Counter[str] = field(default_factory=Counter)
+    """Stalls the proxy's own pauses made (``OWN_PAUSE``), by the cause attributed: not in ``confusion``."""
     made_a_stall: Counter[str] = field(default_factory=Counter)
     """Of those, the records that labelled at least one stall: the others slowed content by less than a stall,
     or delayed what a stall of another cause already held."""
@@ -200,13 +207,14 @@ def score(client: Client, since: datetime, stall: StallRule | None = None) -> Sc
         host = client.query(HOST_TRUTH_SQL, parameters={"since": since, "cause": HOST_CAUSE}).result_rows
         answering = client.query(ANSWERING_SQL, parameters={"since": since}).result_rows if host else []
     by_trace: dict[str, list[Record]] = {}
-    for trace, cause, start, end, magnitude, delayed_content, first_held in truths:
-        by_trace.setdefault(trace, []).append(Record(cause, start, end, magnitude, bool(delayed_content), first_held))
+    for trace, cause, start, end, magnitude, delayed_content, first_held, own_pause in truths:
+        label = OWN_PAUSE if own_pause else cause
+        by_trace.setdefault(trace, []).append(Record(label, start, end, magnitude, bool(delayed_content), first_held))
     host_records = [Record(cause, start, end, (end - start) / 1e6, False) for cause, start, end in host]
     host_candidates = [("", record) for record in host_records]  # candidates for every stall
     holds, upstream = _windows(by_trace, PATH_HOLDS), _windows(by_trace, HOLDS)
     result = Score()
-    result.injected.update(r.cause for records in by_trace.values() for r in records)
+    result.injected.update(r.cause for records in by_trace.values() for r in records if r.cause != OWN_PAUSE)
     result.injected.update(r.cause for r in host_records)
     hit: set[tuple[str, int, int]] = set()
     labelling: set[tuple[str, Record]] = set()
@@ -227,7 +235,10 @@ def score(client: Client, since: datetime, stall: StallRule | None = None) -> Sc
             match = overlap / (max(end, t_end) - min(start, t_start) + 1)
             if overlap >= EXPLAINING_SHARE * (end - start) and match > best_match:
                 best, best_match, labelled_by = cause, match, index
-        result.confusion[(best, predicted)] += 1
+        if best == OWN_PAUSE:
+            result.own_pauses[predicted] += 1
+        else:
+            result.confusion[(best, predicted)] += 1
         if labelled_by >= 0:
             labelling.add(candidates[labelled_by])
         if secondary:

@@ -213,3 +213,18 @@ def test_secondary_causes_are_right_when_another_record_of_that_cause_overlaps(s
     result = scored(store_client, stalls, truths)
     assert (result.secondary_named, result.secondary_right) == (4, 2)
     assert result.confusion[("client_host", "client_host")] == 2  # the primary score is unchanged by secondaries
+
+
+def test_the_proxys_own_pauses_are_counted_apart_not_scored(store_client):
+    paused, injected = "d1" * 16, "d2" * 16
+    own = truth("connection", 1000, 1500, trace=paused)
+    own[8] = {"streamscope.truth.detail.kind": "paused", "streamscope.truth.detail.source": "watchdog"}
+    result = scored(
+        store_client,
+        [stall(paused, 1000, 1500, "client_host"), stall(injected, 3000, 3500, "connection")],
+        [own, truth("connection", 3000, 3500, trace=injected)],
+    )
+    assert result.confusion == {("connection", "connection"): 1}
+    assert result.own_pauses == {"client_host": 1}
+    assert result.recall("connection") == result.precision("connection") == 1.0
+    assert result.injected == {"connection": 1}
