@@ -4,12 +4,15 @@
     vllm serve MODEL --middleware streamscope.StreamMiddleware   # any server that loads ASGI middleware
 
 Each HTTP request starts a span on receipt, continuing the caller's trace (``traceparent``). A response that is a
-``text/event-stream`` (not content-encoded) is recorded as a stream span, one chunk per event, each timed when the
-app's ``send`` of its bytes returned: handed to the connection, so the recording's work follows the bytes instead of
-delaying them. An error status answering a request that asked for a stream (``"stream": true``) is recorded as an
-error; any other response leaves its span unended, so it is never exported. The request's JSON body, copied as the
-app reads it, names the model; the path picks the stream format (``/responses``, ``/messages``, else Chat
-Completions).
+``text/event-stream`` is recorded as a stream span, one chunk per event, each timed when the app's ``send`` of its
+bytes returned: handed to the connection, so the recording's work follows the bytes instead of delaying them. A
+gzip- or deflate-encoded stream is read through an inflated copy (wire bytes are then the inflated size, as the
+client side counts them); one in another encoding is not recorded, and a warning says so once. An error status
+answering a request that asked for a stream (``"stream": true``) is recorded as an error; any other response leaves
+its span unended, so it is never exported. The request's JSON body, copied as the app reads it (up to
+``BODY_LIMIT``; an app holding a longer one whole hands it over with ``read_request``), names the model; the path
+picks the stream format (``/responses``, ``/messages``, else Chat Completions and legacy Completions) and, without a
+framework's route, names ``http.route`` when it ends in one of those endpoints.
 
 How a stream ended: its last body sent (``completed``, or ``error`` when the stream reported one); its client gone
 first (``disconnected``; on a ``gateway``, which stops the upstream stream for its client, ``cancelled``); the app
@@ -23,6 +26,8 @@ is given.
 from __future__ import annotations
 
 import json
+import logging
+import zlib
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, Literal
@@ -46,6 +51,12 @@ SCOPE_KEY = "streamscope.stream"
 BODY_LIMIT = 1 << 20
 """Request bodies up to this many bytes are read for the model and the stream flag; longer ones are not."""
 _FORMAT_BY_PATH_END = (("/responses", "openai-responses"), ("/messages", "anthropic"))
+ENDPOINT_ENDS = ("/completions", "/responses", "/messages")
+"""Paths ending so are a streaming API's endpoint: without a framework's route, the path itself is ``http.route``
+(any other path may carry ids, too many values for a route)."""
+_INFLATE_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+log = logging.getLogger("streamscope")
+_unread_encodings: set[str] = set()
 _CLIENT_LEFT: dict[str, Outcome] = {"server": "disconnected", "gateway": "cancelled"}
 
 
@@ -106,7 +117,9 @@ class RecordedRequest:
             parent=propagate.extract(headers),
             tracer_provider=middleware.tracer_provider,
         ).start()
-        self._body: bytearray | None = bytearray() if _is_json(headers.get("content-type", "")) else None
+        self._body: bytearray | None = bytearray() if is_json(headers.get("content-type", "")) else None
+        self._request_read = False
+        self._inflate: Any = None
         self._asked_for_stream = False
         self._json_answer = False
         self._observer: StreamObserver | None = None
@@ -153,6 +166,14 @@ class RecordedRequest:
         if message.get("more_body", False):
             return
         self._body = None
+        self.read_request(body)
+
+    def read_request(self, body: bytes | bytearray) -> None:
+        """Read the request's JSON body for the stream flag and the model, once: the middleware does as the app
+        reads a body of up to ``BODY_LIMIT``; an app that holds a longer one whole (a gateway) hands it over."""
+        if self._request_read:
+            return
+        self._request_read = True
         try:
             request = json.loads(body)
         except ValueError:
@@ -195,8 +216,16 @@ class RecordedRequest:
                 encoding = value.decode("latin-1").strip().lower()
         if status >= 400:
             self._http_error = f"http_{status}"
-        if media_type == "text/event-stream" and encoding in ("", "identity"):
-            self._observer = StreamObserver(self.recorder, make_format(self._format), json_answer=self._json_answer)
+        if media_type != "text/event-stream":
+            return
+        if encoding in _INFLATE_WBITS:
+            self._inflate = zlib.decompressobj(_INFLATE_WBITS[encoding])
+        elif encoding not in ("", "identity"):
+            if encoding not in _unread_encodings:
+                _unread_encodings.add(encoding)
+                log.warning("streamscope: event streams with content-encoding %r are not recorded", encoding[:40])
+            return
+        self._observer = StreamObserver(self.recorder, make_format(self._format), json_answer=self._json_answer)
 
     async def _send_body(self, send: Send, message: Message) -> None:
         observer, body = self._observer, message.get("body", b"")
@@ -208,11 +237,22 @@ class RecordedRequest:
             self._left()
             raise
         if observer is not None and body:
-            observer.on_bytes(bytes(body))
+            observer.on_bytes(self._inflated(body))
         if not message.get("more_body", False):
             self._complete = True  # a server's receive says "disconnect" from now on: not a client leaving
             if observer is not None:
                 observer.on_end_of_body()
+
+    def _inflated(self, body: bytes) -> bytes:
+        """``body`` as the stream's events read, inflated when the response is encoded; a body that does not
+        inflate ends the recording's reading of it (the bytes still go to the client)."""
+        if self._inflate is None:
+            return bytes(body)
+        try:
+            return bytes(self._inflate.decompress(body))
+        except zlib.error:
+            self._inflate, self._observer = None, None
+            return b""
 
     # --- the end -----------------------------------------------------------------------------------------
 
@@ -245,11 +285,15 @@ class RecordedRequest:
                 return  # not a stream: its span is never ended, so never exported
             observer = StreamObserver(self.recorder, make_format(self._format))
         route = getattr(self._scope.get("route"), "path", None)
-        if isinstance(route, str):
+        if not isinstance(route, str):
+            path = self._scope.get("path", "")
+            route = path if isinstance(path, str) and path.rstrip("/").endswith(ENDPOINT_ENDS) else None
+        if route:
             self.recorder.set_attribute(sc.HTTP_ROUTE, route)
         observer.close(outcome, error_type)
 
 
-def _is_json(content_type: str) -> bool:
+def is_json(content_type: str) -> bool:
+    """Whether a ``content-type`` value is JSON (``application/json``, or any ``+json`` type)."""
     media_type = content_type.split(";")[0].strip().lower()
     return media_type == "application/json" or media_type.endswith("+json")

@@ -64,7 +64,8 @@ def estimate_tokens(text: str) -> int:
 
 
 class OpenAIChat:
-    """Chat Completions chunks (``chat.completion.chunk``), also served by vLLM, SGLang and TGI.
+    """Chat Completions chunks (``chat.completion.chunk``), also served by vLLM, SGLang, TGI and llama.cpp, and the
+    legacy Completions API's (``text_completion``: each choice's ``text``), which the same servers stream alike.
 
     Per-chunk tokens are exact when every chunk carries cumulative usage (vLLM's continuous usage stats);
     a usage-only final chunk (``stream_options.include_usage``) gives exact totals only. A delta may withdraw
@@ -97,6 +98,10 @@ class OpenAIChat:
         tool_call = False
         retracted = (0, 0)
         for choice in _get(payload, "choices") or ():
+            completion = _get(choice, "text")  # a text_completion choice: no delta
+            if isinstance(completion, str):
+                parts.append(completion)
+                answer.append(completion)
             delta = _get(choice, "delta")
             retract = _get(delta, "retract")
             if retract is not None:  # rare: only streams that take text back carry it

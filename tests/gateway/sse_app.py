@@ -1,7 +1,8 @@
 """A small Starlette app that streams as engines do, served by uvicorn in a thread of the test's process.
 
 ``POST /v1/chat/completions`` streams one Chat Completions chunk per word, a usage chunk and ``[DONE]`` when the body
-asks for a stream (``pace_s`` apart, if given), answers JSON otherwise, and 400 for the model ``refuse``;
+asks for a stream (``pace_s`` apart, if given; gzip-encoded, flushed per event, with ``"gzip": true``), answers JSON
+otherwise, and 400 for the model ``refuse``;
 ``POST /v1/messages`` streams Anthropic's events; ``POST /big`` streams ``count`` events of ``size`` bytes, counting
 how many it has handed to the server. Every request's headers are kept, in order.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import zlib
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -69,6 +71,14 @@ def anthropic_events(words: list[str]) -> list[str]:
     ]
 
 
+async def gzipped(events: AsyncIterator[str]) -> AsyncIterator[bytes]:
+    """``events`` as one gzip stream, flushed after each so every event reaches the client when it is sent."""
+    compressor = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
+    async for event in events:
+        yield compressor.compress(event.encode()) + compressor.flush(zlib.Z_SYNC_FLUSH)
+    yield compressor.flush()
+
+
 def create_app(seen: Seen, tracer_provider: TracerProvider) -> Starlette:
     """The app, with ``StreamMiddleware`` added as a server adds middleware it is told to load (vLLM's
     ``--middleware``: ``app.add_middleware``)."""
@@ -88,6 +98,12 @@ def create_app(seen: Seen, tracer_provider: TracerProvider) -> Starlette:
             message = {"role": "assistant", "content": "".join(WORDS)}
             return JSONResponse({"id": "chatcmpl-1", "choices": [{"index": 0, "message": message}]})
         events = chat_events(WORDS * body.get("repeat", 1))
+        if body.get("gzip"):
+            return StreamingResponse(
+                gzipped(paced(events, body.get("pace_s", 0.0))),
+                media_type="text/event-stream",
+                headers={"content-encoding": "gzip"},
+            )
         return StreamingResponse(paced(events, body.get("pace_s", 0.0)), media_type="text/event-stream")
 
     async def messages(request: Request) -> Response:

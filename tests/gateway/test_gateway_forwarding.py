@@ -3,8 +3,10 @@ side (tests/gateway/sse_app.py): what crosses the gateway each way, and the trac
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
+import zlib
 from collections.abc import Iterator
 
 import httpx
@@ -124,3 +126,33 @@ def test_spans_still_queued_are_exported_when_the_gateway_stops(upstream: Runnin
     # stopped (SIGTERM) long before its next export was due
 
     assert gateway_rows(collector, 1, "outcome") == [("completed",)]
+
+
+def test_a_gzipped_stream_passes_through_as_sent_and_is_recorded_from_its_events(
+    gateway: str, collector: Collector
+) -> None:
+    with httpx.stream("POST", f"{gateway}/v1/chat/completions", json={**STREAM, "gzip": True}) as response:
+        raw = b"".join(response.iter_raw())
+        assert response.headers["content-encoding"] == "gzip"
+
+    events = "".join(chat_events(WORDS)).encode()
+    assert zlib.decompress(raw, 16 + zlib.MAX_WBITS) == events and raw != events  # forwarded still compressed
+    ((chunks, content, wire, route),) = gateway_rows(collector, 1, "chunk_count, content_bytes, wire_bytes, route")
+    assert (chunks, content, wire) == (len(chat_events(WORDS)), len("".join(WORDS).encode()), len(events))
+    assert route == "/v1/chat/completions"
+
+
+def test_a_json_body_past_a_mebibyte_still_names_the_model_and_carries_the_gateways_trace(
+    upstream: RunningApp, gateway: str, collector: Collector
+) -> None:
+    traceparent = f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"
+    body = {**STREAM, "model": "long-context", "messages": [{"role": "user", "content": "x" * (2 << 20)}]}
+    headers = {"traceparent": traceparent, "content-type": "application/vnd.example+json"}
+    with httpx.stream(
+        "POST", f"{gateway}/v1/chat/completions", content=json.dumps(body).encode(), headers=headers
+    ) as response:
+        response.read()
+
+    ((model, chunks),) = gateway_rows(collector, 1, "request_model, chunk_count")
+    assert (model, chunks) == ("long-context", len(chat_events(WORDS)))
+    assert upstream.seen.headers[-1]["traceparent"] != traceparent  # the gateway's span is the upstream's parent

@@ -139,3 +139,21 @@ def test_a_client_that_closes_mid_stream_frees_the_engines_slot(engine: LlamaSer
     assert gateway_row["cancel_offset_us"] is not None
     assert 3 <= gateway_row["chunk_count"] < LONG
     assert gateway_row["output_tokens"] is None  # the usage chunk never came
+
+
+def test_a_legacy_completions_stream_is_read_for_its_text(engine: LlamaServer, collector: Collector) -> None:
+    body = {"model": "tiny", "prompt": "Token streams", "max_tokens": 12, "stream": True, "ignore_eos": True}
+    with (
+        gateway_process(engine.url, collector.http_url) as gateway,
+        httpx.stream("POST", f"{gateway}/v1/completions", json=body) as answer,
+    ):
+        raw = b"".join(answer.iter_raw())
+
+    events = [event for event in list(SSEDecoder().feed(raw)) + list(SSEDecoder().flush()) if event.data != "[DONE]"]
+    texts = [choice["text"] for event in events for choice in json.loads(event.data).get("choices", ())]
+    assert json.loads(events[0].data)["object"] == "text_completion"
+    row = streams(collector, 1)["gateway"]
+    assert row["content_bytes"] == len("".join(texts).encode()) > 0
+    assert row["output_tokens"] == 12
+    route = collector.query_client.query("SELECT route FROM streams").result_rows
+    assert route == [("/v1/completions",)]

@@ -5,7 +5,8 @@ the next read waits until the client's connection has taken the last, so a slow 
 instead of filling the gateway's memory. A client that leaves stops the exchange at once and closes the upstream
 connection, so the engine sees it close and frees the request's slot.
 
-A JSON request body is read whole first (a stream is asked for in it); any other body is forwarded as it arrives.
+A JSON request body (``application/json`` or ``+json``) is read whole first (a stream is asked for in it, and the
+recording reads it whatever its size); any other body is forwarded as it arrives.
 When ``StreamMiddleware`` records the request and it asked for a stream, the upstream gets the gateway span's trace
 context; otherwise the caller's is forwarded untouched.
 """
@@ -19,7 +20,7 @@ from collections.abc import AsyncIterator
 import anyio
 import httpx
 
-from streamscope.asgi import Message, Receive, RecordedRequest, Scope, Send, stream_of
+from streamscope.asgi import Message, Receive, RecordedRequest, Scope, Send, is_json, stream_of
 from streamscope_cli.gateway.headers import end_to_end, replaced, upstream_request_headers
 
 log = logging.getLogger("streamscope_cli.gateway")
@@ -69,10 +70,12 @@ class Gateway:
         recorded = stream_of(scope)
         headers = upstream_request_headers(scope)
         content: bytes | AsyncIterator[bytes] | None
-        if _is_json(headers):
+        if is_json(_header(headers, b"content-type")):
             content = await _whole_body(receive)
             if content is None:
                 return  # the client left before its request was whole
+            if recorded is not None:
+                recorded.read_request(content)  # past the middleware's limit, it read none of it
         elif any(name in (b"content-length", b"transfer-encoding") for name, _ in scope.get("headers", ())):
             content = _body_as_it_arrives(receive)
         else:
@@ -173,6 +176,5 @@ async def _answer_error(send: Send, status: int, message: str) -> None:
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-def _is_json(headers: list[tuple[bytes, bytes]]) -> bool:
-    media_type = next((value for name, value in headers if name == b"content-type"), b"").split(b";")[0]
-    return media_type.strip().lower() == b"application/json"
+def _header(headers: list[tuple[bytes, bytes]], wanted: bytes) -> str:
+    return next((value for name, value in headers if name == wanted), b"").decode("latin-1")
