@@ -334,8 +334,9 @@ def test_litellm_streams_are_known_by_their_duration(collector, engine_url, lite
     assert outcome == [("error", "BadRequestError")]
     for span, received, row in zip(calls[:2], seen["received"], rows, strict=True):
         assert row[5] == (span["end_ns"] - span["start_ns"]) // 1000
-        # the span ends once the stream was read to its end
-        assert span["end_ns"] >= received["arrivals_ns"][-1] - 1_000_000
+        # the span ends once the stream was read to its end: LiteLLM ends it as it takes the last chunk, before
+        # the app gets that chunk (later still on a busy host), so after the app got the chunk before the last
+        assert span["end_ns"] >= received["arrivals_ns"][-2]
         assert row[6:8] == ("sim-llm", "openai")
         assert row[10] == span["attributes"]["gen_ai.usage.output_tokens"] == 40
         assert row[11] == json.loads(span["attributes"]["gen_ai.response.finish_reasons"]) == ["length"]
