@@ -33,7 +33,7 @@ from streamscope_dashboards.panels.common import (
     median_of,
     over_range,
 )
-from streamscope_dashboards.panels.cost import CHANGE_FACTOR, CHANGE_MIN_CHUNKS
+from streamscope_dashboards.panels.cost import CHANGE_FACTOR, CHANGE_MIN_CHUNKS, TOKENS_KIND
 
 RULES_FILE = grafana_dir() / "provisioning" / "alerting" / "rules.yaml"
 FOLDER = "streamscope"
@@ -241,20 +241,21 @@ TTFT_P95 = Rule(
 
 def _chunking(window: str) -> str:
     """Each provider and model's content chunks and their median tokens per chunk in ``stream_totals``' rows
-    ``window`` (exact: the chunks are counted by their tokens)."""
-    return f"""SELECT provider, model, sum(content_chunks) AS chunks,
+    ``window`` (exact: the chunks are counted by their tokens), counted and estimated tokens apart."""
+    return f"""SELECT provider, model, {TOKENS_KIND}, sum(content_chunks) AS chunks,
         {median_of("sumMap(content_chunks_by_tokens)", "chunks")} AS median
     FROM stream_totals
     WHERE {window} AND {SIZED}
-    GROUP BY provider, model"""
+    GROUP BY provider, model, tokens_kind"""
 
 
 TOKENS_PER_CHUNK_DROP = Rule(
     uid="streamscope-tokens-per-chunk-drop",
     title="Tokens per chunk halved",
-    sql=f"""SELECT provider, model, now.median / before.median AS tokens_per_chunk_ratio
+    sql=f"""SELECT provider, model, tokens_kind, now.median / before.median AS tokens_per_chunk_ratio
 FROM ({_chunking(_last(CHUNKING_WINDOW_S))}) AS now
-INNER JOIN ({_chunking(_last(CHUNKING_WINDOW_S, until=CHUNKING_WINDOW_S))}) AS before USING (provider, model)
+INNER JOIN ({_chunking(_last(CHUNKING_WINDOW_S, until=CHUNKING_WINDOW_S))}) AS before
+    USING (provider, model, tokens_kind)
 WHERE now.chunks >= {CHANGE_MIN_CHUNKS} AND before.chunks >= {CHANGE_MIN_CHUNKS} AND before.median > 0""",
     evaluator="lte",
     threshold=CHUNKING_RATIO,
@@ -263,14 +264,15 @@ WHERE now.chunks >= {CHANGE_MIN_CHUNKS} AND before.chunks >= {CHANGE_MIN_CHUNKS}
     severity="ticket",
     area="chunking",
     summary=(
-        "{{ $labels.provider }} {{ $labels.model }}: median tokens per chunk in the last "
+        "{{ $labels.provider }} {{ $labels.model }}: median tokens per chunk ({{ $labels.tokens_kind }}) in the last "
         f"{_minutes(CHUNKING_WINDOW_S)} is "
         '{{ printf "%.2f" $values.B.Value }}x what it was in the '
         f"{_minutes(CHUNKING_WINDOW_S)} before."
     ),
     description=(
         "Client content chunks now carry at most half the tokens they did: every token costs more envelopes on "
-        f"the wire and more chunk rows (at least {CHANGE_MIN_CHUNKS} chunks in each window)."
+        f"the wire and more chunk rows (at least {CHANGE_MIN_CHUNKS} chunks in each window). Tokens the provider "
+        "counted and tokens estimated from bytes are compared each with their own kind (tokens_kind)."
     ),
     runbook=(
         "The Trace cost per chunk dashboard (tokens per chunk, chunking changes) shows when it moved; look for a "

@@ -14,6 +14,7 @@
 --                                    frontloaded_then_stalled false
 --   stream_metrics.tokens_estimated  whether the stream's tokens were estimated from its bytes (streams'), so that a
 --                                    ratio of tokens is never over estimated and counted tokens at once
+--   stream_totals.tokens_estimated   the same, a key of the sums: counted and estimated tokens are summed apart
 -- stream_metrics is made again with it; stream_totals and stream_histograms are counted again from the streams
 -- stored (as migration 0033 did), a first byte's lead NULL where either time is unknown (0033 counted it as 0).
 -- Each statement can run again.
@@ -24,6 +25,8 @@ ALTER TABLE stream_totals ADD COLUMN IF NOT EXISTS wired_chunks SimpleAggregateF
     AFTER unknown_outcome;
 ALTER TABLE stream_totals ADD COLUMN IF NOT EXISTS wired_content_bytes SimpleAggregateFunction(sum, UInt64)
     AFTER wired_chunks;
+ALTER TABLE stream_totals ADD COLUMN IF NOT EXISTS tokens_estimated Bool AFTER coverage,
+    MODIFY ORDER BY (step, tenant, side, interval_start, service, provider, model, source, coverage, tokens_estimated);
 CREATE OR REPLACE VIEW stream_metrics AS
 SELECT
     tenant, start_time, trace_id, span_id, service, side, provider,
@@ -47,21 +50,21 @@ FROM streams;
 TRUNCATE TABLE stream_totals;
 INSERT INTO stream_totals
 SELECT step, tenant, side, toDateTime(intDiv(toUInt32(five_s), step) * step, 'UTC') AS interval_start, service,
-    provider, model, source, coverage, sum(n), sum(chunks), sum(t), sum(content), sum(wire), sum(c), sum(s), sum(o),
-    sum(f), sum(l), sum(u), sum(wc), sum(wb), sumMap(by_tokens)
+    provider, model, source, coverage, tokens_estimated, sum(n), sum(chunks), sum(t), sum(content), sum(wire), sum(c),
+    sum(s), sum(o), sum(f), sum(l), sum(u), sum(wc), sum(wb), sumMap(by_tokens)
 FROM (
     SELECT tenant, side, toStartOfInterval(start_time, toIntervalSecond(5)) AS five_s, service, provider, model,
-        source, coverage, count() AS n, sum(content_chunks) AS chunks, sum(tokens) AS t, sum(content_bytes) AS content,
+        source, coverage, tokens_estimated, count() AS n, sum(content_chunks) AS chunks, sum(tokens) AS t, sum(content_bytes) AS content,
         sum(wire_bytes) AS wire, countIf(outcome IN ('cancelled', 'disconnected')) AS c, countIf(stall_count > 0) AS s,
         countIf(ifNull(gap_max_us, 0) > 400000) AS o, countIf(frontloaded_then_stalled) AS f, countIf(stuck_loop) AS l,
         countIf(outcome = 'unknown') AS u, sumIf(content_chunks, wire_bytes > 0) AS wc,
         sumIf(content_bytes, wire_bytes > 0) AS wb,
         sumMap(content_chunks_by_tokens) AS by_tokens
     FROM stream_metrics
-    GROUP BY tenant, side, five_s, service, provider, model, source, coverage
+    GROUP BY tenant, side, five_s, service, provider, model, source, coverage, tokens_estimated
 )
 ARRAY JOIN [5, 60, 300, 3600] AS step
-GROUP BY step, tenant, side, interval_start, service, provider, model, source, coverage;
+GROUP BY step, tenant, side, interval_start, service, provider, model, source, coverage, tokens_estimated;
 TRUNCATE TABLE stream_histograms;
 INSERT INTO stream_histograms
 SELECT step, tenant, side, toDateTime(intDiv(toUInt32(five_s), step) * step, 'UTC') AS interval_start, service,

@@ -343,18 +343,24 @@ def test_tail_and_ttft_rules(store_client, slow, p99_of_p99_ms, ttft_p95_ms, fir
     assert evaluate(alerts.TTFT_P95.uid, run, AT) == {(): (pytest.approx(ttft_p95_ms, rel=0.005), firing)}
 
 
-def test_tokens_per_chunk_drop_is_per_provider_and_model(store_client):
-    def model(name: str, tokens: int, chunks: int, minutes_ago: float) -> list:
+def test_tokens_per_chunk_drop_is_per_provider_and_model_and_never_counted_against_estimated(store_client):
+    def model(name: str, tokens: int, chunks: int, minutes_ago: float, estimated: bool = False) -> list:
         attributes = {sc.GEN_AI_PROVIDER_NAME: "openai", sc.GEN_AI_REQUEST_MODEL: name}
+        if estimated:
+            attributes[sc.STREAMSCOPE_TOKENS_ESTIMATED] = True
         return streams(1, minutes_ago, chunks=chunks, tokens=tokens, attributes=attributes)
 
     halved = model("m-1", 4, 60, 20) + model("m-1", 1, 60, 5)  # 4 tokens per chunk, then 1
     unchanged = model("m-2", 4, 60, 20) + model("m-2", 4, 60, 5)
     too_few_since = model("m-3", 4, 60, 20) + model("m-3", 1, 20, 5)
-    store_spans(store_client, halved + unchanged + too_few_since)
+    # counted 4 per chunk before; now only estimated ones (1 per chunk): no like to compare with
+    kinds_changed = model("m-4", 4, 60, 20) + model("m-4", 1, 60, 5, estimated=True)
+    estimated_halved = model("m-5", 6, 60, 20, estimated=True) + model("m-5", 3, 60, 5, estimated=True)
+    store_spans(store_client, halved + unchanged + too_few_since + kinds_changed + estimated_halved)
     assert evaluate(alerts.TOKENS_PER_CHUNK_DROP.uid, run_on(store_client), AT) == {
-        (("provider", "openai"), ("model", "m-1")): (0.25, True),
-        (("provider", "openai"), ("model", "m-2")): (1, False),
+        (("provider", "openai"), ("model", "m-1"), ("tokens_kind", "counted")): (0.25, True),
+        (("provider", "openai"), ("model", "m-2"), ("tokens_kind", "counted")): (1, False),
+        (("provider", "openai"), ("model", "m-5"), ("tokens_kind", "estimated")): (0.5, True),
     }
 
 

@@ -126,7 +126,7 @@ def test_every_panel_runs_and_the_hand_worked_numbers_hold(store):
     assert [(row[1], row[2]) for row in stalls.rows] == [("connection", 1)]  # a lone late arrival
 
     changes = report.result("chunking_changes")
-    assert [row[1:5] for row in changes.rows] == [["", "", 4, 1]]  # 4 → 1 tokens per chunk at second 20
+    assert [row[1:6] for row in changes.rows] == [["", "", "counted", 4, 1]]  # 4 → 1 tokens per chunk at second 20
     assert changes.typed_rows()[0][0] == datetime.fromtimestamp(T0 / 1e9 + 20, UTC)
 
     timeline = report.result("stream_timeline")
@@ -323,11 +323,12 @@ def test_structured_output_by_hand(store_client):
 
 
 def test_retracted_text_by_hand(store_client):
-    def withdrawing(trace: int, offsets_ms, content, retracted, retracted_tokens):
+    def withdrawing(trace: int, offsets_ms, content, retracted, retracted_tokens, estimated: bool = False):
         attributes = {
             sc.STREAMSCOPE_CHUNKS_RETRACTED_BYTES: retracted,
             sc.STREAMSCOPE_CHUNKS_RETRACTED_TOKENS: retracted_tokens,
             sc.GEN_AI_REQUEST_MODEL: "m-r",
+            sc.STREAMSCOPE_TOKENS_ESTIMATED: estimated,
         }
         tokens = [1 if c else 0 for c in content]
         return stream_span(
@@ -342,17 +343,19 @@ def test_retracted_text_by_hand(store_client):
             # 12 bytes at 90 ms (the oldest since 50: 40 ms), then the 4 written at 90 at 110 (20 ms)
             withdrawing(2, [50, 70, 90, 110], [8, 8, 4, 4], [0, 0, 12, 4], [0, 0, 3, 1]),
             withdrawing(3, [10, 20], [4, 4], [0, 0], [0, 0]),
+            # its 40 shown tokens are estimates: out of the share, whose tokens are counted
+            withdrawing(4, [10, 20, 30, 40], [40, 40, 40, 40], [0, 0, 0, 0], [0, 0, 0, 0], estimated=True),
         ],
     )
     result = build_report(run_on(store_client), START, END, slo_us=400_000).result("retracted_text")
     assert [dict(zip(result.names, row)) for row in result.rows] == [
         {
             "model": "m-r",
-            "streams": 3,
-            "retracting_share": 0.667,
+            "streams": 4,
+            "retracting_share": 0.5,
             "withdrawals": 3,
-            "retracted_tokens_per_stream": 2.33,  # 7 tokens over 3 streams
-            "retracted_token_share": 0.6364,  # of the 11 tokens shown
+            "retracted_tokens_per_stream": 1.75,  # 7 tokens over 4 streams
+            "retracted_token_share": 0.6364,  # of the 11 tokens shown and counted
             "shown_before_retraction_p50_ms": 40,  # of 20, 40 and 160 ms
             "shown_before_retraction_p95_ms": 160,
         }

@@ -40,7 +40,8 @@ def store(store_client):
     every seventh missing its last chunks, every sixth cancelled, m-1's chunks carrying three times the tokens in
     the last hour, every eighth repeating itself, every fourth rushing its head then slower (every eighth then
     stalling too),
-    every ninth pausing 300 ms; every third trace's server span was served on ``ROUTED``."""
+    every ninth pausing 300 ms, every tenth with its tokens estimated; every third trace's server span was served
+    on ``ROUTED``."""
     rng = random.Random(11)
     spans = []
     for n in range(90):
@@ -62,6 +63,8 @@ def store(store_client):
             attributes[sc.STREAMSCOPE_OUTCOME] = "cancelled"
         if n % 8 == 3:
             attributes[sc.STREAMSCOPE_REPETITION_SCORE] = 0.7
+        if n % 10 == 7:
+            attributes[sc.STREAMSCOPE_TOKENS_ESTIMATED] = True
         start = T0 + rng.randrange(HOURS * 3600) * S
         tokens = [rng.randrange(1, 4) * (3 if n % 2 and start >= T0 + 2 * 3600 * S else 1) for _ in offsets]
         wire = [20 * t + rng.randrange(40) for t in tokens]
@@ -195,7 +198,7 @@ def near(expected: float, rounding: float) -> object:
     return pytest.approx(expected, abs=abs(expected) * 0.005 + rounding / 2)
 
 
-SERIES = "concat(provider, ' ', model)"
+SERIES = "concat(provider, ' ', model, if(tokens_estimated, ' (estimated)', ''))"
 
 
 @pytest.mark.parametrize("interval_s", [5, 3600])
@@ -236,7 +239,10 @@ def test_chunk_economics_sums_the_sized_streams(store, within):
     exact = exact_metrics(
         store,
         within,
-        "count() AS streams, sum(content_chunks) AS chunks, round(sum(tokens) / sum(content_chunks), 2) AS tokens, "
+        "count() AS streams, sum(content_chunks) AS chunks, "
+        "round(sumIf(tokens, NOT tokens_estimated) / sumIf(content_chunks, NOT tokens_estimated), 2) AS counted_mean, "
+        "round(sumIf(tokens, tokens_estimated) / nullIf(sumIf(content_chunks, tokens_estimated), 0), 2) "
+        "AS estimated_mean, "
         "round(sum(wire_bytes) / sum(content_chunks), 1) AS wire, round(sum(wire_bytes) / sum(content_bytes), 2) "
         "AS wire_per_content, quantileExact(0.5)(chunks_per_s) AS pace",
         ("provider", "model"),
@@ -246,8 +252,8 @@ def test_chunk_economics_sums_the_sized_streams(store, within):
     assert len(shown) == len(exact) == 2
     for row in shown:
         expected = exact[(row["provider"], row["model"])]
-        assert (row["streams"], row["chunks"], row["mean_tokens_per_chunk"]) == (
-            expected["streams"], expected["chunks"], expected["tokens"]
+        assert (row["streams"], row["chunks"], row["mean_tokens_per_chunk"], row["estimated_tokens_per_chunk"]) == (
+            expected["streams"], expected["chunks"], expected["counted_mean"], expected["estimated_mean"]
         )  # fmt: skip
         assert (row["wire_bytes_per_chunk"], row["wire_per_content_byte"]) == (
             expected["wire"], expected["wire_per_content"]

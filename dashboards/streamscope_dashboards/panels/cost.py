@@ -30,22 +30,27 @@ _MEDIAN_TOKENS_PER_CHUNK = (
     f"{median_of('sumMap(content_chunks_by_tokens)', 'sum(content_chunks)')} AS median_tokens_per_chunk"
 )
 """Over ``stream_totals`` or the streams: exact either way, the chunks by tokens being summed at insert."""
+_SERIES = "concat(provider, ' ', model, if(tokens_estimated, ' (estimated)', ''))"
+"""A provider and model's series, its tokens counted or estimated apart."""
+TOKENS_KIND = "if(tokens_estimated, 'estimated', 'counted') AS tokens_kind"
+"""Whether a row's tokens were counted by the provider or estimated from bytes, in words."""
 
 TOKENS_PER_CHUNK = Panel(
     "tokens_per_chunk",
     "Tokens per chunk (median)",
     "Median tokens per content chunk, by provider and model: fewer per chunk costs more envelopes and spans. "
     "The median is the typical chunk; Chunk economics gives the mean (all tokens over all chunks), which a few "
-    "large chunks pull up.",
+    "large chunks pull up. Streams whose provider did not count tokens per chunk have them estimated from their "
+    "bytes (about 4 a token): their series is marked (estimated) and never mixed with counted ones.",
     "timeseries",
     f"""SELECT * FROM (
-    SELECT {HISTOGRAM_INTERVAL} AS time, concat(provider, ' ', model) AS series, {_MEDIAN_TOKENS_PER_CHUNK}
+    SELECT {HISTOGRAM_INTERVAL} AS time, {_SERIES} AS series, {_MEDIAN_TOKENS_PER_CHUNK}
     FROM stream_totals
     WHERE {HISTOGRAMS_SELECTED} AND {SIZED}
     GROUP BY time, series
     HAVING sum(content_chunks) > 0
     UNION ALL
-    SELECT $__timeInterval(start_time) AS time, concat(provider, ' ', model) AS series, {_MEDIAN_TOKENS_PER_CHUNK}
+    SELECT $__timeInterval(start_time) AS time, {_SERIES} AS series, {_MEDIAN_TOKENS_PER_CHUNK}
     FROM stream_metrics
     WHERE {SELECTED} AND content_chunks > 0 AND {SIZED} AND NOT {ROUTES_ALL}
     GROUP BY time, series
@@ -69,12 +74,20 @@ ORDER BY time""",
 )
 
 _CHUNK_RATIOS = (
-    "round({alias}tokens / nullIf({alias}chunks, 0), 2) AS mean_tokens_per_chunk, "
+    "round({alias}counted_tokens / nullIf({alias}counted_chunks, 0), 2) AS mean_tokens_per_chunk, "
+    "round({alias}estimated_tokens / nullIf({alias}estimated_chunks, 0), 2) AS estimated_tokens_per_chunk, "
     "round({alias}wire_bytes / nullIf({alias}wired_chunks, 0), 1) AS wire_bytes_per_chunk, "
     "round({alias}wire_bytes / nullIf({alias}wired_content_bytes, 0), 2) AS wire_per_content_byte"
 )
-"""Chunk economics' ratios of its sums (``{alias}``: the sums' table alias and a dot, or nothing); the wire's over
-the streams whose wire bytes are known."""
+"""Chunk economics' ratios of its sums (``{alias}``: the sums' table alias and a dot, or nothing); tokens over the
+streams whose tokens were counted, and apart over those whose tokens were estimated; the wire's over the streams
+whose wire bytes are known."""
+_TOKEN_SUMS = (
+    "sumIf(tokens, NOT tokens_estimated) AS counted_tokens, "
+    "sumIf(content_chunks, NOT tokens_estimated) AS counted_chunks, "
+    "sumIf(tokens, tokens_estimated) AS estimated_tokens, sumIf(content_chunks, tokens_estimated) AS estimated_chunks"
+)
+"""The token sums of ``_CHUNK_RATIOS``, counted and estimated apart."""
 
 _CHUNK_PACE_SELECTED = figures_in(TABLE_HISTOGRAMS_SELECTED, "chunks_per_s")
 
@@ -83,7 +96,8 @@ CHUNK_ECONOMICS = Panel(
     "Chunk economics",
     "What a chunk costs: tokens (the mean) and wire bytes per chunk by provider and model, chunks per second; "
     "OTLP bytes received per stored chunk (the collector's request log) and bytes on disk per chunk "
-    "(ClickHouse parts).",
+    "(ClickHouse parts). Tokens per chunk are over the streams whose provider counted them; where it did not, "
+    "they are estimated from bytes (about 4 a token) and shown apart (estimated_tokens_per_chunk).",
     "table",
     f"""SELECT *,
     (SELECT round(sum(received_bytes) / nullIf(sum(rows['chunks']), 0), 2)
@@ -93,9 +107,9 @@ FROM (
     SELECT t.provider AS provider, t.model AS model, t.streams AS streams, t.chunks AS chunks,
         {_CHUNK_RATIOS.format(alias="t.")}, f.chunks_per_s_p50 AS chunks_per_s_p50
     FROM (
-        SELECT provider, model, sum(streams) AS streams, sum(content_chunks) AS chunks, sum(tokens) AS tokens,
-            sum(wire_bytes) AS wire_bytes, sum(wired_chunks) AS wired_chunks,
-            sum(wired_content_bytes) AS wired_content_bytes
+        SELECT provider, model, sum(streams) AS streams, sum(content_chunks) AS chunks,
+            {_TOKEN_SUMS}, sum(wire_bytes) AS wire_bytes,
+            sum(wired_chunks) AS wired_chunks, sum(wired_content_bytes) AS wired_content_bytes
         FROM stream_totals
         WHERE {TABLE_HISTOGRAMS_SELECTED} AND {SIZED}
         GROUP BY provider, model
@@ -108,7 +122,8 @@ FROM (
     UNION ALL
     SELECT provider, model, streams, chunks, {_CHUNK_RATIOS.format(alias="")}, chunks_per_s_p50
     FROM (
-        SELECT provider, model, count() AS streams, sum(content_chunks) AS chunks, sum(tokens) AS tokens,
+        SELECT provider, model, count() AS streams, sum(content_chunks) AS chunks,
+            {_TOKEN_SUMS},
             sum(wire_bytes) AS wire_bytes, sumIf(content_chunks, stream_metrics.wire_bytes > 0) AS wired_chunks,
             sumIf(content_bytes, stream_metrics.wire_bytes > 0) AS wired_content_bytes,
             round(quantileExact(0.5)(chunks_per_s), 1) AS chunks_per_s_p50
@@ -124,33 +139,33 @@ CHUNKING_CHANGES = Panel(
     "chunking_changes",
     "Chunking changes",
     f"Intervals where a provider and model's median tokens per chunk moved by {CHANGE_FACTOR}x or more from the "
-    f"interval before (at least {CHANGE_MIN_CHUNKS} chunks in each).",
+    f"interval before (at least {CHANGE_MIN_CHUNKS} chunks in each); counted and estimated tokens compared apart.",
     "table",
-    f"""SELECT time, provider, model, previous AS tokens_per_chunk_before, median AS tokens_per_chunk_after,
-    previous_chunks AS chunks_before, chunks AS chunks_after
+    f"""SELECT time, provider, model, tokens_kind, previous AS tokens_per_chunk_before,
+    median AS tokens_per_chunk_after, previous_chunks AS chunks_before, chunks AS chunks_after
 FROM (
-    SELECT time, provider, model, median, chunks,
+    SELECT time, provider, model, tokens_kind, median, chunks,
         lagInFrame(median) OVER w AS previous,
         lagInFrame(chunks) OVER w AS previous_chunks
     FROM (
-        SELECT {HISTOGRAM_INTERVAL} AS time, provider, model, sum(content_chunks) AS chunks,
+        SELECT {HISTOGRAM_INTERVAL} AS time, provider, model, {TOKENS_KIND}, sum(content_chunks) AS chunks,
             {median_of("sumMap(content_chunks_by_tokens)", "chunks")} AS median
         FROM stream_totals
         WHERE {HISTOGRAMS_SELECTED} AND {SIZED}
-        GROUP BY time, provider, model
+        GROUP BY time, provider, model, tokens_kind
         HAVING chunks > 0
         UNION ALL
-        SELECT $__timeInterval(start_time) AS time, provider, model, sum(content_chunks) AS chunks,
+        SELECT $__timeInterval(start_time) AS time, provider, model, {TOKENS_KIND}, sum(content_chunks) AS chunks,
             {median_of("sumMap(content_chunks_by_tokens)", "chunks")} AS median
         FROM stream_metrics
         WHERE {SELECTED} AND content_chunks > 0 AND {SIZED} AND NOT {ROUTES_ALL}
-        GROUP BY time, provider, model
+        GROUP BY time, provider, model, tokens_kind
     )
-    WINDOW w AS (PARTITION BY provider, model ORDER BY time ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
+    WINDOW w AS (PARTITION BY provider, model, tokens_kind ORDER BY time ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
 )
 WHERE previous_chunks >= {CHANGE_MIN_CHUNKS} AND chunks >= {CHANGE_MIN_CHUNKS}
     AND (median * {CHANGE_FACTOR} <= previous OR median >= previous * {CHANGE_FACTOR})
-ORDER BY time, provider, model""",
+ORDER BY time, provider, model, tokens_kind""",
 )
 
 CANCELLATION = Panel(

@@ -317,11 +317,13 @@ RETRACTED_TEXT = Panel(
     "Streams that showed text and then withdrew it (speculative drafts a verifier rejected, a replaced suffix), by "
     "model: the share of streams that did, how often, the tokens withdrawn per stream and as a share of the tokens "
     "shown, and how long the oldest withdrawn text had been on screen when it went (median and p95 over the "
-    "withdrawals). The final answer may be right; the reader watched it change.",
+    "withdrawals). The final answer may be right; the reader watched it change. The share of tokens is over the "
+    "streams whose tokens were counted (none estimated from bytes).",
     "table",
     f"""SELECT model, count() AS streams, round(countIf(retractions > 0) / count(), 3) AS retracting_share,
     sum(retractions) AS withdrawals, round(sum(retracted_tokens) / count(), 2) AS retracted_tokens_per_stream,
-    round(sum(retracted_tokens) / nullIf(sum(tokens), 0), 4) AS retracted_token_share,
+    round(sumIf(retracted_tokens, NOT tokens_estimated) / nullIf(sumIf(tokens, NOT tokens_estimated), 0), 4)
+        AS retracted_token_share,
     round(quantileExactArray(0.5)(retraction_shown_us) / 1000, 1) AS shown_before_retraction_p50_ms,
     round(quantileExactArray(0.95)(retraction_shown_us) / 1000, 1) AS shown_before_retraction_p95_ms
 FROM {streams_with()}

@@ -475,6 +475,7 @@ STREAM_TOTALS = pa.schema(  # streams summed per interval (migration 0033, rollu
         ("model", _LC),
         ("source", _LC),
         ("coverage", _LC),
+        ("tokens_estimated", pa.bool_()),  # counted and estimated tokens summed apart (migration 0037)
         *[(name, pa.uint64()) for name in STREAM_SUMS],
         ("content_chunks_by_tokens", pa.map_(pa.uint16(), pa.uint64())),
     ]

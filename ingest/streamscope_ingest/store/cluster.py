@@ -44,6 +44,8 @@ _CREATE_TABLE = re.compile(
 _CREATE_TABLE_AS = re.compile(rf"^CREATE TABLE (IF NOT EXISTS )?{_NAME}\s+AS\s+{_NAME}\s*$", re.S)
 _CREATE_VIEW = re.compile(rf"^CREATE (OR REPLACE )?VIEW (IF NOT EXISTS )?{_NAME}\s+(AS\s.*)$", re.S)
 _ALTER = re.compile(rf"^ALTER TABLE {_NAME}\s+(.*)$", re.S)
+_ADDED_TO_ORDER = re.compile(r",\s*MODIFY ORDER BY\s+(.*)$", re.S | re.I)
+"""``ADD COLUMN …, MODIFY ORDER BY (…)``: the new sorting key, which may end in only the columns added with it."""
 _DEDUPLICATION = re.compile(r"\bnon_replicated_deduplication_window\b")
 _TRUNCATE = re.compile(rf"^TRUNCATE TABLE (IF EXISTS )?{_NAME}\s*$")
 _EXCHANGE = re.compile(rf"^EXCHANGE TABLES {_NAME} AND {_NAME}\s*$")
@@ -153,6 +155,11 @@ class ClusterSchema:
             return [Statement(f"{local} MODIFY SETTING {listed}")]
         if verb in ("MODIFY TTL", "REMOVE TTL"):  # rows expire where they are stored
             return [Statement(f"{local} {action}")]
+        if verb == "ADD COLUMN" and (order := _ADDED_TO_ORDER.search(action)):
+            # a column added to the sorting key: the local table's key, the distributed table's column
+            table.engine = _ORDER_BY.sub(lambda _: f"ORDER BY {order.group(1).strip()}", table.engine, count=1)
+            added = action[: order.start()]
+            return [Statement(f"{local} {action}"), Statement(f"ALTER TABLE {name} {self._on()} {added}")]
         if verb in ("ADD COLUMN", "MODIFY COLUMN", "DROP COLUMN", "RENAME COLUMN", "COMMENT COLUMN"):
             # the distributed table carries the columns too (it reads the local ones by name)
             return [Statement(f"{local} {action}"), Statement(f"ALTER TABLE {name} {self._on()} {action}")]

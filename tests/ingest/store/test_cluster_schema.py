@@ -113,6 +113,15 @@ def columns(client) -> dict[str, list[tuple[str, str]]]:
     return tables
 
 
+def sorting_keys(client) -> dict[str, str]:
+    """Each MergeTree table's sorting key, by its name on one node (a cluster's local tables named as their own)."""
+    rows = client.query(
+        "SELECT table, sorting_key FROM system.tables WHERE database = currentDatabase() "
+        "AND engine LIKE '%MergeTree' AND table NOT LIKE 'schema\\_migrations%'"
+    ).result_rows
+    return {table.removesuffix(LOCAL_SUFFIX): key for table, key in rows}
+
+
 def test_the_rewrite_makes_the_single_node_tables_and_views_column_for_column(store_client, chdb_dir):
     _, statements = rewritten()
     cluster_like = store.connect(store.parse_dsn(f"chdb://{chdb_dir}?database=c_{uuid.uuid4().hex[:12]}"))
@@ -120,6 +129,7 @@ def test_the_rewrite_makes_the_single_node_tables_and_views_column_for_column(st
         cluster_like.command(declustered(statement, cluster_like), settings=statement.settings)
     single = columns(store_client)
     assert columns(cluster_like) == single
+    assert sorting_keys(cluster_like) == sorting_keys(store_client)  # a key a migration changed, changed on both
     assert {"streams", "chunks", "chunk_arrays", "chunk_timeline", "stream_metrics"} <= set(single)
 
 
