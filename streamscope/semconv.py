@@ -134,7 +134,7 @@ STREAMSCOPE_REPETITION_SCORE: Final = "streamscope.repetition_score"
 """Share (0 to 1) of repeated text in the tail of the stream; high values flag stuck generation loops. type double; recommended; sides: client, server, browser, gateway; streamscope extension."""
 
 STREAMSCOPE_HOST_WATCH: Final = "streamscope.host.watch"
-"""How the emitter watched its own host for streamscope.chunks.host_delay_us: an asyncio event loop's heartbeat, a thread's heartbeat, or the browser's Long Tasks API; absent when it did not watch. type string; recommended; sides: client, browser; streamscope extension."""
+"""How the emitter watched its own host for streamscope.chunks.host_delay_us: an asyncio event loop's heartbeat, a thread's heartbeat, or the browser's Long Tasks API; absent when it did not watch. type string; recommended; sides: client, server, browser, gateway; streamscope extension."""
 STREAMSCOPE_HOST_WATCH_VALUES: Final = ("asyncio", "thread", "longtask")
 
 
@@ -205,7 +205,7 @@ STREAMSCOPE_CHUNKS_RENDER_US: Final = "streamscope.chunks.render_us"
 """Microseconds of main-thread work the app spent rendering each chunk; 0 when not measured. type int64s; unit us; recommended (in the packed encoding, on the browser side); sides: browser; streamscope extension."""
 
 STREAMSCOPE_CHUNKS_HOST_DELAY_US: Final = "streamscope.chunks.host_delay_us"
-"""Microseconds of the wait before each chunk during which the reader's own host did not run it, in the hold the read waited out (its event loop ran late, its process was starved of CPU, the page's main thread ran a long task, ending just before the read): measured for the first chunk and for every chunk that came at least 100 ms after the one before it; 0 otherwise. type int64s; unit us; recommended (in the packed encoding, when the emitter watched its own host (streamscope.host.watch)); sides: client, browser; streamscope extension."""
+"""Microseconds of the wait before each chunk during which the emitter's own host did not run it, in the hold the chunk waited out (its event loop ran late, its process was starved of CPU, the page's main thread ran a long task, ending just before the chunk was read, or on a server or gateway sent): measured for the first chunk and for every chunk that came at least 100 ms after the one before it; 0 otherwise. On a server it is the serving process's own part of the gap (tokenising, detokenising, an interpreter busy with other requests), not the engine's. type int64s; unit us; recommended (in the packed encoding, when the emitter watched its own host (streamscope.host.watch)); sides: client, server, browser, gateway; streamscope extension."""
 
 STREAMSCOPE_CHUNKS_HOST_HELD_US: Final = "streamscope.chunks.host_held_us"
 """Microseconds of the longest hold of the reader's own host anywhere in the wait before each chunk, where longer than streamscope.chunks.host_delay_us (measured for the same chunks); 0 elsewhere, and absent when no chunk has one. A hold that ended well before the read did not delay the read itself, but a peer on the same host (an engine beside its load generator) was held too and sent late because of it. type int64s; unit us; recommended (in the packed encoding, when the emitter watched its own host and a hold fell inside a wait); sides: client; streamscope extension."""
@@ -232,7 +232,7 @@ STREAMSCOPE_CHUNK_RENDER_US: Final = "streamscope.chunk.render_us"
 """Microseconds of main-thread work the app spent rendering this chunk; 0 when not measured. type int; unit us; recommended (on streamscope.chunk events, on the browser side); sides: browser; streamscope extension."""
 
 STREAMSCOPE_CHUNK_HOST_DELAY_US: Final = "streamscope.chunk.host_delay_us"
-"""Microseconds of the wait before this chunk during which the reader's own host did not run it (see streamscope.chunks.host_delay_us); an event without it reads 0. type int; unit us; recommended (on streamscope.chunk events, when the emitter watched its own host (streamscope.host.watch)); sides: client, browser; streamscope extension."""
+"""Microseconds of the wait before this chunk during which the emitter's own host did not run it (see streamscope.chunks.host_delay_us); an event without it reads 0. type int; unit us; recommended (on streamscope.chunk events, when the emitter watched its own host (streamscope.host.watch)); sides: client, server, browser, gateway; streamscope extension."""
 
 STREAMSCOPE_CHUNK_HOST_HELD_US: Final = "streamscope.chunk.host_held_us"
 """Microseconds of the longest hold of the reader's own host in the wait before this chunk (see streamscope.chunks.host_held_us); an event without it reads 0. type int; unit us; recommended (on streamscope.chunk events, when the emitter watched its own host and a hold fell inside the wait); sides: client; streamscope extension."""
@@ -255,6 +255,7 @@ STREAMSCOPE_TRUTH_CAUSE_VALUES: Final = (
     "connection",
     "client_render",
     "client_host",
+    "server_host",
     "chunking_regression",
 )
 
@@ -271,6 +272,7 @@ class StreamscopeTruthCauseValues:
     CONNECTION: Final = "connection"
     CLIENT_RENDER: Final = "client_render"
     CLIENT_HOST: Final = "client_host"
+    SERVER_HOST: Final = "server_host"
     CHUNKING_REGRESSION: Final = "chunking_regression"
 
 

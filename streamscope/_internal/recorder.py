@@ -4,11 +4,12 @@ Per chunk it only appends four integers to lists (the hot path); the span, its a
 metrics are built once, at ``finish``. Application code calls these methods, so none of them raises:
 a failure is logged once and the stream is dropped from telemetry, never from the application.
 
-A client stream also watches its own host (``host_watch``: its event loop, else the process) while it runs,
-and for the first chunk and each chunk ``HOST_GAP_NS`` or more after the one before it keeps how much of that
-wait the host did not run the reader (streamscope.chunks.host_delay_us), and the longest hold anywhere in it
-when longer (streamscope.chunks.host_held_us): a stall of the client's own making is told from one of the
-network's. Checking for such a gap is one comparison a chunk.
+A stream also watches its own host (``host_watch``: its event loop, else the process) while it runs, and for
+the first chunk and each chunk ``HOST_GAP_NS`` or more after the one before it keeps how much of that wait the
+host did not run the reader, or on a server or gateway the sender (streamscope.chunks.host_delay_us), and on a
+client the longest hold anywhere in it when longer (streamscope.chunks.host_held_us): a stall of the client's own
+making is told from one of the network's, and a serving process too busy to send from its engine. Checking for
+such a gap is one comparison a chunk.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ def _warn_once(key: str, message: str, *args: object) -> None:
 
 _default_encoding: Encoding = "events" if os.environ.get(env.STREAMSCOPE_ENCODING) == "events" else "packed"
 _watch_host = env.host_watch_enabled()
+_WATCHING_SIDES = ("client", "server", "gateway")
+"""Sides that watch their own host (a browser's is watched by the page's snippet)."""
 
 
 def set_default_encoding(encoding: Encoding) -> None:
@@ -183,7 +186,7 @@ class StreamRecorder:
 
     def start(self) -> StreamRecorder:
         """Start the clock and the span; call just before sending the request (or, on a server, on receipt)."""
-        if self._side == "client" and _watch_host and self._watch is None:
+        if self._side in _WATCHING_SIDES and _watch_host and self._watch is None:
             self._watch_host()
         self._wall_start_ns = time.time_ns()
         self._start_ns = time.perf_counter_ns()
@@ -288,7 +291,7 @@ class StreamRecorder:
             return
         if late_us:
             self._host_delays[len(self._times)] = late_us
-        if held_us > late_us:
+        if held_us > late_us and self._side == "client":
             self._host_holds[len(self._times)] = held_us
 
     def retract(self, content_bytes: int, tokens: int = 0) -> None:

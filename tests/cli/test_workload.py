@@ -1,7 +1,7 @@
 """Every shipped scenario, run for real against a collector: ground truth for exactly the causes it injects, and
-for the times the clients' event loop, or the proxy's, did not run (recorded by their watchdogs on any run, most
-on a busy host: the client's host as ``client_host``, the proxy's pauses as ``connection`` of the streams it
-held)."""
+for the times the clients' event loop, an engine node's or the proxy's did not run (recorded by their watchdogs on
+any run, most on a busy host: the client's host as ``client_host``, a node's serving loop as ``server_host``, the
+proxy's pauses as ``connection`` of the streams it held)."""
 
 from __future__ import annotations
 
@@ -60,7 +60,8 @@ def test_scenario_ground_truth(storage_dsn, name):
             "WHERE attributes['streamscope.truth.detail.source'] = 'watchdog'"
         ).result_rows
         proxy = scenario.proxy.get("node", "proxy") if scenario.proxy else None
-        assert set(watched) <= {("client_host", True, CLIENT_SERVICE), ("connection", False, proxy)}
+        serving = {("server_host", True, node.node) for node in scenario.nodes}  # a node's serving loop ran late
+        assert set(watched) <= {("client_host", True, CLIENT_SERVICE), ("connection", False, proxy), *serving}
         host = query(
             "SELECT DISTINCT trace_id, node_name, attributes['streamscope.truth.detail.source'] FROM ground_truth "
             "WHERE cause = 'client_host'"

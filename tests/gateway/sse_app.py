@@ -1,8 +1,8 @@
 """A small Starlette app that streams as engines do, served by uvicorn in a thread of the test's process.
 
 ``POST /v1/chat/completions`` streams one Chat Completions chunk per word, a usage chunk and ``[DONE]`` when the body
-asks for a stream (``pace_s`` apart, if given; gzip-encoded, flushed per event, with ``"gzip": true``), answers JSON
-otherwise, and 400 for the model ``refuse``;
+asks for a stream (``pace_s`` apart, if given; gzip-encoded, flushed per event, with ``"gzip": true``; its event
+loop blocked before one event with ``"block_ms"``), answers JSON otherwise, and 400 for the model ``refuse``;
 ``POST /v1/messages`` streams Anthropic's events; ``POST /big`` streams ``count`` events of ``size`` bytes, counting
 how many it has handed to the server. Every request's headers are kept, in order.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import zlib
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -30,6 +31,8 @@ from tests.support import memory_provider
 
 WORDS = ["alpha ", "beta ", "gamma ", "delta ", "epsilon ", "zeta ", "eta ", "theta"]
 BIG_EVENT_BYTES = 65_536
+BLOCKED_EVENT = 4
+"""With ``"block_ms": N``, the app blocks its event loop for N ms before sending this event."""
 
 
 @dataclass
@@ -83,10 +86,12 @@ def create_app(seen: Seen, tracer_provider: TracerProvider) -> Starlette:
     """The app, with ``StreamMiddleware`` added as a server adds middleware it is told to load (vLLM's
     ``--middleware``: ``app.add_middleware``)."""
 
-    async def paced(events: list[str], pace_s: float) -> AsyncIterator[str]:
-        for event in events:
+    async def paced(events: list[str], pace_s: float, block_ms: float = 0) -> AsyncIterator[str]:
+        for index, event in enumerate(events):
             if pace_s:
                 await asyncio.sleep(pace_s)
+            if block_ms and index == BLOCKED_EVENT:  # synchronous work on the loop: the server's own host held
+                time.sleep(block_ms / 1000)
             yield event
 
     async def chat(request: Request) -> Response:
@@ -104,7 +109,9 @@ def create_app(seen: Seen, tracer_provider: TracerProvider) -> Starlette:
                 media_type="text/event-stream",
                 headers={"content-encoding": "gzip"},
             )
-        return StreamingResponse(paced(events, body.get("pace_s", 0.0)), media_type="text/event-stream")
+        return StreamingResponse(
+            paced(events, body.get("pace_s", 0.0), body.get("block_ms", 0)), media_type="text/event-stream"
+        )
 
     async def messages(request: Request) -> Response:
         seen.headers.append(dict(request.headers))

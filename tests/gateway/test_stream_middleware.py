@@ -14,7 +14,7 @@ from opentelemetry.trace import SpanKind
 
 import streamscope
 from streamscope import semconv as sc
-from tests.gateway.sse_app import WORDS, RunningApp, chat_events, running_app
+from tests.gateway.sse_app import BLOCKED_EVENT, WORDS, RunningApp, chat_events, running_app
 from tests.support import int64s, memory_provider, wait_until
 
 
@@ -115,3 +115,14 @@ def test_a_stream_asked_for_and_refused_is_an_error(app: RunningApp) -> None:
     assert server.attributes[sc.STREAMSCOPE_OUTCOME] == "error"
     assert server.attributes[sc.ERROR_TYPE] == "http_400"
     assert server.attributes[sc.GEN_AI_REQUEST_MODEL] == "refuse"
+
+
+def test_a_server_whose_own_loop_was_held_says_so_on_its_span(app: RunningApp) -> None:
+    read_stream(app.url, "/v1/chat/completions", {"model": "m", "stream": True, "block_ms": 300})
+
+    (server,) = stream_spans(app.spans, 1)
+    assert server.attributes[sc.STREAMSCOPE_HOST_WATCH] == "asyncio"
+    delays = chunks(server, sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US)
+    # the loop did not run for 300 ms before that event went out; its heartbeat was due within 20 ms of the start
+    assert delays[BLOCKED_EVENT] >= 280_000
+    assert sc.STREAMSCOPE_CHUNKS_HOST_HELD_US not in server.attributes  # a reader's figure, not a sender's

@@ -3,7 +3,9 @@
 In the clients' process, a node would slow whenever the clients' host is busy (it would wait for their
 interpreter), and a starved client would look like a slow engine: a correlation no deployment has. In its own
 process it is scheduled as any server on a busy machine is. Its spans and ground truth travel over OTLP to the
-collector, and its GPU agent runs beside it, as on a serving node.
+collector, and its GPU agent runs beside it, as on a serving node. A watchdog on the loop that serves it records
+each time that loop ran late as ``server_host`` ground truth: the serving process's own host, which the server
+spans' host watch reports.
 
 The child is ``python -m streamscope_cli.engine.process COLLECTOR_URL HOST``. It reads one line, the node's
 ``NodeRun`` (pickled, base64), prints the port it bound, and starts the scenario's schedule for the node (GPU
@@ -20,15 +22,18 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import httpx
 
 from streamscope.errors import StreamscopeError
-from streamscope_cli.child import STOP_TIMEOUT_S, ChildProcess
+from streamscope_cli.child import START_TIMEOUT_S, STOP_TIMEOUT_S, ChildProcess
 from streamscope_cli.engine.app import NodeConfig
 from streamscope_cli.workload.export_tally import Tally
 
 if TYPE_CHECKING:
     from streamscope_cli.engine.app import EngineNode
+    from streamscope_cli.workload.host_load import HostActivity
     from streamscope_cli.workload.scenario import ChunkingRegression, GpuEpisode
 
 ENGINE_SERVICE = "sim-engine"
@@ -103,6 +108,7 @@ def _serve(collector_url: str, host: str) -> None:
     from streamscope import otlp_exporter, setup
     from streamscope_cli.engine.app import EngineNode
     from streamscope_cli.workload.export_tally import SpanTally
+    from streamscope_cli.workload.host_load import HostActivity
     from streamscope_cli.workload.truth_export import OtlpGroundTruthSink, ground_truth_logger
     from streamscope_collector.serving import BackgroundServer, stop_on_signals, wait_until_set
     from streamscope_gpu_agent.agent import AgentConfig, GpuAgent
@@ -111,8 +117,10 @@ def _serve(collector_url: str, host: str) -> None:
     tallies = {SPANS: Tally(), TRUTH: Tally()}
     traces = setup(ENGINE_SERVICE, set_global=False, exporter=SpanTally(otlp_exporter(collector_url), tallies[SPANS]))
     logs = ground_truth_logger(ENGINE_SERVICE, collector_url, tallies[TRUTH])
-    node = EngineNode(run.config, sink=OtlpGroundTruthSink(logs, scenario=run.scenario), tracer_provider=traces)
-    server = BackgroundServer(node.app, host, 0, name=f"engine-{run.config.node}")
+    sink = OtlpGroundTruthSink(logs, scenario=run.scenario)
+    node = EngineNode(run.config, sink=sink, tracer_provider=traces)
+    watched = _Watched(node.app, HostActivity((), seed=0, sink=sink, node=run.config.node, cause="server_host"))
+    server = BackgroundServer(watched, host, 0, name=f"engine-{run.config.node}")
     url = f"http://{host}:{server.port}"
     agent = (
         GpuAgent(
@@ -131,6 +139,7 @@ def _serve(collector_url: str, host: str) -> None:
     try:
         with stop_on_signals(stop):
             server.start()
+            httpx.get(f"{url}/health", timeout=START_TIMEOUT_S).raise_for_status()  # the watchdog starts on it
             if agent is not None:
                 agent.start()
             print(server.port, flush=True)
@@ -143,6 +152,21 @@ def _serve(collector_url: str, host: str) -> None:
         traces.shutdown()
         logs.shutdown()
         print(json.dumps({kind: [t.exported, t.failed] for kind, t in tallies.items()}), flush=True)
+
+
+class _Watched:
+    """The node's app, with a watchdog on the loop that serves it, started by the first request (the loop runs
+    only then): each time the serving loop ran late is ``server_host`` ground truth of the node, as the clients'
+    watchdog records their own host's."""
+
+    def __init__(self, app: Any, activity: HostActivity) -> None:
+        self.app, self._activity, self._started = app, activity, False
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if not self._started:
+            self._started = True
+            await self._activity.__aenter__()  # its tasks end with the loop
+        await self.app(scope, receive, send)
 
 
 def _schedule_on_go(run: NodeRun, node: EngineNode, stop: threading.Event) -> None:

@@ -116,10 +116,12 @@ class HostActivity:
         seed: int,
         sink: GroundTruthSink | None,
         node: str,
+        cause: str = "client_host",
         heartbeat_s: float = HEARTBEAT_S,
         late_s: float = LATE_S,
     ) -> None:
-        self.loads, self.seed, self.sink, self.node = tuple(loads), seed, sink, node
+        """``cause``: what the records name (``server_host`` when the loop is a serving process's)."""
+        self.loads, self.seed, self.sink, self.node, self.cause = tuple(loads), seed, sink, node, cause
         self.heartbeat_s, self.late_s = heartbeat_s, late_s
         self._blocks: list[tuple[int, int]] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -184,11 +186,11 @@ class HostActivity:
         if self.sink is not None:
             self.sink.record(
                 GroundTruth(
-                    cause="client_host",
+                    cause=self.cause,
                     node=self.node,
                     start_ns=start_ns,
                     end_ns=end_ns,
                     magnitude=magnitude,
-                    detail={"target": "client", "source": source},
+                    detail={"target": "client" if self.cause == "client_host" else "server", "source": source},
                 )
             )

@@ -41,19 +41,21 @@ the frame that painted them. For each client stall:
    came late too. In a buffered stream a delay far longer than its siblings is a connection too, and so is a delay of
    content that had already been sent when the previous chunk arrived and that the path then held clearly longer than
    the gateway holds a chunk: a flush releases everything it holds, a stalled connection leaves the rest behind.
-5. The server's part: the engine on the stream's node, what hit this request before what the node went
-   through. A prefill burst in the window (``prefill_interference``: it slows every sequence in the batch);
-   then this request's own rhythm slowed as a draft collapse slows it (``spec_decode``, surer with an acceptance
-   drop seen on the node); then a preemption (``kv_pressure``); then the node's GPU failing (``gpu_fault``: an
-   XID error, the GPU lost or unavailable) or slowing its clocks for heat or power (``gpu_throttle``: every
-   step takes longer). A KV cache over its high-water mark stalls no
-   request by itself (a request waits when it is preempted): alone, it is the remaining explanation, with low
-   confidence; otherwise ``unknown``. A draft collapse is believed only if the rhythm could be that slow: it
-   leaves one token per step where the node's steps gave its acceptance length, so it stretches the stream's
-   usual server gap by about that factor, never into a freeze many times longer, and it slows a stretch, not
-   one chunk (``spec_decode_ruled_out`` in the evidence says why not).
-   With a recording gateway between the server and the client (``streamscope gateway``), the path's part is split at
-   it: held at the gateway, or after it (``held_at`` in the evidence).
+5. The server's part: first the serving process's own, the time its host did not run it before it sent (the server
+   span's ``host_delay_us``: an API server busy tokenising or detokenising, its interpreter shared with other
+   requests, its process starved of CPU): ``server_host`` when that is the largest part of the wait, or, with nothing
+   on the node explaining the rest, when it held a third of the wait. The rest is the engine on the stream's node,
+   what hit this request before what the node went through. A prefill burst in the window (``prefill_interference``:
+   it slows every sequence in the batch); then this request's own rhythm slowed as a draft collapse slows it
+   (``spec_decode``, surer with an acceptance drop seen on the node); then a preemption (``kv_pressure``); then the
+   node's GPU failing (``gpu_fault``: an XID error, the GPU lost or unavailable) or slowing its clocks for heat or
+   power (``gpu_throttle``: every step takes longer). A KV cache over its high-water mark stalls no request by itself
+   (a request waits when it is preempted): alone, it is the remaining explanation, with low confidence; otherwise
+   ``unknown``. A draft collapse is believed only if the rhythm could be that slow: it leaves one token per step
+   where the node's steps gave its acceptance length, so it stretches the stream's usual server gap by about that
+   factor, never into a freeze many times longer, and it slows a stretch, not one chunk (``spec_decode_ruled_out`` in
+   the evidence says why not). With a recording gateway between the server and the client (``streamscope gateway``),
+   the path's part is split at it: held at the gateway, or after it (``held_at`` in the evidence).
 6. Across streams: a late arrival on one stream is that connection's, but when a host the stream shares with
    others (its client process, the endpoint it streamed from, its serving node) held at least
    ``pause_witnesses`` of its other streams that had content due over the same time, and half of those that
@@ -396,6 +398,7 @@ def attribute(
                 _host_alone(stall, int(host[np.searchsorted(c_index, stall.seq)]), rules)
         return stalls
     s_index, s_offsets, s_cumulative = server.content()
+    s_host = _host_delays(server, s_index)
     arrivals = Arrivals.of(client, server)
     s_gaps = np.diff(s_offsets)
     network: dict[int, tuple[Stall, int]] = {}  # content position -> the stall and how long the path held it
@@ -414,7 +417,15 @@ def attribute(
         server_part = _server_part(wait, stall.path_delay_us)
         # the client's own host not reading is part of the chunk's lateness after it was sent, at most all of it
         host_part = min(int(host[k]), wait - server_part) if host is not None else 0
-        parts = {"server": server_part, Cause.CLIENT_HOST: host_part, "network": wait - server_part - host_part}
+        # the serving process's own host not sending is part of the server's, at most all of it
+        sender = int(s_host[j_before + 1 : j_through + 1].sum()) if s_host is not None else 0
+        sender_part = min(sender, server_part)
+        parts = {
+            "server": server_part - sender_part,
+            Cause.CLIENT_HOST: host_part,
+            Cause.SERVER_HOST: sender_part,
+            "network": wait - server_part - host_part,
+        }
         stall.evidence.update(
             server_gap_ms=f"{server_gap / 1000:.1f}",
             client_gap_ms=f"{stall.gap_us / 1000:.1f}",
@@ -423,6 +434,8 @@ def attribute(
         )
         if host is not None:
             stall.evidence["host_delay_ms"] = f"{host[k] / 1000:.1f}"
+        if sender:
+            stall.evidence["server_host_delay_ms"] = f"{sender / 1000:.1f}"
         window = (server.start_us + int(s_offsets[j_before]), server.start_us + int(s_offsets[j_through]))
         engine, confidence, engine_evidence = _engine_cause(
             window,
@@ -451,6 +464,11 @@ def attribute(
                 # engine beside its load generator), which sent late once it ran again
                 stall.cause, stall.confidence = Cause.CLIENT_HOST, CIRCUMSTANTIAL
                 stall.evidence["host_held_ms"] = f"{held[k] / 1000:.1f}"
+            elif unexplained and sender_part >= rules.host_share * wait:
+                # nothing on the node explains the rest, and the serving process did not run for a third of it
+                stall.cause, stall.confidence = Cause.SERVER_HOST, INFERRED
+        elif primary == Cause.SERVER_HOST:
+            stall.cause, stall.confidence = Cause.SERVER_HOST, SEEN
         elif primary == Cause.CLIENT_HOST:
             stall.cause, stall.confidence = Cause.CLIENT_HOST, SEEN
             host_held[k] = (stall, parts[Cause.CLIENT_HOST])

@@ -34,7 +34,9 @@ stream it was reading. It holds a stream's content only from when the content re
 record of the path (a gateway's hold, a stalled connection) on the stall's trace still held it, the host's pause
 held back nothing, so its window starts where that hold ended. Such a record that overlapped no stall counts
 as undetected if it lasted at least the absolute threshold while some client stream was mid-answer (content
-received before it began and after it ended). Host records of other causes are not scored.
+received before it began and after it ended). A ``server_host`` record of a serving node (its serving loop ran
+late: no trace id) is a candidate, by time, for the stalls of the streams that node served. Host records of
+other causes are not scored.
 
 Attribution may name a second cause in ``evidence['secondary_cause']`` (a cause, or ``network`` for either
 path cause). It is counted apart, without changing the primary score: right when another record than the one
@@ -106,6 +108,16 @@ WHERE g.start_time >= {since:DateTime64(6)} AND g.trace_id != '' AND g.cause != 
 HOST_TRUTH_SQL = """
 SELECT cause, toUnixTimestamp64Micro(start_time), toUnixTimestamp64Micro(end_time)
 FROM ground_truth WHERE start_time >= {since:DateTime64(6)} AND trace_id = '' AND cause = {cause:String}
+"""
+SERVER_HOST_TRUTH_SQL = """
+SELECT node_name, toUnixTimestamp64Micro(start_time), toUnixTimestamp64Micro(end_time)
+FROM ground_truth WHERE start_time >= {since:DateTime64(6)} AND trace_id = '' AND cause = {cause:String}
+"""
+"""A serving process's own host records (no trace id): they label the stalls of the streams its node served."""
+SERVED_BY_SQL = """
+SELECT trace_id, any(node_name) FROM streams
+WHERE start_time >= {since:DateTime64(6)} - toIntervalMinute(10) AND side = 'server' AND node_name != ''
+GROUP BY trace_id
 """
 ANSWERING_SQL = """
 SELECT toUnixTimestamp64Micro(min(time)), toUnixTimestamp64Micro(max(time))
@@ -206,12 +218,20 @@ def score(client: Client, since: datetime, stall: StallRule | None = None) -> Sc
         truths = client.query(TRUTH_SQL, parameters={"since": since}).result_rows
         host = client.query(HOST_TRUTH_SQL, parameters={"since": since, "cause": HOST_CAUSE}).result_rows
         answering = client.query(ANSWERING_SQL, parameters={"since": since}).result_rows if host else []
+        serving = client.query(
+            SERVER_HOST_TRUTH_SQL, parameters={"since": since, "cause": Cause.SERVER_HOST}
+        ).result_rows
+        served = client.query(SERVED_BY_SQL, parameters={"since": since}).result_rows if serving else []
+    served_by: dict[str, str] = {trace: node for trace, node in served}
     by_trace: dict[str, list[Record]] = {}
     for trace, cause, start, end, magnitude, delayed_content, first_held, own_pause in truths:
         label = OWN_PAUSE if own_pause else cause
         by_trace.setdefault(trace, []).append(Record(label, start, end, magnitude, bool(delayed_content), first_held))
     host_records = [Record(cause, start, end, (end - start) / 1e6, False) for cause, start, end in host]
     host_candidates = [("", record) for record in host_records]  # candidates for every stall
+    node_candidates: dict[str, list[tuple[str, Record]]] = {}  # candidates for the stalls of a node's streams
+    for node, start, end in serving:
+        node_candidates.setdefault(node, []).append((f"node {node}", Record(Cause.SERVER_HOST, start, end, 0, False)))
     holds, upstream = _windows(by_trace, PATH_HOLDS), _windows(by_trace, HOLDS)
     result = Score()
     result.injected.update(r.cause for records in by_trace.values() for r in records if r.cause != OWN_PAUSE)
@@ -221,7 +241,7 @@ def score(client: Client, since: datetime, stall: StallRule | None = None) -> Sc
     for trace, _, start, end, predicted, secondary, server_seq in stalls:
         best, best_match, labelled_by = "none", -1.0, -1
         records = by_trace.get(trace, [])
-        candidates = [(trace, r) for r in records] + host_candidates
+        candidates = [(trace, r) for r in records] + host_candidates + node_candidates.get(served_by.get(trace, ""), [])
         for index, (key, record) in enumerate(candidates):
             cause, t_start, t_end = record.cause, record.start_us, record.end_us
             overlap = min(end, t_end) - max(start, t_start)
@@ -230,6 +250,8 @@ def score(client: Client, since: datetime, stall: StallRule | None = None) -> Sc
             hit.add((key, t_start, t_end))
             if not key:
                 overlap = min(end, t_end) - max(start, _reached_client(t_start, upstream.get(trace, [])))
+            elif key != trace:  # a serving process's hold: it held what its node had yet to send
+                pass
             elif record.held_before(server_seq):
                 continue
             match = overlap / (max(end, t_end) - min(start, t_start) + 1)

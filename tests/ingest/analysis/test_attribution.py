@@ -692,3 +692,23 @@ def test_with_a_gateway_between_them_the_paths_part_is_split_where_the_content_w
     assert float(after.evidence["after_gateway_ms"]) == pytest.approx(900, abs=1)
     without = only(attribute(held(server, (12, 900)), server, [], spec_active=False, rules=RULES))
     assert "held_at" not in without.evidence
+
+
+def test_a_serving_process_that_did_not_run_is_server_host_not_its_engine():
+    """The server's gap is the serving process's own: its host watch saw it not running for most of the gap (an API
+    server busy tokenising, its interpreter shared with other requests), with nothing on the node to explain it."""
+    late = with_gap(11, 400)
+    client = timeline(late, start_us=1_000_000_000 + 3 * MS)
+    stall = only(attribute(client, watched(timeline(late), {12: 370}), [], spec_active=False, rules=RULES))
+    assert (stall.cause, stall.confidence, stall.evidence["server_host_delay_ms"]) == ("server_host", 0.85, "370.0")
+    # a prefill on the node in the window does not take a gap the serving process itself held the longer part of;
+    # it is named second
+    prefill = [event("prefill_burst", timeline(late), 12)]
+    stall = only(attribute(client, watched(timeline(late), {12: 250}), prefill, spec_active=False, rules=RULES))
+    assert stall.cause == "server_host" and stall.evidence["secondary_cause"] == "prefill_interference"
+    # a server that held only a little of it leaves the gap to the node's explanation
+    stall = only(attribute(client, watched(timeline(late), {12: 60}), prefill, spec_active=False, rules=RULES))
+    assert stall.cause == "prefill_interference"
+    # with nothing on the node, a serving process that did not run for a third of the wait is the cause anyway
+    stall = only(attribute(client, watched(timeline(late), {12: 150}), [], spec_active=False, rules=RULES))
+    assert (stall.cause, stall.confidence) == ("server_host", 0.6)

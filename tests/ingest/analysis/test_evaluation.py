@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from streamscope import semconv as sc
 from streamscope_ingest.analysis.evaluation import Score, score
 from tests.support import T0, store_spans, stream_span
 
@@ -228,3 +229,21 @@ def test_the_proxys_own_pauses_are_counted_apart_not_scored(store_client):
     assert result.own_pauses == {"client_host": 1}
     assert result.recall("connection") == result.precision("connection") == 1.0
     assert result.injected == {"connection": 1}
+
+
+def test_a_serving_nodes_own_host_labels_the_stalls_of_the_streams_it_served(store_client):
+    on_n1, on_n2 = f"{7:032x}", f"{8:032x}"
+    node = sc.STREAMSCOPE_NODE_NAME
+    servers = [
+        stream_span(trace, 2, side="server", offsets_ms=[100, 200], tokens=[1, 1], attributes={node: name})
+        for trace, name in ((7, "n1"), (8, "n2"))
+    ]
+    store_spans(store_client, servers, service="sim-engine")
+    record = truth("server_host", 1000, 1500)
+    record[4] = "n1"  # the node whose serving loop ran late
+    result = scored(
+        store_client,
+        [stall(on_n1, 1000, 1500, "server_host"), stall(on_n2, 1000, 1500, "server_host")],
+        [record],
+    )
+    assert result.confusion == {("server_host", "server_host"): 1, ("none", "server_host"): 1}
