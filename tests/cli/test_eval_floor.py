@@ -5,8 +5,9 @@ The scenarios here keep enough injected stalls when shortened for a 0.9 floor to
 verdicts hold on a loaded machine: the clients watch their own host (a load generator beside its engines pauses
 now and then), and the workload records when its client loop really ran late as ``client_host`` ground truth,
 so a busy host is scored like any other cause. The floor holds for the causes a scenario injects; the few stalls
-a busy host adds of its own must never be blamed on the network or an engine. Two come from the attribution
-benchmark's tuning set (repeated short connection stalls; a client whose event loop is blocked on a schedule).
+a busy host adds of its own must never be blamed on the network or an engine. Three come from the attribution
+benchmark's tuning set (repeated short connection stalls; a client whose event loop is blocked on a schedule; a
+node whose API server's serving loop is).
 Left to `streamscope eval` and `python -m benchmarks.attribution_accuracy` at full size: kv-pressure builds up
 too few preemptions in a short run, and flaky-network and mixed score ``connection`` over a dozen stalls or
 fewer; in gpu-trouble a busy host's own pauses land inside the GPU's throttles (slow steps a few hundred
@@ -31,6 +32,7 @@ CASES = {
     "gateway-buffering": (40, {"network_buffering": 10}),
     str(TUNING / "short-stalls.yaml"): (40, {"connection": 10}),
     str(TUNING / "client-host.yaml"): (40, {"client_host": 10}),
+    str(TUNING / "busy-api-server.yaml"): (40, {"server_host": 10}),
 }
 
 

@@ -62,7 +62,22 @@ BASE = {"name": "x", "seed": 1, "nodes": [{"name": "a"}]}
         ({"inject": {"prefill_storm": {"node": "zz", "every_s": 1}}}, "does not have"),
         ({"nodes": [{"name": "a", "scheduler": {"num_blocks": 0}}]}, "must be positive"),
         ({"nodes": [{"name": "a", "flavor": "tgi"}]}, "flavor must be vllm or sglang"),
-        ({"inject": {"host_load": {"target": "gpu", "period_s": 1, "busy_ms": 5}}}, "target must be client or machine"),
+        (
+            {"inject": {"host_load": {"target": "gpu", "period_s": 1, "busy_ms": 5}}},
+            "target must be client, server or machine",
+        ),
+        (
+            {"inject": {"host_load": {"target": "server", "period_s": 1, "busy_ms": 5}}},
+            "host_load.node must name the node whose serving loop is blocked",
+        ),
+        (
+            {"inject": {"host_load": {"target": "server", "node": "zz", "period_s": 1, "busy_ms": 5}}},
+            "inject.host_load names node 'zz', which the scenario does not have",
+        ),
+        (
+            {"inject": {"host_load": {"target": "server", "node": "a", "period_s": 1, "busy_ms": 5, "processes": 2}}},
+            "unknown key(s) processes",
+        ),
         ({"inject": {"host_load": {"target": "client", "busy_ms": 5}}}, "period_s and busy_ms are required"),
         ({"inject": {"host_load": {"target": "client", "period_s": 1, "busy_ms": -5}}}, "must be positive numbers"),
         ({"inject": {"host_load": {"target": "client", "period_s": 1, "busy_ms": 1000}}}, "busy_ms must be shorter"),

@@ -122,3 +122,28 @@ def test_a_client_host_load_records_each_block_of_the_client_process(storage_dsn
         assert rows == [("client_host", CLIENT_SERVICE, "", scenario.name, 0.3, 1)]
     finally:
         collector.stop()
+
+
+def test_a_server_host_load_blocks_only_its_nodes_serving_loop_and_records_each_block(storage_dsn):
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "attribution" / "tuning" / "busy-api-server.yaml"
+    scenario = load_scenario(str(path))
+    loads = (HostLoad("server", period_s=1.0, busy_ms=300, start_s=0.5, node="node-1"),)
+    scenario = replace(scenario, load=replace(scenario.load, streams=30), host_load=loads)
+    collector = Collector(CollectorConfig(storage_dsn=storage_dsn, http_port=0, grpc_port=None)).start()
+    try:
+        report = run_load(scenario, collector.http_url, agents=False)
+        client = collector.query_client
+        wait_for_rows(client, "SELECT count() FROM streams WHERE side = 'client'", report.planned, timeout_s=30)
+        injected = "attributes['streamscope.truth.detail.source'] = 'injected'"
+        at_least = max(1, int(report.duration_s) - 2)
+        wait_for_rows(client, f"SELECT count() FROM ground_truth WHERE {injected}", at_least, timeout_s=30)
+        rows = client.query(
+            "SELECT DISTINCT cause, node_name, trace_id, magnitude, "
+            f"dateDiff('millisecond', start_time, end_time) >= 300 FROM ground_truth WHERE {injected}"
+        ).result_rows
+        assert rows == [("server_host", "node-1", "", 0.3, 1)]
+        # the clients' loop was not blocked: no client host record says it was injected there
+        clients = f"SELECT count() FROM ground_truth WHERE {injected} AND cause = 'client_host'"
+        assert client.query(clients).result_rows == [(0,)]
+    finally:
+        collector.stop()

@@ -34,7 +34,7 @@ from streamscope_cli.workload.export_tally import Tally
 if TYPE_CHECKING:
     from streamscope_cli.engine.app import EngineNode
     from streamscope_cli.workload.host_load import HostActivity
-    from streamscope_cli.workload.scenario import ChunkingRegression, GpuEpisode
+    from streamscope_cli.workload.scenario import ChunkingRegression, GpuEpisode, HostLoad
 
 ENGINE_SERVICE = "sim-engine"
 GPU_INTERVAL_S = 0.25
@@ -53,6 +53,9 @@ class NodeRun:
     scenario: str
     gpu_episodes: tuple[GpuEpisode, ...] = ()
     chunking_regression: ChunkingRegression | None = None
+    host_load: tuple[HostLoad, ...] = ()
+    """Blocks of the node's serving loop (``target: server``)."""
+    seed: int = 0
     agent: bool = True
     """A GPU agent beside the node, reading its /metrics and its simulated GPU's dcgm-exporter endpoint."""
 
@@ -119,7 +122,8 @@ def _serve(collector_url: str, host: str) -> None:
     logs = ground_truth_logger(ENGINE_SERVICE, collector_url, tallies[TRUTH])
     sink = OtlpGroundTruthSink(logs, scenario=run.scenario)
     node = EngineNode(run.config, sink=sink, tracer_provider=traces)
-    watched = _Watched(node.app, HostActivity((), seed=0, sink=sink, node=run.config.node, cause="server_host"))
+    serving = HostActivity(run.host_load, seed=run.seed, sink=sink, node=run.config.node, cause="server_host")
+    watched = _Watched(node.app, serving)
     server = BackgroundServer(watched, host, 0, name=f"engine-{run.config.node}")
     url = f"http://{host}:{server.port}"
     agent = (
@@ -155,9 +159,9 @@ def _serve(collector_url: str, host: str) -> None:
 
 
 class _Watched:
-    """The node's app, with a watchdog on the loop that serves it, started by the first request (the loop runs
-    only then): each time the serving loop ran late is ``server_host`` ground truth of the node, as the clients'
-    watchdog records their own host's."""
+    """The node's app, with a watchdog on the loop that serves it (and the scenario's blocks of that loop), started
+    by the first request (the loop runs only then): each time the serving loop ran late is ``server_host`` ground
+    truth of the node, as the clients' watchdog records their own host's."""
 
     def __init__(self, app: Any, activity: HostActivity) -> None:
         self.app, self._activity, self._started = app, activity, False

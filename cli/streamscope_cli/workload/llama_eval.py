@@ -110,6 +110,9 @@ def parse(document: dict[str, Any], where: str) -> LlamaScenario:
     impairments = proxy.get("impairments", [])
     if not isinstance(impairments, list):
         raise ScenarioError(f"{where}: proxy.impairments must be a list")
+    host_load = parse_host_loads(inject.get("host_load"), f"{where}: inject.host_load")
+    if any(busy.target == "server" for busy in host_load):
+        raise ScenarioError(f"{where}: inject.host_load target server blocks a simulated node's serving loop only")
     return LlamaScenario(
         name,
         seed,
@@ -118,7 +121,7 @@ def parse(document: dict[str, Any], where: str) -> LlamaScenario:
         parallel,
         step_tokens,
         long_prompts,
-        parse_host_loads(inject.get("host_load"), f"{where}: inject.host_load"),
+        host_load,
         tuple(impairments),
     )
 

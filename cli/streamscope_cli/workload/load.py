@@ -82,6 +82,8 @@ def start_workload(
                     if scenario.chunking_regression and scenario.chunking_regression.node == config.node
                     else None
                 ),
+                host_load=tuple(h for h in scenario.host_load if h.target == "server" and h.node == config.node),
+                seed=scenario.seed,
                 agent=agents,
             )
             workload.engines.append(EngineProcess(run, collector_url=collector_url, host=host).start())
@@ -140,7 +142,8 @@ async def drive(
     report = LoadReport(planned=len(streams))
     gate = asyncio.Semaphore(scenario.load.concurrency)
     limits = httpx.Limits(max_connections=scenario.load.concurrency * 2, max_keepalive_connections=64)
-    host = HostActivity(scenario.host_load, seed=scenario.seed, sink=sink, node=CLIENT_SERVICE)
+    on_clients = [load for load in scenario.host_load if load.target != "server"]  # a server's runs on its node
+    host = HostActivity(on_clients, seed=scenario.seed, sink=sink, node=CLIENT_SERVICE)
     async with host, httpx.AsyncClient(timeout=httpx.Timeout(120.0, connect=10.0), limits=limits) as client:
 
         async def one(stream: PlannedStream) -> None:

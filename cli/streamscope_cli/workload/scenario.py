@@ -14,6 +14,9 @@ or a list of them (workload/host_load.py runs them and records what they did):
   CPU-bound work every P s, as an application doing synchronous work on its loop would; B < P * 1000.
 - ``{target: machine, processes: N, period_s: P, busy_ms: B}``: N child processes spin on the CPU B ms in
   every P s for the whole run (B = P * 1000 keeps them always on), each at its own phase drawn from the seed.
+- ``{target: server, node: NODE, period_s: P, busy_ms: B}`` (``start_s`` and ``jitter`` as for a client): the
+  event loop serving that engine node is blocked the same way, as an API server busy tokenising would be; each
+  block is a ``server_host`` record of the node.
 """
 
 from __future__ import annotations
@@ -153,20 +156,24 @@ class GpuFault(GpuEpisode):
 
 @dataclass(frozen=True)
 class HostLoad:
-    """Load on the clients' host (``inject.host_load``; the module docstring says what each target does)."""
+    """Load on a host (``inject.host_load``; the module docstring says what each target does)."""
 
     target: str
-    """``client`` (block the clients' event loop) or ``machine`` (busy child processes)."""
+    """``client`` (block the clients' event loop), ``server`` (block a node's serving loop) or ``machine`` (busy
+    child processes)."""
     period_s: float
     busy_ms: float
     start_s: float | None = None
     jitter: float = 0.0
     processes: int = 0
     """Spinning processes (target machine only)."""
+    node: str | None = None
+    """The node whose serving loop is blocked (target server only)."""
 
 
 HOST_LOAD_KEYS = {
     "client": {"target", "period_s", "busy_ms", "start_s", "jitter"},
+    "server": {"target", "node", "period_s", "busy_ms", "start_s", "jitter"},
     "machine": {"target", "processes", "period_s", "busy_ms"},
 }
 
@@ -375,6 +382,9 @@ def parse(document: Any, where: str) -> Scenario:
             raise ScenarioError(f"{where}: inject.spec_collapse needs spec_decode on every node")
         collapse = SpecCollapse(collapse.fraction, tuple(collapse.window))
     host_load = parse_host_loads(inject.get("host_load"), f"{where}: inject.host_load")
+    for busy in host_load:
+        if busy.target == "server" and busy.node not in names:
+            raise ScenarioError(f"{where}: inject.host_load names node {busy.node!r}, which the scenario does not have")
     description = str(document.get("description", ""))
     return Scenario(
         name, seed, description, load, nodes, proxy, storm, collapse, regression, host_load, throttle, fault
@@ -401,12 +411,12 @@ def _host_load(raw: Any, where: str) -> HostLoad:
         raise ScenarioError(f"{where} must be a mapping (or a list of them)")
     target = raw.get("target")
     if target not in HOST_LOAD_KEYS:
-        raise ScenarioError(f"{where}.target must be client or machine")
+        raise ScenarioError(f"{where}.target must be client, server or machine")
     known_keys(raw, HOST_LOAD_KEYS[target], where)
     if not all(_number(raw.get(key)) and raw[key] > 0 for key in ("period_s", "busy_ms")):
         raise ScenarioError(f"{where}: period_s and busy_ms are required and must be positive numbers")
     period, busy = float(raw["period_s"]), float(raw["busy_ms"])
-    if target == "client":
+    if target in ("client", "server"):
         if busy >= period * 1000:
             raise ScenarioError(f"{where}: busy_ms must be shorter than the period (period_s * 1000)")
         start, jitter = raw.get("start_s"), raw.get("jitter", 0.0)
@@ -414,7 +424,10 @@ def _host_load(raw: Any, where: str) -> HostLoad:
             raise ScenarioError(f"{where}.start_s must be a number of seconds, 0 or more")
         if not (_number(jitter) and float(jitter) <= 1):
             raise ScenarioError(f"{where}.jitter must be between 0 and 1")
-        return HostLoad("client", period, busy, None if start is None else float(start), float(jitter))
+        node = raw.get("node")
+        if target == "server" and not (isinstance(node, str) and node):
+            raise ScenarioError(f"{where}.node must name the node whose serving loop is blocked")
+        return HostLoad(target, period, busy, None if start is None else float(start), float(jitter), node=node)
     if busy > period * 1000:
         raise ScenarioError(f"{where}: busy_ms must not exceed the period (busy_ms = period_s * 1000 is always on)")
     if not _positive_int(raw.get("processes")):
