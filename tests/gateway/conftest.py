@@ -27,13 +27,17 @@ EXPORT_DELAY_MS = "50"
 
 @contextmanager
 def gateway_process(
-    upstream: str, collector_url: str, export_delay_ms: str = EXPORT_DELAY_MS, node: str | None = None
+    upstream: str,
+    collector_url: str,
+    export_delay_ms: str = EXPORT_DELAY_MS,
+    node: str | None = None,
+    options: tuple[str, ...] = (),
 ) -> Iterator[str]:
-    """``streamscope gateway`` in front of ``upstream`` on a free port (``--node``, when given); yields its base URL,
-    stops it with SIGTERM."""
+    """``streamscope gateway`` in front of ``upstream`` on a free port (``--node``, when given, and ``options``);
+    yields its base URL, stops it with SIGTERM."""
     env = {**os.environ, "OTEL_BSP_SCHEDULE_DELAY": export_delay_ms}
     command = [*STREAMSCOPE, "gateway", "--upstream", upstream, "--port", "0", "--collector", collector_url]
-    command += ["--node", node] if node else []
+    command += [*(["--node", node] if node else []), *options]
     with tempfile.TemporaryFile("w+") as errors:
         child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
         try:

@@ -156,3 +156,17 @@ def test_a_json_body_past_a_mebibyte_still_names_the_model_and_carries_the_gatew
     ((model, chunks),) = gateway_rows(collector, 1, "request_model, chunk_count")
     assert (model, chunks) == ("long-context", len(chat_events(WORDS)))
     assert upstream.seen.headers[-1]["traceparent"] != traceparent  # the gateway's span is the upstream's parent
+
+
+def test_a_json_body_over_the_gateways_limit_is_a_413_naming_the_option(
+    upstream: RunningApp, collector: Collector
+) -> None:
+    body = {**STREAM, "messages": [{"role": "user", "content": "x" * (2 << 20)}]}
+    with gateway_process(upstream.url, collector.http_url, options=("--max-request-mib", "1")) as url:
+        refused = httpx.post(f"{url}/v1/chat/completions", json=body)
+        served = httpx.post(f"{url}/v1/chat/completions", json={**body, "messages": []})
+
+    assert refused.status_code == 413
+    assert "--max-request-mib (1 MiB)" in refused.json()["error"]["message"]
+    assert "x" * 20 not in refused.text  # the reason, never the value
+    assert served.status_code == 200 and len(upstream.seen.headers) == 1  # only the small one reached upstream

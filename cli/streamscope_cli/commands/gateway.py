@@ -22,9 +22,22 @@ from streamscope_cli.options import collector_option, fail_plainly
     metavar="NAME",
     help="The upstream's serving node, as its GPU agent names it: stalls are then judged with its engine events.",
 )
+@click.option(
+    "--max-request-mib",
+    default=64,
+    show_default=True,
+    type=click.IntRange(1, 1024),
+    help="Largest JSON request body, which the gateway reads whole (413 above it); other bodies stream through.",
+)
 @fail_plainly
 def gateway(
-    upstream: str, host: str, port: int, collector_url: str | None, service_name: str, node_name: str | None
+    upstream: str,
+    host: str,
+    port: int,
+    collector_url: str | None,
+    service_name: str,
+    node_name: str | None,
+    max_request_mib: int,
 ) -> None:
     """Forward every request to the engine and every answer back byte for byte, as it arrives; record the gateway
     side of each event stream (chunk times and sizes, usage, how it ended) in the caller's trace.
@@ -37,7 +50,7 @@ def gateway(
     from streamscope_cli.gateway.run import GatewayConfig, run_gateway
     from streamscope_collector.serving import connectable_host
 
-    config = GatewayConfig(upstream, host, port, collector_url, service_name, node_name)
+    config = GatewayConfig(upstream, host, port, collector_url, service_name, node_name, max_request_mib << 20)
     run_gateway(
         config,
         on_ready=lambda bound: click.echo(f"gateway on http://{connectable_host(host)}:{bound} -> {upstream}"),

@@ -5,8 +5,9 @@ the next read waits until the client's connection has taken the last, so a slow 
 instead of filling the gateway's memory. A client that leaves stops the exchange at once and closes the upstream
 connection, so the engine sees it close and frees the request's slot.
 
-A JSON request body (``application/json`` or ``+json``) is read whole first (a stream is asked for in it, and the
-recording reads it whatever its size); any other body is forwarded as it arrives.
+A JSON request body (``application/json`` or ``+json``) is read whole first, up to ``max_body_bytes`` (413 past it:
+a stream is asked for in it, and the recording reads it whatever its size); any other body is forwarded as it
+arrives.
 When ``StreamMiddleware`` records the request and it asked for a stream, the upstream gets the gateway span's trace
 context; otherwise the caller's is forwarded untouched.
 """
@@ -35,11 +36,17 @@ class ClientLeft(Exception):
     """The client went away while its request body was being forwarded."""
 
 
+class BodyTooLarge(Exception):
+    """A JSON request body longer than the gateway reads whole."""
+
+
 class Gateway:
     """The forwarding ASGI app, in front of ``upstream`` (a base URL whose path, if any, prefixes every request's)."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, max_body_bytes: int = 64 << 20) -> None:
+        """``max_body_bytes``: the largest JSON request body read whole; a longer one is answered 413."""
         self.upstream = upstream.rstrip("/")
+        self.max_body_bytes = max_body_bytes
         self._client: httpx.AsyncClient | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -71,7 +78,12 @@ class Gateway:
         headers = upstream_request_headers(scope)
         content: bytes | AsyncIterator[bytes] | None
         if is_json(_header(headers, b"content-type")):
-            content = await _whole_body(receive)
+            try:
+                content = await _whole_body(receive, self.max_body_bytes)
+            except BodyTooLarge:
+                limit = f"{self.max_body_bytes / (1 << 20):g} MiB"
+                await _answer_error(send, 413, f"request body over the gateway's --max-request-mib ({limit})")
+                return
             if content is None:
                 return  # the client left before its request was whole
             if recorded is not None:
@@ -146,14 +158,18 @@ async def _cancel_when_client_leaves(receive: Receive, scope: anyio.CancelScope)
     scope.cancel()
 
 
-async def _whole_body(receive: Receive) -> bytes | None:
-    """The request body, or None if the client left first."""
-    parts = []
+async def _whole_body(receive: Receive, limit: int) -> bytes | None:
+    """The request body, or None if the client left first; ``BodyTooLarge`` past ``limit`` bytes."""
+    parts, size = [], 0
     while True:
         message: Message = await receive()
         if message["type"] == "http.disconnect":
             return None
-        parts.append(message.get("body", b""))
+        part = message.get("body", b"")
+        size += len(part)
+        if size > limit:
+            raise BodyTooLarge
+        parts.append(part)
         if not message.get("more_body", False):
             return b"".join(parts)
 

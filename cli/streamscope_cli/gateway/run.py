@@ -35,6 +35,8 @@ class GatewayConfig:
     node_name: str | None = None
     """The serving node behind ``upstream`` (its GPU agent's name), carried by every span: a gateway in front of an
     engine with no recorder of its own is the engine's side of its streams."""
+    max_body_bytes: int = 64 << 20
+    """The largest JSON request body the gateway reads whole."""
 
     def __post_init__(self) -> None:
         try:
@@ -46,11 +48,14 @@ class GatewayConfig:
 
 
 def create_app(
-    upstream: str, tracer_provider: TracerProvider | None = None, node_name: str | None = None
+    upstream: str,
+    tracer_provider: TracerProvider | None = None,
+    node_name: str | None = None,
+    max_body_bytes: int = GatewayConfig.max_body_bytes,
 ) -> streamscope.StreamMiddleware:
     """The gateway as an ASGI app: forwarding, with every stream it relays recorded as its ``gateway`` side."""
     return streamscope.StreamMiddleware(
-        Gateway(upstream), side="gateway", node_name=node_name, tracer_provider=tracer_provider
+        Gateway(upstream, max_body_bytes), side="gateway", node_name=node_name, tracer_provider=tracer_provider
     )
 
 
@@ -60,7 +65,7 @@ def run_gateway(config: GatewayConfig, on_ready: Callable[[int], None] = lambda 
     provider = streamscope.setup(config.service_name, endpoint=config.collector_url, set_global=False)
     try:
         on_ready(sock.getsockname()[1])
-        serve(create_app(config.upstream, provider, config.node_name), sock)
+        serve(create_app(config.upstream, provider, config.node_name, config.max_body_bytes), sock)
     finally:
         sock.close()
         provider.shutdown()
