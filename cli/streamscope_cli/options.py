@@ -39,6 +39,11 @@ def collector_option(help: str, default: str | None = "http://127.0.0.1:4318") -
     )
 
 
+def max_request_mib_option(help: str) -> Callable[[Any], Any]:
+    """``--max-request-mib``: the largest request body a server of streamscope's reads (64 MiB by default)."""
+    return click.option("--max-request-mib", default=64, show_default=True, type=click.IntRange(1, 1024), help=help)
+
+
 def auth_file_option(help: str, required: bool = False) -> Callable[[Any], Any]:
     """``--auth-file``: the collector's YAML of bearer tokens and their tenants (docs/operations.md)."""
     return click.option(

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from streamscope import env
-from streamscope_cli.options import auth_file_option, fail_plainly, storage_option
+from streamscope_cli.options import auth_file_option, fail_plainly, max_request_mib_option, storage_option
 
 if TYPE_CHECKING:  # the command module stays light until it runs
     from streamscope_ingest.durability.spool import FsyncPolicy
@@ -38,13 +38,7 @@ if TYPE_CHECKING:  # the command module stays light until it runs
     help="Do not run the attribution job here. Collectors over one store share it by a lease (on a cluster, its "
     "claims are keys in Keeper), so every collector may run it.",
 )
-@click.option(
-    "--max-request-mib",
-    default=64,
-    show_default=True,
-    type=click.IntRange(1, 1024),
-    help="Largest request body, after decompression.",
-)
+@max_request_mib_option("Largest request body, after decompression.")
 @click.option(
     "--max-inflight-mib",
     default=256,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from streamscope_cli.options import collector_option, fail_plainly
+from streamscope_cli.options import collector_option, fail_plainly, max_request_mib_option
 
 
 @click.command()
@@ -22,12 +22,8 @@ from streamscope_cli.options import collector_option, fail_plainly
     metavar="NAME",
     help="The upstream's serving node, as its GPU agent names it: stalls are then judged with its engine events.",
 )
-@click.option(
-    "--max-request-mib",
-    default=64,
-    show_default=True,
-    type=click.IntRange(1, 1024),
-    help="Largest JSON request body, which the gateway reads whole (413 above it); other bodies stream through.",
+@max_request_mib_option(
+    "Largest JSON request body, which the gateway reads whole (413 above it); other bodies stream through."
 )
 @fail_plainly
 def gateway(
