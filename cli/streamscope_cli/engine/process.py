@@ -143,7 +143,8 @@ def _serve(collector_url: str, host: str) -> None:
     try:
         with stop_on_signals(stop):
             server.start()
-            httpx.get(f"{url}/health", timeout=START_TIMEOUT_S).raise_for_status()  # the watchdog starts on it
+            # the first request starts the serving loop's watchdog
+            httpx.get(f"{url}/health", timeout=START_TIMEOUT_S, trust_env=False).raise_for_status()
             if agent is not None:
                 agent.start()
             print(server.port, flush=True)
