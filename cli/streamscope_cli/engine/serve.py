@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from streamscope import setup
 from streamscope_cli.engine.app import EngineNode, NodeConfig
+from streamscope_cli.engine.process import ENGINE_SERVICE
 from streamscope_cli.workload.truth_export import OtlpGroundTruthSink, ground_truth_logger
 from streamscope_collector.serving import BackgroundServer, stop_on_signals, wait_until_set
 
@@ -56,8 +57,8 @@ def serve_engines(
 ) -> None:
     """Start every node on consecutive ports and block until a signal (or ``stop``)."""
     stop = stop or threading.Event()
-    traces = setup("sim-engine", endpoint=collector_url, set_global=False) if collector_url else None
-    logs = ground_truth_logger("sim-engine", collector_url) if collector_url else None
+    traces = setup(ENGINE_SERVICE, endpoint=collector_url, set_global=False) if collector_url else None
+    logs = ground_truth_logger(ENGINE_SERVICE, collector_url) if collector_url else None
     sink = OtlpGroundTruthSink(logs, scenario=scenario or "") if logs else None
     servers: list[BackgroundServer] = []
     try:
