@@ -3,10 +3,6 @@ from the fixtures tests/llama serves it with (one build per session)."""
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from streamscope_cli.llama.server import LlamaServer, ServerOptions
+from streamscope_cli.workload.llama_eval import CommandProcess
 from tests.llama.conftest import llama_server_binary, tiny_model
-from tests.support import STREAMSCOPE
 
 __all__ = ["engine", "gateway_process", "llama_server_binary", "tiny_model"]
 
@@ -35,24 +31,10 @@ def gateway_process(
 ) -> Iterator[str]:
     """``streamscope gateway`` in front of ``upstream`` on a free port (``--node``, when given, and ``options``);
     yields its base URL, stops it with SIGTERM."""
-    env = {**os.environ, "OTEL_BSP_SCHEDULE_DELAY": export_delay_ms}
-    command = [*STREAMSCOPE, "gateway", "--upstream", upstream, "--port", "0", "--collector", collector_url]
-    command += [*(["--node", node] if node else []), *options]
-    with tempfile.TemporaryFile("w+") as errors:
-        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
-        try:
-            assert child.stdout is not None
-            ready = re.search(r"gateway on (http://\S+) ->", child.stdout.readline())
-            if ready is None:
-                child.kill()
-                child.wait()
-                errors.seek(0)
-                raise AssertionError(f"the gateway did not start:\n{errors.read()}")
-            yield ready[1]
-        finally:
-            child.terminate()
-            child.wait(30)
-            child.stdout.close()  # type: ignore[union-attr]
+    arguments = ["gateway", "--upstream", upstream, "--port", "0", "--collector", collector_url]
+    arguments += [*(["--node", node] if node else []), *options]
+    with CommandProcess(*arguments, environment={"OTEL_BSP_SCHEDULE_DELAY": export_delay_ms}) as gateway:
+        yield gateway.listening_url
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ import random
 import re
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -210,8 +211,11 @@ def _run_clients(plan: ClientPlan, timeout_s: float) -> dict[str, int]:
 class CommandProcess:
     """A ``streamscope`` command in a process of its own, up once it prints its first line (where it listens)."""
 
-    def __init__(self, *arguments: str) -> None:
-        self._child = ChildProcess("streamscope_cli.main", *arguments, name=f"streamscope {arguments[0]}")
+    def __init__(self, *arguments: str, environment: Mapping[str, str] | None = None) -> None:
+        """``environment``: set in the command's environment on top of this process's."""
+        self._child = ChildProcess(
+            "streamscope_cli.main", *arguments, name=f"streamscope {arguments[0]}", environment=environment
+        )
         self.announced = ""
 
     def __enter__(self) -> CommandProcess:
