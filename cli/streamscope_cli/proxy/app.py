@@ -29,6 +29,8 @@ from streamscope_cli.proxy.config import ProxyConfig
 from streamscope_cli.proxy.framing import EventFramer
 from streamscope_cli.proxy.impairments import Dropped, Fact, Finish, Held, Schedule, Shaper, Stalled, StreamPlan, Write
 from streamscope_cli.workload.ground_truth import GroundTruth, GroundTruthSink
+from streamscope_ingest.analysis.evaluation import EXPLAINING_SHARE
+from streamscope_ingest.blocks.stalls import StallRule
 
 log = logging.getLogger("streamscope_cli.proxy")
 
@@ -42,11 +44,11 @@ _HOP_BY_HOP = frozenset(
 _NOT_FORWARDED_UP = _HOP_BY_HOP | {b"host", b"expect"}
 _NOT_FORWARDED_DOWN = _HOP_BY_HOP | {b"server", b"date"}  # the proxy's own server writes these
 HEARTBEAT_S = 0.010
-PAUSE_RECORDED_S = 0.200
-"""The proxy not running this long (its process starved on a busy machine) held every stream it relayed as a
-stalled connection holds one: recorded as ``connection`` ground truth of each (detail source ``watchdog``). It is
-TCP's minimum retransmission timeout, the shortest hold attribution names a connection's; shorter pauses are the
-jitter of a busy host, which no cause names."""
+PAUSE_RECORDED_S = EXPLAINING_SHARE * min(StallRule().relative_floor_us, StallRule.configured().threshold_us) / 1e6
+"""The proxy not running this long (its process starved on a busy machine) held every stream it relayed: recorded
+as ``connection`` ground truth of each (``detail.kind = paused``, source ``watchdog``), which scoring counts apart.
+It is the share of the shortest stall a record must hold to have made it: a shorter pause made no stall, and a
+longer one may have (all streams held together at once read as their endpoint's hold, whatever its length)."""
 _TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$")
 
 
