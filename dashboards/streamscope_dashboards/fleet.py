@@ -48,7 +48,8 @@ SELECT
     sumIf(wire_bytes, {SIZED}) / nullIf(sumIf(content_bytes, {SIZED} AND wire_bytes > 0), 0) AS wire_per_content_byte,
     countIf(outcome IN ('cancelled', 'disconnected')) / nullIf(countIf(outcome != 'unknown'), 0) AS cancel_rate,
     countIf(NOT {TIMED}) AS incomplete,
-    countIf(outcome = 'unknown') AS unknown_outcomes
+    countIf(outcome = 'unknown') AS unknown_outcomes,
+    countIf(ttft_us IS NULL) AS unknown_ttft
 FROM stream_metrics
 WHERE {SELECTED}
 """
@@ -88,7 +89,8 @@ class Summary:
     first_byte_lead_ms: float | None
     """Median time from the first byte to the first content chunk (a buffering gateway widens it)."""
     tokens_per_chunk: float | None
-    """Over the streams whose tokens were counted (the provider's usage per chunk, logprobs, the engine's)."""
+    """Over the streams whose tokens were counted (a provider's cumulative usage on every chunk, or the engine's own
+    count on its server span), never estimated from bytes."""
     wire_per_content_byte: float | None
     """Bytes on the wire per byte of content: the envelope overhead, over the streams whose wire bytes are known (a
     wrapper that reads parsed events, as the OpenAI client's, sees none)."""
@@ -106,12 +108,18 @@ class Summary:
     """Over the streams whose tokens were estimated from their bytes (about 4 a token): never mixed with the other."""
     unknown_outcomes: int = 0
     """Streams whose source did not say how they ended: out of the cancellation rate."""
+    unknown_ttft: int = 0
+    """Streams without a time to the first token (no token came, or their source timed none: chunk arrivals with
+    no content, a first chunk of any kind): out of the TTFT figures."""
 
     def rows(self, slo_us: int) -> list[tuple[str, str]]:
         """(metric, value) lines, as the demo and the report print them."""
         return [
             ("streams", f"{self.streams}"),
-            ("TTFT p50 / p95", _numbers((self.ttft_p50_ms, self.ttft_p95_ms), ".0f", " ms / ", " ms")),
+            (
+                "TTFT p50 / p95",
+                _numbers((self.ttft_p50_ms, self.ttft_p95_ms), ".0f", " ms / ", " ms") + self._unknown_ttft(),
+            ),
             (
                 "gap p50 / p95 / p99",
                 _numbers((self.gap_p50_ms, self.gap_p95_ms, self.gap_p99_ms), ".1f", " / ", " ms"),
@@ -143,6 +151,10 @@ class Summary:
         merging = parts > 1 and self.stored_bytes_per_chunk is not None
         return f" (over {parts} parts not merged yet: falls as they merge)" if merging else ""
 
+    def _unknown_ttft(self) -> str:
+        n = self.unknown_ttft
+        return f" (first token not timed: {n} stream{'s' if n != 1 else ''})" if n else ""
+
     def _unknown_outcomes(self) -> str:
         n = self.unknown_outcomes
         return f" (outcome unknown: {n} stream{'s' if n != 1 else ''})" if n else ""
@@ -152,9 +164,11 @@ def summarize(
     run: Query, ctx: QueryContext, slo_us: int, variables: Mapping[str, Sequence[str]] | None = None
 ) -> Summary:
     values = chosen(variables)
-    streams, ttft50, ttft95, p99p99, goodput, lead, per_chunk, estimated, envelope, cancels, incomplete, unknown = run(
-        resolve(STREAMS_SQL.replace("{slo_us}", str(int(slo_us))), ctx, values)
-    ).rows[0]
+    row = run(resolve(STREAMS_SQL.replace("{slo_us}", str(int(slo_us))), ctx, values)).rows[0]
+    streams, ttft50, ttft95, p99p99, goodput, lead, per_chunk, estimated, envelope, cancels, incomplete, unknown = row[
+        :12
+    ]
+    (unknown_ttft,) = row[12:]
     gap50, gap95, gap99, gaps = run(resolve(GAPS_SQL, ctx, values)).rows[0]
     if not gaps:
         gap50 = gap95 = gap99 = None
@@ -183,6 +197,7 @@ def summarize(
         stored_parts=int(parts),
         incomplete_streams=int(incomplete or 0),
         unknown_outcomes=int(unknown or 0),
+        unknown_ttft=int(unknown_ttft or 0),
     )
 
 

@@ -215,6 +215,12 @@ def test_openllmetry_streams_keep_each_chunks_arrival(collector, engine_url):
     assert (summary.streams, summary.incomplete_streams, summary.itl_goodput) == (3, 0, 1.0)  # the refused call too
     assert summary.tokens_per_chunk is None and summary.wire_per_content_byte is None
     assert summary.ttft_p50_ms is None  # no stream's first token is known: unknown, not the role chunk's time
+    assert (
+        summary.unknown_ttft == 3
+        and "first token not timed: 3 streams" in dict(summary.rows(400_000))["TTFT p50 / p95"]
+    )
+    told = told_the_sender(spans[0], "opentelemetry.instrumentation.openai.v1")
+    assert "the first arrival" in told and "time to the first token is unknown" in told  # and why
 
     # its metrics: durations, token usage and the time to the first token, each call counted once
     histograms_match(collector, seen, "opentelemetry.instrumentation.openai.v1", TO_ANY_CHUNK)
@@ -222,6 +228,20 @@ def test_openllmetry_streams_keep_each_chunks_arrival(collector, engine_url):
     assert {"gen_ai.client.operation.duration", "gen_ai.client.token.usage", "gen_ai.server.time_to_first_token"} <= (
         names
     )
+
+
+def told_the_sender(call: dict, scope: str) -> str:
+    """What ``partial_success`` tells the sender of a span the library recorded (``call``), decoded alone."""
+    span = Span(
+        trace_id=bytes.fromhex(call["trace_id"]),
+        span_id=bytes.fromhex(call["span_id"]),
+        name=call["name"],
+        start_time_unix_nano=call["start_ns"],
+        end_time_unix_nano=call["end_ns"],
+        attributes=[KeyValue(key=k, value=any_value(v)) for k, v in call["attributes"].items()],
+        events=[Span.Event(name=name, time_unix_nano=time) for name, time in call["events"]],
+    )
+    return decode_traces(trace_request([span], scope=scope), tenant="t").rejection_message("span")
 
 
 def test_opentelemetry_genai_streams_are_known_by_their_duration(collector, engine_url):
@@ -303,16 +323,7 @@ def test_util_genai_time_to_first_chunk_is_the_first_byte_not_the_first_token(co
     assert summary.ttft_p50_ms is None and summary.first_byte_lead_ms is None
 
     # what the sender is told: this figure is kept as the first byte, its first token unknown
-    span = Span(
-        trace_id=bytes.fromhex(calls[0]["trace_id"]),
-        span_id=bytes.fromhex(calls[0]["span_id"]),
-        name=calls[0]["name"],
-        start_time_unix_nano=calls[0]["start_ns"],
-        end_time_unix_nano=calls[0]["end_ns"],
-        attributes=[KeyValue(key=k, value=any_value(v)) for k, v in calls[0]["attributes"].items()],
-    )
-    decoded = decode_traces(trace_request([span], scope="opentelemetry.util.genai.handler"), tenant="t")
-    assert "time to the first token is unknown" in decoded.rejection_message("span")
+    assert "time to the first token is unknown" in told_the_sender(calls[0], "opentelemetry.util.genai.handler")
     histograms_match(collector, seen, "opentelemetry.util.genai.handler", TO_ANY_CHUNK)  # its metric, alike
 
 

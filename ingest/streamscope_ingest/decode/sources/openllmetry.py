@@ -25,6 +25,10 @@ SCOPES = ("opentelemetry.instrumentation.openai.",)
 CHUNK_EVENT = "gen_ai.content.completion.chunk"
 SPAN_NAMES = frozenset({"openai.chat", "openai.completion"})
 _RENAMES = {"gen_ai.system": sc.GEN_AI_PROVIDER_NAME}  # releases before the provider.name convention
+FIRST_ARRIVAL_NOTE = (
+    f"its {CHUNK_EVENT} events say when each chunk arrived, not what it carried: the first arrival (a role-only chunk "
+    "from OpenAI-compatible servers) is stored as the first byte; the time to the first token is unknown"
+)
 
 
 def read(scope: str, span: Message, attributes: Mapping[str, Any]) -> Foreign | None:
@@ -39,4 +43,6 @@ def read(scope: str, span: Message, attributes: Mapping[str, Any]) -> Foreign | 
         port = base.port or {"https": 443, "http": 80}.get(base.scheme)
         if port:
             values[sc.SERVER_PORT] = port
-    return Foreign(SOURCE, COVERAGE_ARRIVALS, arrivals_ns=event_times(span, CHUNK_EVENT), attributes=values)
+    arrivals = event_times(span, CHUNK_EVENT)
+    notes = (FIRST_ARRIVAL_NOTE,) if len(arrivals) else ()
+    return Foreign(SOURCE, COVERAGE_ARRIVALS, arrivals_ns=arrivals, attributes=values, notes=notes)
