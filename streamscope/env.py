@@ -34,6 +34,11 @@ STREAMSCOPE_COLLECTOR_URL: Final = "STREAMSCOPE_COLLECTOR_URL"
 """Base URL of a running collector for `streamscope sql` to query through (found automatically when it owns
 the embedded store)."""
 
+STREAMSCOPE_OPERATOR_TOKEN: Final = "STREAMSCOPE_OPERATOR_TOKEN"
+"""The operator token of the collector ``--collector-url`` names, when it runs elsewhere (its ``collector.json``,
+beside the store it owns, holds it): sent to that URL alone. Read from the environment only, so it stays out of
+process lists and shell history."""
+
 STREAMSCOPE_CORS_ORIGINS: Final = "STREAMSCOPE_CORS_ORIGINS"
 """The collector: origins (comma-separated, ``*`` for any) whose web pages may load the browser snippet and send
 browser spans."""

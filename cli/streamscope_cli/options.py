@@ -28,7 +28,8 @@ collector_url_option = click.option(
     default=None,
     metavar="URL",
     help="Query through the collector at this URL, the one that owns --storage's embedded store (found without "
-    "it while that collector runs).",
+    "it while that collector runs); one on another machine takes its operator token from "
+    f"{env.STREAMSCOPE_OPERATOR_TOKEN}.",
 )
 
 

@@ -4,6 +4,7 @@ through the collector that owns it."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
+from streamscope import env
 from streamscope.errors import StreamscopeError
 
 if TYPE_CHECKING:  # the server extra may not be installed where the SDK is
@@ -31,13 +33,18 @@ def opened_store(storage_dsn: str, collector_url: str | None) -> Iterator[Query]
     running = running_collector(target)
     url = (collector_url or (running.http_url if running else "")).rstrip("/")
     if url:
-        if running is None or running.http_url.rstrip("/") != url:  # its token goes to its own collector alone
+        if running is not None and running.http_url.rstrip("/") == url:  # its token goes to its own collector alone
+            headers = running.operator_headers
+        elif given := os.environ.get(env.STREAMSCOPE_OPERATOR_TOKEN):
+            headers = {"authorization": f"Bearer {given}"}
+        else:
             raise StreamscopeError(
                 f"no operator token for the collector at {url}: its SQL API answers the operator of the store it "
-                f"owns, whose token that collector writes beside the store; name the store with --storage chdb://PATH"
+                f"owns, whose token that collector writes beside the store (collector.json); name the store with "
+                f"--storage chdb://PATH, or give that token in {env.STREAMSCOPE_OPERATOR_TOKEN}"
                 f"{'' if running is None else f' (the one at {target.path} is owned by {running.http_url})'}"
             )
-        with httpx.Client(base_url=url, timeout=60.0, headers=running.operator_headers) as http:
+        with httpx.Client(base_url=url, timeout=60.0, headers=headers) as http:
             yield lambda query: sql.parse_result(_through_collector(http, query))
         return
     if target.embedded:

@@ -132,7 +132,8 @@ def test_sql_goes_through_the_collector_that_owns_the_embedded_store(collector_p
 
 def test_a_collectors_operator_token_goes_to_that_collector_alone(collector_process, tmp_path):
     """The token a collector writes beside its store is sent to that collector, never to another URL named with
-    --collector-url; such a URL ends in a message that says how to name the store."""
+    --collector-url; such a URL ends in a message that says how to name the store, or how to give that collector's
+    own token (STREAMSCOPE_OPERATOR_TOKEN, which goes to the URL named and nowhere else)."""
     _, url = collector_process
     authorizations = []
 
@@ -152,6 +153,15 @@ def test_a_collectors_operator_token_goes_to_that_collector_alone(collector_proc
         other.shutdown()
     assert authorizations == [] and elsewhere.returncode == 1
     assert f"owned by {url}" in elsewhere.stderr and "Traceback" not in elsewhere.stderr
+    assert "STREAMSCOPE_OPERATOR_TOKEN" in elsewhere.stderr  # how to query a collector on another machine
+    other = ThreadingHTTPServer(("127.0.0.1", 0), Recording)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        given = run("sql", "SELECT 1", "--collector-url", f"http://127.0.0.1:{other.server_port}",
+                    env_extra={**owned_by_default, "STREAMSCOPE_OPERATOR_TOKEN": "its-own"})  # fmt: skip
+    finally:
+        other.shutdown()
+    assert authorizations == ["Bearer its-own"] and given.returncode == 1 and "Traceback" not in given.stderr
     own = run("sql", "SELECT 1 AS one", "--collector-url", url, "--format", "json", env_extra=owned_by_default)
     assert own.returncode == 0 and json.loads(own.stdout) == [{"one": 1}], own.stderr
 
