@@ -330,6 +330,16 @@ def test_both_windows_at_20_percent_bad_burn_20x(store_client):
     assert fires(alerts.ITL_BURN_SLOW.uid, run_on(store_client), AT)
 
 
+def test_a_pause_before_a_tool_call_burns_the_itl_budget_as_any_stall(store_client):
+    """A pause before a tool call is a stall of the answer (docs/analytics.md): the SLO's rules count it as the
+    panels do, so a fifth of the streams pausing 500 ms before their tool call burn the budget 20x."""
+    tool_call = {sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK: 15}  # the chunk after the pause (halfway)
+    paused = streams(4, 2, gap_ms=500, attributes=tool_call) + streams(4, 40, gap_ms=500, attributes=tool_call)
+    store_spans(store_client, paused + streams(16, 2) + streams(16, 40))
+    assert store_client.query("SELECT countIf(tool_call_pause_us = 500000) FROM streams").result_rows == [(8,)]
+    assert evaluate(alerts.ITL_BURN_FAST.uid, run_on(store_client), AT) == {(): (pytest.approx(20.0), True)}
+
+
 @pytest.mark.parametrize(
     ("slow", "p99_of_p99_ms", "ttft_p95_ms", "firing"),
     [(0, 20, 100, False), (12, 1500, 2500, True)],
