@@ -143,24 +143,23 @@ def test_a_collectors_operator_token_goes_to_that_collector_alone(collector_proc
             self.send_response(401)
             self.end_headers()
 
-    other = ThreadingHTTPServer(("127.0.0.1", 0), Recording)
-    threading.Thread(target=other.serve_forever, daemon=True).start()
     owned_by_default = {"STREAMSCOPE_DATA_DIR": str(tmp_path)}
-    try:
-        elsewhere = run("sql", "SELECT 1", "--collector-url", f"http://127.0.0.1:{other.server_port}",
-                        env_extra=owned_by_default)  # fmt: skip
-    finally:
-        other.shutdown()
+
+    def sql_elsewhere(**env_extra: str) -> subprocess.CompletedProcess[str]:
+        """`streamscope sql` through --collector-url naming a recording server, not the store's collector."""
+        other = ThreadingHTTPServer(("127.0.0.1", 0), Recording)
+        threading.Thread(target=other.serve_forever, daemon=True).start()
+        try:
+            return run("sql", "SELECT 1", "--collector-url", f"http://127.0.0.1:{other.server_port}",
+                       env_extra={**owned_by_default, **env_extra})  # fmt: skip
+        finally:
+            other.shutdown()
+
+    elsewhere = sql_elsewhere()
     assert authorizations == [] and elsewhere.returncode == 1
     assert f"owned by {url}" in elsewhere.stderr and "Traceback" not in elsewhere.stderr
     assert "STREAMSCOPE_OPERATOR_TOKEN" in elsewhere.stderr  # how to query a collector on another machine
-    other = ThreadingHTTPServer(("127.0.0.1", 0), Recording)
-    threading.Thread(target=other.serve_forever, daemon=True).start()
-    try:
-        given = run("sql", "SELECT 1", "--collector-url", f"http://127.0.0.1:{other.server_port}",
-                    env_extra={**owned_by_default, "STREAMSCOPE_OPERATOR_TOKEN": "its-own"})  # fmt: skip
-    finally:
-        other.shutdown()
+    given = sql_elsewhere(STREAMSCOPE_OPERATOR_TOKEN="its-own")
     assert authorizations == ["Bearer its-own"] and given.returncode == 1 and "Traceback" not in given.stderr
     own = run("sql", "SELECT 1 AS one", "--collector-url", url, "--format", "json", env_extra=owned_by_default)
     assert own.returncode == 0 and json.loads(own.stdout) == [{"one": 1}], own.stderr

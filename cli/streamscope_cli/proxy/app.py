@@ -29,8 +29,7 @@ from streamscope_cli.proxy.config import ProxyConfig
 from streamscope_cli.proxy.framing import EventFramer
 from streamscope_cli.proxy.impairments import Dropped, Fact, Finish, Held, Schedule, Shaper, Stalled, StreamPlan, Write
 from streamscope_cli.workload.ground_truth import GroundTruth, GroundTruthSink
-from streamscope_ingest.analysis.evaluation import EXPLAINING_SHARE
-from streamscope_ingest.blocks.stalls import StallRule
+from streamscope_ingest.blocks.stalls import EXPLAINING_SHARE, StallRule
 
 log = logging.getLogger("streamscope_cli.proxy")
 
@@ -44,7 +43,7 @@ _HOP_BY_HOP = frozenset(
 _NOT_FORWARDED_UP = _HOP_BY_HOP | {b"host", b"expect"}
 _NOT_FORWARDED_DOWN = _HOP_BY_HOP | {b"server", b"date"}  # the proxy's own server writes these
 HEARTBEAT_S = 0.010
-PAUSE_RECORDED_S = EXPLAINING_SHARE * min(StallRule().relative_floor_us, StallRule.configured().threshold_us) / 1e6
+PAUSE_RECORDED_S = EXPLAINING_SHARE * StallRule.configured().shortest_us / 1e6
 """The proxy not running this long (its process starved on a busy machine) held every stream it relayed: recorded
 as ``connection`` ground truth of each (``detail.kind = paused``, source ``watchdog``), which scoring counts apart.
 It is the share of the shortest stall a record must hold to have made it: a shorter pause made no stall, and a

@@ -55,7 +55,7 @@ from clickhouse_connect.driver.client import Client
 from streamscope import semconv as sc
 from streamscope.semconv import StreamscopeTruthCauseValues as Cause
 from streamscope_ingest import store
-from streamscope_ingest.blocks.stalls import StallRule
+from streamscope_ingest.blocks.stalls import EXPLAINING_SHARE, StallRule
 
 STALL_CAUSES = tuple(c for c in sc.STREAMSCOPE_TRUTH_CAUSE_VALUES if c != "chunking_regression")
 DELAY_CAUSES = (
@@ -81,10 +81,6 @@ HOLDS = (*PATH_HOLDS, Cause.PREFILL_INTERFERENCE, Cause.KV_PRESSURE, Cause.GPU_F
 """Causes whose record's window is one in which the stream's content was held back altogether (a step that
 prefilled, a preempted request, a stopped GPU, the path), not merely slowed (a throttled GPU, a collapsed draft)."""
 MATCH_SLACK_US = 100_000
-EXPLAINING_SHARE = 1 / 3
-"""A record labels a stall only if it held the content for at least this share of the stall. A stall is at least
-three times its stream's usual gap, so two thirds of it or more is excess; a cause that held content for less
-than half of that excess (a 14 ms spec-decode slowdown inside a 215 ms node-wide pause) did not make it."""
 
 STALLS_SQL = """
 SELECT trace_id, seq, toUnixTimestamp64Micro(start_time), toUnixTimestamp64Micro(end_time), cause,

@@ -17,6 +17,12 @@ from streamscope import env
 if TYPE_CHECKING:
     import numpy as np
 
+EXPLAINING_SHARE = 1 / 3
+"""A delay made a stall only if it held the content for at least this share of it (how ground truth labels stalls).
+A stall is at least three times its stream's usual gap, so two thirds of it or more is excess; a cause that held
+content for less than half of that excess (a 14 ms spec-decode slowdown inside a 215 ms node-wide pause) did not
+make it."""
+
 DEFAULT_THRESHOLD_US = round(env.DEFAULT_STALL_THRESHOLD_MS * 1000)
 """The default stall threshold, and the ITL SLO the generated dashboards and alert rules read."""
 
@@ -29,6 +35,11 @@ class StallRule:
     relative_floor_us: int = 150_000
     """A gap at least this long (or the threshold, if lower) and ``relative_factor`` times the stream's median
     gap is a stall of that stream's rhythm."""
+
+    @property
+    def shortest_us(self) -> int:
+        """The shortest gap that can be a stall: the relative floor, or the threshold if lower."""
+        return min(self.relative_floor_us, self.threshold_us)
 
     @classmethod
     def configured(cls) -> StallRule:
@@ -50,5 +61,4 @@ class StallRule:
         import numpy as np  # here, not above: the panels and the CLI read the thresholds without numpy
 
         usual = np.maximum(median, 1.0)
-        floor = min(self.relative_floor_us, self.threshold_us)
-        return self.over_threshold(gaps) | ((gaps >= floor) & (gaps >= self.relative_factor * usual))
+        return self.over_threshold(gaps) | ((gaps >= self.shortest_us) & (gaps >= self.relative_factor * usual))
