@@ -210,6 +210,9 @@ STREAMSCOPE_CHUNKS_HOST_DELAY_US: Final = "streamscope.chunks.host_delay_us"
 STREAMSCOPE_CHUNKS_HOST_HELD_US: Final = "streamscope.chunks.host_held_us"
 """Microseconds of the longest hold of the reader's own host anywhere in the wait before each chunk, where longer than streamscope.chunks.host_delay_us (measured for the same chunks); 0 elsewhere, and absent when no chunk has one. A hold that ended well before the read did not delay the read itself, but a peer on the same host (an engine beside its load generator) was held too and sent late because of it. type int64s; unit us; recommended (in the packed encoding, when the emitter watched its own host and a hold fell inside a wait); sides: client; streamscope extension."""
 
+STREAMSCOPE_CHUNKS_HOST_HELD_TOTAL_US: Final = "streamscope.chunks.host_held_total_us"
+"""Microseconds of every hold of the reader's own host in the wait before each chunk, summed, where more than streamscope.chunks.host_held_us (measured for the same chunks); 0 elsewhere, and absent when no chunk has one. A host busy in fits holds the reader several times in one wait: the longest alone under-counts it. type int64s; unit us; recommended (in the packed encoding, when the emitter watched its own host and it held the reader more than once in a wait); sides: client; streamscope extension."""
+
 STREAMSCOPE_CHUNKS_RETRACTED_BYTES: Final = "streamscope.chunks.retracted_bytes"
 """UTF-8 bytes of content already delivered that each chunk withdrew (draft tokens a verifier rejected, a replaced suffix), taken from the end of what was shown before the chunk's own content; 0 for the rest. A chunk that withdraws and carries no content of its own is a retraction; one that does replaces text. type int64s; unit By; recommended (in the packed encoding, when the stream took back content it had shown); sides: client, server, browser, gateway; streamscope extension."""
 
@@ -236,6 +239,9 @@ STREAMSCOPE_CHUNK_HOST_DELAY_US: Final = "streamscope.chunk.host_delay_us"
 
 STREAMSCOPE_CHUNK_HOST_HELD_US: Final = "streamscope.chunk.host_held_us"
 """Microseconds of the longest hold of the reader's own host in the wait before this chunk (see streamscope.chunks.host_held_us); an event without it reads 0. type int; unit us; recommended (on streamscope.chunk events, when the emitter watched its own host and a hold fell inside the wait); sides: client; streamscope extension."""
+
+STREAMSCOPE_CHUNK_HOST_HELD_TOTAL_US: Final = "streamscope.chunk.host_held_total_us"
+"""Microseconds of every hold of the reader's own host in the wait before this chunk, summed (see streamscope.chunks.host_held_total_us); an event without it reads 0. type int; unit us; recommended (on streamscope.chunk events, when the emitter watched its own host and it held the reader more than once in the wait); sides: client; streamscope extension."""
 
 STREAMSCOPE_CHUNK_RETRACTED_BYTES: Final = "streamscope.chunk.retracted_bytes"
 """UTF-8 bytes of content already delivered that this chunk withdrew (see streamscope.chunks.retracted_bytes); an event without it reads 0. type int; unit By; recommended (on streamscope.chunk events that withdrew content already shown); sides: client, server, browser, gateway; streamscope extension."""
@@ -363,6 +369,7 @@ PACKED_ARRAYS: Final = (
     STREAMSCOPE_CHUNKS_RENDER_US,
     STREAMSCOPE_CHUNKS_HOST_DELAY_US,
     STREAMSCOPE_CHUNKS_HOST_HELD_US,
+    STREAMSCOPE_CHUNKS_HOST_HELD_TOTAL_US,
     STREAMSCOPE_CHUNKS_RETRACTED_BYTES,
     STREAMSCOPE_CHUNKS_RETRACTED_TOKENS,
 )
@@ -375,6 +382,7 @@ CHUNK_EVENT_ATTRIBUTES: Final = (
     STREAMSCOPE_CHUNK_RENDER_US,
     STREAMSCOPE_CHUNK_HOST_DELAY_US,
     STREAMSCOPE_CHUNK_HOST_HELD_US,
+    STREAMSCOPE_CHUNK_HOST_HELD_TOTAL_US,
     STREAMSCOPE_CHUNK_RETRACTED_BYTES,
     STREAMSCOPE_CHUNK_RETRACTED_TOKENS,
 )

@@ -6,8 +6,8 @@ code, or its process was starved of CPU, or another thread held the interpreter.
 chunk's arrival time. A watch tells them apart with a heartbeat: it asks to run every ``PERIOD_NS`` and, each
 time it runs more than ``SLACK_NS`` late, keeps the interval [when it was due, when it ran] in which the host
 ran nothing of what was due. ``late_us(since_ns, until_ns)`` is how much of a wait the hold that ended just as
-the reader read covers: what arrived during that hold waited in the socket until it ended; ``held_us`` is the
-longest hold anywhere in the wait.
+the reader read covers: what arrived during that hold waited in the socket until it ended; ``holds_us`` gives
+the longest hold anywhere in the wait and all of them summed.
 
 - ``LoopWatch``: one per asyncio event loop (weakly keyed by it), a ``loop.call_later`` heartbeat. A loop
   blocked by one of its tasks, or a thread the OS does not schedule, shows as late ticks.
@@ -97,19 +97,21 @@ class Watch:
             held = until_ns - max(newest[0], since_ns)  # the beat due after that hold is overdue: it never let go
         return max(0, pending, held) // 1000
 
-    def held_us(self, since_ns: int, until_ns: int) -> int:
-        """Microseconds of the longest kept hold of the host within [``since_ns``, ``until_ns``], wherever it fell
-        (``late_us`` adds a beat overdue at the read). A hold that ended well before the read did not delay it on
-        its own (what arrived during it was read when it ended), but a peer on the same host (an engine beside
-        its load generator) was held too, and sent late because of it."""
-        held = 0
+    def holds_us(self, since_ns: int, until_ns: int) -> tuple[int, int]:
+        """Microseconds of the longest kept hold of the host within [``since_ns``, ``until_ns``], wherever it
+        fell, and of all of them summed (``late_us`` adds a beat overdue at the read). A hold that ended well
+        before the read did not delay it on its own (what arrived during it was read when it ended), but a peer
+        on the same host (an engine beside its load generator) was held too, and sent late because of it; a host
+        that held the reader several times in one wait held it for their sum."""
+        longest = total = 0
         with self._lock:
             for start, end in reversed(self._late):
                 if end <= since_ns:
                     break
                 if start < until_ns:
-                    held = max(held, min(end, until_ns) - max(start, since_ns))
-        return held // 1000
+                    held = min(end, until_ns) - max(start, since_ns)
+                    longest, total = max(longest, held), total + held
+        return longest // 1000, total // 1000
 
     def _beat(self, due_ns: int, ran_ns: int) -> None:
         """Keep [due, ran] when the beat ran late; the lock is held."""

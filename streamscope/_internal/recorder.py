@@ -7,9 +7,10 @@ a failure is logged once and the stream is dropped from telemetry, never from th
 A stream also watches its own host (``host_watch``: its event loop, else the process) while it runs, and for
 the first chunk and each chunk ``HOST_GAP_NS`` or more after the one before it keeps how much of that wait the
 host did not run the reader, or on a server or gateway the sender (streamscope.chunks.host_delay_us), and on a
-client the longest hold anywhere in it when longer (streamscope.chunks.host_held_us): a stall of the client's own
-making is told from one of the network's, and a serving process too busy to send from its engine. Checking for
-such a gap is one comparison a chunk.
+client the longest hold anywhere in it when longer (streamscope.chunks.host_held_us) and all of them summed when
+more (streamscope.chunks.host_held_total_us): a stall of the client's own making is told from one of the
+network's, and a serving process too busy to send from its engine. Checking for such a gap is one comparison a
+chunk.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ class StreamRecorder:
         "_first_tool_call",
         "_host_delays",
         "_host_due_ns",
+        "_host_held_totals",
         "_host_holds",
         "_json",
         "_json_document",
@@ -173,6 +175,8 @@ class StreamRecorder:
         """Chunk index -> microseconds its host did not run the reader, where measured and not 0."""
         self._host_holds: dict[int, int] = {}
         """Chunk index -> the longest hold of the host in its wait, where longer than its host delay."""
+        self._host_held_totals: dict[int, int] = {}
+        """Chunk index -> every hold of the host in its wait summed, where more than the longest."""
         self._host_due_ns = 0
         """A chunk at or after this time has its host delay measured (the first chunk always is)."""
         self._json: JsonProgress | None = None
@@ -281,18 +285,23 @@ class StreamRecorder:
         try:
             since = times[-1] if times else self._start_ns
             late_us = watch.late_us(since, now)
-            held_us = max(late_us, watch.held_us(since, now))
+            longest_us, total_us = watch.holds_us(since, now)
+            held_us = max(late_us, longest_us)
         except Exception:
             _warn_once("host_delay", "streamscope: could not read the host watch; host delays are not recorded")
             self._release_watch()
             self._watch_kind = None
             self._host_delays.clear()
             self._host_holds.clear()
+            self._host_held_totals.clear()
             return
         if late_us:
             self._host_delays[len(self._times)] = late_us
-        if held_us > late_us and self._side == "client":
-            self._host_holds[len(self._times)] = held_us
+        if self._side == "client":
+            if held_us > late_us:
+                self._host_holds[len(self._times)] = held_us
+            if total_us > held_us:
+                self._host_held_totals[len(self._times)] = total_us
 
     def retract(self, content_bytes: int, tokens: int = 0) -> None:
         """Say that the chunk recorded last withdrew ``content_bytes`` (``tokens``) of the content shown before
@@ -400,13 +409,17 @@ class StreamRecorder:
             attributes[sc.STREAMSCOPE_CHUNKS_TOKENS] = int64_bytes(self._tokens)
             attributes[sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES] = int64_bytes(self._content)
             attributes[sc.STREAMSCOPE_CHUNKS_WIRE_BYTES] = int64_bytes(self._wire)
-        host_delays, host_holds = self._host_delays, self._host_holds
+        host_delays, host_holds, host_held_totals = self._host_delays, self._host_holds, self._host_held_totals
         if self._watch_kind is not None:
             attributes[sc.STREAMSCOPE_HOST_WATCH] = self._watch_kind
             if self._encoding == "packed":
                 attributes[sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US] = _sparse_int64s(len(offsets), host_delays)
                 if host_holds:
                     attributes[sc.STREAMSCOPE_CHUNKS_HOST_HELD_US] = _sparse_int64s(len(offsets), host_holds)
+                if host_held_totals:
+                    attributes[sc.STREAMSCOPE_CHUNKS_HOST_HELD_TOTAL_US] = _sparse_int64s(
+                        len(offsets), host_held_totals
+                    )
         retracted = self._retracted
         if retracted and self._encoding == "packed":
             attributes[sc.STREAMSCOPE_CHUNKS_RETRACTED_BYTES] = _sparse_int64s(
@@ -429,6 +442,8 @@ class StreamRecorder:
                     event[sc.STREAMSCOPE_CHUNK_HOST_DELAY_US] = host_delays[index]
                 if index in host_holds:
                     event[sc.STREAMSCOPE_CHUNK_HOST_HELD_US] = host_holds[index]
+                if index in host_held_totals:
+                    event[sc.STREAMSCOPE_CHUNK_HOST_HELD_TOTAL_US] = host_held_totals[index]
                 if index in retracted:
                     size, tokens = retracted[index]
                     event[sc.STREAMSCOPE_CHUNK_RETRACTED_BYTES] = size

@@ -221,17 +221,30 @@ def test_only_the_hold_the_read_waited_out_counts():
 
 def test_the_longest_hold_anywhere_in_a_wait_is_kept_apart():
     """A hold that ended long before the read did not delay the read, but an engine on the same host was held
-    by it: ``held_us`` keeps the longest hold in the wait, wherever it fell."""
+    by it: ``holds_us`` keeps the longest hold in the wait, wherever it fell."""
     ms = 1_000_000
     watch = host_watch.ThreadWatch()
     for due, ran in ((100, 150), (200, 420), (430, 440), (600, 610)):
         watch._beat(due * ms, ran * ms)
     assert watch.late_us(0, 700 * ms) == 0  # the read came 90 ms after the last hold
-    assert watch.held_us(0, 700 * ms) == 220 * MS
-    assert watch.held_us(300 * ms, 700 * ms) == 120 * MS  # the part of it inside the wait
-    assert watch.held_us(450 * ms, 700 * ms) == 10 * MS
-    assert watch.held_us(0, 90 * ms) == 0  # before any hold
-    assert watch.held_us(0, 445 * ms) == watch.late_us(0, 445 * ms) == 220 * MS  # the one the read waited out
+    assert watch.holds_us(0, 700 * ms)[0] == 220 * MS
+    assert watch.holds_us(300 * ms, 700 * ms)[0] == 120 * MS  # the part of it inside the wait
+    assert watch.holds_us(450 * ms, 700 * ms)[0] == 10 * MS
+    assert watch.holds_us(0, 90 * ms)[0] == 0  # before any hold
+    assert watch.holds_us(0, 445 * ms)[0] == watch.late_us(0, 445 * ms) == 220 * MS  # the one the read waited out
+
+
+def test_every_hold_in_a_wait_is_summed_beside_the_longest():
+    """A host that held the reader four times in one wait held it for their sum: ``holds_us`` gives the longest
+    and the sum of the holds inside the wait."""
+    ms = 1_000_000
+    watch = host_watch.ThreadWatch()
+    for due, ran in ((100, 265), (300, 386), (400, 469), (500, 555)):
+        watch._beat(due * ms, ran * ms)
+    assert watch.holds_us(0, 600 * ms) == (165 * MS, (165 + 86 + 69 + 55) * MS)
+    assert watch.holds_us(300 * ms, 600 * ms) == (86 * MS, (86 + 69 + 55) * MS)
+    assert watch.holds_us(150 * ms, 420 * ms) == (115 * MS, (115 + 86 + 20) * MS)  # the parts inside the wait
+    assert watch.holds_us(0, 90 * ms) == (0, 0)
 
 
 def test_a_long_hold_is_not_hidden_by_a_short_one_after_it():

@@ -161,7 +161,7 @@ def test_host_delays_are_measured_on_the_first_chunk_and_after_gaps_of_100_ms(cl
     provider, exporter = spans
     ms = 1_000_000
     start = clock.perf
-    for due, ran in ((20, 98), (400, 688), (700, 720), (800, 830)):  # ms after the start: the host's holds
+    for due, ran in ((20, 98), (400, 688), (700, 720), (800, 830), (840, 855)):  # ms after the start: the host's holds
         watch._beat(start + due * ms, start + ran * ms)
     with StreamRecorder(side="client", provider="p", encoding=encoding, tracer_provider=provider) as rec:
         for wait_ms in (100, 30, 560, 99, 100):
@@ -169,18 +169,22 @@ def test_host_delays_are_measured_on_the_first_chunk_and_after_gaps_of_100_ms(cl
             rec.chunk(1, 4, 4)
     (span,) = exporter.get_finished_spans()
     # read at 100, 130, 690, 789 and 889 ms: the first from the start, the hold it waited out; 30 ms after: not
-    # looked at; 560: the hold that ended as it read; 99: not looked at; 100: the last hold ended long before
-    expected = [78_000, 0, 288_000, 0, 0]
-    # and the hold inside that last wait, kept apart as the longest hold there (longer than its host delay)
+    # looked at; 560: the hold that ended as it read; 99: not looked at; 100: the short hold that ended 34 ms before
+    expected = [78_000, 0, 288_000, 0, 15_000]
+    # and the longer hold inside that last wait, kept apart as the longest there (longer than its host delay), and
+    # both summed
     expected_held = [0, 0, 0, 0, 30_000]
+    expected_total = [0, 0, 0, 0, 45_000]
     assert span.attributes[sc.STREAMSCOPE_HOST_WATCH] == "thread"
     if encoding == "packed":
         assert int64s(span.attributes[sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US]) == expected
         assert int64s(span.attributes[sc.STREAMSCOPE_CHUNKS_HOST_HELD_US]) == expected_held
+        assert int64s(span.attributes[sc.STREAMSCOPE_CHUNKS_HOST_HELD_TOTAL_US]) == expected_total
     else:
         assert [e.attributes.get(sc.STREAMSCOPE_CHUNK_HOST_DELAY_US, 0) for e in span.events] == expected
-        assert sum(sc.STREAMSCOPE_CHUNK_HOST_DELAY_US in e.attributes for e in span.events) == 2
+        assert sum(sc.STREAMSCOPE_CHUNK_HOST_DELAY_US in e.attributes for e in span.events) == 3
         assert [e.attributes.get(sc.STREAMSCOPE_CHUNK_HOST_HELD_US, 0) for e in span.events] == expected_held
+        assert [e.attributes.get(sc.STREAMSCOPE_CHUNK_HOST_HELD_TOTAL_US, 0) for e in span.events] == expected_total
     assert (watch.acquired, watch.released) == (1, 1)
 
 
@@ -199,6 +203,7 @@ def test_a_failing_watch_costs_the_host_delays_only(clock, spans, watch, monkeyp
     assert sc.STREAMSCOPE_HOST_WATCH not in span.attributes
     assert sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US not in span.attributes
     assert sc.STREAMSCOPE_CHUNKS_HOST_HELD_US not in span.attributes
+    assert sc.STREAMSCOPE_CHUNKS_HOST_HELD_TOTAL_US not in span.attributes
     assert watch.released == 1
     assert "could not read the host watch" in caplog.text
 

@@ -26,10 +26,10 @@ the frame that painted them. For each client stall:
    a host that did not run the reader for a third of the wait (half of a stall's excess) is the cause the stall
    had anyway: ``client_host``, lower confidence. (The reader's host and the server's may be one, as with a load
    generator beside the engine: then the host may have let go of the reader well before the read, while the
-   engine it also held caught up; a hold that long anywhere in the wait, ``Timeline.host_held_us``, is the host's
-   too, lower confidence still.) Behind a gateway the host held the content only from the gateway's flush on,
-   which the release's freshest chunk dates: when the gateway held it longer, the stall is the gateway's, the host
-   second.
+   engine it also held caught up; holds that long anywhere in the wait, ``Timeline.host_held_us`` or, when it held
+   in fits, all of them summed (``host_held_total_us``), are the host's too, lower confidence still.) Behind a
+   gateway the host held the content only from the gateway's flush on, which the release's freshest chunk dates:
+   when the gateway held it longer, the stall is the gateway's, the host second.
 4. The path's part: the network delayed it, and how it delivered tells which way. A buffering gateway
    (``network_buffering``) holds everything and hands it over together: it holds the first chunk (its lateness on the
    path not counting the client's own host, nor the request's way to the server, which a slow proxy or client
@@ -194,6 +194,9 @@ class Timeline:
     """How much of the wait before each chunk the reader's own host did not run it (None: not watched)."""
     host_held_us: np.ndarray | None = None
     """The longest hold of the reader's own host anywhere in that wait, where longer (0 elsewhere; None: not
+    watched, or not reported)."""
+    host_held_total_us: np.ndarray | None = None
+    """Every hold of the reader's own host in that wait summed, where more than the longest (0 elsewhere; None: not
     watched, or not reported)."""
 
     def content(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -459,11 +462,13 @@ def attribute(
                 # nothing that hit this request explains the server's part (or its node was silent for every
                 # stream); the reader could not have read for this long anyway
                 stall.cause, stall.confidence = Cause.CLIENT_HOST, INFERRED
-            elif unexplained and held is not None and held[k] >= rules.host_share * wait:
-                # the reader's host froze earlier in the wait and the server fell silent as well: one host (an
-                # engine beside its load generator), which sent late once it ran again
+            elif unexplained and held is not None and held.total_us[k] >= rules.host_share * wait:
+                # the reader's host froze earlier in the wait (once or in fits) and the server fell silent as well:
+                # one host (an engine beside its load generator), which sent late once it ran again
                 stall.cause, stall.confidence = Cause.CLIENT_HOST, CIRCUMSTANTIAL
-                stall.evidence["host_held_ms"] = f"{held[k] / 1000:.1f}"
+                stall.evidence["host_held_ms"] = f"{held.longest_us[k] / 1000:.1f}"
+                if held.total_us[k] > held.longest_us[k]:
+                    stall.evidence["host_held_total_ms"] = f"{held.total_us[k] / 1000:.1f}"
             elif unexplained and sender_part >= rules.host_share * wait:
                 # nothing on the node explains the rest, and the serving process did not run for a third of it
                 stall.cause, stall.confidence = Cause.SERVER_HOST, INFERRED
@@ -533,14 +538,25 @@ def _host_delays(client: Timeline, content_index: np.ndarray) -> np.ndarray | No
     return np.diff(cumulative, prepend=0)
 
 
-def _host_holds(client: Timeline, content_index: np.ndarray) -> np.ndarray | None:
-    """Per content chunk, the longest hold of the reader's own host in its wait (since the previous content chunk
-    arrived, over the chunks between), at least its host delay; None when not reported."""
+@dataclass(frozen=True)
+class HostHolds:
+    """Per content chunk, the holds of the reader's own host in its wait (since the previous content chunk arrived,
+    over the chunks between), each at least its host delay."""
+
+    longest_us: np.ndarray
+    total_us: np.ndarray
+    """Every hold summed: a host busy in fits held the reader, and a peer beside it, for all of them."""
+
+
+def _host_holds(client: Timeline, content_index: np.ndarray) -> HostHolds | None:
+    """The holds of the reader's own host in each content chunk's wait; None when not reported."""
     if client.host_held_us is None or client.host_delay_us is None or not content_index.size:
         return None
     through = int(content_index[-1]) + 1
     longest = np.maximum(client.host_held_us[:through], client.host_delay_us[:through])
-    return np.maximum.reduceat(longest, np.concatenate(([0], content_index[:-1] + 1)))
+    total = longest if client.host_held_total_us is None else np.maximum(client.host_held_total_us[:through], longest)
+    waits = np.concatenate(([0], content_index[:-1] + 1))
+    return HostHolds(np.maximum.reduceat(longest, waits), np.add.reduceat(total, waits))
 
 
 def _host_alone(stall: Stall, host_us: int, rules: StallRules) -> None:

@@ -49,7 +49,7 @@ SELECT tenant, lower(hex(trace_id_bytes)), lower(hex(span_id_bytes)),
     arrayMap((gap, k, before) -> before + if(k IN ('lead', 'aside', 'retract'), gap, 0), gap_us, kind,
         arrayCumSum(arrayMap((gap, k) -> if(k IN ('first', 'content'), toUInt64(gap), 0), gap_us, kind))),
     content_bytes, tokens, arrayResize(paint_delay_us, length(gap_us)), arrayResize(host_delay_us, length(gap_us)),
-    arrayResize(host_held_us, length(gap_us))
+    arrayResize(host_held_us, length(gap_us)), arrayResize(host_held_total_us, length(gap_us))
 FROM chunk_arrays
 WHERE start_time BETWEEN fromUnixTimestamp64Micro({first:Int64}) AND fromUnixTimestamp64Micro({last:Int64})
   AND trace_id_bytes IN (SELECT toFixedString(unhex(arrayJoin({traces:Array(String)})), 16))
@@ -58,7 +58,7 @@ WHERE start_time BETWEEN fromUnixTimestamp64Micro({first:Int64}) AND fromUnixTim
 """Each stream's chunk offsets as ``chunk_timeline`` computes them (a test holds the two together), from its row of
 arrays: the view's window over one row per chunk costs three times as much. A stream's chunks are stored under its
 start time, so the spans' first and last start bound what is read (the table's partitions and index). An array the
-store keeps empty is zeros (migration 0036)."""
+store keeps empty is zeros (migrations 0036 and 0038)."""
 EVENTS_SQL = """
 SELECT node_name, kind, toUnixTimestamp64Micro(start_time), toUnixTimestamp64Micro(ifNull(end_time, now64(6)))
 FROM engine_events
@@ -111,7 +111,7 @@ class TraceSpan:
 @dataclass(frozen=True)
 class Chunks:
     """A stream's chunks: their offsets (as ``chunk_timeline`` computes them), content bytes, tokens, paint delays,
-    and its host's delays and holds (None unless its host was watched)."""
+    and its host's delays, longest holds and holds summed (None unless its host was watched)."""
 
     offsets_us: np.ndarray
     content_bytes: np.ndarray
@@ -119,11 +119,18 @@ class Chunks:
     paint_delay_us: np.ndarray
     host_delay_us: np.ndarray | None
     host_held_us: np.ndarray | None
+    host_held_total_us: np.ndarray | None
 
     def timeline(self, start_us: int) -> Timeline:
         """The side these chunks make, started at ``start_us``."""
         return Timeline(
-            start_us, self.offsets_us, self.content_bytes, self.paint_delay_us, self.host_delay_us, self.host_held_us
+            start_us,
+            self.offsets_us,
+            self.content_bytes,
+            self.paint_delay_us,
+            host_delay_us=self.host_delay_us,
+            host_held_us=self.host_held_us,
+            host_held_total_us=self.host_held_total_us,
         )
 
 
@@ -176,12 +183,10 @@ def read_inputs(client: Client, streams: list[SettledStream], event_slack_us: in
     window_of_starts = {"first": min(starts, default=0), "last": max(starts, default=0)}
     timelines = client.query_arrow(CHUNKS_SQL, parameters={"traces": traces, "tenants": tenants, **window_of_starts})
     keys = zip(*(timelines.column(i).to_pylist() for i in (0, 1, 2)))
-    per_chunk = (_rows(timelines.column(i)) for i in range(3, 9))
-    for key, offsets, content, tokens, paint, host, held in zip(keys, *per_chunk):
-        host_watched = key in watched
-        inputs.chunks[key] = Chunks(
-            offsets, content, tokens, paint, host if host_watched else None, held if host_watched else None
-        )
+    per_chunk = (_rows(timelines.column(i)) for i in range(3, 10))
+    for key, offsets, content, tokens, paint, *host in zip(keys, *per_chunk):
+        watch = host if key in watched else (None, None, None)
+        inputs.chunks[key] = Chunks(offsets, content, tokens, paint, *watch)
     nodes = sorted({s.node for spans in sides.values() for s in spans if s.side in UPSTREAM_SIDES and s.node})
     if nodes:
         low = min(s.start_us for s in streams) - event_slack_us

@@ -152,12 +152,13 @@ CHUNKS_DEFAULTED = pa.schema(
         ("render_us", pa.list_(pa.uint32())),
         ("host_delay_us", pa.list_(pa.uint32())),
         ("host_held_us", pa.list_(pa.uint32())),
+        ("host_held_total_us", pa.list_(pa.uint32())),
         ("retracted_bytes", pa.list_(pa.uint32())),
         ("retracted_tokens", pa.list_(pa.uint16())),
     ]
 )
-"""Columns of chunk_arrays that decode writes although their DDL has a DEFAULT (migrations 0022, 0027, 0029 and
-0036), a stream's zeros as an empty array, as the store keeps them: readers take an empty array as zeros, one a
+"""Columns of chunk_arrays that decode writes although their DDL has a DEFAULT (migrations 0022, 0027, 0029, 0036
+and 0038), a stream's zeros as an empty array, as the store keeps them: readers take an empty array as zeros, one a
 chunk."""
 CHUNKS_DECODED = pa.unify_schemas([CHUNKS, CHUNKS_DEFAULTED])
 """What decode writes to chunk_arrays: ``CHUNKS`` then ``CHUNKS_DEFAULTED``."""

@@ -483,9 +483,15 @@ def test_kv_high_water_on_the_node_does_not_outrank_this_requests_draft_collapse
     assert (stall.cause, stall.confidence) == ("kv_pressure", 0.5)
 
 
-def watched(client: Timeline, delays_ms: dict[int, float], holds_ms: dict[int, float] | None = None) -> Timeline:
+def watched(
+    client: Timeline,
+    delays_ms: dict[int, float],
+    holds_ms: dict[int, float] | None = None,
+    totals_ms: dict[int, float] | None = None,
+) -> Timeline:
     """``client`` with its own host watched: ``delays_ms`` of the wait before chunk ``at`` the reader did not run
-    just before it read, and ``holds_ms`` the longest hold anywhere in that wait (where longer)."""
+    just before it read, ``holds_ms`` the longest hold anywhere in that wait (where longer), and ``totals_ms``
+    every hold in it summed (where more)."""
 
     def per_chunk(values_ms: dict[int, float]) -> np.ndarray:
         values = np.zeros(client.offsets_us.size, dtype=np.int64)
@@ -499,6 +505,7 @@ def watched(client: Timeline, delays_ms: dict[int, float], holds_ms: dict[int, f
         client.content_bytes,
         host_delay_us=per_chunk(delays_ms),
         host_held_us=per_chunk(holds_ms or {}),
+        host_held_total_us=per_chunk(totals_ms or {}),
     )
 
 
@@ -654,6 +661,21 @@ def test_a_server_silent_after_its_readers_host_froze_earlier_in_the_wait_is_cli
     preemption = [event("preemption", server, 21)]
     stall = only(attribute(frozen, server, preemption, spec_active=False, rules=RULES))
     assert stall.cause == "kv_pressure"
+
+
+def test_a_host_that_held_its_reader_in_fits_is_credited_with_every_hold():
+    """Four holds in one 400 ms wait (110 + 60 + 40 + 30 ms), none a third of it alone: the host held the reader,
+    and the engine beside it, for 240 ms, and nothing on the node explains the server's silence."""
+    server = timeline(with_gap(20, 400, [20.0] * 40))
+    client = timeline(with_gap(20, 400, [20.0] * 40), start_us=server.start_us + 3 * MS)
+    in_fits = watched(client, {}, {21: 110}, {21: 240})
+    stall = only(attribute(in_fits, server, [], spec_active=False, rules=RULES))
+    assert (stall.cause, stall.confidence) == ("client_host", 0.5)
+    assert (stall.evidence["host_held_ms"], stall.evidence["host_held_total_ms"]) == ("110.0", "240.0")
+    # the longest of them alone does not explain it
+    assert only(attribute(watched(client, {}, {21: 110}), server, [], spec_active=False, rules=RULES)).cause == (
+        "unknown"
+    )
 
 
 def test_a_preempted_request_on_a_node_silent_for_everyone_while_the_reader_was_frozen_is_client_host():

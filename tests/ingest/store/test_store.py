@@ -93,9 +93,15 @@ def test_for_the_writer_only_the_datas_own_faults_are_final():
         raise driver_exceptions.ProgrammingError("The client has been closed")
 
 
-def host_delayed_span(trace: int, host_delay_us: list[int], watch: str, host_held_us: list[int] | None = None) -> Span:
-    """A client stream of a chunk every 300 ms, with the host delays (and holds) its SDK measured and the watch it
-    used."""
+def host_delayed_span(
+    trace: int,
+    host_delay_us: list[int],
+    watch: str,
+    host_held_us: list[int] | None = None,
+    host_held_total_us: list[int] | None = None,
+) -> Span:
+    """A client stream of a chunk every 300 ms, with the host delays (and holds, longest and summed) its SDK measured
+    and the watch it used."""
     span = stream_span(
         trace,
         1,
@@ -112,6 +118,9 @@ def host_delayed_span(trace: int, host_delay_us: list[int], watch: str, host_hel
     if host_held_us is not None:
         held = AnyValue(bytes_value=int64_bytes(host_held_us))
         span.attributes.append(KeyValue(key=sc.STREAMSCOPE_CHUNKS_HOST_HELD_US, value=held))
+    if host_held_total_us is not None:
+        total = AnyValue(bytes_value=int64_bytes(host_held_total_us))
+        span.attributes.append(KeyValue(key=sc.STREAMSCOPE_CHUNKS_HOST_HELD_TOTAL_US, value=total))
     return span
 
 
@@ -119,19 +128,19 @@ def test_host_delays_and_the_watch_round_trip_through_the_store(store_client):
     store_spans(
         store_client,
         [
-            host_delayed_span(1, [120_000, 0, 290_000], "asyncio", [0, 0, 310_000]),
+            host_delayed_span(1, [120_000, 0, 290_000], "asyncio", [0, 0, 310_000], [0, 0, 400_000]),
             host_delayed_span(2, [0, 0], "thread"),
             stream_span(3, 1, side="server", offsets_ms=[1, 2], tokens=[1, 1]),
         ],
     )
     timeline = store_client.query(
-        "SELECT trace_id, groupArray(host_delay_us), groupArray(host_held_us), groupArray(offset_us) "
-        "FROM (SELECT * FROM chunk_timeline ORDER BY seq) GROUP BY trace_id ORDER BY trace_id"
+        "SELECT trace_id, groupArray(host_delay_us), groupArray(host_held_us), groupArray(host_held_total_us), "
+        "groupArray(offset_us) FROM (SELECT * FROM chunk_timeline ORDER BY seq) GROUP BY trace_id ORDER BY trace_id"
     ).result_rows
     assert timeline == [
-        (f"{1:032x}", [120_000, 0, 290_000], [0, 0, 310_000], [300_000, 600_000, 900_000]),
-        (f"{2:032x}", [0, 0], [0, 0], [300_000, 600_000]),
-        (f"{3:032x}", [0, 0], [0, 0], [1_000, 2_000]),
+        (f"{1:032x}", [120_000, 0, 290_000], [0, 0, 310_000], [0, 0, 400_000], [300_000, 600_000, 900_000]),
+        (f"{2:032x}", [0, 0], [0, 0], [0, 0], [300_000, 600_000]),
+        (f"{3:032x}", [0, 0], [0, 0], [0, 0], [1_000, 2_000]),
     ]
     watches = store_client.query("SELECT trace_id, host_watch FROM streams ORDER BY trace_id").result_rows
     assert watches == [(f"{1:032x}", "asyncio"), (f"{2:032x}", "thread"), (f"{3:032x}", "")]
@@ -146,7 +155,7 @@ def test_chunks_written_without_host_delays_read_zeros_one_a_chunk(store_client)
         return decode_traces(trace_request([span]), tenant="t")
 
     def as_earlier(batch: DecodedBatch) -> DecodedBatch:
-        new = {"host_delay_us", "host_held_us", "host_watch"}
+        new = {"host_delay_us", "host_held_us", "host_held_total_us", "host_watch"}
         batch.blocks = {
             name: block.drop_columns([c for c in block.column_names if c in new])
             for name, block in batch.blocks.items()
@@ -197,7 +206,14 @@ def test_chunk_columns_of_zeros_are_left_to_their_default(store_client):
     batch = decode_traces(trace_request([quiet, held]), tenant="t")
     block = batch.blocks["chunk_arrays"]
     left_out = set(block.column_names) - set(columns.without_zero_defaults(block).column_names)
-    assert left_out == {"paint_delay_us", "render_us", "host_held_us", "retracted_bytes", "retracted_tokens"}
+    assert left_out == {
+        "paint_delay_us",
+        "render_us",
+        "host_held_us",
+        "host_held_total_us",
+        "retracted_bytes",
+        "retracted_tokens",
+    }
 
     ClickHouseWriter(store_client).write([batch])
     rows = store_client.query(

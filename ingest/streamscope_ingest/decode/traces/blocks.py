@@ -28,7 +28,8 @@ def _tool_call_pauses(rows: list[dict[str, Any]], lengths: np.ndarray, gap_us: n
 
 def column_blocks(streams: list[Stream], timelines: Timelines, stall: StallRule) -> tuple[pa.Table, pa.Table]:
     lengths, offsets, values = timelines
-    tokens, content, wire, paint_delay, render, host_delay, host_held, retracted_bytes, retracted_tokens = values
+    tokens, content, wire, paint_delay, render, host_delay, host_held, host_held_total, *retracted = values
+    retracted_bytes, retracted_tokens = retracted
     tokens, content = or_zeros(tokens, offsets.size), or_zeros(content, offsets.size)  # required: sent
     sizes = content
     unknown = np.fromiter((s.sizes_unknown for s in streams), bool, len(streams))
@@ -114,6 +115,7 @@ def column_blocks(streams: list[Stream], timelines: Timelines, stall: StallRule)
             "render_us": chunk_values(render, "render_us"),
             "host_delay_us": chunk_values(host_delay, "host_delay_us"),
             "host_held_us": chunk_values(host_held, "host_held_us"),
+            "host_held_total_us": chunk_values(host_held_total, "host_held_total_us"),
             "retracted_bytes": chunk_values(retracted_bytes, "retracted_bytes"),
             "retracted_tokens": chunk_values(retracted_tokens, "retracted_tokens"),
         },

@@ -27,6 +27,7 @@ _LIMITS = {  # largest value each per-chunk column can store
     sc.STREAMSCOPE_CHUNKS_RENDER_US: np.iinfo(np.uint32).max,
     sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US: np.iinfo(np.uint32).max,
     sc.STREAMSCOPE_CHUNKS_HOST_HELD_US: np.iinfo(np.uint32).max,
+    sc.STREAMSCOPE_CHUNKS_HOST_HELD_TOTAL_US: np.iinfo(np.uint32).max,
     sc.STREAMSCOPE_CHUNKS_RETRACTED_BYTES: np.iinfo(np.uint32).max,
     sc.STREAMSCOPE_CHUNKS_RETRACTED_TOKENS: np.iinfo(np.uint16).max,
 }
@@ -36,6 +37,7 @@ _OPTIONAL_ARRAYS = (
     sc.STREAMSCOPE_CHUNKS_RENDER_US,
     sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US,
     sc.STREAMSCOPE_CHUNKS_HOST_HELD_US,
+    sc.STREAMSCOPE_CHUNKS_HOST_HELD_TOTAL_US,
     sc.STREAMSCOPE_CHUNKS_RETRACTED_BYTES,
     sc.STREAMSCOPE_CHUNKS_RETRACTED_TOKENS,
 )
