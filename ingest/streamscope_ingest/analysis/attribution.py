@@ -29,7 +29,8 @@ the frame that painted them. For each client stall:
    engine it also held caught up; holds that long anywhere in the wait, ``Timeline.host_held_us`` or, when it held
    in fits, all of them summed (``host_held_total_us``), are the host's too, lower confidence still.) Behind a
    gateway the host held the content only from the gateway's flush on, which the release's freshest chunk dates:
-   when the gateway held it longer, the stall is the gateway's, the host second.
+   when the gateway held it longer, the stall is the gateway's, the host second; but a host that held the reader
+   for most of the wait (``host_through_flush_share``) read too little to date the flush by: ``unknown``.
 4. The path's part: the network delayed it, and how it delivered tells which way. A buffering gateway
    (``network_buffering``) holds everything and hands it over together: it holds the first chunk (its lateness on the
    path not counting the client's own host, nor the request's way to the server, which a slow proxy or client
@@ -128,6 +129,10 @@ class StallRules:
     """The reader's own host not running for this share of a stall's wait accounts for half its excess over the
     stream's usual gap (a stall is at least three usual gaps): when nothing on the node explains the server's part,
     the host's is the cause the stall had anyway."""
+    host_through_flush_share: float = 0.7
+    """Behind a gateway, a hold of the reader's own host that ended at the read and covered this share of the wait
+    or more overlapped the gateway's hold: the flush is dated only by the freshest chunk the busy reader read, so
+    which held the content longer is not known (``unknown``, not the gateway's)."""
     held_chunk_us: int = 30_000
     held_share: float = 0.5
     """A stream whose content chunks (the first aside) were this late on the path, this share of them or more, was
@@ -586,7 +591,9 @@ def _gateway_held_longer(
     """Of the stalls put on the client's host, those a gateway the stream is behind held longer, each with the
     gateway's part of the wait. The host's part was its hold that ended at the read, but a gateway may have held
     the content through most of that hold: it held it until its flush, which the release's freshest chunk dates
-    (``Arrivals.freshest``), and the host held it only from the flush on. Both parts are in the evidence."""
+    (``Arrivals.freshest``), and the host held it only from the flush on. Both parts are in the evidence. A host
+    that held the reader for most of the wait held it through the flush, which what it read then cannot date: such
+    a stall is ``unknown``, neither the gateway's nor the host's."""
     gateway: dict[int, tuple[Stall, int]] = {}
     for k, (stall, held_us) in host_held.items():
         assert stall.path_delay_us is not None
@@ -595,7 +602,10 @@ def _gateway_held_longer(
         host_us = min(held_us, since_flush)
         stall.evidence["gateway_part_ms"] = f"{flushed_us / 1000:.1f}"
         stall.evidence["host_part_ms"] = f"{host_us / 1000:.1f}"
-        if flushed_us > host_us:
+        if flushed_us > host_us and held_us >= rules.host_through_flush_share * stall.wait_us:
+            stall.cause, stall.confidence = UNKNOWN, UNEXPLAINED
+            stall.evidence["network"] = "the reader's host held it through the flush"
+        elif flushed_us > host_us:
             gateway[k] = (stall, flushed_us)
             stall.evidence.pop("secondary_cause", None)
             if host_us >= rules.secondary_share * stall.gap_us:

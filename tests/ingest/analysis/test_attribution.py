@@ -537,6 +537,12 @@ def test_a_host_pause_through_a_gateways_flush_leaves_the_stall_to_the_gateway()
     # on a stream nothing held on the path, the same late read is the host's
     direct = watched(held(server, (first, 450)), {first: 420})
     assert only(attribute(direct, server, [], spec_active=False, rules=RULES)).cause == "client_host"
+    # a host that held the reader for nearly all the wait held it through the flush: which held it longer is not
+    # known (the flush is dated by what the busy reader read), so neither is named
+    through = watched(Timeline(client.start_us, offsets, client.content_bytes), {first: 800})
+    stall = {s.seq: s for s in attribute(through, server, [], spec_active=False, rules=RULES)}[first]
+    assert stall.wait_us < 800 / RULES.host_through_flush_share * MS
+    assert (stall.cause, stall.evidence["network"]) == ("unknown", "the reader's host held it through the flush")
 
 
 def test_a_flush_the_readers_host_read_late_leaves_nothing_behind_for_the_flush_after_it():
