@@ -27,6 +27,11 @@ REFUSAL_REASONS = {
     500: "internal",
     503: "unavailable",
 }
+IGNORED_KIND_LABELS = 100
+"""Kinds of ignored items (``streamscope_ingest.blocks.batch.ignored_kind``: a scope, an event, a metric name, in
+the sender's words) that get a label of their own on ``ignored_kind_items_total``, the first seen; the rest are
+counted together as ``OTHER_KINDS``, so a sender naming a new scope each request cannot grow the registry."""
+OTHER_KINDS = "other kinds"
 
 
 class SelfMetrics:
@@ -51,6 +56,13 @@ class SelfMetrics:
             ["signal"],
             registry=r,
         )
+        self._ignored_kinds = Counter(
+            f"{_PREFIX}_ignored_kind_items",
+            f"Valid items that are not for us, by kind (the first {IGNORED_KIND_LABELS}; '{OTHER_KINDS}' after).",
+            ["signal", "kind"],
+            registry=r,
+        )
+        self._labelled_kinds: set[str] = set()
         self._incomplete = Counter(
             f"{_PREFIX}_incomplete_streams",
             "Stream spans stored with less than a full timeline (chunks lost, unreadable), by coverage.",
@@ -108,8 +120,19 @@ class SelfMetrics:
             self._accepted.labels(table).inc(rows)
         self._rejected_items.labels(signal).inc(len(batch.rejected))
         self._ignored.labels(signal).inc(batch.ignored_count)
+        for kind, count in batch.ignored.items():
+            self._ignored_kinds.labels(signal, self._kind_label(kind)).inc(count)
         for coverage, streams in batch.incomplete.items():
             self._incomplete.labels(coverage).inc(streams)
+
+    def _kind_label(self, kind: str) -> str:
+        """``kind`` as a label: itself while fewer than ``IGNORED_KIND_LABELS`` kinds have one, else ``OTHER_KINDS``."""
+        if kind in self._labelled_kinds:
+            return kind
+        if len(self._labelled_kinds) < IGNORED_KIND_LABELS:
+            self._labelled_kinds.add(kind)
+            return kind
+        return OTHER_KINDS
 
     def refused(self, status: int) -> None:
         self._refused.labels(REFUSAL_REASONS.get(status, str(status))).inc()

@@ -166,15 +166,15 @@ class ExportPipeline:
 
     def _say_ignored(self, signal: Signal, batch: DecodedBatch) -> None:
         """Log each kind of item the collector does not read the first time it comes (the sender is told every
-        time, in partial_success; ``ignored_items_total`` counts them): a user whose data never shows up finds why
-        in the log. At most ``SAID_KINDS`` kinds are remembered; past them, nothing more is logged."""
+        time, in partial_success; ``ignored_kind_items_total`` counts them by kind): a user whose data never shows
+        up finds why in the log. At most ``SAID_KINDS`` kinds are remembered; past them, nothing more is logged."""
         for kind, count in batch.ignored.items():
             said = (signal.name, kind)
             if said not in self._said and len(self._said) < SAID_KINDS:
                 self._said.add(said)
                 log.warning(
-                    "%s: not read, as not stream data: %d %s (first seen; counted in ignored_items_total, and told "
-                    "to each sender in partial_success)",
+                    "%s: not read, as not stream data: %d %s (first seen; counted in ignored_kind_items_total, and "
+                    "told to each sender in partial_success)",
                     signal.name,
                     count,
                     kind,

@@ -41,6 +41,9 @@ def test_spans_not_read_are_named_to_the_sender_counted_and_logged_once(collecto
         assert partial.rejected_spans == 0
         assert "not read (not stream data): 8 span(s) of scope 'agents.framework'" in partial.error_message
     assert metric(collector.http_url, "streamscope_collector_ignored_items_total", signal="traces") == 16
+    kind = "span(s) of scope 'agents.framework'"
+    by_kind = "streamscope_collector_ignored_kind_items_total"
+    assert metric(collector.http_url, by_kind, signal="traces", kind=kind) == 16
     logged = [r.getMessage() for r in caplog.records if "span(s) of scope 'agents.framework'" in r.getMessage()]
     assert len(logged) == 1 and "not read" in logged[0]
     assert collector.query_client.query("SELECT count() FROM streams").result_rows[0][0] == 1
@@ -58,3 +61,25 @@ def test_gen_ai_counters_not_read_are_named_by_type_and_name(collector):
     partial = ExportMetricsServiceResponse.FromString(response.content).partial_success
     assert partial.rejected_data_points == 0
     assert "1 sum metric(s) named 'gen_ai.client.token.usage.total'" in partial.error_message
+
+
+def test_ignored_kinds_past_the_labelled_ones_are_counted_together():
+    """A sender may name a new scope or metric with every request: the counter by kind keeps a label for the first
+    ``IGNORED_KIND_LABELS`` kinds and counts the rest under one, so it cannot grow without bound."""
+    from streamscope_collector.metrics import IGNORED_KIND_LABELS, SelfMetrics
+    from streamscope_ingest.blocks.batch import DecodedBatch, ignored_kind
+
+    metrics = SelfMetrics()
+    for n in range(IGNORED_KIND_LABELS + 5):
+        batch = DecodedBatch()
+        batch.ignored[ignored_kind("span(s) of scope", f"scope-{n}")] += 2
+        metrics.accepted("traces", batch)
+
+    def sample(kind: str) -> float | None:
+        labels = {"signal": "traces", "kind": kind}
+        return metrics.registry.get_sample_value("streamscope_collector_ignored_kind_items_total", labels)
+
+    assert sample("span(s) of scope 'scope-0'") == 2
+    assert sample(f"span(s) of scope 'scope-{IGNORED_KIND_LABELS - 1}'") == 2
+    assert sample(f"span(s) of scope 'scope-{IGNORED_KIND_LABELS}'") is None
+    assert sample("other kinds") == 5 * 2
