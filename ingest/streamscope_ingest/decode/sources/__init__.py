@@ -27,6 +27,8 @@ from streamscope_ingest.decode.sources import (
 from streamscope_ingest.decode.sources.foreign import Foreign
 
 _SOURCES = (openllmetry, opentelemetry_genai, openlit, vercel_ai, vllm, litellm, langchain)
+NAMES = tuple(source.SOURCE for source in _SOURCES)
+"""Each source's name, as ``streams.source`` stores it."""
 READERS = tuple(source.read for source in _SOURCES)
 SCOPES = tuple(scope for source in _SOURCES for scope in source.SCOPES)
 """Instrumentation scope names (prefixes) whose spans a reader may recognise: other spans are not looked at."""
