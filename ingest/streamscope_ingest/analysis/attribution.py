@@ -602,10 +602,12 @@ def _gateway_held_longer(
         host_us = min(held_us, since_flush)
         stall.evidence["gateway_part_ms"] = f"{flushed_us / 1000:.1f}"
         stall.evidence["host_part_ms"] = f"{host_us / 1000:.1f}"
-        if flushed_us > host_us and held_us >= rules.host_through_flush_share * stall.wait_us:
+        if flushed_us <= host_us:
+            continue
+        if held_us >= rules.host_through_flush_share * stall.wait_us:
             stall.cause, stall.confidence = UNKNOWN, UNEXPLAINED
             stall.evidence["network"] = "the reader's host held it through the flush"
-        elif flushed_us > host_us:
+        else:
             gateway[k] = (stall, flushed_us)
             stall.evidence.pop("secondary_cause", None)
             if host_us >= rules.secondary_share * stall.gap_us:

@@ -28,8 +28,8 @@ def _tool_call_pauses(rows: list[dict[str, Any]], lengths: np.ndarray, gap_us: n
 
 def column_blocks(streams: list[Stream], timelines: Timelines, stall: StallRule) -> tuple[pa.Table, pa.Table]:
     lengths, offsets, values = timelines
-    tokens, content, wire, paint_delay, render, host_delay, host_held, host_held_total, *retracted = values
-    retracted_bytes, retracted_tokens = retracted
+    (tokens, content, wire, paint_delay, render, host_delay, host_held, host_held_total, retracted_bytes,
+     retracted_tokens) = values  # fmt: skip
     tokens, content = or_zeros(tokens, offsets.size), or_zeros(content, offsets.size)  # required: sent
     sizes = content
     unknown = np.fromiter((s.sizes_unknown for s in streams), bool, len(streams))
