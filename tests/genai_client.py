@@ -3,10 +3,10 @@ instruments the real ``openai`` client, whose streamed calls go to an engine, an
 the spans and the metrics over OTLP/HTTP to a collector (and keeps a copy, printed as JSON, for the test to
 compare).
 
-    python -m tests.genai_client openllmetry|opentelemetry-genai ENGINE_URL COLLECTOR_URL [CALLS [CLOSE_AFTER]]
+    python -m tests.genai_client SOURCE ENGINE_URL COLLECTOR_URL [CALLS [CLOSE_AFTER [MAX_TOKENS]]]
 
-With CLOSE_AFTER, the app closes each stream once it has read that many chunks, as one does when the user stops
-the answer.
+With CLOSE_AFTER (0: none), the app closes each stream once it has read that many chunks, as one does when the
+user stops the answer; MAX_TOKENS (40 by default) is how long an answer each call asks for.
 
 Instrumentations patch the ``openai`` module for the whole process, so each runs in a process of its own. The
 pieces here import only the OpenTelemetry SDK and ``openai``, so an app in another environment (tests/openlit)
@@ -90,6 +90,7 @@ class Exporting:
                 "start_ns": span.start_time,
                 "end_ns": span.end_time,
                 "events": [(event.name, event.timestamp) for event in span.events],
+                "dropped_events": span.dropped_events,
                 "attributes": {k: plain(v) for k, v in span.attributes.items()},
             }
             for span in self.spans.get_finished_spans()
@@ -109,6 +110,7 @@ def chat(
     refused: bool = True,
     wrap: Callable[[Any], Any] | None = None,
     close_after: int | None = None,
+    max_tokens: int = 40,
 ) -> list[dict[str, Any]]:
     """Stream ``calls`` chat completions from the engine with the ``openai`` client, ``wrap``ped (and, if
     ``refused``, one call the engine refuses), each closed after ``close_after`` chunks if given; when each started
@@ -123,7 +125,7 @@ def chat(
         stream = client.chat.completions.create(
             model="sim-llm",
             messages=[{"role": "user", "content": f"say something, call {call}"}],
-            max_tokens=40,
+            max_tokens=max_tokens,
             stream=True,
             stream_options={"include_usage": True},
         )
@@ -131,7 +133,7 @@ def chat(
         with stream:  # leaving the block closes the stream, read to its end or not
             for _ in stream:
                 arrivals.append(time.time_ns())
-                if len(arrivals) == close_after:
+                if close_after and len(arrivals) == close_after:
                     break
         received.append({"started_ns": started, "arrivals_ns": arrivals})
     if refused:
@@ -154,18 +156,21 @@ def instrument(source: str, exporting: Exporting) -> None:
         raise SystemExit(f"unknown source {source!r}")
 
 
-def main(source: str, engine_url: str, collector_url: str, calls: int = 2, close_after: int | None = None) -> None:
+def main(
+    source: str, engine_url: str, collector_url: str, calls: int = 2, close_after: int = 0, max_tokens: int = 40
+) -> None:
     exporting = Exporting.to(collector_url, f"chat-{source}")
+    wrap = None
     if source == "streamscope":  # the SDK's own client side, to join a server's spans by the trace it propagates
         import streamscope
 
         trace.set_tracer_provider(exporting.tracer_provider)
-        received = chat(engine_url, calls, wrap=streamscope.instrument_openai, close_after=close_after)
+        wrap = streamscope.instrument_openai
     else:
         instrument(source, exporting)
-        received = chat(engine_url, calls, close_after=close_after)
+    received = chat(engine_url, calls, wrap=wrap, close_after=close_after, max_tokens=max_tokens)
     print(json.dumps({"received": received, **exporting.finish()}))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], *(int(a) for a in sys.argv[4:6]))
+    main(sys.argv[1], sys.argv[2], sys.argv[3], *(int(a) for a in sys.argv[4:7]))

@@ -24,7 +24,7 @@ from streamscope_dashboards.fleet import summarize
 from streamscope_dashboards.macros import QueryContext, resolve
 from streamscope_dashboards.panels.common import chosen
 from streamscope_dashboards.panels.cost import CANCELLATION
-from streamscope_dashboards.panels.quality import GENAI_METRICS
+from streamscope_dashboards.panels.quality import GENAI_METRICS, STREAM_SHAPE
 from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.store import sql
 from tests.support import any_value, metric, trace_request, wait_until
@@ -240,6 +240,7 @@ def told_the_sender(call: dict, scope: str) -> str:
         end_time_unix_nano=call["end_ns"],
         attributes=[KeyValue(key=k, value=any_value(v)) for k, v in call["attributes"].items()],
         events=[Span.Event(name=name, time_unix_nano=time) for name, time in call["events"]],
+        dropped_events_count=call.get("dropped_events", 0),
     )
     return decode_traces(trace_request([span], scope=scope), tenant="t").rejection_message("span")
 
@@ -299,6 +300,44 @@ def test_a_stream_the_app_closed_early_is_not_stored_as_completed(collector, eng
 
 
 @pytest.mark.timeout(900)  # the first run builds the app's environment
+def test_an_openllmetry_stream_past_128_chunks_is_partial_and_out_of_the_sized_figures(collector, engine_url):
+    """The OpenTelemetry SDK keeps a span's newest 128 events: an OpenLLMetry stream of 200 chunks arrives without
+    its first 72 arrivals. It is stored as partial (its figures from what remains, its timeline marked cut), and
+    figures over chunk sizes leave it out: the SDK's streams of the same model keep their tokens per chunk, and it
+    has no pace of its own."""
+    sized = chat_through("streamscope", engine_url, collector.http_url, 1, 0, 200)
+    seen = chat_through("openllmetry", engine_url, collector.http_url, 1, 0, 200)
+    (span,) = [s for s in seen["spans"] if s["name"] == "openai.chat" and "error.type" not in s["attributes"]]
+    (received,) = seen["received"]
+    kept = [time for name, time in span["events"] if name == "gen_ai.content.completion.chunk"]
+    assert len(span["events"]) == 128  # the library's own span lost the oldest
+    row = collector.query_client.query(
+        "SELECT coverage, timeline_truncated, chunk_count, ttft_us FROM streams WHERE span_id = {s:String}",
+        parameters={"s": span["span_id"]},
+    ).result_rows
+    assert row == [("arrivals_partial", True, len(kept), None)]
+    assert len(received["arrivals_ns"]) == len(kept) + span["dropped_events"]
+    assert f"{span['dropped_events']} " in told_the_sender(span, "opentelemetry.instrumentation.openai.v1")
+
+    since = datetime.fromtimestamp(min(s["start_ns"] for s in sized["spans"]) / 1e9 - 1, UTC)
+    ctx = QueryContext(since, datetime.now(UTC) + timedelta(minutes=1), timedelta(seconds=10))
+    run = lambda q: sql.parse_result(sql.query_json(collector.query_client, q))  # noqa: E731
+    sdk_only = summarize(run, ctx, slo_us=400_000, variables={"service": ["chat-streamscope"]})
+    both = summarize(run, ctx, slo_us=400_000)
+    assert sdk_only.estimated_tokens_per_chunk is not None  # the client's tokens, from its content's bytes
+    assert (both.tokens_per_chunk, both.estimated_tokens_per_chunk) == (
+        sdk_only.tokens_per_chunk,
+        sdk_only.estimated_tokens_per_chunk,
+    )
+    pace = collector.query_client.query(
+        "SELECT tokens_per_s FROM stream_metrics WHERE span_id = {s:String}", parameters={"s": span["span_id"]}
+    ).result_rows
+    assert pace == [(None,)]  # unknown, not 0
+    panel = run(resolve(STREAM_SHAPE.sql, ctx, chosen({"service": ["chat-openllmetry"]})))
+    shape = [dict(zip(panel.names, r, strict=True)) for r in panel.rows]
+    assert [(r["streams"], r["tokens_per_s_p50"]) for r in shape] == [(2, None)]  # and the refused call
+
+
 def test_util_genai_time_to_first_chunk_is_the_first_byte_not_the_first_token(collector, engine_url, util_genai_python):
     """opentelemetry-util-genai 1.3b0 times the first chunk of any kind (``record_stream_chunk`` is called for the
     role-only chunk an OpenAI-compatible server sends first) and puts it in ``gen_ai.response.time_to_first_chunk``,
