@@ -5,8 +5,9 @@ compare).
 
     python -m tests.genai_client SOURCE ENGINE_URL COLLECTOR_URL [CALLS [CLOSE_AFTER [MAX_TOKENS]]]
 
-With CLOSE_AFTER (0: none), the app closes each stream once it has read that many chunks, as one does when the
-user stops the answer; MAX_TOKENS (40 by default) is how long an answer each call asks for.
+SOURCE is openllmetry, opentelemetry-genai or streamscope (the SDK's own). With CLOSE_AFTER (0: none), the app
+closes each stream once it has read that many chunks, as one does when the user stops the answer; MAX_TOKENS (40 by
+default) is how long an answer each call asks for.
 
 Instrumentations patch the ``openai`` module for the whole process, so each runs in a process of its own. The
 pieces here import only the OpenTelemetry SDK and ``openai``, so an app in another environment (tests/openlit)
