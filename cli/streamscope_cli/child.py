@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -115,3 +116,29 @@ class ChildProcess:
         if self._child is None:
             raise StreamscopeError(f"{self.name} is not running")
         return self._child
+
+
+class CommandProcess:
+    """A ``streamscope`` command in a process of its own, up once it prints its first line (where it listens)."""
+
+    def __init__(self, *arguments: str, environment: Mapping[str, str] | None = None) -> None:
+        """``environment``: set in the command's environment on top of this process's."""
+        self._child = ChildProcess(
+            "streamscope_cli.main", *arguments, name=f"streamscope {arguments[0]}", environment=environment
+        )
+        self.announced = ""
+
+    def __enter__(self) -> CommandProcess:
+        self.announced = self._child.start().ready()
+        return self
+
+    @property
+    def listening_url(self) -> str:
+        """The first URL the command announced: where it listens (``gateway on URL -> upstream``)."""
+        found = re.search(r"https?://\S+", self.announced)
+        if found is None:
+            raise StreamscopeError(f"{self._child.name} announced no URL: {self.announced!r}")
+        return found.group()
+
+    def __exit__(self, *exc: object) -> None:
+        self._child.stop()

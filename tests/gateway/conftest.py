@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from streamscope_cli.child import CommandProcess
 from streamscope_cli.llama.server import LlamaServer, ServerOptions
-from streamscope_cli.workload.llama_eval import CommandProcess
 from tests.llama.conftest import llama_server_binary, tiny_model
 
 __all__ = ["engine", "gateway_process", "llama_server_binary", "tiny_model"]

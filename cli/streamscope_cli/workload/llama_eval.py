@@ -25,16 +25,14 @@ from __future__ import annotations
 import json
 import math
 import random
-import re
 import subprocess
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from streamscope.errors import StreamscopeError
-from streamscope_cli.child import ChildProcess
+from streamscope_cli.child import CommandProcess
 from streamscope_cli.llama.build import ensure_server
 from streamscope_cli.llama.models import TINY, ensure_model
 from streamscope_cli.llama.server import LlamaServer, ServerOptions
@@ -206,32 +204,6 @@ def _run_clients(plan: ClientPlan, timeout_s: float) -> dict[str, int]:
         raise StreamscopeError(f"the clients' process failed:\n{run.stderr[-3000:]}")
     outcomes: dict[str, int] = json.loads(run.stdout)
     return outcomes
-
-
-class CommandProcess:
-    """A ``streamscope`` command in a process of its own, up once it prints its first line (where it listens)."""
-
-    def __init__(self, *arguments: str, environment: Mapping[str, str] | None = None) -> None:
-        """``environment``: set in the command's environment on top of this process's."""
-        self._child = ChildProcess(
-            "streamscope_cli.main", *arguments, name=f"streamscope {arguments[0]}", environment=environment
-        )
-        self.announced = ""
-
-    def __enter__(self) -> CommandProcess:
-        self.announced = self._child.start().ready()
-        return self
-
-    @property
-    def listening_url(self) -> str:
-        """The first URL the command announced: where it listens (``gateway on URL -> upstream``)."""
-        found = re.search(r"https?://\S+", self.announced)
-        if found is None:
-            raise StreamscopeError(f"{self._child.name} announced no URL: {self.announced!r}")
-        return found.group()
-
-    def __exit__(self, *exc: object) -> None:
-        self._child.stop()
 
 
 def gateway_process(upstream: str, collector_url: str) -> CommandProcess:
