@@ -345,6 +345,12 @@ STREAMSCOPE_ENGINE_ID: Final = "streamscope.engine.id"
 STREAMSCOPE_ENGINE_URL: Final = "streamscope.engine.url"
 """The metrics endpoint the agent scrapes (a resource attribute). type string; recommended; sides: agent; streamscope extension."""
 
+STREAMSCOPE_BENCH_RUN: Final = "streamscope.bench.run"
+"""The bench run that sent the stream (a resource attribute; `streamscope compare` selects runs by it). type string; conditionally required (on the streams `streamscope bench` sends); sides: client; streamscope extension."""
+
+STREAMSCOPE_BENCH_LABEL: Final = "streamscope.bench.label"
+"""The label the user gave the bench run (a resource attribute), e.g. the release under test. type string; recommended; sides: client; streamscope extension."""
+
 STREAMSCOPE_GPU_UUID: Final = "streamscope.gpu.uuid"
 """The GPU's NVML UUID. type string; conditionally required (on GPU samples and GPU events); sides: agent; streamscope extension."""
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 import click
 
 from streamscope import __version__
+from streamscope_cli.commands.bench import bench
 from streamscope_cli.commands.chat import chat
 from streamscope_cli.commands.collector import collector
+from streamscope_cli.commands.compare import compare
 from streamscope_cli.commands.dashboards import dashboards
 from streamscope_cli.commands.demo import demo
 from streamscope_cli.commands.engine import engine
@@ -53,6 +55,8 @@ for _command in (
     proxy,
     gateway,
     eval_command,
+    bench,
+    compare,
     report,
     replay,
     gpu_agent,

@@ -32,6 +32,8 @@ TOP_LEVEL = (
     "proxy",
     "gateway",
     "eval",
+    "bench",
+    "compare",
     "report",
     "replay",
     "gpu-agent",

@@ -1,0 +1,1 @@
+"""`streamscope bench` and `streamscope compare`: load any streaming endpoint, and gate a release on its streams."""

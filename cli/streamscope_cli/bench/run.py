@@ -1,0 +1,198 @@
+"""``streamscope bench``: load an endpoint, record its streams into an embedded collector, print the run's figures.
+
+Laid out as a deployment: the endpoint is whatever the URL names (the load never shares its process), the
+impairment proxy (``--impair``) and the GPU agent (``--metrics-url``) run in processes of their own, and the
+clients in this one, recorded by the SDK with the run's id and label on their resource, so ``compare`` can find
+the run again in the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from streamscope import otlp_exporter, setup
+from streamscope.errors import ConfigError, StreamscopeError
+from streamscope.semconv import STREAMSCOPE_BENCH_LABEL, STREAMSCOPE_BENCH_RUN
+from streamscope_cli.bench.driver import BenchReport, drive
+from streamscope_cli.bench.figures import RunStreams, read_run, stalls_by_cause
+from streamscope_cli.bench.plan import BenchPlan
+from streamscope_cli.workload.export_tally import SpanTally, Tally
+
+BENCH_SERVICE = "streamscope-bench"
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    """What a finished run gives: its streams, its stalls by cause, how its clients saw it end."""
+
+    streams: RunStreams
+    stalls: list[tuple[str, int]]
+    report: BenchReport
+    not_exported: int
+    engine_events: list[tuple[str, int]] | None = None
+    """What the GPU agent derived from the engine's /metrics during the run, by kind (None: not scraped)."""
+    engine_scrapes: int = 0
+    """How many times the agent read the engine's /metrics during the run."""
+
+
+def new_run_id() -> str:
+    """A run id that sorts by time and does not collide: ``20261129T011500-a3f2c1``."""
+    return f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
+
+
+def parse_impairment(spec: str) -> dict[str, Any]:
+    """``KIND:key=value,...`` (``stall:duration_ms=300,probability=0.05``) as the proxy's rule mapping; the proxy's
+    own check says what is wrong with a value."""
+    kind, _, rest = spec.partition(":")
+    rule: dict[str, Any] = {"kind": kind.strip()}
+    for item in filter(None, (part.strip() for part in rest.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(
+                f"--impair {spec!r}: {item!r} is not key=value (e.g. stall:duration_ms=300,probability=0.05)"
+            )
+        rule[key.strip()] = _value(value.strip())
+    return rule
+
+
+def _value(text: str) -> Any:
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def run_bench(
+    plan: BenchPlan,
+    *,
+    storage_dsn: str,
+    slo_ms: float,
+    impairments: Sequence[dict[str, Any]] = (),
+    metrics_url: str | None = None,
+    node: str | None = None,
+    store_timeout_s: float = 120.0,
+    announce: Callable[[str], None] = print,
+    on_done: Callable[[str], None] = lambda outcome: None,
+) -> BenchRun:
+    """Run ``plan`` against its endpoint with an embedded collector on ``storage_dsn``; the run's figures."""
+    from streamscope_cli.workload.load import attribute_settled
+    from streamscope_collector.config import CollectorConfig
+    from streamscope_collector.service import Collector
+
+    collector = Collector(
+        CollectorConfig(storage_dsn=storage_dsn, http_port=0, grpc_port=None, attribution_interval_s=None)
+    ).start()
+    try:
+        tally = Tally()
+        with ExitStack() as parts:
+            if impairments:
+                plan = replace(plan, url=_impaired(plan, impairments, collector.http_url, parts, announce))
+            node = node or urlsplit(plan.url).netloc
+            if metrics_url:
+                _start_agent(metrics_url, node, collector.http_url, parts, announce)
+            announce(f"run {plan.run_id}{f' ({plan.label})' if plan.label else ''}: {plan.describe()}")
+            provider = setup(
+                BENCH_SERVICE,
+                set_global=False,
+                exporter=SpanTally(otlp_exporter(collector.http_url), tally),
+                resource_attributes={STREAMSCOPE_BENCH_RUN: plan.run_id, STREAMSCOPE_BENCH_LABEL: plan.label},
+            )
+            try:
+                report = asyncio.run(drive(plan, provider, on_done))
+            finally:
+                provider.shutdown()
+        announce(f"storing the run's {tally.exported} streams, then attributing their stalls")
+        client = collector.query_client
+        _wait_until_stored(client, plan.run_id, tally.exported, store_timeout_s)
+        attribute_settled(client)
+        query = _query(client)
+        run = BenchRun(read_run(query, plan.run_id), stalls_by_cause(query, plan.run_id), report, tally.failed)
+        return replace(run, **_engine(client, node, report)) if metrics_url else run
+    finally:
+        collector.stop()
+
+
+def _impaired(
+    plan: BenchPlan,
+    impairments: Sequence[dict[str, Any]],
+    collector_url: str,
+    parts: ExitStack,
+    announce: Callable[[str], None],
+) -> str:
+    """Start the impairment proxy in front of the plan's server; the same API URL through it."""
+    from streamscope_cli.proxy.process import ProxyProcess
+
+    url = urlsplit(plan.url)
+    upstream = f"{url.scheme}://{url.netloc}"
+    config = {"upstream": upstream, "node": "bench-impairment", "seed": plan.seed, "impairments": list(impairments)}
+    try:
+        proxy = ProxyProcess(config, collector_url=collector_url, scenario="bench").start()
+    except ValueError as exc:
+        raise ConfigError(f"--impair: {exc}") from None
+    parts.callback(proxy.stop)
+    announce(f"impairment proxy {proxy.url} -> {upstream} ({len(impairments)} rules)")
+    return proxy.url + url.path
+
+
+def _start_agent(
+    metrics_url: str, node: str, collector_url: str, parts: ExitStack, announce: Callable[[str], None]
+) -> None:
+    """The GPU agent reading the engine's /metrics into the run's collector (no GPU read: it is not this host's)."""
+    from streamscope_cli.child import CommandProcess
+
+    agent = CommandProcess(
+        "gpu-agent", "--node", node, "--engine-url", metrics_url, "--collector", collector_url, "--no-gpu"
+    )
+    parts.enter_context(agent)
+    announce(f"gpu agent reading {metrics_url} as node {node}")
+
+
+def _engine(client: Any, node: str, report: BenchReport) -> dict[str, Any]:
+    """The agent's scrapes of the engine during the run, and the events it derived, by kind."""
+    window = (
+        "node_name = {node:String} AND start_time BETWEEN fromUnixTimestamp64Nano({start:Int64}) "
+        "AND fromUnixTimestamp64Nano({end:Int64})"
+    )
+    parameters = {"node": node, "start": report.started_ns, "end": report.ended_ns}
+    events = client.query(
+        f"SELECT kind, count() AS n FROM engine_events WHERE {window} GROUP BY kind ORDER BY n DESC, kind",
+        parameters=parameters,
+    ).result_rows
+    scrapes = client.query(
+        f"SELECT count() FROM engine_samples WHERE {window.replace('start_time', 'time')} AND metric = 'engine_up'",
+        parameters=parameters,
+    ).result_rows[0][0]
+    return {"engine_events": [(str(kind), int(n)) for kind, n in events], "engine_scrapes": int(scrapes)}
+
+
+def _query(client: Any) -> Callable[[str], Any]:
+    from streamscope_ingest.store import sql
+
+    return lambda text: sql.parse_result(sql.query_json(client, text))
+
+
+def _wait_until_stored(client: Any, run_id: str, expected: int, timeout_s: float) -> None:
+    """Block until the ``expected`` spans the run exported are stored as its client streams."""
+    deadline = time.monotonic() + timeout_s
+    stored = 0
+    while time.monotonic() < deadline:
+        stored = client.query(
+            f"SELECT count() FROM streams WHERE side = 'client' AND resource_attributes['{STREAMSCOPE_BENCH_RUN}'] = "
+            "{run:String}",
+            parameters={"run": run_id},
+        ).result_rows[0][0]
+        if stored >= expected:
+            return
+        time.sleep(0.2)
+    raise StreamscopeError(f"only {stored} of the run's {expected} streams reached the store within {timeout_s:g} s")
