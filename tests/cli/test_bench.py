@@ -22,9 +22,10 @@ from streamscope_cli.bench.compare import (
     exit_code,
     parse_gates,
 )
-from streamscope_cli.bench.figures import RunStreams
+from streamscope_cli.bench.figures import FIGURES, RunStreams, read_run
 from streamscope_cli.bench.plan import BenchPlan, Lengths, requests
 from streamscope_cli.bench.run import parse_impairment
+from streamscope_cli.bench.tables import out_of_gap_figures
 from streamscope_cli.child import CommandProcess
 from tests.support import free_port
 
@@ -93,6 +94,7 @@ def run_of(p99_ms: np.ndarray, *, started_s: np.ndarray | None = None, name: str
         stalls=(p99_ms > SLO_MS).astype(float),
         error=np.zeros(n),
         cancelled=np.zeros(n),
+        host_held=np.zeros(n),
         started_s=np.arange(n) // 40 * 1.0 if started_s is None else started_s,
         duration_s=np.ones(n),
         span_s=n / 40 + 1,
@@ -165,7 +167,34 @@ def test_bench_and_compare_gate_a_release_end_to_end(engine_url, tmp_path: Path)
         bench = streamscope("bench", *load, "--label", label, *extra)
         assert bench.returncode == 0, bench.stderr[-3000:]
         assert "p99 across streams of per-stream p99 gap" in bench.stdout and "160 completed" in bench.stdout
-    same = streamscope("compare", "before", "after", "--storage", storage)
+    # the simulated engine shares this machine, whose load may change between two runs under the test suite: the
+    # limits are those of a noisy bench, still far under what the stalls do (the p99 of p99 from ~50 to ~750 ms)
+    gates = ["--max-regression", "p99_of_p99=100%", "--max-regression", "ttft_p95=100%"]
+    gates += ["--max-regression", "tokens_per_s_p50=50%", "--storage", storage]
+    same = streamscope("compare", "before", "after", *gates)
     assert (same.returncode, same.stdout.splitlines()[-1]) == (0, "pass"), same.stdout
-    worse = streamscope("compare", "before", "stalled", "--storage", storage)
+    worse = streamscope("compare", "before", "stalled", *gates)
     assert worse.returncode == 1 and "p99_of_p99" in worse.stdout.splitlines()[-1], worse.stdout
+
+
+def test_a_stream_the_bench_hosts_own_loop_held_is_out_of_the_gap_figures():
+    """The load generator's own host held one stream for 900 ms (a ``client_host`` stall): that says nothing of the
+    endpoint, so the gap figures leave the stream out and count it, while its TTFT and pace still count."""
+
+    class Result:
+        def __init__(self, rows: list[tuple]) -> None:
+            self.rows = rows
+
+    def query(sql: str) -> Result:
+        if "GROUP BY run" in sql:
+            return Result([("run-1", "label-1")])
+        # ttft, p99, longest, jitter, pace, tokens, stalls, failed, left, held, started_us, duration_us, estimated
+        steady = [(50.0, 30.0, 35.0, 1.5, 40.0, 100, 0, 0, 0, 0, 1_000_000 * i, 2_000_000, 1) for i in range(40)]
+        return Result([*steady, (900.0, 900.0, 900.0, 30.0, 20.0, 100, 1, 0, 0, 1, 5_000_000, 3_000_000, 1)])
+
+    streams = read_run(query, "label-1")
+    assert (streams.run, streams.count, int(streams.host_held.sum())) == ("run-1", 41, 1)
+    figures = {f.name: f.of(streams, SLO_MS) for f in FIGURES}
+    assert figures["p99_of_p99"] == 30.0 and figures["itl_goodput"] == 1.0 and figures["stalls_per_stream"] == 0.0
+    assert figures["ttft_p99"] == 900.0  # the wait for the first token is not a gap between chunks
+    assert "1 held by this machine's own host" in out_of_gap_figures(streams)

@@ -2,6 +2,10 @@
 
 Every figure is a function of the run's per-stream statistics (``RunStreams``), so ``compare`` can resample streams
 (not chunks) to say how sure a difference is. Percentiles are nearest-rank: each is a value some stream had.
+
+A stream the bench machine's own host held (a stall attributed to ``client_host``: the load generator's loop was
+late to read) says nothing of the endpoint's rhythm: it is counted, and kept out of the gap figures, so a busy load
+generator cannot pass for a slower release.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import numpy as np
 
 from streamscope.errors import StreamscopeError
 from streamscope.semconv import STREAMSCOPE_BENCH_LABEL, STREAMSCOPE_BENCH_RUN
+from streamscope.semconv import StreamscopeTruthCauseValues as Cause
 from streamscope_cli.query import Query
 
 RUN = f"resource_attributes['{STREAMSCOPE_BENCH_RUN}']"
@@ -30,7 +35,8 @@ class RunStreams:
     label: str
     ttft_ms: np.ndarray
     gap_p99_ms: np.ndarray
-    """Each stream's own p99 gap between content chunks (NaN: not every arrival known, or fewer than two)."""
+    """Each stream's own p99 gap between content chunks (NaN: not every arrival known, fewer than two, or the
+    stream was held by the bench machine's own host); so are the longest gap, jitter and stalls."""
     gap_max_ms: np.ndarray
     jitter: np.ndarray
     """p99 gap / p50 gap of each stream."""
@@ -40,6 +46,8 @@ class RunStreams:
     error: np.ndarray
     """1 for a stream that failed (an HTTP error, a broken connection), else 0."""
     cancelled: np.ndarray
+    host_held: np.ndarray
+    """1 for a stream the bench machine's own host held (out of the gap figures), else 0."""
     started_s: np.ndarray
     """When each stream started, in seconds from the run's first."""
     duration_s: np.ndarray
@@ -60,7 +68,7 @@ class RunStreams:
 
 _ARRAYS = (
     "ttft_ms", "gap_p99_ms", "gap_max_ms", "jitter", "tokens_per_s", "tokens", "stalls", "error", "cancelled",
-    "started_s", "duration_s",
+    "host_held", "started_s", "duration_s",
 )  # fmt: skip
 
 
@@ -123,7 +131,8 @@ def _share(flags: np.ndarray) -> float:
 
 
 def _mean(values: np.ndarray) -> float:
-    return float(values.mean()) if values.size else float("nan")
+    known = values[~np.isnan(values)]
+    return float(known.mean()) if known.size else float("nan")
 
 
 def read_run(query: Query, selector: str) -> RunStreams:
@@ -134,6 +143,9 @@ def read_run(query: Query, selector: str) -> RunStreams:
             if({TIMED}, ifNull(gap_max_us, 0) / 1000, NULL) AS longest, jitter_ratio,
             tokens / if(last_content_us > ttft_us, (last_content_us - ttft_us) / 1e6, NULL) AS pace,
             tokens, stall_count, outcome = 'error' AS failed, outcome IN ('cancelled', 'disconnected') AS left,
+            (trace_id, span_id) IN (
+                SELECT trace_id, span_id FROM stalls WHERE side = 'client' AND cause = '{Cause.CLIENT_HOST}'
+            ) AS held,
             toUnixTimestamp64Micro(start_time) AS started_us, duration_us, tokens_estimated
         FROM streams
         WHERE side = 'client' AND {RUN} = {_quoted(run)}"""
@@ -145,10 +157,13 @@ def read_run(query: Query, selector: str) -> RunStreams:
     def floats(i: int) -> np.ndarray:
         return np.array([np.nan if v is None else float(v) for v in column[i]], dtype=np.float64)
 
-    started_us = np.array(column[9], dtype=np.int64)
-    duration_us = np.array([int(v or 0) for v in column[10]], dtype=np.int64)
+    started_us = np.array(column[10], dtype=np.int64)
+    duration_us = np.array([int(v or 0) for v in column[11]], dtype=np.int64)
     first = int(started_us.min())
-    arrays: dict[str, Any] = {name: floats(i) for i, name in enumerate(_ARRAYS[:9])}
+    arrays: dict[str, Any] = {name: floats(i) for i, name in enumerate(_ARRAYS[:10])}
+    held = arrays["host_held"] > 0
+    for name in ("gap_p99_ms", "gap_max_ms", "jitter", "stalls"):
+        arrays[name][held] = np.nan
     return RunStreams(
         run,
         label,
@@ -156,7 +171,7 @@ def read_run(query: Query, selector: str) -> RunStreams:
         started_s=(started_us - first) / 1e6,
         duration_s=duration_us / 1e6,
         span_s=(int((started_us + duration_us).max()) - first) / 1e6,
-        estimated_tokens=any(bool(v) for v in column[11]),
+        estimated_tokens=any(bool(v) for v in column[12]),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 from rich.table import Table
 
 from streamscope_cli.bench.compare import NOT_GATED, REGRESSION, Compared
@@ -27,7 +28,7 @@ def run_table(run: BenchRun, slo_ms: float) -> Table:
     table = Table(title=title)
     table.add_column("figure")
     table.add_column("value", justify="right")
-    table.add_row("streams", f"{streams.count}" + _timed(streams))
+    table.add_row("streams", f"{streams.count}" + out_of_gap_figures(streams))
     for figure in FIGURES:
         name = figure.title.replace("the SLO", f"{slo_ms:g} ms")
         table.add_row(name, value(figure, figure.of(streams, slo_ms), streams.estimated_tokens))
@@ -45,9 +46,13 @@ def run_table(run: BenchRun, slo_ms: float) -> Table:
     return table
 
 
-def _timed(streams: RunStreams) -> str:
-    untimed = int(math.fsum(math.isnan(v) for v in streams.gap_max_ms))
-    return f" ({untimed} without every chunk's time: out of the gap figures)" if untimed else ""
+def out_of_gap_figures(streams: RunStreams) -> str:
+    """The streams out of the gap figures, and why."""
+    held = int(streams.host_held.sum())
+    untimed = int(np.isnan(streams.gap_max_ms).sum()) - held
+    why = [f"{untimed} without every chunk's time"] if untimed else []
+    why += [f"{held} held by this machine's own host (a busy load generator)"] if held else []
+    return f" ({'; '.join(why)}: out of the gap figures)" if why else ""
 
 
 def compare_table(baseline: RunStreams, candidate: RunStreams, results: Sequence[Compared], confidence: float) -> Table:
