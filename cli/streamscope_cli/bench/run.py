@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from streamscope import otlp_exporter, setup
@@ -26,6 +26,9 @@ from streamscope_cli.bench.driver import BenchReport, drive
 from streamscope_cli.bench.figures import RunStreams, read_run, stalls_by_cause
 from streamscope_cli.bench.plan import BenchPlan
 from streamscope_cli.workload.export_tally import SpanTally, Tally
+
+if TYPE_CHECKING:
+    from streamscope_collector.service import Collector
 
 BENCH_SERVICE = "streamscope-bench"
 
@@ -73,20 +76,9 @@ def _value(text: str) -> Any:
         return text
 
 
-def run_bench(
-    plan: BenchPlan,
-    *,
-    storage_dsn: str,
-    slo_ms: float,
-    impairments: Sequence[dict[str, Any]] = (),
-    metrics_url: str | None = None,
-    node: str | None = None,
-    store_timeout_s: float = 120.0,
-    announce: Callable[[str], None] = print,
-    on_done: Callable[[str], None] = lambda outcome: None,
-) -> BenchRun:
-    """Run ``plan`` against its endpoint with an embedded collector on ``storage_dsn``; the run's figures."""
-    from streamscope_cli.workload.load import attribute_settled
+def run_bench(plan: BenchPlan, *, storage_dsn: str, **options: Any) -> BenchRun:
+    """Run ``plan`` against its endpoint with an embedded collector on ``storage_dsn``; the run's figures
+    (``options``: those of ``bench_into``)."""
     from streamscope_collector.config import CollectorConfig
     from streamscope_collector.service import Collector
 
@@ -94,33 +86,51 @@ def run_bench(
         CollectorConfig(storage_dsn=storage_dsn, http_port=0, grpc_port=None, attribution_interval_s=None)
     ).start()
     try:
-        tally = Tally()
-        with ExitStack() as parts:
-            if impairments:
-                plan = replace(plan, url=_impaired(plan, impairments, collector.http_url, parts, announce))
-            node = node or urlsplit(plan.url).netloc
-            if metrics_url:
-                _start_agent(metrics_url, node, collector.http_url, parts, announce)
-            announce(f"run {plan.run_id}{f' ({plan.label})' if plan.label else ''}: {plan.describe()}")
-            provider = setup(
-                BENCH_SERVICE,
-                set_global=False,
-                exporter=SpanTally(otlp_exporter(collector.http_url), tally),
-                resource_attributes={STREAMSCOPE_BENCH_RUN: plan.run_id, STREAMSCOPE_BENCH_LABEL: plan.label},
-            )
-            try:
-                report = asyncio.run(drive(plan, provider, on_done))
-            finally:
-                provider.shutdown()
-        announce(f"storing the run's {tally.exported} streams, then attributing their stalls")
-        client = collector.query_client
-        _wait_until_stored(client, plan.run_id, tally.exported, store_timeout_s)
-        attribute_settled(client)
-        query = _query(client)
-        run = BenchRun(read_run(query, plan.run_id), stalls_by_cause(query, plan.run_id), report, tally.failed)
-        return replace(run, **_engine(client, node, report)) if metrics_url else run
+        return bench_into(collector, plan, **options)
     finally:
         collector.stop()
+
+
+def bench_into(
+    collector: Collector,
+    plan: BenchPlan,
+    *,
+    impairments: Sequence[dict[str, Any]] = (),
+    metrics_url: str | None = None,
+    node: str | None = None,
+    store_timeout_s: float = 120.0,
+    announce: Callable[[str], None] = print,
+    on_done: Callable[[str], None] = lambda outcome: None,
+) -> BenchRun:
+    """Run ``plan`` against its endpoint, recorded into ``collector`` (which attributes nothing by itself: the run
+    is attributed once stored); the run's figures."""
+    from streamscope_cli.workload.load import attribute_settled
+
+    tally = Tally()
+    with ExitStack() as parts:
+        if impairments:
+            plan = replace(plan, url=_impaired(plan, impairments, collector.http_url, parts, announce))
+        node = node or urlsplit(plan.url).netloc
+        if metrics_url:
+            _start_agent(metrics_url, node, collector.http_url, parts, announce)
+        announce(f"run {plan.run_id}{f' ({plan.label})' if plan.label else ''}: {plan.describe()}")
+        provider = setup(
+            BENCH_SERVICE,
+            set_global=False,
+            exporter=SpanTally(otlp_exporter(collector.http_url), tally),
+            resource_attributes={STREAMSCOPE_BENCH_RUN: plan.run_id, STREAMSCOPE_BENCH_LABEL: plan.label},
+        )
+        try:
+            report = asyncio.run(drive(plan, provider, on_done))
+        finally:
+            provider.shutdown()
+    announce(f"storing the run's {tally.exported} streams, then attributing their stalls")
+    client = collector.query_client
+    _wait_until_stored(client, plan.run_id, tally.exported, store_timeout_s)
+    attribute_settled(client)
+    query = _query(client)
+    run = BenchRun(read_run(query, plan.run_id), stalls_by_cause(query, plan.run_id), report, tally.failed)
+    return replace(run, **_engine(client, node, report)) if metrics_url else run
 
 
 def _impaired(

@@ -133,7 +133,6 @@ def bench(
         run = run_bench(
             plan,
             storage_dsn=storage_dsn or env.default_storage_dsn(),
-            slo_ms=slo,
             impairments=[parse_impairment(spec) for spec in impair],
             metrics_url=metrics_url,
             node=node,
