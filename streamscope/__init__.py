@@ -42,11 +42,12 @@ def __getattr__(name: str) -> object:
         except ModuleNotFoundError as exc:
             if (exc.name or "").partition(".")[0] != "starlette":
                 raise
+            from streamscope._internal.install import install_command
             from streamscope.errors import MissingDependency
 
             raise MissingDependency(
                 f"streamscope.{name} needs Starlette, which the SDK alone does not install: `pip install starlette`, "
-                "or the server side from a clone of streamscope (`pip install '.[server]'`)"
+                f"or the server side (`{install_command('server')}`)"
             ) from None
         return getattr(server, name)
     raise AttributeError(f"module 'streamscope' has no attribute {name!r}")

@@ -10,13 +10,14 @@ from __future__ import annotations
 import sys
 from importlib.metadata import entry_points
 
-SERVER_EXTRA_HINT = "the streamscope command needs the server extra: pip install 'streamscope[server]'"
+from streamscope._internal.install import install_command
+
 ENTRY_POINT_GROUP = "streamscope.cli"
 
 
 def main() -> None:
     commands = entry_points(group=ENTRY_POINT_GROUP)
     if not commands:
-        print(SERVER_EXTRA_HINT, file=sys.stderr)
+        print(f"the streamscope command needs the server extra: {install_command('server')}", file=sys.stderr)
         sys.exit(1)
     next(iter(commands)).load()()

@@ -17,6 +17,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+from streamscope._internal.install import install_command
 from streamscope._internal.recorder import Encoding, set_default_encoding
 from streamscope.errors import ConfigError
 
@@ -115,7 +116,7 @@ def otlp_exporter(
         try:
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
         except ImportError:
-            raise ImportError("protocol 'grpc' needs: pip install 'streamscope[grpc]'") from None
+            raise ImportError(f"protocol 'grpc' needs the grpc extra: {install_command('grpc')}") from None
         import grpc
 
         return GrpcExporter(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 import tomllib
@@ -12,6 +13,7 @@ import pytest
 
 import streamscope
 from streamscope import _main
+from streamscope._internal.install import command_for, install_command
 
 ROOT = Path(__file__).resolve().parents[2]
 DISTRIBUTIONS = {
@@ -91,4 +93,35 @@ def test_without_the_cli_distribution_the_command_says_what_to_install(monkeypat
     with pytest.raises(SystemExit) as exit_info:
         _main.main()
     assert exit_info.value.code == 1
-    assert "pip install 'streamscope[server]'" in capsys.readouterr().err
+    assert install_command("server") in capsys.readouterr().err
+
+
+def test_the_install_hint_is_a_command_that_works_where_it_runs():
+    """No release is on the public index: the hint names the clone (or wheel, or git URL) this streamscope came from,
+    and pip accepts it here (resolved, not installed)."""
+    hint = install_command("server")
+    assert hint.startswith("pip install ") and "[server]" in hint
+    dry_run = subprocess.run(
+        [sys.executable, "-m", *shlex.split(hint), "--dry-run", "--no-deps", "--ignore-installed", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert dry_run.returncode == 0, dry_run.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("origin", "expected"),
+    [
+        ({"url": "file:///src/stream%20scope", "dir_info": {"editable": True}},
+         "pip install -e '/src/stream scope[grpc]'"),
+        ({"url": "file:///src/streamscope", "dir_info": {}}, "pip install '/src/streamscope[grpc]'"),
+        ({"url": "file:///w/streamscope-0.1.0-py3-none-any.whl", "archive_info": {}},
+         "pip install '/w/streamscope-0.1.0-py3-none-any.whl[grpc]'"),
+        ({"url": "https://github.com/o/streamscope", "vcs_info": {"vcs": "git", "requested_revision": "v0.1"}},
+         "pip install 'streamscope[grpc] @ git+https://github.com/o/streamscope@v0.1'"),
+        (None, "pip install '.[grpc]' in a clone of streamscope (no release is on the public index yet)"),
+    ],
+)  # fmt: skip
+def test_the_install_hint_names_the_source_pip_recorded(origin, expected):
+    assert command_for("grpc", origin) == expected

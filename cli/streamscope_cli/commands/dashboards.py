@@ -80,7 +80,9 @@ def dashboards_push(
     try:
         from streamscope_dashboards.push import PROVISIONING_DIR, ClickHouseTarget, PushConfig, push
     except ImportError:
-        hint = "dashboards push needs the grafana extra: pip install 'streamscope[grafana]'"
+        from streamscope._internal.install import install_command
+
+        hint = f"dashboards push needs the grafana extra: {install_command('grafana')}"
         raise click.ClickException(hint) from None
 
     clickhouse = ClickHouseTarget(clickhouse_password, clickhouse_url, clickhouse_user, clickhouse_database)
