@@ -42,8 +42,8 @@ def __getattr__(name: str) -> object:
         except ModuleNotFoundError as exc:
             if (exc.name or "").partition(".")[0] != "starlette":
                 raise
-            from streamscope._internal.install import install_command
             from streamscope.errors import MissingDependency
+            from streamscope.install import install_command
 
             raise MissingDependency(
                 f"streamscope.{name} needs Starlette, which the SDK alone does not install: `pip install starlette`, "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from importlib.metadata import entry_points
 
-from streamscope._internal.install import install_command
+from streamscope.install import install_command
 
 ENTRY_POINT_GROUP = "streamscope.cli"
 

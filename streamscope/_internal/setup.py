@@ -17,9 +17,9 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from streamscope._internal.install import install_command
 from streamscope._internal.recorder import Encoding, set_default_encoding
 from streamscope.errors import ConfigError
+from streamscope.install import install_command
 
 log = logging.getLogger("streamscope")
 

@@ -13,7 +13,7 @@ import pytest
 
 import streamscope
 from streamscope import _main
-from streamscope._internal.install import command_for, install_command
+from streamscope.install import command_for, install_command
 
 ROOT = Path(__file__).resolve().parents[2]
 DISTRIBUTIONS = {

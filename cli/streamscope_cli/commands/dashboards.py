@@ -80,7 +80,7 @@ def dashboards_push(
     try:
         from streamscope_dashboards.push import PROVISIONING_DIR, ClickHouseTarget, PushConfig, push
     except ImportError:
-        from streamscope._internal.install import install_command
+        from streamscope.install import install_command
 
         hint = f"dashboards push needs the grafana extra: {install_command('grafana')}"
         raise click.ClickException(hint) from None
