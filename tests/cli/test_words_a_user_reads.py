@@ -31,3 +31,23 @@ def test_a_running_workload_is_described_in_words_not_as_a_dict():
 
     workload = RunningWorkload(urls={"node-0": "http://127.0.0.1:8001"}, proxy_url="http://127.0.0.1:8002")
     assert describe(workload) == "engines node-0 http://127.0.0.1:8001 · proxy http://127.0.0.1:8002"
+
+
+def test_a_busy_machine_is_named_as_itself_not_as_an_injection():
+    """Stalls the machine's own pauses made (its watchdog's client_host records, no host load injected) are what it
+    did, not an injected cause: named so in the table, and said at the top when they are many."""
+    confusion = Counter({("client_host", "client_host"): 30, ("network_buffering", "network_buffering"): 9})
+    own = Score(confusion=confusion, host_records=Counter({("client_host", False): 40}))
+    table = render("steady", own)
+    assert table.splitlines()[1] == (
+        "this machine was busy: 30 of 39 stalls were its own (its host held the clients or an engine's serving "
+        "loop), not an injected cause"
+    )
+    assert any(line.startswith("client_host (this machine) ") for line in table.splitlines())
+
+    injected = Score(confusion=confusion, host_records=Counter({("client_host", True): 5, ("client_host", False): 2}))
+    table = render("client-host", injected)
+    assert "this machine was busy" not in table and "(this machine)" not in table
+    few = Score(confusion=Counter({("client_host", "client_host"): 1, ("connection", "connection"): 20}),
+                host_records=Counter({("client_host", False): 1}))  # fmt: skip
+    assert "this machine was busy" not in render("s", few)  # one stall in 21: not worth a word at the top

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from streamscope import Encoding, env, set_default_encoding
 from streamscope_cli.demo.chat import serve_chat, start_chat
+from streamscope_cli.workload.evaluate import busy_machine
 from streamscope_cli.workload.load import LoadReport, attribute_settled, describe, run_load, wait_until_stored
 from streamscope_cli.workload.scenario import load_scenario, plan
 from streamscope_collector.config import CollectorConfig
@@ -83,14 +84,14 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> Summary:
         ctx = QueryContext(since - timedelta(seconds=1), datetime.now(UTC), timedelta(seconds=10))
         summary = summarize(lambda query: sql.parse_result(sql.query_json(client, query)), ctx, stall_us)
         params = {"since": since}
-        truth = _injected(
-            client.query(
-                "SELECT cause, count() FROM ground_truth WHERE start_time >= {since:DateTime64(6)} "
-                "GROUP BY cause ORDER BY cause",
-                parameters=params,
-            ).result_rows,
-            score(client, since, stall),
-        )
+        scored = score(client, since, stall)
+        records = client.query(
+            "SELECT cause, count() FROM ground_truth WHERE start_time >= {since:DateTime64(6)} "
+            "GROUP BY cause ORDER BY cause",
+            parameters=params,
+        ).result_rows
+        truth = _injected([r for r in records if not scored.machine_own(r[0])], scored)
+        own = _injected([r for r in records if scored.machine_own(r[0])], scored)
         stalls = client.query(
             "SELECT cause, count() FROM stalls WHERE start_time >= {since:DateTime64(6)} GROUP BY cause ORDER BY cause",
             parameters=params,
@@ -100,6 +101,8 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> Summary:
             "GROUP BY kind ORDER BY kind",
             parameters=params,
         ).result_rows
+        if note := busy_machine(scored):
+            console.print(f"[bold yellow]{note}[/bold yellow]")
         console.print(
             _table(
                 summary,
@@ -108,6 +111,7 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> Summary:
                 report,
                 {
                     "injected causes (ground truth), by the stalls they made": truth,
+                    "this machine's own pauses (not injected), by the stalls they made": own,
                     "attributed stalls": stalls,
                     "engine events (GPU agents)": engine_events,
                 },

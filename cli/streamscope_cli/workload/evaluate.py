@@ -48,14 +48,34 @@ def evaluate_named(name: str, storage_dsn: str | None = None, streams: int | Non
     return evaluate(scenario, dsn)
 
 
+BUSY_SHARE = 0.1
+"""The share of a run's stalls that, made by the machine's own pauses, earns a word at the top of its output."""
+
+
+def busy_machine(result: Score) -> str | None:
+    """A line for the top of a run's output when the machine's own pauses made many of its stalls, so a busy
+    machine is not read as a broken product; None otherwise."""
+    own, total = result.machine_own_stalls(), sum(result.confusion.values())
+    if not own or own < BUSY_SHARE * total:
+        return None
+    return (
+        f"this machine was busy: {own} of {total} stalls were its own (its host held the clients or an engine's "
+        "serving loop), not an injected cause"
+    )
+
+
+def cause_label(result: Score, cause: str) -> str:
+    """A cause as a user reads it: a host cause only the machine made is named as such, not as an injection."""
+    return f"{cause} (this machine)" if result.machine_own(cause) else cause
+
+
 def render(name: str, result: Score) -> str:
     """The scenario's score as a user reads it: per cause precision, recall, F1, how many stalls were injected with
     it (support) and how many attribution gave it; the confusion matrix with whole labels; the footnotes spelled
     out."""
-    lines = [
-        f"scenario {name}",
-        f"{'cause':22} {'precision':>9} {'recall':>7} {'F1':>6} {'support':>8} {'attributed':>10}",
-    ]
+    lines = [f"scenario {name}", *filter(None, [busy_machine(result)])]
+    width = max(22, *(len(cause_label(result, cause)) + 1 for cause in STALL_CAUSES))
+    lines.append(f"{'cause':{width}} {'precision':>9} {'recall':>7} {'F1':>6} {'support':>8} {'attributed':>10}")
 
     def fmt(value: float | None) -> str:
         return "-" if value is None else f"{value:.2f}"
@@ -63,17 +83,18 @@ def render(name: str, result: Score) -> str:
     for cause in STALL_CAUSES:
         attributed = sum(n for (_, p), n in result.confusion.items() if p == cause)
         if result.support(cause) or attributed:
-            lines.append(
-                f"{cause:22} {fmt(result.precision(cause)):>9} {fmt(result.recall(cause)):>7} "
-                f"{fmt(result.f1(cause)):>6} {result.support(cause):>8} {attributed:>10}"
-            )
+            scores = f"{fmt(result.precision(cause)):>9} {fmt(result.recall(cause)):>7} {fmt(result.f1(cause)):>6}"
+            lines.append(f"{cause_label(result, cause):{width}} {scores} {result.support(cause):>8} {attributed:>10}")
     labels = sorted({t for t, _ in result.confusion} | {p for _, p in result.confusion})
-    width = max((len(label) for label in labels), default=4) + 2
+    column = max((len(label) for label in labels), default=4) + 2
     lines.append("")
     lines.append("confusion (rows: the cause injected, or none; columns: the cause attributed)")
-    lines.append(" " * 22 + "".join(f"{label:>{width}}" for label in labels))
+    lines.append(" " * width + "".join(f"{label:>{column}}" for label in labels))
     for truth in labels:
-        lines.append(f"{truth:22}" + "".join(f"{result.confusion[(truth, p)]:>{width}}" for p in labels))
+        lines.append(
+            f"{cause_label(result, truth):{width}}"
+            + "".join(f"{result.confusion[(truth, p)]:>{column}}" for p in labels)
+        )
     if result.undetected:
         lines.append("injected, no stall found: " + ", ".join(f"{c} {n}" for c, n in sorted(result.undetected.items())))
     lines.append(f"stalls no ground truth explains, blamed on the network or an engine: {result.blamed_on_injected()}")

@@ -110,6 +110,12 @@ SELECT node_name, toUnixTimestamp64Micro(start_time), toUnixTimestamp64Micro(end
 FROM ground_truth WHERE start_time >= {since:DateTime64(6)} AND trace_id = '' AND cause = {cause:String}
 """
 """A serving process's own host records (no trace id): they label the stalls of the streams its node served."""
+HOST_SOURCES_SQL = """
+SELECT cause, attributes['streamscope.truth.detail.source'] = 'injected' AS injected, count()
+FROM ground_truth WHERE start_time >= {since:DateTime64(6)} AND cause IN ('client_host', 'server_host')
+GROUP BY cause, injected
+"""
+"""Host records by whether a scenario's host load made them (``injected``) or the machine did (its watchdog)."""
 SERVED_BY_SQL = """
 SELECT trace_id, any(node_name) FROM streams
 WHERE start_time >= {since:DateTime64(6)} - toIntervalMinute(10) AND side = 'server' AND node_name != ''
@@ -140,6 +146,18 @@ class Score:
     made_a_stall: Counter[str] = field(default_factory=Counter)
     """Of those, the records that labelled at least one stall: the others slowed content by less than a stall,
     or delayed what a stall of another cause already held."""
+    host_records: Counter[tuple[str, bool]] = field(default_factory=Counter)
+    """Host records (``client_host``, ``server_host``) by (cause, whether the scenario injected it): the others are
+    the machine's own pauses, which its watchdog saw."""
+
+    def machine_own(self, cause: str) -> bool:
+        """Whether every record of ``cause`` is the machine's own (a host's pause no scenario injected)."""
+        return self.host_records[(cause, False)] > 0 and not self.host_records[(cause, True)]
+
+    def machine_own_stalls(self) -> int:
+        """Stalls whose truth is a host cause the machine alone made: how busy it was, not what was injected."""
+        own = [cause for cause in (Cause.CLIENT_HOST, Cause.SERVER_HOST) if self.machine_own(cause)]
+        return sum(n for (t, _), n in self.confusion.items() if t in own)
 
     def precision(self, cause: str) -> float | None:
         predicted = sum(n for (_, p), n in self.confusion.items() if p == cause)
@@ -218,6 +236,7 @@ def score(client: Client, since: datetime, stall: StallRule | None = None) -> Sc
             SERVER_HOST_TRUTH_SQL, parameters={"since": since, "cause": Cause.SERVER_HOST}
         ).result_rows
         served = client.query(SERVED_BY_SQL, parameters={"since": since}).result_rows if serving else []
+        host_sources = client.query(HOST_SOURCES_SQL, parameters={"since": since}).result_rows
     served_by: dict[str, str] = {trace: node for trace, node in served}
     by_trace: dict[str, list[Record]] = {}
     for trace, cause, start, end, magnitude, delayed_content, first_held, own_pause in truths:
@@ -230,6 +249,7 @@ def score(client: Client, since: datetime, stall: StallRule | None = None) -> Sc
         node_candidates.setdefault(node, []).append((f"node {node}", Record(Cause.SERVER_HOST, start, end, 0, False)))
     holds, upstream = _windows(by_trace, PATH_HOLDS), _windows(by_trace, HOLDS)
     result = Score()
+    result.host_records.update({(cause, bool(injected)): n for cause, injected, n in host_sources})
     result.injected.update(r.cause for records in by_trace.values() for r in records if r.cause != OWN_PAUSE)
     result.injected.update(r.cause for r in host_records)
     hit: set[tuple[str, int, int]] = set()

@@ -247,3 +247,18 @@ def test_a_serving_nodes_own_host_labels_the_stalls_of_the_streams_it_served(sto
         [record],
     )
     assert result.confusion == {("server_host", "server_host"): 1, ("none", "server_host"): 1}
+
+
+def test_host_records_are_told_apart_by_who_made_them(store_client):
+    """A scenario's host load (``source: injected``) against the machine's own pauses its watchdog saw: the
+    machine's alone, a cause is what the machine did, not an injection."""
+    watchdog = truth("client_host", 1000, 1500)
+    watchdog[8] = {"streamscope.truth.detail.source": "watchdog"}
+    result = scored(store_client, [stall("aa" * 16, 1000, 1500, "client_host")], [watchdog])
+    assert result.host_records == {("client_host", False): 1}
+    assert result.machine_own("client_host") and result.machine_own_stalls() == 1
+
+    store_client.insert("ground_truth", [truth("client_host", 3000, 3200)], column_names=TRUTH_COLUMNS)
+    both = score(store_client, SINCE)
+    assert both.host_records == {("client_host", False): 1, ("client_host", True): 1}
+    assert not both.machine_own("client_host") and both.machine_own_stalls() == 0
