@@ -7,7 +7,7 @@ the tables in the terminal and writes one self-contained HTML file with the char
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -70,10 +70,15 @@ class Report:
 
 
 def build_report(
-    run: Query, start: datetime, end: datetime, slo_us: int, variables: Mapping[str, Sequence[str]] | None = None
+    run: Query,
+    start: datetime,
+    end: datetime,
+    slo_us: int,
+    variables: Mapping[str, Sequence[str]] | None = None,
+    reading: Callable[[str], None] = lambda title: None,
 ) -> Report:
     """Every panel over [start, end], narrowed by dashboard ``variables`` (e.g. {"model": ["m-2"]}; the defaults
-    if absent: the client side, All of the rest)."""
+    if absent: the client side, All of the rest); ``reading`` hears each panel's title before it is queried."""
     ctx = QueryContext(start, end, interval_for(start, end))
     variables = chosen(variables)
     found = run(resolve(WORST_STALLED_TRACE, ctx, variables)).rows
@@ -86,7 +91,9 @@ def build_report(
             sql = panel.bind(trace_id=trace_id)
         else:
             sql = panel.sql
+        reading(panel.title)
         results.append(PanelResult(panel, run(resolve(sql, ctx, variables))))
+    reading("the longest stalled streams and the fleet's figures")
     stalled = [row[0] for row in run(resolve(LONGEST_STALLED_TRACES, ctx, variables)).rows]
     return Report(ctx, slo_us, summarize(run, ctx, slo_us, variables), results, trace_id, variables, stalled)
 

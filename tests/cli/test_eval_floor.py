@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from streamscope_cli.workload.evaluate import evaluate_named, render
+from streamscope_cli.workload.evaluate import evaluate_named, planned_streams, render
 from streamscope_ingest.analysis.evaluation import DELAY_CAUSES, STALL_CAUSES
 
 TUNING = Path(__file__).resolve().parents[2] / "benchmarks" / "attribution" / "tuning"
@@ -39,8 +39,16 @@ CASES = {
 @pytest.mark.parametrize("scenario", CASES, ids=lambda scenario: Path(scenario).stem)
 def test_attribution_meets_the_accuracy_floor(scenario: str, storage_dsn: str) -> None:
     streams, least_support = CASES[scenario]
-    result = evaluate_named(scenario, storage_dsn, streams=streams)
+    steps: list[str] = []
+    done: list[str] = []
+    result = evaluate_named(scenario, storage_dsn, streams=streams, step=steps.append, on_stream_done=done.append)
     report = render(scenario, result)
+    # what the run shows while it works: each step in words, each stream as it ends
+    assert [step.split(" ", 2)[:2] for step in steps] == [
+        ["starting", "the"], ["starting", "the"], ["streaming"], ["storing", "the"], ["attributing", "their"],
+        ["scoring", "the"],
+    ]  # fmt: skip
+    assert len(done) == planned_streams(scenario, streams)
     for cause, least in least_support.items():
         assert result.support(cause) >= least, report
     for cause in STALL_CAUSES:

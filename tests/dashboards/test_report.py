@@ -112,8 +112,10 @@ def run_on(client):
 
 
 def test_every_panel_runs_and_the_hand_worked_numbers_hold(store):
-    report = build_report(run_on(store), START, END, slo_us=400_000)
+    reading: list[str] = []
+    report = build_report(run_on(store), START, END, slo_us=400_000, reading=reading.append)
     assert [p.panel.key for p in report.panels] == [p.key for p in PANELS]
+    assert reading[:-1] == [p.title for p in PANELS]  # what `streamscope report` shows while it reads
     assert report.ctx.interval == timedelta(seconds=1)
     assert report.trace_id == f"{30:032x}"
 

@@ -21,6 +21,20 @@ def eval_command(scenario: str, storage_dsn: str | None, streams: int | None) ->
     Example:
       streamscope eval mixed
     """
-    from streamscope_cli.workload.evaluate import evaluate_named, render
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    click.echo(render(scenario, evaluate_named(scenario, storage_dsn, streams)))
+    from streamscope_cli.workload.evaluate import evaluate_named, planned_streams, render
+
+    total = planned_streams(scenario, streams)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(scenario, total=total)
+        result = evaluate_named(
+            scenario,
+            storage_dsn,
+            streams,
+            step=lambda doing: progress.update(task, description=f"{scenario}: {doing}"),
+            on_stream_done=lambda outcome: progress.advance(task),
+        )
+    click.echo(render(scenario, result))

@@ -90,11 +90,23 @@ def report(
         raise click.BadParameter("the range must start before it ends", param_hint="--from/--to")
     buffer = _buffer(smoothing)
     chosen = {**variables, "side": (side,)}
-    with opened_store(storage_dsn or env.default_storage_dsn(), collector_url) as run:
-        built = build_report(run, start, end, StallRule.configured().threshold_us, chosen)
+    console = Console(stderr=True)
+    with (
+        console.status("opening the store") as status,
+        opened_store(storage_dsn or env.default_storage_dsn(), collector_url) as run,
+    ):
+        built = build_report(
+            run,
+            start,
+            end,
+            StallRule.configured().threshold_us,
+            chosen,
+            lambda title: status.update(f"reading {title}"),
+        )
         if buffer is not None:
             from streamscope_cli.smoothing_report import smoothing_panel
 
+            status.update("replaying the streams through the smoothing buffer")
             built = built.with_panel(smoothing_panel(run, built.ctx, chosen, buffer), after="smoothing_trade")
     print_report(built, Console())
     if html_path is None:

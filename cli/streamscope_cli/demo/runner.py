@@ -53,16 +53,17 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> Summary:
     set_default_encoding(config.encoding)
     stall = StallRule.configured()
     stall_us = stall.threshold_us
-    collector = Collector(
-        CollectorConfig(
-            storage_dsn=config.storage_dsn,
-            http_port=0,
-            grpc_port=None,
-            stall=stall,
-            attribution_interval_s=None,  # attributed once, below, when the run is complete
-            cors_origins=_chat_origins(config.chat_port),
-        )
-    ).start()
+    with console.status(f"starting the collector on {config.storage_dsn}"):
+        collector = Collector(
+            CollectorConfig(
+                storage_dsn=config.storage_dsn,
+                http_port=0,
+                grpc_port=None,
+                stall=stall,
+                attribution_interval_s=None,  # attributed once, below, when the run is complete
+                cors_origins=_chat_origins(config.chat_port),
+            )
+        ).start()
     try:
         since = datetime.now(UTC)
         console.print(f"scenario [bold]{scenario.name}[/bold]: {scenario.description}")
@@ -79,12 +80,15 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> Summary:
                 on_stream_done=lambda outcome: progress.advance(task),
             )
         client = collector.query_client
-        wait_until_stored(client, report.planned, since, config.store_timeout_s)
-        attribute_settled(client)
-        ctx = QueryContext(since - timedelta(seconds=1), datetime.now(UTC), timedelta(seconds=10))
-        summary = summarize(lambda query: sql.parse_result(sql.query_json(client, query)), ctx, stall_us)
-        params = {"since": since}
-        scored = score(client, since, stall)
+        with console.status(f"storing the {report.planned} streams") as status:
+            wait_until_stored(client, report.planned, since, config.store_timeout_s)
+            status.update("attributing their stalls (the engines' last events first)")
+            attribute_settled(client)
+            status.update("summarising, and scoring the stalls against the ground truth")
+            ctx = QueryContext(since - timedelta(seconds=1), datetime.now(UTC), timedelta(seconds=10))
+            summary = summarize(lambda query: sql.parse_result(sql.query_json(client, query)), ctx, stall_us)
+            params = {"since": since}
+            scored = score(client, since, stall)
         records = client.query(
             "SELECT cause, count() FROM ground_truth WHERE start_time >= {since:DateTime64(6)} "
             "GROUP BY cause ORDER BY cause",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -16,23 +17,47 @@ from streamscope_ingest.analysis.attribution_job import AttributionJob
 from streamscope_ingest.analysis.evaluation import STALL_CAUSES, Score, score
 
 
-def evaluate(scenario: Scenario, storage_dsn: str, settle_s: float = 2.0, timeout_s: float = 60.0) -> Score:
+def evaluate(
+    scenario: Scenario,
+    storage_dsn: str,
+    settle_s: float = 2.0,
+    timeout_s: float = 60.0,
+    *,
+    step: Callable[[str], None] = lambda doing: None,
+    on_stream_done: Callable[[str], None] = lambda outcome: None,
+) -> Score:
+    """Run ``scenario`` against an embedded collector and score its attribution; ``step`` hears what it is doing
+    between the streams (each of which ``on_stream_done`` hears end)."""
     # attribution runs once, below, over everything: the periodic job would race it for the watermark
+    step(f"starting the collector on {storage_dsn}")
     collector = Collector(
         CollectorConfig(storage_dsn=storage_dsn, http_port=0, grpc_port=None, attribution_interval_s=None)
     ).start()
     try:
         since = datetime.now(UTC)
-        run_load(scenario, collector.http_url)
+        step("starting the engines and the proxy")
+        run_load(
+            scenario, collector.http_url, on_start=lambda workload: step("streaming"), on_stream_done=on_stream_done
+        )
+        step(f"storing the {len(plan(scenario))} streams")
         wait_until_stored(collector.query_client, len(plan(scenario)), since, timeout_s)
         time.sleep(settle_s)  # the last agent events and ground truth
+        step("attributing their stalls")
         AttributionJob(collector.query_client, settle_s=0).run_once(until=datetime.now(UTC))
+        step("scoring the stalls against the ground truth")
         return score(collector.query_client, since)
     finally:
         collector.stop()
 
 
-def evaluate_named(name: str, storage_dsn: str | None = None, streams: int | None = None) -> Score:
+def evaluate_named(
+    name: str,
+    storage_dsn: str | None = None,
+    streams: int | None = None,
+    *,
+    step: Callable[[str], None] = lambda doing: None,
+    on_stream_done: Callable[[str], None] = lambda outcome: None,
+) -> Score:
     """A shipped scenario, or a scenario file, scored: on the simulated engines, or on llama-server when it says
     ``engine: llama-server`` (``llama_eval``)."""
     document, where = scenario_document(name)
@@ -41,11 +66,21 @@ def evaluate_named(name: str, storage_dsn: str | None = None, streams: int | Non
         on_llama = llama_eval.parse(document, where)
         if streams:
             on_llama = replace(on_llama, load=replace(on_llama.load, streams=streams))
+        step("building or finding llama-server, then running its streams (clients in a process of their own)")
         return llama_eval.evaluate(on_llama, dsn)
     scenario = parse(document, where)
     if streams:
         scenario = replace(scenario, load=replace(scenario.load, streams=streams))
-    return evaluate(scenario, dsn)
+    return evaluate(scenario, dsn, step=step, on_stream_done=on_stream_done)
+
+
+def planned_streams(name: str, streams: int | None = None) -> int | None:
+    """How many streams the simulated scenario ``name`` sends (None on llama-server, whose clients count apart)."""
+    document, where = scenario_document(name)
+    if llama_eval.is_real_engine(document):
+        return None
+    scenario = parse(document, where)
+    return len(plan(replace(scenario, load=replace(scenario.load, streams=streams)) if streams else scenario))
 
 
 BUSY_SHARE = 0.1
