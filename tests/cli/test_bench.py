@@ -4,6 +4,7 @@ against the simulated engine in a process of its own (bench in another, as a CI 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -198,3 +199,21 @@ def test_a_stream_the_bench_hosts_own_loop_held_is_out_of_the_gap_figures():
     assert figures["p99_of_p99"] == 30.0 and figures["itl_goodput"] == 1.0 and figures["stalls_per_stream"] == 0.0
     assert figures["ttft_p99"] == 900.0  # the wait for the first token is not a gap between chunks
     assert "1 held by this machine's own host" in out_of_gap_figures(streams)
+
+
+def test_through_the_recording_gateway_a_paths_stall_is_put_on_the_path(engine_url, tmp_path: Path):
+    """With --gateway each stream's gateway side is recorded beside its client side: a 500 ms stall the path
+    (the impairment proxy between the clients and the gateway) makes in every stream is the path's
+    (``connection``), not the engine's, and every stream has both sides in the store."""
+    storage = f"chdb://{tmp_path / 'store'}"
+    bench = streamscope(
+        "bench", "--url", f"{engine_url}/v1", "--model", "sim-llm", "--requests", "24", "--concurrency", "8",
+        "--output-tokens", "24", "--prompt-tokens", "16", "--gateway", "--label", "path",
+        "--impair", "stall:duration_ms=500,probability=1,after_event=8", "--storage", storage,
+    )  # fmt: skip
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    (stalls,) = [line for line in bench.stdout.splitlines() if "stalls by cause" in line]
+    causes = dict(re.findall(r"(\w+) (\d+)", stalls.split("│")[2]))
+    assert max(causes, key=lambda cause: int(causes[cause])) == "connection", stalls
+    sides = streamscope("sql", "--storage", storage, "SELECT side, count() FROM streams GROUP BY side ORDER BY side")
+    assert sides.stdout.split() == ["side", "count()", "client", "24", "gateway", "24"], sides.stdout

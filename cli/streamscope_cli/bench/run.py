@@ -25,12 +25,14 @@ from streamscope.semconv import STREAMSCOPE_BENCH_LABEL, STREAMSCOPE_BENCH_RUN
 from streamscope_cli.bench.driver import BenchReport, drive
 from streamscope_cli.bench.figures import RunStreams, read_run, stalls_by_cause
 from streamscope_cli.bench.plan import BenchPlan
+from streamscope_cli.child import CommandProcess
 from streamscope_cli.workload.export_tally import SpanTally, Tally
 
 if TYPE_CHECKING:
     from streamscope_collector.service import Collector
 
 BENCH_SERVICE = "streamscope-bench"
+BENCH_GATEWAY_SERVICE = "streamscope-bench-gateway"
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,7 @@ def bench_into(
     plan: BenchPlan,
     *,
     impairments: Sequence[dict[str, Any]] = (),
+    gateway: bool = False,
     metrics_url: str | None = None,
     node: str | None = None,
     store_timeout_s: float = 120.0,
@@ -103,14 +106,18 @@ def bench_into(
     on_done: Callable[[str], None] = lambda outcome: None,
 ) -> BenchRun:
     """Run ``plan`` against its endpoint, recorded into ``collector`` (which attributes nothing by itself: the run
-    is attributed once stored); the run's figures."""
+    is attributed once stored); the run's figures. With ``gateway``, the streams go through a recording gateway in
+    front of the endpoint (the path's impairments, if any, between the clients and it), so stalls are split
+    between the endpoint and the path."""
     from streamscope_cli.workload.load import attribute_settled
 
     tally = Tally()
+    node = node or urlsplit(plan.url).netloc
     with ExitStack() as parts:
+        if gateway:
+            plan = replace(plan, url=_gateway(plan, node, collector.http_url, parts, announce))
         if impairments:
             plan = replace(plan, url=_impaired(plan, impairments, collector.http_url, parts, announce))
-        node = node or urlsplit(plan.url).netloc
         if metrics_url:
             _start_agent(metrics_url, node, collector.http_url, parts, announce)
         announce(f"run {plan.run_id}{f' ({plan.label})' if plan.label else ''}: {plan.describe()}")
@@ -155,12 +162,21 @@ def _impaired(
     return proxy.url + url.path
 
 
+def _gateway(plan: BenchPlan, node: str, collector_url: str, parts: ExitStack, announce: Callable[[str], None]) -> str:
+    """Start ``streamscope gateway`` in front of the plan's server, recording into the run's collector as the
+    gateway side of each stream (its upstream named ``node``, as the GPU agent names it); the API URL through it."""
+    url = urlsplit(plan.url)
+    upstream = f"{url.scheme}://{url.netloc}"
+    arguments = ["--upstream", upstream, "--port", "0", "--collector", collector_url, "--node", node]
+    gateway = parts.enter_context(CommandProcess("gateway", *arguments, "--service-name", BENCH_GATEWAY_SERVICE))
+    announce(f"recording gateway {gateway.listening_url} -> {upstream}")
+    return gateway.listening_url + url.path
+
+
 def _start_agent(
     metrics_url: str, node: str, collector_url: str, parts: ExitStack, announce: Callable[[str], None]
 ) -> None:
     """The GPU agent reading the engine's /metrics into the run's collector (no GPU read: it is not this host's)."""
-    from streamscope_cli.child import CommandProcess
-
     agent = CommandProcess(
         "gpu-agent", "--node", node, "--engine-url", metrics_url, "--collector", collector_url, "--no-gpu"
     )

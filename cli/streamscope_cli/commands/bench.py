@@ -49,6 +49,12 @@ from streamscope_cli.options import fail_plainly, storage_option
     "Send through streamscope proxy's impairments, e.g. stall:duration_ms=300,probability=0.05,after_event=10 "
     "(kinds: stall, buffer_coalesce, rechunk, drop; repeatable)."
 ))  # fmt: skip
+@click.option(
+    "--gateway",
+    is_flag=True,
+    help="Send through a recording gateway (streamscope gateway) in front of the endpoint: each stream's gateway "
+    "side is recorded too, so stalls are split between the endpoint and the path.",
+)
 @click.option("--metrics-url", default=None, metavar="URL", help="Scrape the engine's /metrics meanwhile (GPU agent).")
 @click.option("--node", default=None, help="The engine's node name for its metrics (default: the URL's host:port).")
 @storage_option
@@ -71,6 +77,7 @@ def bench(
     run_id: str,
     slo_ms: float | None,
     impair: tuple[str, ...],
+    gateway: bool,
     metrics_url: str | None,
     node: str | None,
     storage_dsn: str | None,
@@ -134,6 +141,7 @@ def bench(
             plan,
             storage_dsn=storage_dsn or env.default_storage_dsn(),
             impairments=[parse_impairment(spec) for spec in impair],
+            gateway=gateway,
             metrics_url=metrics_url,
             node=node,
             announce=progress.console.print,
