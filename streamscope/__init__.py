@@ -5,9 +5,10 @@ span operation per chunk, and emits one OpenTelemetry span per stream that a str
 any OTLP backend) receives.
 """
 
-from streamscope._internal.httpx_client import astream_sse, stream_sse
+from streamscope._internal.httpx_client import astream_ndjson, astream_sse, stream_ndjson, stream_sse
 from streamscope._internal.instruments import flush_metrics
 from streamscope._internal.observer import StreamEvent
+from streamscope._internal.ollama_client import instrument_ollama
 from streamscope._internal.openai_client import instrument_openai
 from streamscope._internal.recorder import Encoding, Outcome, Side, StreamRecorder, set_default_encoding
 from streamscope._internal.setup import otlp_exporter, setup
@@ -22,12 +23,15 @@ __all__ = [
     "StreamEvent",
     "StreamMiddleware",
     "StreamRecorder",
+    "astream_ndjson",
     "astream_sse",
     "flush_metrics",
+    "instrument_ollama",
     "instrument_openai",
     "otlp_exporter",
     "set_default_encoding",
     "setup",
+    "stream_ndjson",
     "stream_sse",
 ]
 

@@ -7,6 +7,7 @@ OpenAI SDK's typed objects; ``_get`` reads both, so the same reader serves both 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -263,11 +264,54 @@ class AnthropicMessages:
         return EventFacts()
 
 
-FORMATS: dict[str, type[OpenAIChat] | type[OpenAIResponses] | type[AnthropicMessages]] = {
+class Ollama:
+    """Ollama's native streams, one JSON document a line: ``/api/chat`` (``message.content``, and
+    ``message.thinking`` for reasoning) and ``/api/generate`` (``response``, ``thinking``). The last line says
+    ``done`` with the reason and the counts (``eval_count``: tokens generated; ``prompt_eval_count``)."""
+
+    provider = "ollama"
+
+    def __init__(self) -> None:
+        self.facts = StreamFacts()
+
+    def read(self, event_type: str, payload: Any) -> EventFacts:
+        facts = self.facts
+        error = _get(payload, "error")
+        if error:
+            facts.error_type = "error"
+            return EventFacts(done=True)
+        model = _get(payload, "model")
+        if isinstance(model, str) and model:
+            facts.response_model = model
+        message = _get(payload, "message")
+        answer = _get(message, "content") if message is not None else _get(payload, "response")
+        thinking = _get(message, "thinking") if message is not None else _get(payload, "thinking")
+        answer = answer if isinstance(answer, str) else ""
+        text = (thinking if isinstance(thinking, str) else "") + answer
+        calls = _get(message, "tool_calls")
+        if calls:
+            arguments = _get(_get(calls[0], "function"), "arguments")
+            encoded = json.dumps(arguments, separators=(",", ":")) if arguments is not None else ""
+            return EventFacts(text + encoded, tool_call=True, arguments=encoded, answer=answer)
+        if not _get(payload, "done"):
+            return EventFacts(text, answer=answer)
+        reason = _get(payload, "done_reason")
+        facts.finish_reasons.append(str(reason) if reason else "stop")
+        for name, count in (("input_tokens", "prompt_eval_count"), ("output_tokens", "eval_count")):
+            value = _get(payload, count)
+            if isinstance(value, int):
+                setattr(facts, name, value)
+        return EventFacts(text, answer=answer, done=True)
+
+
+FORMATS: dict[str, type[OpenAIChat] | type[OpenAIResponses] | type[AnthropicMessages] | type[Ollama]] = {
     "openai-chat": OpenAIChat,
     "openai-responses": OpenAIResponses,
     "anthropic": AnthropicMessages,
+    "ollama": Ollama,
 }
+FRAMINGS = {"ollama": "ndjson"}
+"""How a format's events are framed on the wire where it is not SSE."""
 
 
 def json_answer_requested(body: Any) -> bool:

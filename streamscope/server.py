@@ -24,7 +24,7 @@ from starlette.types import Send
 from streamscope import semconv as sc
 from streamscope._internal.observer import StreamObserver
 from streamscope._internal.recorder import Encoding, Outcome, StreamRecorder
-from streamscope.formats import make_format
+from streamscope.formats import FRAMINGS, make_format
 
 
 class ServerChunk(NamedTuple):
@@ -63,8 +63,10 @@ class ServerStream:
             extra[sc.STREAMSCOPE_NODE_NAME] = node_name
         if engine_request_id:
             extra[sc.STREAMSCOPE_ENGINE_REQUEST_ID] = engine_request_id
+        framing = FRAMINGS.get(format, "sse")
         recorder = StreamRecorder(
             side="server",
+            transport="chunked" if framing == "ndjson" else "sse",
             provider=provider,
             request_model=request_model,
             operation=operation,
@@ -73,7 +75,7 @@ class ServerStream:
             parent=propagate.extract(request.headers),
             tracer_provider=tracer_provider,
         ).start()
-        self.observer = StreamObserver(recorder, make_format(format))
+        self.observer = StreamObserver(recorder, make_format(format), framing=framing)
         self._tokens_after_cancel = 0
 
     @property

@@ -1,8 +1,12 @@
-"""Record streams read with httpx from OpenAI-compatible or Anthropic SSE endpoints.
+"""Record streams read with httpx from OpenAI-compatible or Anthropic SSE endpoints, and Ollama's
+newline-delimited JSON ones.
 
     with streamscope.stream_sse(client, "POST", url, json=body, format="anthropic") as events:
         for event in events:
             ...  # event.payload is the parsed JSON
+
+    with streamscope.stream_ndjson(client, "POST", "http://localhost:11434/api/chat", json=body) as lines:
+        ...  # one event a line; event.payload is the line's JSON
 
 Wire bytes are each event's bytes in the response body, framing included (after transfer decoding: for a
 gzip-encoded body, the inflated size); the time of each chunk is when the read that completed it returned.
@@ -11,6 +15,7 @@ Leaving the ``with`` block before the end records the stream as cancelled.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any
@@ -18,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from streamscope import semconv as sc
 from streamscope._internal.observer import StreamEvent, StreamObserver
 from streamscope._internal.recorder import Encoding, Outcome, StreamRecorder
-from streamscope.formats import json_answer_requested, make_format
+from streamscope.formats import FRAMINGS, json_answer_requested, make_format
 
 if TYPE_CHECKING:  # imported where a stream is read: `import streamscope` stays free of httpx and what it loads
     import httpx
@@ -39,10 +44,12 @@ def _begin(
     request_kwargs: dict[str, Any],
 ) -> tuple[StreamObserver, httpx.Request]:
     stream_format = make_format(format)
+    framing = FRAMINGS.get(format, "sse")
     body = request_kwargs.get("json")
     model = request_model or (body.get("model") if isinstance(body, dict) else None)
     recorder = StreamRecorder(
         side="client",
+        transport="chunked" if framing == "ndjson" else "sse",
         provider=provider or stream_format.provider,
         request_model=model,
         operation=operation,
@@ -56,7 +63,8 @@ def _begin(
         recorder.set_attribute(sc.SERVER_PORT, request.url.port)
     recorder.start()
     recorder.inject(request.headers)
-    return StreamObserver(recorder, stream_format, json_answer=json_answer_requested(body)), request
+    observer = StreamObserver(recorder, stream_format, json_answer=json_answer_requested(body), framing=framing)
+    return observer, request
 
 
 _SEND_OPTIONS = ("auth", "follow_redirects")
@@ -200,3 +208,18 @@ async def astream_sse(
     finally:
         await response.aclose()
         observer.close(outcome[0])
+
+
+def stream_ndjson(
+    client: httpx.Client, method: str, url: str, *, format: str = "ollama", **options: Any
+) -> contextlib.AbstractContextManager[Iterator[StreamEvent]]:
+    """``stream_sse`` for a stream of one JSON document a line (Ollama's ``/api/chat`` and ``/api/generate``):
+    each line is an event, recorded as a chunk of transport ``chunked``."""
+    return stream_sse(client, method, url, format=format, **options)
+
+
+def astream_ndjson(
+    client: httpx.AsyncClient, method: str, url: str, *, format: str = "ollama", **options: Any
+) -> contextlib.AbstractAsyncContextManager[AsyncIterator[StreamEvent]]:
+    """The asyncio twin of ``stream_ndjson``."""
+    return astream_sse(client, method, url, format=format, **options)

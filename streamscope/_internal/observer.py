@@ -14,6 +14,7 @@ from typing import Any
 from streamscope import semconv as sc
 from streamscope._internal.recorder import Outcome, StreamRecorder
 from streamscope.formats import EventFacts, StreamFormat, estimate_tokens
+from streamscope.ndjson import NDJSONDecoder
 from streamscope.sse import SSEDecoder
 
 log = logging.getLogger("streamscope")
@@ -30,9 +31,12 @@ class StreamEvent:
 
 
 class StreamObserver:
-    def __init__(self, recorder: StreamRecorder, stream_format: StreamFormat, *, json_answer: bool = False) -> None:
+    def __init__(
+        self, recorder: StreamRecorder, stream_format: StreamFormat, *, json_answer: bool = False, framing: str = "sse"
+    ) -> None:
         """``json_answer``: the request asked for the answer as JSON, so the answer is the document followed;
-        otherwise the first tool call's arguments are, if the stream calls a tool."""
+        otherwise the first tool call's arguments are, if the stream calls a tool. ``framing``: how the body's
+        bytes are cut into events, ``sse`` or ``ndjson`` (a JSON document a line)."""
         self.recorder = recorder
         self.format = stream_format
         self._json_answer = json_answer
@@ -40,7 +44,7 @@ class StreamObserver:
         self.done = False
         self.closed = False
         self._failed = False
-        self._decoder = SSEDecoder()
+        self._decoder = NDJSONDecoder() if framing == "ndjson" else SSEDecoder()
 
     def on_bytes(self, data: bytes) -> list[StreamEvent]:
         """Feed raw body bytes; returns the events they completed, each recorded as a chunk."""

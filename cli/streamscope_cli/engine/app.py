@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -140,33 +141,50 @@ class EngineNode:
         async def completions(request: Request) -> Response:
             return await self._complete(request, chat=False)
 
+        @app.post("/api/chat")
+        async def ollama_chat(request: Request) -> Response:
+            return await self._complete(request, chat=True, ollama=True)
+
+        @app.post("/api/generate")
+        async def ollama_generate(request: Request) -> Response:
+            return await self._complete(request, chat=False, ollama=True)
+
         return app
 
-    async def _complete(self, request: Request, *, chat: bool) -> Response:
+    async def _complete(self, request: Request, *, chat: bool, ollama: bool = False) -> Response:
+        """An OpenAI-compatible completion, or with ``ollama`` one of Ollama's native API (a JSON document a
+        line, streamed unless the body says ``"stream": false``)."""
         try:
             body = await request.json()
             if not isinstance(body, dict):
                 raise _BadRequest("body must be a JSON object")
+            if ollama:  # Ollama's length is options.num_predict
+                options = body.get("options") or {}
+                if not isinstance(options, dict):
+                    raise _BadRequest("options must be an object")
+                body = {**body, "max_tokens": options.get("num_predict", self.config.default_max_tokens)}
             sequence = self._sequence(body, chat)
             generation = self.engine.submit(sequence)
         except ValueError as exc:
             return _error(400, str(exc))
         rng = random.Random(f"{self.config.seed}:{sequence.request_id}")
-        if not body.get("stream"):
+        if not body.get("stream", ollama):
             return await self._whole(sequence, generation, chat, rng)
         stream = ServerStream(
             request,
-            provider=self.config.flavor,
+            provider="ollama" if ollama else self.config.flavor,
             request_model=str(body.get("model") or self.config.model),
+            format="ollama" if ollama else "openai-chat",
             node_name=self.config.node,
             engine_request_id=sequence.request_id,
             tracer_provider=self._tracer_provider,
         )
         truth = StreamTruth(self.sink, self.config.node, _trace_id(request), sequence.request_id)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        json_answer = chat and json_answer_requested(body)
-        events = self._events(sequence, generation, chat, rng, stream, truth, include_usage, json_answer)
-        return stream.response(events)
+        json_answer = chat and not ollama and json_answer_requested(body)
+        api = ("ollama-chat" if chat else "ollama-generate") if ollama else ("chat" if chat else "completions")
+        events = self._events(sequence, generation, api, rng, stream, truth, include_usage, json_answer)
+        return stream.response(events, media_type="application/x-ndjson" if ollama else "text/event-stream")
 
     def _sequence(self, body: dict[str, Any], chat: bool) -> Sequence:
         sim = body.get("sim") or {}
@@ -215,13 +233,16 @@ class EngineNode:
         self,
         sequence: Sequence,
         generation: AsyncIterator[Any],
-        chat: bool,
+        api: str,
         rng: random.Random,
         stream: ServerStream,
         truth: StreamTruth,
         include_usage: bool,
         json_answer: bool = False,
     ) -> AsyncIterator[ServerChunk]:
+        """The stream's events in ``api``'s shape: ``chat`` and ``completions`` as OpenAI's SSE, ``ollama-chat``
+        and ``ollama-generate`` as Ollama's lines of JSON (no role-only head, the counts on the last line)."""
+        chat, ollama = api in ("chat", "ollama-chat"), api.startswith("ollama")
         created = int(time.time())
         response_id = f"{'chatcmpl' if chat else 'cmpl'}-{sequence.request_id[4:]}"
         output = self.output
@@ -236,6 +257,8 @@ class EngineNode:
             usage: dict[str, int] | None = None,
             retract: dict[str, int] | None = None,
         ) -> str:
+            if ollama:
+                return _ollama_line(self.config.model, chat, text or "", finish, sequence.prompt_tokens, sent)
             if chat:
                 delta: dict[str, Any] = (
                     {} if text is None else ({"role": "assistant", "content": ""} if text == "" else {"content": text})
@@ -268,7 +291,7 @@ class EngineNode:
             return ServerChunk(event(text), tokens, len(text.encode()))
 
         spec = self.config.scheduler.spec_decode
-        drafts = spec.draft_tokens if chat and output.show_drafts and spec is not None else 0
+        drafts = spec.draft_tokens if chat and not ollama and output.show_drafts and spec is not None else 0
         preview: list[str] = []  # draft words shown, not yet verified, each with its leading space
 
         def verified(tokens: int, step_delays: tuple[Delay, ...], last: bool = False) -> ServerChunk:
@@ -296,7 +319,7 @@ class EngineNode:
             )
 
         try:
-            if chat:
+            if chat and not ollama:  # OpenAI-compatible servers say the role first; Ollama does not
                 yield ServerChunk(event(""), 0, 0)
                 index += 1
             batch = await anext(generation, None)
@@ -324,6 +347,8 @@ class EngineNode:
                 pending = 0
             truth.close()
             yield ServerChunk(event(None, finish="length"), 0, 0)
+            if ollama:
+                return
             if include_usage:
                 usage = {
                     "prompt_tokens": sequence.prompt_tokens,
@@ -369,6 +394,16 @@ class EngineNode:
                 "usage": usage,
             }
         )
+
+
+def _ollama_line(model: str, chat: bool, text: str, finish: str | None, prompt_tokens: int, sent: int) -> str:
+    """One line of Ollama's stream: a piece of the answer, or (``finish``) the last, with the counts."""
+    document: dict[str, Any] = {"model": model, "created_at": datetime.now(UTC).isoformat().replace("+00:00", "Z")}
+    document |= {"message": {"role": "assistant", "content": text}} if chat else {"response": text}
+    document["done"] = finish is not None
+    if finish is not None:
+        document |= {"done_reason": finish, "prompt_eval_count": prompt_tokens, "eval_count": sent}
+    return json.dumps(document, separators=(",", ":")) + "\n"
 
 
 def _json_framed(text: str, first: int, tokens: int, total: int) -> str:
