@@ -217,3 +217,19 @@ def test_through_the_recording_gateway_a_paths_stall_is_put_on_the_path(engine_u
     assert max(causes, key=lambda cause: int(causes[cause])) == "connection", stalls
     sides = streamscope("sql", "--storage", storage, "SELECT side, count() FROM streams GROUP BY side ORDER BY side")
     assert sides.stdout.split() == ["side", "count()", "client", "24", "gateway", "24"], sides.stdout
+
+
+@pytest.mark.parametrize(("api", "base", "transport"), [("completions", "/v1", "sse"), ("ollama", "", "chunked")])
+def test_bench_drives_each_api_it_names(engine_url, tmp_path: Path, api, base, transport):
+    """Besides chat: the legacy completions API, and Ollama's /api/chat, a JSON document a line."""
+    storage = f"chdb://{tmp_path / 'store'}"
+    bench = streamscope(
+        "bench", "--url", f"{engine_url}{base}", "--api", api, "--model", "sim-llm", "--requests", "12",
+        "--concurrency", "4", "--output-tokens", "16", "--storage", storage,
+    )  # fmt: skip
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    assert "12 completed" in bench.stdout
+    query = "SELECT transport, operation, count(), min(content_chunks) FROM streams GROUP BY ALL"
+    rows = streamscope("sql", "--storage", storage, "--format", "tsv", query).stdout.split()
+    operation = "text_completion" if api == "completions" else "chat"
+    assert rows[-4:] == [transport, operation, "12", "16"], rows

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from streamscope import astream_sse
-from streamscope_cli.bench.plan import BenchPlan, BenchRequest, arrival_gaps, requests
+from streamscope_cli.bench.plan import FORMATS, BenchPlan, BenchRequest, arrival_gaps, requests
 
 TIMEOUT = httpx.Timeout(300.0, connect=10.0)
 
@@ -117,7 +117,7 @@ async def _send(client: httpx.AsyncClient, plan: BenchPlan, request: BenchReques
             client,
             "POST",
             plan.endpoint,
-            format="anthropic" if plan.api == "anthropic" else "openai-chat",
+            format=FORMATS[plan.api],
             operation="text_completion" if plan.api == "completions" else "chat",
             request_model=plan.model,
             tracer_provider=tracer_provider,

@@ -15,9 +15,12 @@ from urllib.parse import urlsplit
 
 from streamscope.errors import ConfigError
 
-APIS = ("chat", "completions", "anthropic")
-"""The streaming APIs a run can drive: OpenAI Chat Completions, OpenAI (legacy) Completions, Anthropic Messages."""
-_PATHS = {"chat": "/chat/completions", "completions": "/completions", "anthropic": "/messages"}
+APIS = ("chat", "completions", "anthropic", "ollama")
+"""The streaming APIs a run can drive: OpenAI Chat Completions, OpenAI (legacy) Completions, Anthropic Messages,
+and Ollama's chat (a JSON document a line; its base URL has no version: ``http://host:11434``)."""
+_PATHS = {"chat": "/chat/completions", "completions": "/completions", "anthropic": "/messages", "ollama": "/api/chat"}
+FORMATS = {"chat": "openai-chat", "completions": "openai-chat", "anthropic": "anthropic", "ollama": "ollama"}
+"""The SDK's stream format for each API."""
 _WORDS = (
     "stream token latency answer model engine gateway prefill decode batch cache queue request reply chunk "
     "second first rhythm pause wait user screen server client network buffer flush schedule slot prompt text"
@@ -146,6 +149,9 @@ def _body(plan: BenchPlan, prompt: str, max_tokens: int) -> dict[str, Any]:
         body |= {"prompt": prompt, "stream_options": {"include_usage": True}}
     elif plan.api == "chat":
         body |= {"messages": [{"role": "user", "content": prompt}], "stream_options": {"include_usage": True}}
+    elif plan.api == "ollama":
+        body = {"model": plan.model, "messages": [{"role": "user", "content": prompt}], "stream": True}
+        body["options"] = {"num_predict": max_tokens}
     else:
         body |= {"messages": [{"role": "user", "content": prompt}]}
     return body

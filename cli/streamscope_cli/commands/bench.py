@@ -15,10 +15,10 @@ from streamscope_cli.options import fail_plainly, storage_option
 @click.option("--model", required=True, help="The model to ask for.")
 @click.option(
     "--api",
-    type=click.Choice(["chat", "completions", "anthropic"]),
+    type=click.Choice(["chat", "completions", "anthropic", "ollama"]),
     default="chat",
     show_default=True,
-    help="OpenAI Chat Completions, OpenAI Completions, or Anthropic Messages (streamed).",
+    help="OpenAI Chat Completions, OpenAI Completions, Anthropic Messages, or Ollama's /api/chat (streamed).",
 )
 @click.option("--concurrency", type=click.IntRange(1, 4096), default=None, help="Streams open at once (default 8).")
 @click.option("--rate", type=click.FloatRange(0.01, 10_000), default=None, help="Poisson arrivals per second instead.")
