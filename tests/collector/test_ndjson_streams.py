@@ -97,3 +97,8 @@ def test_a_stream_read_through_ollamas_own_client_is_recorded(collector, engine)
     assert row[:6] == ("chunked", "ollama", "completed", ["length"], TOKENS, TOKENS)
     for (_, offset_us), arrival in zip(timeline, arrivals, strict=True):
         assert abs((span.start_time + offset_us * 1000) - arrival) < 2_000_000
+
+    whole = client.chat(model="sim-llm", messages=messages, options={"num_predict": 4})  # not streamed: not recorded
+    assert (whole.done_reason, whole.eval_count, len(whole.message.content.split())) == ("length", 4, 4)
+    provider.force_flush()
+    assert len(copies.get_finished_spans()) == 1

@@ -169,7 +169,7 @@ class EngineNode:
             return _error(400, str(exc))
         rng = random.Random(f"{self.config.seed}:{sequence.request_id}")
         if not body.get("stream", ollama):
-            return await self._whole(sequence, generation, chat, rng)
+            return await self._whole(sequence, generation, chat, rng, ollama=ollama)
         stream = ServerStream(
             request,
             provider="ollama" if ollama else self.config.flavor,
@@ -365,7 +365,7 @@ class EngineNode:
             self.engine.release(sequence.request_id)
 
     async def _whole(
-        self, sequence: Sequence, generation: AsyncIterator[Any], chat: bool, rng: random.Random
+        self, sequence: Sequence, generation: AsyncIterator[Any], chat: bool, rng: random.Random, *, ollama: bool
     ) -> Response:
         try:
             tokens = 0
@@ -374,6 +374,9 @@ class EngineNode:
         finally:
             self.engine.release(sequence.request_id)
         text = " ".join(rng.choice(_WORDS) for _ in range(tokens))
+        if ollama:  # Ollama's whole answer: its stream's last line, with the text
+            line = _ollama_line(self.config.model, chat, text, "length", sequence.prompt_tokens, tokens)
+            return Response(line, media_type="application/json")
         choice = (
             {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
             if chat
