@@ -81,6 +81,14 @@ class Upstream:
         return self.seen[-1]
 
 
+def ndjson_line(i: int) -> bytes:
+    """One line of an Ollama-style stream: a JSON document and its newline."""
+    return b'{"message":{"role":"assistant","content":"t%d"},"done":%s}\n' % (
+        i,
+        b"false" if i < EVENTS - 1 else b"true",
+    )
+
+
 def upstream_app(seen: list[dict], cut_short: list[int]) -> FastAPI:
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -114,6 +122,17 @@ def upstream_app(seen: list[dict], cut_short: list[int]) -> FastAPI:
                     cut_short.append(sent)
 
         return StreamingResponse(events(), media_type="text/event-stream", headers={"x-engine": "paced"})
+
+    @app.post("/api/chat")
+    async def ollama_chat(request: Request, n: int = EVENTS, gap_ms: float = 10.0) -> StreamingResponse:
+        await note(request)
+
+        async def lines():
+            for i in range(n):
+                await asyncio.sleep(gap_ms / 1000)
+                yield ndjson_line(i)
+
+        return StreamingResponse(lines(), media_type="application/x-ndjson")
 
     @app.post("/v1/broken")
     async def broken(request: Request) -> StreamingResponse:
@@ -414,6 +433,19 @@ def test_stall_pauses_once_right_after_the_configured_event(upstream, start_prox
     assert record.magnitude >= 0.39
     assert 10 in record.chunk_indices  # the engine kept sending: the next event waited out the stall
     assert min(record.chunk_indices) == 10
+
+
+def test_a_stall_pauses_a_stream_of_json_lines_after_its_line(upstream, start_proxy):
+    """Ollama's streams are a JSON document a line, not SSE: the rules count lines as events, byte for byte."""
+    proxy, sink = start_proxy(upstream.url, Stall(after_event=9, duration_ms=400))
+    reading = read_stream(proxy, "/api/chat")
+    lines = [ndjson_line(i) for i in range(EVENTS)]
+    assert reading.error is None and reading.body == b"".join(lines)
+    long_gaps = [i for i, gap in enumerate(reading.gaps()) if gap >= 0.2]
+    assert len(long_gaps) == 1, reading.gaps()
+    assert sum(len(data) for _, data in reading.reads[: long_gaps[0] + 1]) == sum(len(line) for line in lines[:10])
+    (record,) = records_for(sink, reading.trace_id)
+    assert (record.cause, min(record.chunk_indices)) == ("connection", 10)
 
 
 # ---------------------------------------------------------------- rechunk

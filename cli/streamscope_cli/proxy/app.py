@@ -26,7 +26,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from streamscope_cli.proxy.config import ProxyConfig
-from streamscope_cli.proxy.framing import EventFramer
+from streamscope_cli.proxy.framing import MEDIA_TYPES, EventFramer
 from streamscope_cli.proxy.impairments import Dropped, Fact, Finish, Held, Schedule, Shaper, Stalled, StreamPlan, Write
 from streamscope_cli.workload.ground_truth import GroundTruth, GroundTruthSink
 from streamscope_ingest.blocks.stalls import EXPLAINING_SHARE, StallRule
@@ -119,12 +119,14 @@ class _Proxy:
                 log.exception("proxying %s %s failed", request.method, url)
                 return _error(502, f"proxy could not forward the request: {type(exc).__name__}: {exc}")
             raise
-        plan = self._schedule.plan(request.url.path) if _impairable(upstream) else None
+        framing = _framing(upstream)
+        plan = self._schedule.plan(request.url.path) if framing else None
         stream = _StreamContext(
             proxy=self,
             plan=plan if plan is not None and plan.impaired else None,
             trace_id=trace_id_of(request.headers.get("traceparent")),
             request_id=request_id,
+            framing=framing or "sse",
         )
         return _Relay(upstream, client, stream)
 
@@ -179,6 +181,8 @@ class _StreamContext:
     """None: relay the body untouched."""
     trace_id: str
     request_id: str
+    framing: str = "sse"
+    """How the body is cut into events: ``sse``, or ``ndjson`` (a JSON document a line)."""
 
 
 def _ground_truth(fact: Fact, node: str, stream: _StreamContext, wall_offset_ns: int) -> GroundTruth:
@@ -218,10 +222,12 @@ def _ground_truth(fact: Fact, node: str, stream: _StreamContext, wall_offset_ns:
     )
 
 
-def _impairable(upstream: httpx.Response) -> bool:
+def _framing(upstream: httpx.Response) -> str | None:
+    """How the answer is cut into events, if the rules can apply to it: an event stream (SSE or lines of JSON)
+    the upstream sent uncompressed and without error."""
     media_type = upstream.headers.get("content-type", "").split(";")[0].strip().lower()
     encoding = upstream.headers.get("content-encoding", "identity").strip().lower()
-    return upstream.is_success and media_type == "text/event-stream" and encoding in ("", "identity")
+    return MEDIA_TYPES.get(media_type) if upstream.is_success and encoding in ("", "identity") else None
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -283,7 +289,7 @@ class _Relay(Response):
         arrived, room = asyncio.Event(), asyncio.Event()
 
         async def read_upstream() -> None:
-            framer = EventFramer()
+            framer = EventFramer(self._stream.framing)
             ok = True
             try:
                 async for chunk in self._upstream.aiter_raw():

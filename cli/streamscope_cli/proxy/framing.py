@@ -1,17 +1,22 @@
-"""Cut an SSE byte stream into whole events, byte for byte, so impairments never split or corrupt one.
+"""Cut an event stream into whole events, byte for byte, so impairments never split or corrupt one.
 
-Reuses the product's SSE decoder for the framing rules (CR, LF, CRLF, comments, stray blank lines): each
-decoded event reports how many wire bytes it took, and exactly those bytes are sliced off the raw input.
+Reuses the product's decoders for the framing rules: SSE (CR, LF, CRLF, comments, stray blank lines) and
+newline-delimited JSON (a document a line, as Ollama streams): each decoded event reports how many wire bytes it
+took, and exactly those bytes are sliced off the raw input.
 """
 
 from __future__ import annotations
 
+from streamscope.ndjson import NDJSONDecoder
 from streamscope.sse import SSEDecoder
+
+MEDIA_TYPES = {"text/event-stream": "sse", "application/x-ndjson": "ndjson"}
+"""The streams the proxy can cut into events, by media type: their framing."""
 
 
 class EventFramer:
-    def __init__(self) -> None:
-        self._decoder = SSEDecoder()
+    def __init__(self, framing: str = "sse") -> None:
+        self._decoder: SSEDecoder | NDJSONDecoder = NDJSONDecoder() if framing == "ndjson" else SSEDecoder()
         self._raw = bytearray()
 
     def feed(self, data: bytes) -> list[bytes]:
