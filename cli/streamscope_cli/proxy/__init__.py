@@ -1,12 +1,13 @@
 """A network impairment proxy for LLM token streams (``streamscope proxy``).
 
 Put it between a client and an OpenAI-compatible engine: it forwards every request (any method, path,
-query, header, body) to ``ProxyConfig.upstream`` and streams the answer back byte for byte. On
-``text/event-stream`` answers it can do what real networks and gateways do to token streams, so that
+query, header, body) to ``ProxyConfig.upstream`` and streams the answer back byte for byte. On event streams
+(``text/event-stream``, and ``application/x-ndjson``, a JSON document a line as Ollama sends; an "event" below is
+an SSE event or a line) it can do what real networks and gateways do to token streams, so that
 streamscope's stall attribution can be scored against what really happened:
 
 buffer_coalesce
-    Hold whole SSE events and flush them together every ``flush_bytes`` bytes or ``flush_ms`` after the oldest
+    Hold whole events and flush them together every ``flush_bytes`` bytes or ``flush_ms`` after the oldest
     held event came in, whichever is first: a gateway with response buffering left on. The client sees bursts.
 stall
     Stop forwarding for ``duration_ms`` right after event ``after_event`` (counted from 0), then resume: a
@@ -19,7 +20,7 @@ drop
 
 Each rule applies to a stream with its ``probability`` (drawn from a seeded RNG: same seed, same decisions)
 and only to request paths starting with ``path_prefix``. Events are never split or corrupted except by
-``rechunk.split_bytes``. Streams no rule hits, and every non-SSE response, are relayed untouched.
+``rechunk.split_bytes``. Streams no rule hits, and every other response, are relayed untouched.
 
 Ground truth: everything that really happened goes to the ``GroundTruthSink`` given to ``create_app``:
 ``network_buffering`` for holds (coalescing, merging) longer than 1 ms, ``connection`` for stalls and drops,

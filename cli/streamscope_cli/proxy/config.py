@@ -1,4 +1,4 @@
-"""What the impairment proxy does: the upstream it fronts and the impairment rules it applies to SSE streams.
+"""What the impairment proxy does: the upstream it fronts and the impairment rules it applies to event streams.
 
 Frozen dataclasses, validated when built, so a bad value fails at start-up rather than mid-run.
 ``ProxyConfig.from_dict`` builds one from the plain mapping a scenario YAML file gives and says exactly which
@@ -20,7 +20,7 @@ class ImpairmentRule:
 
     kind: ClassVar[str] = ""
     probability: float = 1.0
-    """Chance (0..1) that the rule applies to a given SSE stream, drawn once per stream from a seeded RNG."""
+    """Chance (0..1) that the rule applies to a given event stream, drawn once per stream from a seeded RNG."""
     path_prefix: str = ""
     """Only streams whose request path starts with this ("" = every path)."""
 
