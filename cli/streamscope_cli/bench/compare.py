@@ -22,7 +22,9 @@ from streamscope.errors import ConfigError
 from streamscope_cli.bench.figures import BY_NAME, FIGURES, Figure, RunStreams
 
 PASS, REGRESSION, UNKNOWN, NOT_GATED = "pass", "regression", "not enough streams", "not gated"
-EXIT_CODES = {PASS: 0, REGRESSION: 1, UNKNOWN: 2}
+MIN_BLOCKS = 8
+"""Fewer blocks of streams that ran together in a run, and a bootstrap cannot tell its noise from a shift: streams
+all started at once (a run of as many requests as its concurrency) are one block, and every resample the same."""
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,7 @@ class Gate:
     relative: bool
 
     def __str__(self) -> str:
-        return f"{self.limit:.0%}" if self.relative else f"{self.limit:g}"
+        return f"{self.limit * 100:g}%" if self.relative else f"{self.limit:g}"
 
 
 DEFAULT_GATES = {
@@ -92,7 +94,8 @@ def compare(
     confidence: float = 0.95,
     seed: int = 0,
 ) -> list[Compared]:
-    """Every figure of the two runs, in ``FIGURES`` order, with a verdict on the gated ones."""
+    """Every figure of the two runs, in ``FIGURES`` order, with a verdict on the gated ones: not enough streams when
+    either run has fewer than ``min_streams`` values of the figure or fewer than ``MIN_BLOCKS`` blocks."""
     rng = np.random.default_rng(seed)
     base_blocks, cand_blocks = together(baseline), together(candidate)
     resampled = [
@@ -110,7 +113,12 @@ def compare(
         low, high = math.nan, math.nan
         if known.size:
             low, high = (float(np.quantile(known, q, method="inverted_cdf")) for q in (tail, 1 - tail))
-        too_few = min(baseline.count, candidate.count) < min_streams or math.isnan(change)
+        too_few = (
+            min(baseline.known(figure.reads), candidate.known(figure.reads)) < min_streams
+            or min(len(base_blocks), len(cand_blocks)) < MIN_BLOCKS
+            or math.isnan(change)
+            or math.isnan(low)
+        )
         if gate is None:
             verdict = NOT_GATED
         elif too_few:

@@ -43,7 +43,9 @@ async def drive(
 ) -> BenchReport:
     """Warm up, then send the run's requests; each stream is recorded through ``tracer_provider``."""
     pending = requests(plan)
-    limits = httpx.Limits(max_connections=plan.concurrency * 2 if plan.concurrency else 1024)
+    # as many connections kept alive as may be open: a stream never pays a new connection another just closed
+    most = plan.concurrency * 2 if plan.concurrency else None
+    limits = httpx.Limits(max_connections=most, max_keepalive_connections=most)
     async with httpx.AsyncClient(timeout=TIMEOUT, limits=limits) as client:
         warming = list(itertools.islice(pending, plan.warmup))
         for at in range(0, len(warming), plan.concurrency or 8):  # as many at once as the run opens
@@ -127,7 +129,9 @@ async def _send(client: httpx.AsyncClient, plan: BenchPlan, request: BenchReques
             async for _ in events:
                 pass
         return "completed"
-    except httpx.RemoteProtocolError:
+    except httpx.TimeoutException:
+        return "timeout"
+    except (httpx.RemoteProtocolError, httpx.ReadError):
         return "disconnected"
-    except httpx.HTTPError:
+    except Exception:  # an HTTP error status, a refused connection, anything else: that stream failed, the run goes on
         return "error"

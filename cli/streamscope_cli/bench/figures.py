@@ -20,6 +20,7 @@ from streamscope.errors import StreamscopeError
 from streamscope.semconv import STREAMSCOPE_BENCH_LABEL, STREAMSCOPE_BENCH_RUN
 from streamscope.semconv import StreamscopeTruthCauseValues as Cause
 from streamscope_cli.query import Query
+from streamscope_ingest.store.sql import string_literal
 
 RUN = f"resource_attributes['{STREAMSCOPE_BENCH_RUN}']"
 LABEL = f"resource_attributes['{STREAMSCOPE_BENCH_LABEL}']"
@@ -44,7 +45,7 @@ class RunStreams:
     tokens: np.ndarray
     stalls: np.ndarray
     error: np.ndarray
-    """1 for a stream that failed (an HTTP error, a broken connection), else 0."""
+    """1 for a stream that failed or timed out (an HTTP error, no answer in time), else 0."""
     cancelled: np.ndarray
     host_held: np.ndarray
     """1 for a stream the bench machine's own host held (out of the gap figures), else 0."""
@@ -59,6 +60,10 @@ class RunStreams:
     @property
     def count(self) -> int:
         return int(self.ttft_ms.size)
+
+    def known(self, name: str) -> int:
+        """How many streams have a value of the array ``name``."""
+        return int(np.count_nonzero(~np.isnan(getattr(self, name))))
 
     def take(self, rows: np.ndarray) -> RunStreams:
         """The streams at ``rows`` (a bootstrap resample: indices with repeats)."""
@@ -87,6 +92,9 @@ class Figure:
     name: str
     title: str
     unit: str
+    reads: str
+    """The per-stream values it is computed from (a ``RunStreams`` array): a run has as many streams for this
+    figure as that array has known values."""
     of: Callable[[RunStreams, float], float]
     """(streams, ITL SLO in ms) -> the figure (NaN when the run cannot give it)."""
     worse: int = 1
@@ -96,33 +104,43 @@ class Figure:
 
 
 FIGURES = (
-    Figure("ttft_p50", "TTFT p50", "ms", lambda s, slo: _rank(s.ttft_ms, 0.5)),
-    Figure("ttft_p95", "TTFT p95", "ms", lambda s, slo: _rank(s.ttft_ms, 0.95)),
-    Figure("ttft_p99", "TTFT p99", "ms", lambda s, slo: _rank(s.ttft_ms, 0.99)),
-    Figure("stream_p99_p50", "per-stream p99 gap, p50 across streams", "ms", lambda s, slo: _rank(s.gap_p99_ms, 0.5)),
-    Figure("stream_p99_p90", "per-stream p99 gap, p90 across streams", "ms", lambda s, slo: _rank(s.gap_p99_ms, 0.9)),
-    Figure("p99_of_p99", "p99 across streams of per-stream p99 gap", "ms", lambda s, slo: _rank(s.gap_p99_ms, 0.99)),
-    Figure("jitter_p50", "jitter (p99 / p50 gap), p50 across streams", "", lambda s, slo: _rank(s.jitter, 0.5)),
+    Figure("ttft_p50", "TTFT p50", "ms", "ttft_ms", lambda s, slo: _rank(s.ttft_ms, 0.5)),
+    Figure("ttft_p95", "TTFT p95", "ms", "ttft_ms", lambda s, slo: _rank(s.ttft_ms, 0.95)),
+    Figure("ttft_p99", "TTFT p99", "ms", "ttft_ms", lambda s, slo: _rank(s.ttft_ms, 0.99)),
     Figure(
-        "itl_goodput",
-        "ITL goodput (every gap within the SLO)",
-        "share",
-        lambda s, slo: _share(s.gap_max_ms[~np.isnan(s.gap_max_ms)] <= slo),
-        worse=-1,
+        "stream_p99_p50", "per-stream p99 gap, p50 across streams", "ms", "gap_p99_ms",
+        lambda s, slo: _rank(s.gap_p99_ms, 0.5),
+    ),
+    Figure(
+        "stream_p99_p90", "per-stream p99 gap, p90 across streams", "ms", "gap_p99_ms",
+        lambda s, slo: _rank(s.gap_p99_ms, 0.9),
+    ),
+    Figure(
+        "p99_of_p99", "p99 across streams of per-stream p99 gap", "ms", "gap_p99_ms",
+        lambda s, slo: _rank(s.gap_p99_ms, 0.99),
+    ),
+    Figure(
+        "jitter_p50", "jitter (p99 / p50 gap), p50 across streams", "", "jitter", lambda s, slo: _rank(s.jitter, 0.5)
+    ),
+    Figure(
+        "itl_goodput", "ITL goodput (every gap within the SLO)", "share", "gap_max_ms",
+        lambda s, slo: _share(s.gap_max_ms[~np.isnan(s.gap_max_ms)] <= slo), worse=-1, points=True,
+    ),
+    Figure("stalls_per_stream", "stalls per stream, mean", "", "stalls", lambda s, slo: _mean(s.stalls)),
+    Figure(
+        "tokens_per_s_p50", "tokens/s per stream, p50", "tok/s", "tokens_per_s",
+        lambda s, slo: _rank(s.tokens_per_s, 0.5), worse=-1,
+    ),
+    Figure(
+        "fleet_tokens_per_s", "tokens/s, all streams", "tok/s", "tokens",
+        lambda s, slo: float(np.nansum(s.tokens)) / s.span_s if s.span_s > 0 else float("nan"), worse=-1,
+    ),
+    Figure("error_rate", "errors and timeouts", "share", "error", lambda s, slo: _mean(s.error), points=True),
+    Figure(
+        "cancel_rate", "cancelled or disconnected", "share", "cancelled", lambda s, slo: _mean(s.cancelled),
         points=True,
     ),
-    Figure("stalls_per_stream", "stalls per stream, mean", "", lambda s, slo: _mean(s.stalls)),
-    Figure("tokens_per_s_p50", "tokens/s per stream, p50", "tok/s", lambda s, slo: _rank(s.tokens_per_s, 0.5), -1),
-    Figure(
-        "fleet_tokens_per_s",
-        "tokens/s, all streams",
-        "tok/s",
-        lambda s, slo: float(np.nansum(s.tokens)) / s.span_s if s.span_s > 0 else float("nan"),
-        worse=-1,
-    ),
-    Figure("error_rate", "errors", "share", lambda s, slo: _mean(s.error), points=True),
-    Figure("cancel_rate", "cancelled or disconnected", "share", lambda s, slo: _mean(s.cancelled), points=True),
-)
+)  # fmt: skip
 BY_NAME = {figure.name: figure for figure in FIGURES}
 
 
@@ -140,15 +158,16 @@ def read_run(query: Query, selector: str) -> RunStreams:
     run, label = find_run(query, selector)
     rows = query(
         f"""SELECT toFloat64(ttft_us) / 1000 AS ttft, if({TIMED}, gap_p99_us / 1000, NULL) AS p99,
-            if({TIMED}, ifNull(gap_max_us, 0) / 1000, NULL) AS longest, jitter_ratio,
+            if({TIMED}, ifNull(gap_max_us, 0) / 1000, NULL) AS longest, if({TIMED}, jitter_ratio, NULL) AS jitter,
             tokens / if(last_content_us > ttft_us, (last_content_us - ttft_us) / 1e6, NULL) AS pace,
-            tokens, stall_count, outcome = 'error' AS failed, outcome IN ('cancelled', 'disconnected') AS left,
+            tokens, if({TIMED}, stall_count, NULL) AS stalls, outcome IN ('error', 'timeout') AS failed,
+            outcome IN ('cancelled', 'disconnected') AS left,
             (trace_id, span_id) IN (
                 SELECT trace_id, span_id FROM stalls WHERE side = 'client' AND cause = '{Cause.CLIENT_HOST}'
             ) AS held,
             toUnixTimestamp64Micro(start_time) AS started_us, duration_us, tokens_estimated
         FROM streams
-        WHERE side = 'client' AND {RUN} = {_quoted(run)}"""
+        WHERE side = 'client' AND {RUN} = {string_literal(run)}"""
     ).rows
     if not rows:
         raise StreamscopeError(f"run {run} has no client streams in the store")
@@ -177,12 +196,13 @@ def read_run(query: Query, selector: str) -> RunStreams:
 
 def find_run(query: Query, selector: str) -> tuple[str, str]:
     """(run id, label) of the run ``selector`` names: its id, or a label (the latest run with it)."""
+    named = string_literal(selector)
     found = query(
         f"""SELECT {RUN} AS run, any({LABEL}) AS label
         FROM streams
-        WHERE side = 'client' AND {RUN} != '' AND ({RUN} = {_quoted(selector)} OR {LABEL} = {_quoted(selector)})
+        WHERE side = 'client' AND {RUN} != '' AND ({RUN} = {named} OR {LABEL} = {named})
         GROUP BY run
-        ORDER BY (run = {_quoted(selector)}) DESC, min(start_time) DESC
+        ORDER BY (run = {named}) DESC, min(start_time) DESC
         LIMIT 1"""
     ).rows
     if not found:
@@ -198,12 +218,7 @@ def stalls_by_cause(query: Query, run: str) -> list[tuple[str, int]]:
     rows = query(
         f"""SELECT cause, count() AS n FROM stalls
         WHERE side = 'client' AND (trace_id, span_id) IN (
-            SELECT trace_id, span_id FROM streams WHERE side = 'client' AND {RUN} = {_quoted(run)})
+            SELECT trace_id, span_id FROM streams WHERE side = 'client' AND {RUN} = {string_literal(run)})
         GROUP BY cause ORDER BY n DESC, cause"""
     ).rows
     return [(str(cause), int(n)) for cause, n in rows]
-
-
-def _quoted(text: str) -> str:
-    """A string literal for ClickHouse SQL (backslash and quote escaped)."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import re
 import secrets
-import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
@@ -109,8 +108,11 @@ def bench_into(
     is attributed once stored); the run's figures. With ``gateway``, the streams go through a recording gateway in
     front of the endpoint (the path's impairments, if any, between the clients and it), so stalls are split
     between the endpoint and the path."""
-    from streamscope_cli.workload.load import attribute_settled
+    from streamscope_cli.workload.load import attribute_settled, wait_until_stored
 
+    client = collector.query_client
+    if stored_streams(client, plan.run_id):
+        raise ConfigError(f"--run-id {plan.run_id} names a run already in this store: give another, or none")
     tally = Tally()
     node = node or urlsplit(plan.url).netloc
     with ExitStack() as parts:
@@ -132,8 +134,13 @@ def bench_into(
         finally:
             provider.shutdown()
     announce(f"storing the run's {tally.exported} streams, then attributing their stalls")
-    client = collector.query_client
-    _wait_until_stored(client, plan.run_id, tally.exported, store_timeout_s)
+    since = datetime.fromtimestamp(report.started_ns / 1e9, UTC)
+    wait_until_stored(client, tally.exported, since, store_timeout_s, service=BENCH_SERVICE)
+    if gateway:  # its spans arrive on their own; a stream that never reached it has none (an error before it)
+        try:
+            wait_until_stored(client, report.sent, since, 10.0, service=BENCH_GATEWAY_SERVICE)
+        except StreamscopeError as exc:
+            announce(f"the gateway's side: {exc}; attributed without it where it is missing")
     attribute_settled(client)
     query = _query(client)
     run = BenchRun(read_run(query, plan.run_id), stalls_by_cause(query, plan.run_id), report, tally.failed)
@@ -184,6 +191,17 @@ def _start_agent(
     announce(f"gpu agent reading {metrics_url} as node {node}")
 
 
+def stored_streams(client: Any, run_id: str) -> int:
+    """How many client streams of the run ``run_id`` the store holds."""
+    return int(
+        client.query(
+            f"SELECT count() FROM streams WHERE side = 'client' AND resource_attributes['{STREAMSCOPE_BENCH_RUN}'] = "
+            "{run:String}",
+            parameters={"run": run_id},
+        ).result_rows[0][0]
+    )
+
+
 def _engine(client: Any, node: str, report: BenchReport) -> dict[str, Any]:
     """The agent's scrapes of the engine during the run, and the events it derived, by kind."""
     window = (
@@ -206,19 +224,3 @@ def _query(client: Any) -> Callable[[str], Any]:
     from streamscope_ingest.store import sql
 
     return lambda text: sql.parse_result(sql.query_json(client, text))
-
-
-def _wait_until_stored(client: Any, run_id: str, expected: int, timeout_s: float) -> None:
-    """Block until the ``expected`` spans the run exported are stored as its client streams."""
-    deadline = time.monotonic() + timeout_s
-    stored = 0
-    while time.monotonic() < deadline:
-        stored = client.query(
-            f"SELECT count() FROM streams WHERE side = 'client' AND resource_attributes['{STREAMSCOPE_BENCH_RUN}'] = "
-            "{run:String}",
-            parameters={"run": run_id},
-        ).result_rows[0][0]
-        if stored >= expected:
-            return
-        time.sleep(0.2)
-    raise StreamscopeError(f"only {stored} of the run's {expected} streams reached the store within {timeout_s:g} s")

@@ -39,8 +39,6 @@ def run_table(run: BenchRun, slo_ms: float) -> Table:
     table.add_row(
         "outcomes (as the client saw them)", ", ".join(f"{n} {o}" for o, n in sorted(run.report.outcomes.items()))
     )
-    if run.report.outcomes and run.report.outcomes.get("error") == run.report.sent:
-        table.add_row("[bold red]every request failed[/bold red]", "is the endpoint up, and --url its API's base?")
     if run.not_exported:
         table.add_row("streams not exported (not in these figures)", f"{run.not_exported}")
     return table

@@ -38,7 +38,8 @@ from streamscope_cli.options import fail_plainly, storage_option
     "--api-key-env",
     default=None,
     metavar="NAME",
-    help="The environment variable holding the API key (OPENAI_API_KEY, or ANTHROPIC_API_KEY with --api anthropic).",
+    help="The environment variable holding the API key (OPENAI_API_KEY; ANTHROPIC_API_KEY with --api anthropic; "
+    "none with --api ollama).",
 )
 @click.option("--label", default="", help="A name for the run (the release under test); compare finds runs by it.")
 @click.option("--run-id", default="", help="The run's id (default: the time and a random suffix).")
@@ -107,7 +108,9 @@ def bench(
         concurrency = 8
     if duration is None and requests is None:
         duration = 60.0
-    key_name = api_key_env or ("ANTHROPIC_API_KEY" if api == "anthropic" else "OPENAI_API_KEY")
+    key_name = api_key_env or {"anthropic": "ANTHROPIC_API_KEY", "ollama": None}.get(api, "OPENAI_API_KEY")
+    if api_key_env and api_key_env not in os.environ:
+        raise click.BadParameter(f"{api_key_env} is not set in the environment", param_hint="--api-key-env")
     prompts = tuple(line for line in prompt_file.read_text().splitlines() if line.strip()) if prompt_file else ()
     if prompt_file and not prompts:
         raise click.BadParameter("the file has no non-empty line", param_hint="--prompt-file")
@@ -124,7 +127,7 @@ def bench(
         prompts=prompts,
         warmup=warmup,
         seed=seed,
-        api_key=os.environ.get(key_name),
+        api_key=os.environ.get(key_name) if key_name else None,
         label=label,
         run_id=run_id or new_run_id(),
     )
@@ -148,4 +151,6 @@ def bench(
             on_done=lambda outcome: progress.advance(task),
         )
     console.print(run_table(run, slo))
+    if run.report.outcomes.get("error", 0) + run.report.outcomes.get("timeout", 0) == run.report.sent:
+        raise click.ClickException("every request failed: nothing to compare (is the endpoint up, and --url its base?)")
     console.print(f"Next: streamscope compare {plan.run_id} OTHER_RUN (a run id or a label)")

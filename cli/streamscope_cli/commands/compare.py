@@ -4,10 +4,26 @@ from __future__ import annotations
 
 import click
 
-from streamscope_cli.options import collector_url_option, fail_plainly, storage_option
+from streamscope.errors import StreamscopeError
+from streamscope_cli.options import collector_url_option, storage_option
+
+NO_VERDICT = 3
+"""The exit status when the runs could not be compared at all (a mistyped option, a run not found, the store out
+of reach): apart from 1 and 2, which are verdicts a CI job acts on."""
 
 
-@click.command()
+class _Command(click.Command):
+    """Click's usage errors exit 2, compare's "not enough streams": they exit ``NO_VERDICT`` here."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            exc.exit_code = NO_VERDICT
+            raise
+
+
+@click.command(cls=_Command)
 @click.argument("baseline")
 @click.argument("candidate")
 @click.option("--max-regression", multiple=True, metavar="NAME=LIMIT", help=(
@@ -25,7 +41,6 @@ from streamscope_cli.options import collector_url_option, fail_plainly, storage_
 )
 @storage_option
 @collector_url_option
-@fail_plainly
 def compare(
     baseline: str,
     candidate: str,
@@ -41,7 +56,8 @@ def compare(
 
     Each figure side by side, the change with a bootstrap interval (streams resampled, not chunks), and a verdict
     on the gated figures: a regression is a change worse than its limit whose whole interval is on the worse side.
-    Exit status: 0 pass, 1 a regression, 2 not enough streams to tell.
+    Exit status: 0 pass, 1 a regression, 2 not enough streams to tell, 3 no comparison made (a mistyped option,
+    a run not found, the store out of reach).
 
     \b
     Example:
@@ -50,26 +66,32 @@ def compare(
     from rich.console import Console
 
     from streamscope import env
+    from streamscope_cli.bench.compare import MIN_BLOCKS, REGRESSION, exit_code, parse_gates
     from streamscope_cli.bench.compare import compare as compare_runs
-    from streamscope_cli.bench.compare import exit_code, parse_gates
     from streamscope_cli.bench.figures import read_run
     from streamscope_cli.bench.tables import compare_table
     from streamscope_cli.query import opened_store
 
-    gates = parse_gates(max_regression)
-    slo = slo_ms if slo_ms is not None else env.stall_threshold_us() / 1000
-    with opened_store(storage_dsn or env.default_storage_dsn(), collector_url) as query:
-        before, after = read_run(query, baseline), read_run(query, candidate)
+    try:
+        gates = parse_gates(max_regression)
+        slo = slo_ms if slo_ms is not None else env.stall_threshold_us() / 1000
+        with opened_store(storage_dsn or env.default_storage_dsn(), collector_url) as query:
+            before, after = read_run(query, baseline), read_run(query, candidate)
+    except (StreamscopeError, OSError) as exc:
+        click.echo(f"Error: {exc}", err=True)
+        raise SystemExit(NO_VERDICT) from None
     results = compare_runs(
         before, after, slo_ms=slo, gates=gates, min_streams=min_streams, resamples=resamples, confidence=confidence
     )
     Console().print(compare_table(before, after, results, confidence))
     code = exit_code(results)
-    regressed = [r.figure.name for r in results if r.verdict == "regression"]
     if code == 1:
-        click.echo(f"regression: {', '.join(regressed)}")
+        click.echo(f"regression: {', '.join(r.figure.name for r in results if r.verdict == REGRESSION)}")
     elif code == 2:
-        click.echo(f"not enough streams to tell (fewer than {min_streams} in a run, or a gated figure unknown)")
+        click.echo(
+            f"not enough streams to tell (fewer than {min_streams} values of a gated figure in a run, fewer than "
+            f"{MIN_BLOCKS} blocks of streams that ran together, or a gated figure unknown)"
+        )
     else:
         click.echo("pass")
     raise SystemExit(code)
