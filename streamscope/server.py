@@ -76,6 +76,7 @@ class ServerStream:
             tracer_provider=tracer_provider,
         ).start()
         self.observer = StreamObserver(recorder, make_format(format), framing=framing)
+        self._framing = framing
         self._tokens_after_cancel = 0
 
     @property
@@ -93,8 +94,11 @@ class ServerStream:
         *,
         status_code: int = 200,
         headers: Mapping[str, str] | None = None,
-        media_type: str = "text/event-stream",
+        media_type: str | None = None,
     ) -> StreamingResponse:
+        """The streamed response, recorded; ``media_type`` by default the format's (``text/event-stream``, or
+        ``application/x-ndjson`` for lines of JSON)."""
+        media_type = media_type or ("application/x-ndjson" if self._framing == "ndjson" else "text/event-stream")
         return _ObservedStreamingResponse(
             chunks, self.observer, status_code=status_code, headers=headers, media_type=media_type
         )

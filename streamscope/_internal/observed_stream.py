@@ -11,6 +11,9 @@ from typing import Any
 
 from streamscope._internal.observer import StreamObserver
 
+_BROKEN_OFF = frozenset({"APIConnectionError", "RemoteProtocolError", "ReadError"})
+"""Exceptions, by name, of a connection broken mid-stream: OpenAI's client wraps them, Ollama's passes httpx's."""
+
 
 class _Observed:
     """Shared behaviour of the sync and async stream proxies: everything not overridden goes to the stream."""
@@ -30,9 +33,9 @@ class _Observed:
 
     def _failed(self, exc: BaseException) -> None:
         name = type(exc).__qualname__
-        if "Timeout" in name:  # APITimeoutError
+        if "Timeout" in name:  # OpenAI's APITimeoutError, httpx's timeouts under Ollama's client
             self._observer.close("timeout", name)
-        elif "Connection" in name:  # APIConnectionError: the connection broke mid-stream
+        elif name in _BROKEN_OFF:  # the connection broke mid-stream
             self._observer.close("disconnected", name)
         else:
             self._observer.close("error", name)
@@ -92,7 +95,10 @@ class ObservedAsyncStream(_Observed):
 
     async def close(self) -> None:
         self._observer.close("cancelled")
-        await self._stream.close()
+        close = getattr(self._stream, "close", None) or self._stream.aclose  # an async generator has only aclose
+        await close()
+
+    aclose = close
 
     async def __aenter__(self) -> ObservedAsyncStream:
         return self

@@ -5,6 +5,7 @@ collector stores each side's chunks at the times the client's own clock and the 
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import httpx
@@ -102,3 +103,32 @@ def test_a_stream_read_through_ollamas_own_client_is_recorded(collector, engine)
     assert (whole.done_reason, whole.eval_count, len(whole.message.content.split())) == ("length", 4, 4)
     provider.force_flush()
     assert len(copies.get_finished_spans()) == 1
+
+
+def test_an_async_ollama_stream_closed_early_is_recorded_as_cancelled(collector, engine):
+    """Ollama's AsyncClient returns an async generator: closing it through the wrapper ends the recording as a
+    cancel, after the chunks read."""
+    provider, copies = client_provider(collector)
+    client = streamscope.instrument_ollama(ollama.AsyncClient(host=engine), tracer_provider=provider)
+
+    async def read_three():
+        stream = await client.chat(model="sim-llm", messages=[{"role": "user", "content": "hi"}], stream=True)
+        async for index, _ in _enumerate(stream):
+            if index == 2:
+                break
+        await stream.aclose()
+        return stream
+
+    kept = asyncio.run(read_three())  # still referenced: its end is the close, not its collection
+    provider.force_flush()
+    (span,) = copies.get_finished_spans()
+    row, _ = stored(collector, format(span.context.span_id, "016x"))
+    del kept
+    assert (row[0], row[2], row[5]) == ("chunked", "cancelled", 3)
+
+
+async def _enumerate(stream):
+    index = 0
+    async for item in stream:
+        yield index, item
+        index += 1

@@ -184,7 +184,7 @@ class EngineNode:
         json_answer = chat and not ollama and json_answer_requested(body)
         api = ("ollama-chat" if chat else "ollama-generate") if ollama else ("chat" if chat else "completions")
         events = self._events(sequence, generation, api, rng, stream, truth, include_usage, json_answer)
-        return stream.response(events, media_type="application/x-ndjson" if ollama else "text/event-stream")
+        return stream.response(events)
 
     def _sequence(self, body: dict[str, Any], chat: bool) -> Sequence:
         sim = body.get("sim") or {}
