@@ -8,6 +8,7 @@ installed from a clone, a built wheel or a git URL, and pip records which in the
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, distribution
 from typing import Any
@@ -25,11 +26,12 @@ def command_for(extra: str, origin: Mapping[str, Any] | None) -> str:
     if origin and isinstance(url, str) and url.startswith("file://"):
         path = unquote(urlsplit(url).path)
         editable = bool(origin.get("dir_info", {}).get("editable"))
-        return f"pip install {'-e ' if editable else ''}'{path}[{extra}]'"
+        return f"pip install {'-e ' if editable else ''}{shlex.quote(f'{path}[{extra}]')}"
     if origin and isinstance(url, str) and isinstance(origin.get("vcs_info"), Mapping):
         vcs = origin["vcs_info"]
         ref = f"@{vcs['requested_revision']}" if vcs.get("requested_revision") else ""
-        return f"pip install 'streamscope[{extra}] @ {vcs.get('vcs', 'git')}+{url}{ref}'"
+        requirement = f"streamscope[{extra}] @ {vcs.get('vcs', 'git')}+{url}{ref}"
+        return f"pip install {shlex.quote(requirement)}"
     return f"pip install '.[{extra}]' in a clone of streamscope (no release is on the public index yet)"
 
 

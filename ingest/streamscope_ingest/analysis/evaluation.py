@@ -110,9 +110,10 @@ SELECT node_name, toUnixTimestamp64Micro(start_time), toUnixTimestamp64Micro(end
 FROM ground_truth WHERE start_time >= {since:DateTime64(6)} AND trace_id = '' AND cause = {cause:String}
 """
 """A serving process's own host records (no trace id): they label the stalls of the streams its node served."""
-HOST_SOURCES_SQL = """
+HOST_SOURCES_SQL = f"""
 SELECT cause, attributes['streamscope.truth.detail.source'] = 'injected' AS injected, count()
-FROM ground_truth WHERE start_time >= {since:DateTime64(6)} AND cause IN ('client_host', 'server_host')
+FROM ground_truth
+WHERE start_time >= {{since:DateTime64(6)}} AND cause IN ('{Cause.CLIENT_HOST}', '{Cause.SERVER_HOST}')
 GROUP BY cause, injected
 """
 """Host records by whether a scenario's host load made them (``injected``) or the machine did (its watchdog)."""
