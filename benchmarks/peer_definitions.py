@@ -36,7 +36,9 @@ import time
 import zipfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -45,6 +47,7 @@ import numpy as np
 from streamscope_cli.bench.plan import BenchPlan, Lengths
 from streamscope_cli.bench.run import bench_into
 from streamscope_cli.child import CommandProcess
+from streamscope_cli.workload.load import wait_until_stored
 from streamscope_collector.config import CollectorConfig
 from streamscope_collector.service import Collector
 from streamscope_ingest.store import sql
@@ -187,6 +190,11 @@ def weighted_nearest_rank(values: np.ndarray, weights: np.ndarray, level: float)
     return float(values[order][at])
 
 
+def nearest_rank(values: np.ndarray, level: int) -> float:
+    known = values[~np.isnan(values)]
+    return float(np.quantile(known, level / 100, method="inverted_cdf"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=128)
@@ -205,37 +213,34 @@ def main() -> None:
     ).start()
     rows: list[tuple[str, str, float, float]] = []  # tool, figure, its own, from our chunks
     try:
-        with CommandProcess("engine", "--port", str(free_port())) as engine:
+        with ExitStack() as parts:
+            engine = parts.enter_context(CommandProcess("engine", "--port", str(free_port())))
             warm_up(engine.listening_url)
-            gateways = {
-                tool: CommandProcess(
-                    "gateway", "--upstream", engine.listening_url, "--port", "0", "--collector", collector.http_url,
-                    "--service-name", f"peers-{tool}",
-                )
-                for tool in ("streamscope", "aiperf", "guidellm")
-            }  # fmt: skip
-            for gateway in gateways.values():
-                gateway.__enter__()
-                warm_up(gateway.listening_url)  # its first streams, recorded but before the tool's run
+            gateways = {}
+            for tool in ("streamscope", "aiperf", "guidellm"):
+                arguments = ["--upstream", engine.listening_url, "--port", "0", "--collector", collector.http_url]
+                command = CommandProcess("gateway", *arguments, "--service-name", f"peers-{tool}")
+                gateways[tool] = parts.enter_context(command)
+                warm_up(gateways[tool].listening_url)  # its first streams, recorded but before the tool's run
             started: dict[str, int] = {}
-            try:
-                plan = BenchPlan(
-                    url=f"{gateways['streamscope'].listening_url}/v1", model=MODEL, concurrency=CONCURRENCY,
-                    requests=args.requests, prompt_tokens=Lengths(PROMPT_WORDS, PROMPT_WORDS),
-                    output_tokens=Lengths(OUTPUT_TOKENS, OUTPUT_TOKENS), run_id="peers-streamscope",
-                )  # fmt: skip
-                ours = bench_into(collector, plan, announce=lambda line: None)
-                load.append(os.getloadavg()[0])
-                started["aiperf"] = time.time_ns()
-                aiperf = run_aiperf(peers, gateways["aiperf"].listening_url, args.requests, scratch / "aiperf")
-                load.append(os.getloadavg()[0])
-                started["guidellm"] = time.time_ns()
-                guidellm = run_guidellm(peers, gateways["guidellm"].listening_url, args.requests, scratch / "guidellm")
-                load.append(os.getloadavg()[0])
-            finally:
-                for gateway in gateways.values():
-                    gateway.__exit__()
-        time.sleep(3)  # the gateways' last spans
+            plan = BenchPlan(
+                url=f"{gateways['streamscope'].listening_url}/v1", model=MODEL, concurrency=CONCURRENCY,
+                requests=args.requests, prompt_tokens=Lengths(PROMPT_WORDS, PROMPT_WORDS),
+                output_tokens=Lengths(OUTPUT_TOKENS, OUTPUT_TOKENS), run_id="peers-streamscope",
+            )  # fmt: skip
+            ours = bench_into(collector, plan, announce=lambda line: None)
+            load.append(os.getloadavg()[0])
+            started["aiperf"] = time.time_ns()
+            aiperf = run_aiperf(peers, gateways["aiperf"].listening_url, args.requests, scratch / "aiperf")
+            load.append(os.getloadavg()[0])
+            started["guidellm"] = time.time_ns()
+            guidellm = run_guidellm(peers, gateways["guidellm"].listening_url, args.requests, scratch / "guidellm")
+            load.append(os.getloadavg()[0])
+        for tool in ("aiperf", "guidellm"):  # every stream the tool sent, as its gateway recorded it
+            wait_until_stored(
+                collector.query_client, args.requests, datetime.fromtimestamp(started[tool] / 1e9, UTC), 60.0,
+                service=f"peers-{tool}",
+            )  # fmt: skip
         query = lambda text: sql.parse_result(sql.query_json(collector.query_client, text))  # noqa: E731
         at_aiperf = recorded(query, "peers-aiperf", started["aiperf"])
         at_guidellm = recorded(query, "peers-guidellm", started["guidellm"])
@@ -262,10 +267,10 @@ def main() -> None:
     finally:
         collector.stop()
     streams = ours.streams
-    own = {
-        "TTFT p50 / p90 / p99 (ms)": tuple(np.nanpercentile(streams.ttft_ms, level) for level in LEVELS),
+    own = {  # nearest rank, as bench prints them
+        "TTFT p50 / p90 / p99 (ms)": tuple(nearest_rank(streams.ttft_ms, level) for level in LEVELS),
         "per-stream p99 gap: p50 / p90 / p99 across streams (ms)": tuple(
-            np.nanpercentile(streams.gap_p99_ms, level) for level in LEVELS),
+            nearest_rank(streams.gap_p99_ms, level) for level in LEVELS),
     }  # fmt: skip
     if args.json:
         print(json.dumps({"peers": rows, "streamscope": own, "load": load}, default=float))
