@@ -120,6 +120,10 @@ FIGURES = (
         lambda s, slo: _rank(s.gap_p99_ms, 0.99),
     ),
     Figure(
+        "p99_of_max", "p99 across streams of each stream's longest gap", "ms", "gap_max_ms",
+        lambda s, slo: _rank(s.gap_max_ms, 0.99),
+    ),
+    Figure(
         "jitter_p50", "jitter (p99 / p50 gap), p50 across streams", "", "jitter", lambda s, slo: _rank(s.jitter, 0.5)
     ),
     Figure(

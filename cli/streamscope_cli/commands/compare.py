@@ -28,8 +28,8 @@ class _Command(click.Command):
 @click.argument("candidate")
 @click.option("--max-regression", multiple=True, metavar="NAME=LIMIT", help=(
     "How much worse a figure may get: 10% of the baseline, or a plain number in its unit (points of a share: "
-    "itl_goodput=0.02), or off. Defaults: p99_of_p99=10%, ttft_p95=10%, itl_goodput=0.02, tokens_per_s_p50=10%, "
-    "error_rate=0.01. Repeatable."
+    "itl_goodput=0.02), or off. Defaults: p99_of_p99=10%, p99_of_max=10%, ttft_p95=10%, itl_goodput=0.02, "
+    "tokens_per_s_p50=10%, error_rate=0.01. Repeatable."
 ))  # fmt: skip
 @click.option(
     "--slo-ms", type=click.FloatRange(1), default=None, help="ITL SLO for goodput (default: the stall threshold)."
