@@ -258,3 +258,18 @@ def test_bench_drives_each_api_it_names(engine_url, tmp_path: Path, api, base, t
     rows = streamscope("sql", "--storage", storage, "--format", "tsv", query).stdout.split()
     operation = "text_completion" if api == "completions" else "chat"
     assert rows[-4:] == [transport, operation, "12", "16"], rows
+
+
+def test_compare_that_cannot_compare_exits_3_apart_from_its_verdicts(tmp_path: Path):
+    """A CI job reads 1 as a regression and 2 as too few streams: a mistyped option, a run not found or a store out
+    of reach is neither, and says why in one line."""
+    from click.testing import CliRunner
+
+    from streamscope_cli.main import cli
+
+    mistyped = CliRunner().invoke(cli, ["compare", "a", "b", "--max-regresion", "p99_of_p99=5%"])
+    assert mistyped.exit_code == 3 and "No such option" in mistyped.output
+    unknown_gate = CliRunner().invoke(cli, ["compare", "a", "b", "--max-regression", "p99=5%"])
+    assert unknown_gate.exit_code == 3 and "--max-regression takes NAME=LIMIT" in unknown_gate.output
+    nowhere = CliRunner().invoke(cli, ["compare", "a", "b", "--storage", f"chdb://{tmp_path / 'none'}"])
+    assert nowhere.exit_code == 3 and "no store at" in nowhere.output and "Traceback" not in nowhere.output

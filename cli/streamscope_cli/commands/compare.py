@@ -12,6 +12,10 @@ NO_VERDICT = 3
 of reach): apart from 1 and 2, which are verdicts a CI job acts on."""
 
 
+class _UsageError(click.UsageError):
+    exit_code = NO_VERDICT
+
+
 class _Command(click.Command):
     """Click's usage errors exit 2, compare's "not enough streams": they exit ``NO_VERDICT`` here."""
 
@@ -19,8 +23,7 @@ class _Command(click.Command):
         try:
             return super().parse_args(ctx, args)
         except click.UsageError as exc:
-            exc.exit_code = NO_VERDICT
-            raise
+            raise _UsageError(exc.format_message(), exc.ctx) from None
 
 
 @click.command(cls=_Command)
