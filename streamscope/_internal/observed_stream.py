@@ -7,9 +7,48 @@ recording.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 from streamscope._internal.observer import StreamObserver
+
+Start = Callable[[tuple[Any, ...], dict[str, Any]], StreamObserver]
+"""(the call's arguments, its keyword arguments) -> the observer of the stream it opens (it may add headers)."""
+
+
+def observing(original: Callable[..., Any], start: Start) -> Callable[..., Any]:
+    """``original`` (a client library's call, sync or async), its ``stream=True`` calls returning the stream
+    observed: recorded from the call, closed as an error if the call itself fails."""
+    # some SDKs wrap their methods (OpenAI's required_args) in plain functions: look at the function underneath
+    if inspect.iscoroutinefunction(inspect.unwrap(original)):
+
+        async def call_async(*args: Any, **kwargs: Any) -> Any:
+            if not kwargs.get("stream"):
+                return await original(*args, **kwargs)
+            observer = start(args, kwargs)
+            try:
+                stream = await original(*args, **kwargs)
+            except BaseException as exc:
+                observer.close("error", type(exc).__qualname__)
+                raise
+            return ObservedAsyncStream(stream, observer)
+
+        return call_async
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if not kwargs.get("stream"):
+            return original(*args, **kwargs)
+        observer = start(args, kwargs)
+        try:
+            stream = original(*args, **kwargs)
+        except BaseException as exc:
+            observer.close("error", type(exc).__qualname__)
+            raise
+        return ObservedStream(stream, observer)
+
+    return call
+
 
 _BROKEN_OFF = frozenset({"APIConnectionError", "RemoteProtocolError", "ReadError"})
 """Exceptions, by name, of a connection broken mid-stream: OpenAI's client wraps them, Ollama's passes httpx's."""

@@ -8,12 +8,11 @@ exact wire bytes and a server side joined to the client's, use ``stream_ndjson``
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
 from streamscope import semconv as sc
-from streamscope._internal.observed_stream import ObservedAsyncStream, ObservedStream
+from streamscope._internal.observed_stream import observing
 from streamscope._internal.observer import StreamObserver
 from streamscope._internal.recorder import Encoding, StreamRecorder
 from streamscope.formats import make_format
@@ -25,11 +24,12 @@ OPERATIONS = {"chat": "chat", "generate": "text_completion"}
 def instrument_ollama(client: Any, *, encoding: Encoding | None = None, tracer_provider: Any = None) -> Any:
     """Observe ``client``'s streaming ``chat`` and ``generate`` calls (recorded through ``tracer_provider``, the
     global one by default); returns the same client."""
+    options = _Options(encoding, tracer_provider)
     for name, operation in OPERATIONS.items():
         original = getattr(client, name)
         if getattr(original, _WRAPPED, False):
             continue
-        wrapped = _wrap(original, operation, client, _Options(encoding, tracer_provider))
+        wrapped = observing(original, partial(_start, operation, client, options))
         setattr(wrapped, _WRAPPED, True)
         setattr(client, name, wrapped)
     return client
@@ -41,7 +41,7 @@ class _Options(NamedTuple):
 
 
 def _start(
-    args: tuple[Any, ...], kwargs: dict[str, Any], operation: str, client: Any, options: _Options
+    operation: str, client: Any, options: _Options, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> StreamObserver:
     base = getattr(getattr(client, "_client", None), "base_url", None)
     attributes: dict[str, Any] = {}
@@ -61,33 +61,3 @@ def _start(
         tracer_provider=options.tracer_provider,
     ).start()
     return StreamObserver(recorder, make_format("ollama"), framing="ndjson")
-
-
-def _wrap(original: Callable[..., Any], operation: str, client: Any, options: _Options) -> Callable[..., Any]:
-    if inspect.iscoroutinefunction(inspect.unwrap(original)):
-
-        async def call_async(*args: Any, **kwargs: Any) -> Any:
-            if not kwargs.get("stream"):
-                return await original(*args, **kwargs)
-            observer = _start(args, kwargs, operation, client, options)
-            try:
-                stream = await original(*args, **kwargs)
-            except BaseException as exc:
-                observer.close("error", type(exc).__qualname__)
-                raise
-            return ObservedAsyncStream(stream, observer)
-
-        return call_async
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        if not kwargs.get("stream"):
-            return original(*args, **kwargs)
-        observer = _start(args, kwargs, operation, client, options)
-        try:
-            stream = original(*args, **kwargs)
-        except BaseException as exc:
-            observer.close("error", type(exc).__qualname__)
-            raise
-        return ObservedStream(stream, observer)
-
-    return call

@@ -8,12 +8,11 @@ response headers arrived. For exact wire bytes, use ``stream_sse`` with httpx.
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from streamscope import semconv as sc
-from streamscope._internal.observed_stream import ObservedAsyncStream, ObservedStream
+from streamscope._internal.observed_stream import observing
 from streamscope._internal.observer import StreamObserver
 from streamscope._internal.recorder import Encoding, StreamRecorder
 from streamscope.formats import json_answer_requested, make_format
@@ -27,13 +26,15 @@ def instrument_openai(client: Any, *, encoding: Encoding | None = None) -> Any:
         original = resource.create
         if getattr(original, _WRAPPED, False):
             continue
-        wrapped = _wrap(original, format_name, client, encoding)
+        wrapped = observing(original, partial(_start, format_name, client, encoding))
         setattr(wrapped, _WRAPPED, True)
         resource.create = wrapped
     return client
 
 
-def _start(kwargs: dict[str, Any], format_name: str, client: Any, encoding: Encoding | None) -> StreamObserver:
+def _start(
+    format_name: str, client: Any, encoding: Encoding | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> StreamObserver:
     base = getattr(client, "base_url", None)
     attributes: dict[str, Any] = {}
     if base is not None and getattr(base, "host", None):
@@ -45,34 +46,3 @@ def _start(kwargs: dict[str, Any], format_name: str, client: Any, encoding: Enco
     ).start()
     kwargs["extra_headers"] = recorder.inject(dict(kwargs.get("extra_headers") or {}))
     return StreamObserver(recorder, make_format(format_name), json_answer=json_answer_requested(kwargs))
-
-
-def _wrap(original: Callable[..., Any], format_name: str, client: Any, encoding: Encoding | None) -> Callable[..., Any]:
-    # the SDK wraps some methods (required_args) in plain functions: look at the function underneath
-    if inspect.iscoroutinefunction(inspect.unwrap(original)):
-
-        async def create_async(*args: Any, **kwargs: Any) -> Any:
-            if not kwargs.get("stream"):
-                return await original(*args, **kwargs)
-            observer = _start(kwargs, format_name, client, encoding)
-            try:
-                stream = await original(*args, **kwargs)
-            except BaseException as exc:
-                observer.close("error", type(exc).__qualname__)
-                raise
-            return ObservedAsyncStream(stream, observer)
-
-        return create_async
-
-    def create(*args: Any, **kwargs: Any) -> Any:
-        if not kwargs.get("stream"):
-            return original(*args, **kwargs)
-        observer = _start(kwargs, format_name, client, encoding)
-        try:
-            stream = original(*args, **kwargs)
-        except BaseException as exc:
-            observer.close("error", type(exc).__qualname__)
-            raise
-        return ObservedStream(stream, observer)
-
-    return create
