@@ -41,6 +41,8 @@ class StreamFacts:
     finish_reasons: list[str] = field(default_factory=list)
     input_tokens: int | None = None
     output_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    """Of ``output_tokens``, those spent reasoning (OpenAI's ``reasoning_tokens``)."""
     error_type: str | None = None
 
 
@@ -131,6 +133,7 @@ class OpenAIChat:
         usage = _get(payload, "usage")
         if usage is not None:
             facts.input_tokens = _get(usage, "prompt_tokens")
+            facts.reasoning_tokens = _get(_get(usage, "completion_tokens_details"), "reasoning_tokens")
             total = _get(usage, "completion_tokens")
             if isinstance(total, int):
                 facts.output_tokens = total
@@ -202,6 +205,7 @@ class OpenAIResponses:
             usage = _get(response, "usage")
             facts.input_tokens = _get(usage, "input_tokens")
             facts.output_tokens = _get(usage, "output_tokens")
+            facts.reasoning_tokens = _get(_get(usage, "output_tokens_details"), "reasoning_tokens")
             reason = _get(_get(response, "incomplete_details"), "reason")
             facts.finish_reasons.append(str(reason or _get(response, "status") or kind.rsplit(".", 1)[1]))
             if kind == "response.failed":

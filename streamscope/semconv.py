@@ -39,6 +39,9 @@ GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
 GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
 """Generated tokens as reported by the provider. type int; unit {token}; recommended; sides: client, server; OTel GenAI semconv."""
 
+GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: Final = "gen_ai.usage.reasoning.output_tokens"
+"""Of the generated tokens, those the model spent reasoning, as reported by the provider (counted in gen_ai.usage.output_tokens; a stream that did not show them has fewer tokens in its chunks than that total). type int; unit {token}; recommended; sides: client, server; OTel GenAI semconv."""
+
 SERVER_ADDRESS: Final = "server.address"
 """The host the client streamed from. type string; recommended; sides: client, browser; OTel GenAI semconv."""
 

@@ -41,8 +41,8 @@ SELECT
     quantileExactIf(0.99)(gap_p99_us, {TIMED}) AS p99_of_p99_us,
     {timed_goodput("{slo_us}")} AS itl_goodput,
     quantileExact(0.5)(ttft_us - ttfb_us) AS first_byte_lead_us,
-    sumIf(tokens, {SIZED} AND NOT tokens_estimated)
-        / nullIf(sumIf(content_chunks, {SIZED} AND NOT tokens_estimated), 0) AS tokens_per_chunk,
+    sumIf(counted_tokens, {SIZED})
+        / nullIf(sumIf(content_chunks, {SIZED} AND counted_tokens IS NOT NULL), 0) AS tokens_per_chunk,
     sumIf(tokens, {SIZED} AND tokens_estimated)
         / nullIf(sumIf(content_chunks, {SIZED} AND tokens_estimated), 0) AS estimated_tokens_per_chunk,
     sumIf(wire_bytes, {SIZED}) / nullIf(sumIf(content_bytes, {SIZED} AND wire_bytes > 0), 0) AS wire_per_content_byte,
@@ -89,8 +89,8 @@ class Summary:
     first_byte_lead_ms: float | None
     """Median time from the first byte to the first content chunk (a buffering gateway widens it)."""
     tokens_per_chunk: float | None
-    """Over the streams whose tokens were counted (a provider's cumulative usage on every chunk, or the engine's own
-    count on its server span), never estimated from bytes."""
+    """Over the streams whose tokens were counted (a provider's cumulative usage on every chunk, the engine's own
+    count on its server span, or the provider's total for an answer read to its end), never estimated from bytes."""
     wire_per_content_byte: float | None
     """Bytes on the wire per byte of content: the envelope overhead, over the streams whose wire bytes are known (a
     wrapper that reads parsed events, as the OpenAI client's, sees none)."""
@@ -105,7 +105,8 @@ class Summary:
     stored_parts: int = 0
     """The chunk table's active parts: more than one, and merges are still to come."""
     estimated_tokens_per_chunk: float | None = None
-    """Over the streams whose tokens were estimated from their bytes (about 4 a token): never mixed with the other."""
+    """Over the streams whose chunks' tokens were estimated from their bytes (about 4 a token): never mixed with the
+    other."""
     unknown_outcomes: int = 0
     """Streams whose source did not say how they ended: out of the cancellation rate."""
     unknown_ttft: int = 0
@@ -144,7 +145,7 @@ class Summary:
         if estimated is None:
             return _number(counted, ".2f")
         shown = f"{estimated:.2f} estimated from bytes"
-        return shown if counted is None else f"{counted:.2f} ({shown} where not counted)"
+        return shown if counted is None else f"{counted:.2f} counted ({shown})"
 
     def _unmerged(self) -> str:
         parts = self.stored_parts

@@ -122,6 +122,8 @@ class StreamObserver:
             recorder.set_attribute(sc.GEN_AI_USAGE_INPUT_TOKENS, facts.input_tokens)
         if isinstance(facts.output_tokens, int):
             recorder.set_attribute(sc.GEN_AI_USAGE_OUTPUT_TOKENS, facts.output_tokens)
+        if isinstance(facts.reasoning_tokens, int):
+            recorder.set_attribute(sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, facts.reasoning_tokens)
         if facts.error_type and outcome == "completed":
             outcome, error_type = "error", facts.error_type
         if outcome in ("cancelled", "disconnected"):

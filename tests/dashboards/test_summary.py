@@ -243,4 +243,38 @@ def test_tokens_estimated_from_bytes_are_never_averaged_with_counted_ones(store_
     summary = summarize(lambda q: sql.parse_result(sql.query_json(store_client, q)), ctx, slo_us=400_000)
     assert (summary.tokens_per_chunk, summary.estimated_tokens_per_chunk) == (2.0, 3.0)
     shown = dict(summary.rows(400_000))["tokens per chunk (mean) / wire bytes per content byte"]
-    assert shown.startswith("2.00 (3.00 estimated from bytes where not counted) / ")
+    assert shown.startswith("2.00 counted (3.00 estimated from bytes) / ")
+
+
+def test_a_streams_own_count_of_its_tokens_makes_its_mean_counted(store_client):
+    """A wrapper that estimates each chunk's tokens from its bytes may still be told the answer's total (OpenAI's
+    usage): that count, over the stream's content chunks, is its counted mean (a true 2 per chunk, where 16 bytes a
+    chunk read 4), in the summary and chunk economics on either route. A stream whose chunks were not all kept, or
+    that did not end as completed, has no count its chunks can be divided by."""
+
+    def estimated(n: int, *, usage: int, outcome: str = "completed", dropped: int = 0):
+        attributes = {sc.STREAMSCOPE_TOKENS_ESTIMATED: True, sc.GEN_AI_USAGE_OUTPUT_TOKENS: usage,
+                      sc.STREAMSCOPE_OUTCOME: outcome, sc.GEN_AI_REQUEST_MODEL: "m-u"}  # fmt: skip
+        if dropped:
+            attributes[sc.STREAMSCOPE_CHUNKS_DROPPED] = dropped
+        return stream_span(n, n, side="client", offsets_ms=[100, 120, 140, 160], tokens=[4, 4, 4, 4],
+                           start_ns=T0 + n, attributes=attributes)  # fmt: skip
+
+    counted = stream_span(1, 1, side="client", offsets_ms=[100, 120], tokens=[3, 3], start_ns=T0 + 1,
+                          attributes={sc.STREAMSCOPE_OUTCOME: "completed", sc.GEN_AI_REQUEST_MODEL: "m-u"})  # fmt: skip
+    served = [stream_span(n, 100 + n, side="server", offsets_ms=[90], tokens=[1], start_ns=T0 + n,
+                          attributes={sc.HTTP_ROUTE: "/v1/chat/completions"}) for n in (1, 2, 3, 4)]  # fmt: skip
+    store_spans(store_client, [counted, estimated(2, usage=8), estimated(3, usage=8, dropped=2),
+                               estimated(4, usage=8, outcome="cancelled"), *served])  # fmt: skip
+    since = datetime.fromtimestamp(T0 / 1e9 - 1, UTC)
+    ctx = QueryContext(since, since + timedelta(minutes=1), timedelta(seconds=10))
+    run = lambda q: sql.parse_result(sql.query_json(store_client, q))  # noqa: E731
+    summary = summarize(run, ctx, slo_us=400_000)
+    assert summary.tokens_per_chunk == pytest.approx((6 + 8) / (2 + 4))  # stream 1's, and stream 2's usage
+    assert summary.estimated_tokens_per_chunk == 4.0  # every estimated stream's bytes
+    for variables in ({}, {"route": ["/v1/chat/completions"]}):  # stream_totals; the streams of a server route
+        economics = run(resolve(CHUNK_ECONOMICS.sql, ctx, chosen(variables)))
+        rows = [dict(zip(economics.names, r, strict=True)) for r in economics.rows]
+        assert [(r["mean_tokens_per_chunk"], r["estimated_tokens_per_chunk"]) for r in rows] == [
+            (round(14 / 6, 2), 4.0)
+        ], variables

@@ -36,6 +36,24 @@ def test_a_final_usage_chunk_gives_totals_not_per_chunk_tokens():
     assert reader.facts.output_tokens == 2
 
 
+def test_reasoning_tokens_in_the_total_are_told():
+    """A reasoning model's total counts tokens it spent reasoning, which the stream may never show: the format
+    reports how many (Chat Completions' and Responses' details), so the total is not taken for the chunks'."""
+    chat = OpenAIChat()
+    usage = {"prompt_tokens": 9, "completion_tokens": 40, "completion_tokens_details": {"reasoning_tokens": 32}}
+    chat.read("", chat_chunk("Hello"))
+    chat.read("", {"id": "c1", "model": "m", "choices": [], "usage": usage})
+    assert (chat.facts.output_tokens, chat.facts.reasoning_tokens) == (40, 32)
+    responses = make_format("openai-responses")
+    done = {"type": "response.completed", "response": {"id": "r", "model": "m", "status": "completed", "usage": {
+        "input_tokens": 9, "output_tokens": 12, "output_tokens_details": {"reasoning_tokens": 4}}}}  # fmt: skip
+    responses.read("response.completed", construct_type(type_=ResponseStreamEvent, value=done))
+    assert (responses.facts.output_tokens, responses.facts.reasoning_tokens) == (12, 4)
+    plain = OpenAIChat()
+    plain.read("", chat_chunk(None, usage=2, choices=False))
+    assert plain.facts.reasoning_tokens is None
+
+
 def test_token_estimate_is_about_four_bytes():
     assert estimate_tokens("") == 0
     assert estimate_tokens("a") == 1

@@ -82,12 +82,18 @@ _CHUNK_RATIOS = (
 """Chunk economics' ratios of its sums (``{alias}``: the sums' table alias and a dot, or nothing); tokens over the
 streams whose tokens were counted, and apart over those whose tokens were estimated; the wire's over the streams
 whose wire bytes are known."""
-_TOKEN_SUMS = (
-    "sumIf(tokens, NOT tokens_estimated) AS counted_tokens, "
-    "sumIf(content_chunks, NOT tokens_estimated) AS counted_chunks, "
+_ESTIMATED_SUMS = (
     "sumIf(tokens, tokens_estimated) AS estimated_tokens, sumIf(content_chunks, tokens_estimated) AS estimated_chunks"
 )
-"""The token sums of ``_CHUNK_RATIOS``, counted and estimated apart."""
+_TOTALS_TOKEN_SUMS = f"sum(counted_tokens) AS counted_tokens, sum(counted_chunks) AS counted_chunks, {_ESTIMATED_SUMS}"
+"""The token sums of ``_CHUNK_RATIOS`` over ``stream_totals``: counted (per chunk, or a whole stream's by its
+provider) and estimated apart."""
+_STREAMS_TOKEN_SUMS = (
+    "sum(stream_metrics.counted_tokens) AS counted_tokens, "
+    "sumIf(content_chunks, stream_metrics.counted_tokens IS NOT NULL) AS counted_chunks, "
+    f"{_ESTIMATED_SUMS}"
+)
+"""The same over ``stream_metrics``."""
 
 _CHUNK_PACE_SELECTED = figures_in(TABLE_HISTOGRAMS_SELECTED, "chunks_per_s")
 
@@ -96,8 +102,9 @@ CHUNK_ECONOMICS = Panel(
     "Chunk economics",
     "What a chunk costs: tokens (the mean) and wire bytes per chunk by provider and model, chunks per second; "
     "OTLP bytes received per stored chunk (the collector's request log) and bytes on disk per chunk "
-    "(ClickHouse parts). Tokens per chunk are over the streams whose provider counted them; where it did not, "
-    "they are estimated from bytes (about 4 a token) and shown apart (estimated_tokens_per_chunk).",
+    "(ClickHouse parts). Tokens per chunk are over the streams whose provider counted them, chunk by chunk or "
+    "in the answer's total (usage); where it did not, they are estimated from bytes (about 4 a token) and shown "
+    "apart (estimated_tokens_per_chunk, over every stream whose chunks' tokens were estimated).",
     "table",
     f"""SELECT *,
     (SELECT round(sum(received_bytes) / nullIf(sum(rows['chunks']), 0), 2)
@@ -108,7 +115,7 @@ FROM (
         {_CHUNK_RATIOS.format(alias="t.")}, f.chunks_per_s_p50 AS chunks_per_s_p50
     FROM (
         SELECT provider, model, sum(streams) AS streams, sum(content_chunks) AS chunks,
-            {_TOKEN_SUMS}, sum(wire_bytes) AS wire_bytes,
+            {_TOTALS_TOKEN_SUMS}, sum(wire_bytes) AS wire_bytes,
             sum(wired_chunks) AS wired_chunks, sum(wired_content_bytes) AS wired_content_bytes
         FROM stream_totals
         WHERE {TABLE_HISTOGRAMS_SELECTED} AND {SIZED}
@@ -123,7 +130,7 @@ FROM (
     SELECT provider, model, streams, chunks, {_CHUNK_RATIOS.format(alias="")}, chunks_per_s_p50
     FROM (
         SELECT provider, model, count() AS streams, sum(content_chunks) AS chunks,
-            {_TOKEN_SUMS},
+            {_STREAMS_TOKEN_SUMS},
             sum(wire_bytes) AS wire_bytes, sumIf(content_chunks, stream_metrics.wire_bytes > 0) AS wired_chunks,
             sumIf(content_bytes, stream_metrics.wire_bytes > 0) AS wired_content_bytes,
             round(quantileExact(0.5)(chunks_per_s), 1) AS chunks_per_s_p50

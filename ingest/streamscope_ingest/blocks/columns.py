@@ -467,8 +467,8 @@ STREAM_HISTOGRAMS = pa.schema(  # per-stream figures counted (migration 0032, ro
 
 STREAM_SUMS = ("streams", "content_chunks", "tokens", "content_bytes", "wire_bytes", "cancelled", "stalled",
                "over_slo", "frontloaded_then_stalled", "stuck_loops", "unknown_outcome", "wired_chunks",
-               "wired_content_bytes")  # fmt: skip
-"""The summed columns of ``stream_totals``, in order (migrations 0033, 0037)."""
+               "wired_content_bytes", "counted_tokens", "counted_chunks")  # fmt: skip
+"""The summed columns of ``stream_totals``, in order (migrations 0033, 0037, 0039)."""
 STREAM_TOTALS = pa.schema(  # streams summed per interval (migration 0033, rollups.stream_histograms)
     [
         *_PER_INTERVAL,

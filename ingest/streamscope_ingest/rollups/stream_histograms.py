@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from streamscope import semconv as sc
 from streamscope_ingest.blocks import columns
 from streamscope_ingest.blocks.stalls import DEFAULT_THRESHOLD_US
 from streamscope_ingest.rollups.gap_histograms import BUCKET_RATIO, STEPS_S, label_groups
@@ -93,7 +94,7 @@ def stream_histograms(streams: pa.Table) -> pa.Table:
 def stream_totals(streams: pa.Table) -> pa.Table:
     """The ``stream_totals`` rows of a ``streams`` block: per step, interval, labels, source, coverage and whether
     the tokens were estimated, how many streams, their sums and flags (``stream_metrics``'), and their content chunks
-    by tokens added up (migrations 0033, 0037)."""
+    by tokens added up (migrations 0033, 0037, 0039)."""
     labels = _labels(streams)
     for name in ("source", "coverage", "tokens_estimated"):
         labels = labels.append_column(name, streams[name])
@@ -102,6 +103,7 @@ def stream_totals(streams: pa.Table) -> pa.Table:
     stalled = _floats(streams["stall_count"]) > 0
     outcome = _strings(streams["outcome"]).to_numpy(zero_copy_only=False)
     wired = _floats(streams["wire_bytes"]) > 0
+    counted = counted_tokens(streams, outcome)
     summed = {
         "streams": np.ones(streams.num_rows),
         **{name: _floats(streams[name]) for name in ("content_chunks", "tokens", "content_bytes", "wire_bytes")},
@@ -114,6 +116,8 @@ def stream_totals(streams: pa.Table) -> pa.Table:
         # the content of streams whose wire bytes are known (a wrapper that sees parsed events records none)
         "wired_chunks": _floats(streams["content_chunks"]) * wired,
         "wired_content_bytes": _floats(streams["content_bytes"]) * wired,
+        "counted_tokens": np.nan_to_num(counted),
+        "counted_chunks": _floats(streams["content_chunks"]) * ~np.isnan(counted),
     }
     by_tokens = streams["content_chunks_by_tokens"].combine_chunks()
     seconds = pc.divide(pc.cast(streams["start_time"], pa.int64()), 1_000_000).to_numpy(zero_copy_only=False)
@@ -135,6 +139,18 @@ def stream_totals(streams: pa.Table) -> pa.Table:
         }
         blocks.append(_table(values, columns.STREAM_TOTALS))
     return pa.concat_tables(blocks)
+
+
+def counted_tokens(streams: pa.Table, outcome: np.ndarray) -> np.ndarray:
+    """Each stream's tokens as counted (``stream_metrics.counted_tokens``, migration 0039), NaN where unknown: its
+    chunks' tokens where counted; else, of a stream read to its end with every chunk kept, its provider's total,
+    unless the provider said some were spent reasoning (which the stream may not have shown)."""
+    estimated = streams["tokens_estimated"].to_numpy(zero_copy_only=False).astype(bool)
+    reasoning = pc.map_lookup(streams["attributes"], sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, "first")
+    shown = np.isin(pc.fill_null(reasoning, "").to_numpy(zero_copy_only=False), ("", "0"))
+    whole = (outcome == "completed") & (_strings(streams["coverage"]).to_numpy(zero_copy_only=False) == "full") & shown
+    told = np.where(whole, _floats(streams["output_tokens"]), np.nan)
+    return np.where(estimated, told, _floats(streams["tokens"]))
 
 
 def smoothing_histograms(smoothing: pa.Table) -> pa.Table:

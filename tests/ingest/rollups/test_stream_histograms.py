@@ -32,7 +32,8 @@ ZERO, MOST = -32768, 32767
 def spans():
     """Client and server streams of two models starting in different 5 s, minute and hour intervals: with and
     without stalls, one calling a tool, one whose tokens are all 0 (a pace of 0), one with a single chunk (no
-    pace), one whose last chunks were dropped (partial)."""
+    pace), one whose last chunks were dropped (partial), three whose tokens were estimated and counted in total
+    (one of them partial, one with reasoning tokens in its total)."""
     made = []
     for n, start_s in enumerate((0, 3, 7, 61, 302, 3599, 3601)):
         offsets = [0, 10, 20 + n, 45, 95 + 7 * n, 95.5 + 7 * n, 700 + 100 * n, 710 + 100 * n]
@@ -41,6 +42,10 @@ def spans():
             attributes[sc.STREAMSCOPE_FIRST_TOOL_CALL_CHUNK] = 5
         if n == 4:
             attributes[sc.STREAMSCOPE_CHUNKS_DROPPED] = 3
+        if n in (1, 3, 4):  # tokens estimated from bytes, the answer's total told (kept whole: 1 and 3)
+            attributes |= {sc.STREAMSCOPE_TOKENS_ESTIMATED: True, sc.GEN_AI_USAGE_OUTPUT_TOKENS: 5 + n}
+        if n == 3:  # some of them spent reasoning, which the stream may not have shown
+            attributes[sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] = 2
         tokens = [0] * len(offsets) if n == 5 else [1, 2, 1, 3, 1, 1, 2, 1]
         if n == 6:
             offsets, tokens = offsets[:1], tokens[:1]
@@ -96,12 +101,14 @@ def expected_streams(client) -> Counter:
 
 
 def expected_totals(client) -> Counter:
-    """Each step's interval, side, model and coverage with its streams' sums, as migration 0033 documents."""
+    """Each step's interval, side, model and coverage with its streams' sums, as migrations 0033, 0037 and 0039
+    document."""
     rows = client.query(
         "SELECT toUnixTimestamp(start_time), side, model, source, coverage, content_chunks, tokens, content_bytes, "
         "wire_bytes, outcome IN ('cancelled', 'disconnected'), stall_count > 0, ifNull(gap_max_us, 0) > 400000, "
         "frontloaded_then_stalled, stuck_loop, outcome = 'unknown', content_chunks * (wire_bytes > 0), "
-        "content_bytes * (wire_bytes > 0), content_chunks_by_tokens FROM stream_metrics"
+        "content_bytes * (wire_bytes > 0), ifNull(counted_tokens, 0), content_chunks * (counted_tokens IS NOT NULL), "
+        "content_chunks_by_tokens FROM stream_metrics"
     ).result_rows
     summed: Counter = Counter()
     for start_s, side, model, source, coverage, *sums, by_tokens in rows:
@@ -165,6 +172,12 @@ def test_every_stream_is_summed_at_every_step(store_client):
     assert sum(n for key, n in summed.items() if key[0] == 60 and key[6] == "streams") == 14
     assert {key[5] for key in summed} == {"full", "partial"} and {key[4] for key in summed} == {"streamscope"}
     assert sum(n for key, n in summed.items() if key[0] == 60 and key[6] == "over_slo") > 0
+    # the estimated streams' told totals: the whole one's, not the partial one's (its 8 chunks a side kept)
+    hourly = Counter()
+    for key, n in summed.items():
+        hourly[key[6]] += n if key[0] == 3600 else 0
+    assert hourly["content_chunks"] - hourly["counted_chunks"] == 4 * 8  # 3's and 4's
+    assert hourly["tokens"] - hourly["counted_tokens"] == 2 * (12 - 6) + 4 * 12  # 1's told 6 of 12; none of the others
 
 
 def test_the_slo_the_writer_counts_is_the_migrations_and_the_dashboards():
@@ -216,7 +229,7 @@ def test_the_job_counts_the_smoothing_of_timed_streams_only(store_client):
     ("migration", "table", "counts"),
     [
         ("outcome_and_rest_stalls", "stream_histograms", partial(stored, table="stream_histograms", key=STREAM_KEY)),
-        ("outcome_and_rest_stalls", "stream_totals", stored_totals),
+        ("counted_tokens", "stream_totals", stored_totals),
         ("stream_histograms", "smoothing_histograms", partial(stored, table="smoothing_histograms", key=SMOOTHING_KEY)),
     ],
     ids=lambda value: value if isinstance(value, str) else "",
