@@ -5,11 +5,15 @@ against the spans and the metrics it exported."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import queue
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -406,11 +410,11 @@ def test_langchain_calls_over_openllmetry_are_known_by_their_duration(collector,
     and the answer are not kept."""
     seen = run_app(str(langchain_python), str(LANGCHAIN / "chat.py"), engine_url, collector.http_url)
     calls = [span for span in seen["spans"] if span["name"] == "ChatOpenAI.chat"]
-    assert len(calls) == len(seen["received"]) == 2
+    assert len(calls) == len(seen["received"]) + 1 == 3  # and the refused call
     assert {span["scope"] for span in seen["spans"]} == {"opentelemetry.instrumentation.langchain"}  # no OpenAI span
     rows = stored(collector, "openllmetry-langchain")
     assert [row[:5] for row in rows] == [(span["span_id"], "client", "duration", 0, None) for span in calls]
-    for span, received, row in zip(calls, seen["received"], rows, strict=True):
+    for span, received, row in zip(calls[:2], seen["received"], rows[:2], strict=True):
         assert row[5] == (span["end_ns"] - span["start_ns"]) // 1000
         assert span["start_ns"] >= received["started_ns"] and span["end_ns"] >= received["arrivals_ns"][-1] - 1e6
         assert row[6:8] == ("sim-llm", "openai")
@@ -419,9 +423,41 @@ def test_langchain_calls_over_openllmetry_are_known_by_their_duration(collector,
         assert "gen_ai.input.messages" in span["attributes"]  # captured by default, and never stored
         assert not [key for key in row[12] if key.startswith(("gen_ai.input", "gen_ai.output", "traceloop.entity.in"))]
     outcomes = collector.query_client.query(
-        "SELECT outcome FROM streams WHERE source = 'openllmetry-langchain'"
+        "SELECT outcome FROM streams WHERE source = 'openllmetry-langchain' ORDER BY start_time"
     ).result_rows
-    assert outcomes == [("completed",)] * 2
+    assert outcomes == [("completed",)] * 2 + [("error",)]
+
+
+@pytest.mark.timeout(900)  # the first run builds the app's environment
+def test_langchain_a_stream_the_app_closed_is_cancelled_and_a_refused_call_an_error(
+    collector, engine_url, langchain_python
+):
+    """LangChain ends the span of a stream the app closed with the generator's own exit as its error
+    (``GeneratorExit``): the app stopped reading, which is a cancellation, not a failed call. The call the engine
+    refused is an error."""
+    seen = run_app(str(langchain_python), str(LANGCHAIN / "chat.py"), engine_url, collector.http_url, "1", "5")
+    assert [len(r["arrivals_ns"]) for r in seen["received"]] == [5]
+    closed, refused = [span for span in seen["spans"] if span["name"] == "ChatOpenAI.chat"]
+    assert closed["attributes"]["error.type"] == "GeneratorExit"
+    rows = collector.query_client.query(
+        "SELECT span_id, outcome, error_type FROM streams WHERE source = 'openllmetry-langchain' ORDER BY start_time"
+    ).result_rows
+    assert rows == [
+        (closed["span_id"], "cancelled", ""),
+        (refused["span_id"], "error", refused["attributes"]["error.type"]),
+    ]
+
+
+@pytest.mark.timeout(900)  # the first run builds the app's environment
+def test_litellm_records_no_span_of_a_stream_the_app_closed(collector, engine_url, litellm_python):
+    """LiteLLM records a streamed call once it has read the stream to its end: a stream the app closed after 5
+    chunks leaves no span at all (only the refused call's), so nothing of it can be stored; the README says so."""
+    seen = run_app(str(litellm_python), str(LITELLM / "chat.py"), engine_url, collector.http_url, "1", "5")
+    assert [len(r["arrivals_ns"]) for r in seen["received"]] == [5]
+    calls = [span for span in seen["spans"] if span["name"] == "litellm_request"]
+    assert [span["attributes"].get("error.type") for span in calls] == ["BadRequestError"]
+    rows = collector.query_client.query("SELECT outcome FROM streams WHERE source = 'litellm'").result_rows
+    assert rows == [("error",)]
 
 
 VERCEL_AI_REQUESTS = {
@@ -473,6 +509,19 @@ def test_vercel_ai_sdk_streams_are_known_by_their_first_chunk(collector, engine_
         "SELECT count() FROM stream_metrics WHERE source = 'vercel-ai' AND gap_max_us IS NOT NULL"
     ).result_rows[0][0]
     assert gaps == 0  # the first token is known, no gap is
+
+
+@pytest.mark.parametrize("sdk", sorted(VERCEL_AI_REQUESTS))
+def test_vercel_ai_sdk_records_no_span_of_a_stream_the_app_stopped_reading(collector, engine_url, vercel_ai_node, sdk):
+    """The Vercel AI SDK ends its spans as the stream ends: an app that stops reading after 5 text parts leaves its
+    request and call spans unended, never exported, so nothing of that stream can be stored (the README says so);
+    the refused call is as when every stream is read."""
+    seen = run_app(vercel_ai_node, str(VERCEL_AI / "chat.mjs"), sdk, engine_url, collector.http_url, "1", "5")
+    assert [len(r["arrivals_ns"]) for r in seen["received"]] == [5]
+    request_name, _, _, call_name = VERCEL_AI_REQUESTS[sdk]
+    assert [span["name"] for span in seen["spans"] if span["name"] == request_name] == []
+    assert [span["status"] for span in seen["spans"] if span["name"] == call_name] == {"6": [2], "7": []}[sdk]
+    assert stored(collector, "vercel-ai") == []
 
 
 @pytest.mark.timeout(900)  # the first run builds OpenLIT's environment
@@ -532,9 +581,7 @@ def test_vllm_request_spans_join_the_callers_stream_as_its_server_side(collector
     arrival, queue and prefill included), its token counts and request id under the current names."""
     url, frontend = vllm_frontend
     seen = chat_through("streamscope", url, collector.http_url)
-    frontend.kill()
-    out, _ = frontend.communicate(timeout=30)
-    spans = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    spans = printed(frontend, 2)
     assert [span["name"] for span in spans] == ["llm_request"] * 2  # the refused call never reached the engine
     clients = {
         span["trace_id"]: span for span in seen["spans"] if span["attributes"].get("streamscope.side") == "client"
@@ -560,10 +607,45 @@ def test_vllm_request_spans_join_the_callers_stream_as_its_server_side(collector
         assert ttft_us == round(span["attributes"]["gen_ai.latency.time_to_first_token"] * 1e6)
         assert duration_us == (span["end_ns"] - span["start_ns"]) // 1000
         assert 0 < ttft_us < client_ttft_us  # the client waited for the engine, and then the network
-        assert (input_tokens, output_tokens) == (32, 24)
+        assert (input_tokens, output_tokens) == (32, 40)
         assert request_id == span["attributes"]["gen_ai.request.id"] == response_id  # the id the client was sent
         assert float(attributes["gen_ai.latency.time_in_queue"]) == span["attributes"]["gen_ai.latency.time_in_queue"]
     assert metric(collector.http_url, "streamscope_collector_ignored_items_total", signal="traces") == 0
+
+
+def test_vllm_records_no_span_of_a_request_its_client_left(collector, vllm_frontend):
+    """vLLM aborts a request whose client left (its API server calls the engine's abort), and its output processor
+    traces finished requests only: the stream the client closed after 5 chunks has no server side, only the
+    client's own, cancelled (the README says so)."""
+    url, frontend = vllm_frontend
+    seen = chat_through("streamscope", url, collector.http_url, 1, 5, 4000)  # a minute's answer, left at its 5th
+    printed_lines = printed(frontend, 1)
+    assert [sorted(line) for line in printed_lines] == [["aborted"]]  # and no llm_request span
+    (client,) = [span for span in seen["spans"] if span["attributes"].get("streamscope.side") == "client"
+                 and span["attributes"].get("streamscope.outcome") == "cancelled"]  # fmt: skip
+    rows = collector.query_client.query(
+        "SELECT side, outcome FROM streams WHERE trace_id = {t:String}", parameters={"t": client["trace_id"]}
+    ).result_rows
+    assert rows == [("client", "cancelled")]
+
+
+def printed(frontend: subprocess.Popen, count: int, timeout_s: float = 60) -> list[dict]:
+    """What the front end prints once each request has ended (after its last byte was sent, so a busy host may
+    print it after the client is done): ``count`` JSON lines, or those that came before the deadline; then it is
+    stopped."""
+    assert frontend.stdout is not None
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in frontend.stdout or ()], daemon=True).start()
+    found: list[dict] = []
+    deadline = time.monotonic() + timeout_s
+    with contextlib.suppress(queue.Empty):
+        while len(found) < count:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            if line.startswith("{"):
+                found.append(json.loads(line))
+    frontend.kill()
+    frontend.wait(timeout=30)
+    return found
 
 
 def wait_for_rows(collector, source: str, count: int, timeout_s: float = 30) -> None:

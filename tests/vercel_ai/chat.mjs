@@ -3,7 +3,10 @@
 // (and keeping a copy, printed as JSON, for the test to compare). SDK 6 turns its telemetry on per call; SDK 7
 // (installed as ai-7, and needing Node.js 22) emits the GenAI convention's spans once @ai-sdk/otel is registered.
 //
-//     node tests/vercel_ai/chat.mjs 6|7 ENGINE_URL COLLECTOR_URL [CALLS]
+//     node tests/vercel_ai/chat.mjs 6|7 ENGINE_URL COLLECTOR_URL [CALLS [CLOSE_AFTER]]
+//
+// With CLOSE_AFTER (0: none), the app stops reading each stream once it has that many text parts, as one does when
+// the user stops the answer.
 
 import { context, trace } from "@opentelemetry/api";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
@@ -11,7 +14,7 @@ import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-proto";
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
 
-const [sdk, engineUrl, collectorUrl, calls = "2"] = process.argv.slice(2);
+const [sdk, engineUrl, collectorUrl, calls = "2", closeAfter = "0"] = process.argv.slice(2);
 const { streamText, registerTelemetry } = await import(sdk === "7" ? "ai-7" : "ai");
 const { createOpenAI } = await import(sdk === "7" ? "@ai-sdk/openai-4" : "@ai-sdk/openai");
 const copies = new InMemorySpanExporter();
@@ -46,7 +49,10 @@ for (let call = 0; call < Number(calls); call++) {
     ...telemetry,
   });
   const arrivals = [];
-  for await (const _ of result.textStream) arrivals.push(nowNs().toString());
+  for await (const _ of result.textStream) {
+    arrivals.push(nowNs().toString());
+    if (arrivals.length === Number(closeAfter)) break;
+  }
   received.push({ started_ns: started.toString(), arrivals_ns: arrivals });
 }
 // a call the engine refuses (no messages): the SDK reports it through onError, the stream just ends

@@ -6,7 +6,8 @@ queues each request, schedules it and emits one token per step, as vLLM's ``Engi
 
     $VLLM_VENV/bin/python tests/vllm/frontend.py COLLECTOR_OTLP_HTTP_URL
 
-Prints the port it serves on, then each span vLLM exported, a JSON line each, as the request ends. It
+Prints the port it serves on, then each span vLLM exported, a JSON line each, as the request ends (or, of a
+request whose client left, that it was aborted, as vLLM's API server aborts it). It
 runs in vLLM's own virtual environment (tests/vllm/requirements.txt), without streamscope installed.
 """
 
@@ -25,6 +26,7 @@ QUEUE_S = 0.030
 PREFILL_S = 0.060
 STEP_S = 0.015
 TOKENS = 24
+"""Tokens of an answer whose request set no ``max_tokens``."""
 
 
 def main(collector_url: str) -> None:
@@ -60,9 +62,15 @@ def main(collector_url: str) -> None:
             self.end_headers()
             headers = {k.lower(): v for k, v in self.headers.items() if k.lower() in ("traceparent", "tracestate")}
             request_id = f"chatcmpl-{uuid.uuid4().hex}"
-            tokens = min(int(body.get("max_tokens") or TOKENS), TOKENS)
-            for text, finished in serve(processor, lock, request_id, headers, tokens):
-                self._send(chunk(request_id, body["model"], text, finished))
+            tokens = int(body.get("max_tokens") or TOKENS)
+            try:
+                for text, finished in serve(processor, lock, request_id, headers, tokens):
+                    self._send(chunk(request_id, body["model"], text, finished))
+            except (BrokenPipeError, ConnectionResetError):  # the client left: vLLM's API server aborts the request
+                with lock:
+                    processor.abort_requests([request_id], internal=False)
+                print(json.dumps({"aborted": request_id}), flush=True)
+                return
             if (body.get("stream_options") or {}).get("include_usage"):
                 self._send(usage_chunk(request_id, body["model"], tokens))
             self._write(b"data: [DONE]\n\n")

@@ -44,6 +44,10 @@ from streamscope_ingest.decode.traces.timelines import (
 
 log = logging.getLogger(__name__)
 
+READER_STOPPED = frozenset({"GeneratorExit", "CancelledError", "asyncio.CancelledError"})
+"""``error.type`` values another instrumentation gives a stream the app stopped reading (Python's exit of a closed
+generator, a cancelled task), which is a cancellation, not a failed call."""
+
 DEFAULT_RULE = StallRule()
 
 
@@ -218,7 +222,9 @@ def _decode_foreign(
         source=foreign.source,
     )
     row["timeline_truncated"] = truncated
-    if row["error_type"]:
+    if row["error_type"] in READER_STOPPED:
+        row["outcome"], row["error_type"] = "cancelled", ""
+    elif row["error_type"]:
         row["outcome"] = "error"  # other instrumentations say how a call failed, not how its stream ended
     elif not row["finish_reasons"] and row["output_tokens"] is None:
         row["outcome"] = columns.OUTCOME_UNKNOWN  # an app that closes a stream early ends the span all the same
