@@ -70,8 +70,9 @@ class OpenAIChat:
     """Chat Completions chunks (``chat.completion.chunk``), also served by vLLM, SGLang, TGI and llama.cpp, and the
     legacy Completions API's (``text_completion``: each choice's ``text``), which the same servers stream alike.
 
-    Per-chunk tokens are exact when every chunk carries cumulative usage (vLLM's continuous usage stats);
-    a usage-only final chunk (``stream_options.include_usage``) gives exact totals only. A delta may withdraw
+    Per-chunk tokens are exact when every chunk carries cumulative usage (vLLM's continuous usage stats) or lists
+    its tokens' log probabilities (``logprobs: true``); a usage-only final chunk (``stream_options.include_usage``)
+    gives exact totals only. A delta may withdraw
     content it showed before (speculative drafts a verifier rejected): ``"retract": {"bytes": N, "tokens": K}``
     takes the last N bytes (K tokens) back before the delta's own content is appended (as ``streamscope engine``
     streams drafts with ``output.show_drafts``).
@@ -100,7 +101,13 @@ class OpenAIChat:
         call_index: int | None = None
         tool_call = False
         retracted = (0, 0)
+        listed: int | None = None  # tokens the chunk's logprobs list
         for choice in _get(payload, "choices") or ():
+            logprobs = _get(choice, "logprobs")
+            for key in ("content", "refusal", "tokens"):  # Chat Completions' lists; the legacy Completions' tokens
+                tokens = _get(logprobs, key)
+                if isinstance(tokens, list):
+                    listed = (listed or 0) + len(tokens)
             completion = _get(choice, "text")  # a text_completion choice: no delta
             if isinstance(completion, str):
                 parts.append(completion)
@@ -129,7 +136,7 @@ class OpenAIChat:
             if reason:
                 facts.finish_reasons.append(str(reason))
         text = "".join(parts)
-        exact = None
+        exact = listed if listed or not text else None  # text with an empty list: not a count
         usage = _get(payload, "usage")
         if usage is not None:
             facts.input_tokens = _get(usage, "prompt_tokens")

@@ -12,7 +12,10 @@ import httpx
 import openai
 from openai.types.chat import ChatCompletionChunk
 
+import streamscope
+from streamscope import semconv as sc
 from streamscope_cli.llama.server import LlamaServer
+from tests.support import int64s, memory_provider
 
 TIMINGS = {
     "cache_n",
@@ -106,3 +109,34 @@ def test_a_draft_model_speculates_and_its_drafts_are_counted(drafting_server: Ll
     assert metrics["llamacpp:spec_decode_num_draft_tokens_total"] == drafted["draft_n"]
     assert metrics["llamacpp:spec_decode_num_accepted_tokens_total"] == drafted["draft_n_accepted"]
     assert metrics["llamacpp:spec_decode_num_drafts_total"] > 0
+
+
+def test_a_stream_asked_for_logprobs_counts_each_chunks_tokens(tiny_server: LlamaServer) -> None:
+    """With ``logprobs`` on, each chunk lists the tokens it carries: the SDK counts them, chunk by chunk, instead
+    of estimating them from bytes, and their sum is the usage the server reports at the end."""
+    provider, exporter = memory_provider()
+    body = {
+        "model": "any",
+        "messages": [{"role": "user", "content": "Tell me about token streams."}],
+        "max_tokens": 24,
+        "stream": True,
+        "logprobs": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": True,
+    }
+    with (
+        httpx.Client(timeout=60) as client,
+        streamscope.stream_sse(
+            client, "POST", f"{tiny_server.url}/v1/chat/completions", format="openai-chat", json=body,
+            tracer_provider=provider,
+        ) as events,
+    ):  # fmt: skip
+        seen = list(events)
+    (span,) = exporter.get_finished_spans()
+    attributes = dict(span.attributes or {})
+    tokens = int64s(attributes[sc.STREAMSCOPE_CHUNKS_TOKENS])
+    assert sc.STREAMSCOPE_TOKENS_ESTIMATED not in attributes
+    assert sum(tokens) == attributes[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 24
+    listed = [len((choice.get("logprobs") or {}).get("content") or []) for event in seen if event.payload
+              for choice in event.payload.get("choices") or [{}]]  # fmt: skip
+    assert [t for t in tokens if t] == [n for n in listed if n]

@@ -36,6 +36,23 @@ def test_a_final_usage_chunk_gives_totals_not_per_chunk_tokens():
     assert reader.facts.output_tokens == 2
 
 
+def test_logprobs_count_each_chunks_tokens():
+    """A chunk that lists its tokens' log probabilities (``logprobs: true``) says how many tokens it carries:
+    Chat Completions' ``content`` list, the legacy Completions' ``tokens``; a chunk with text and no list is
+    estimated as before."""
+    chat = OpenAIChat()
+    listed = {"content": [{"token": "to", "logprob": -0.1}, {"token": "ken", "logprob": -0.2}]}
+    chunk = {"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"content": "token"}, "logprobs": listed}]}
+    assert chat.read("", chunk).exact_tokens == 2
+    assert chat.read("", chat_chunk("streaming tokens")).exact_tokens is None
+    legacy_logprobs = {"tokens": [" a", " b"], "token_logprobs": [-1, -2]}
+    legacy = {"id": "c2", "object": "text_completion", "model": "m",
+              "choices": [{"index": 0, "text": " a b", "logprobs": legacy_logprobs}]}  # fmt: skip
+    assert OpenAIChat().read("", legacy).exact_tokens == 2
+    typed = construct_type(type_=ChatCompletionChunk, value=chunk)  # the openai client's objects alike
+    assert OpenAIChat().read("", typed).exact_tokens == 2
+
+
 def test_reasoning_tokens_in_the_total_are_told():
     """A reasoning model's total counts tokens it spent reasoning, which the stream may never show: the format
     reports how many (Chat Completions' and Responses' details), so the total is not taken for the chunks'."""
