@@ -245,9 +245,13 @@ def test_through_the_recording_gateway_a_paths_stall_is_put_on_the_path(engine_u
     assert sides.stdout.split() == ["side", "count()", "client", "24", "gateway", "24"], sides.stdout
 
 
-@pytest.mark.parametrize(("api", "base", "transport"), [("completions", "/v1", "sse"), ("ollama", "", "chunked")])
+@pytest.mark.parametrize(
+    ("api", "base", "transport"),
+    [("completions", "/v1", "sse"), ("anthropic", "/v1", "sse"), ("ollama", "", "chunked")],
+)
 def test_bench_drives_each_api_it_names(engine_url, tmp_path: Path, api, base, transport):
-    """Besides chat: the legacy completions API, and Ollama's /api/chat, a JSON document a line."""
+    """Besides chat: the legacy completions API, Anthropic's Messages (named events) and Ollama's /api/chat, a JSON
+    document a line."""
     storage = f"chdb://{tmp_path / 'store'}"
     bench = streamscope(
         "bench", "--url", f"{engine_url}{base}", "--api", api, "--model", "sim-llm", "--requests", "12",

@@ -12,6 +12,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from streamscope.formats import estimate_tokens
 from streamscope_cli.engine.app import EngineNode, NodeConfig, OutputConfig
 from streamscope_cli.engine.scheduler import SchedulerConfig, SpecDecodeConfig
 from streamscope_cli.workload.ground_truth import MemorySink
@@ -113,6 +114,33 @@ def test_completions_streamed_and_whole(running):
     assert chat_whole["choices"][0]["message"]["role"] == "assistant"
     assert httpx.get(f"{node.url}/v1/models").json()["data"][0]["id"] == "sim-llm"
     assert httpx.get(f"{node.url}/health").json()["status"] == "ok"
+
+
+def test_anthropic_messages_stream_as_the_anthropic_client_reads_them(running):
+    """``/v1/messages`` as Anthropic's own client reads it (the real ``anthropic`` package): the message opened with
+    its prompt's count, one text delta a chunk, the stop reason and the output count at its end; the system prompt
+    and content blocks read as text; not streamed, one message."""
+    import anthropic
+
+    node = running(output=OutputConfig(tokens_per_chunk=2))
+    client = anthropic.Anthropic(base_url=node.url, api_key="unused", max_retries=0)
+    request = {
+        "model": "sim-llm",
+        "max_tokens": 12,
+        "system": "Answer briefly.",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "How do streams arrive?"}]}],
+    }
+    with client.messages.stream(**request) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_message()
+    assert kinds[:2] == ["message_start", "content_block_start"]
+    assert kinds[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+    assert kinds.count("text") == 6  # 12 tokens, 2 a chunk
+    assert (final.stop_reason, final.usage.output_tokens) == ("max_tokens", 12)
+    assert final.usage.input_tokens == estimate_tokens("Answer briefly.\nHow do streams arrive?")
+    assert len(final.content[0].text.split()) == 12
+    whole = client.messages.create(**request)
+    assert whole.usage.output_tokens == 12 and len(whole.content[0].text.split()) == 12
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
 """The simulated engine's HTTP face: the OpenAI API a real vLLM or SGLang server offers.
 
 ``POST /v1/chat/completions`` and ``POST /v1/completions`` (streamed as SSE with ``[DONE]`` and the usage
-chunk of ``stream_options.include_usage``, or not streamed), ``GET /v1/models``, ``GET /health``,
+chunk of ``stream_options.include_usage``, or not streamed), Anthropic's ``POST /v1/messages`` (its named events),
+Ollama's ``POST /api/chat`` and ``POST /api/generate``, ``GET /v1/models``, ``GET /health``,
 ``GET /metrics`` and, for its simulated GPU, what dcgm-exporter would serve (``GET /dcgm/metrics``). Output knobs
 shape the stream as providers do: tokens per SSE chunk, and burst-at-head (hold the first tokens, release them
 at once, then trickle). Requests may carry a ``sim`` object with exact prompt sizes, a shared-prefix key and a
@@ -141,6 +142,10 @@ class EngineNode:
         async def completions(request: Request) -> Response:
             return await self._complete(request, chat=False)
 
+        @app.post("/v1/messages")
+        async def messages(request: Request) -> Response:
+            return await self._complete(request, chat=True, anthropic=True)
+
         @app.post("/api/chat")
         async def ollama_chat(request: Request) -> Response:
             return await self._complete(request, chat=True, ollama=True)
@@ -151,9 +156,12 @@ class EngineNode:
 
         return app
 
-    async def _complete(self, request: Request, *, chat: bool, ollama: bool = False) -> Response:
-        """An OpenAI-compatible completion, or with ``ollama`` one of Ollama's native API (a JSON document a
-        line, streamed unless the body says ``"stream": false``)."""
+    async def _complete(
+        self, request: Request, *, chat: bool, ollama: bool = False, anthropic: bool = False
+    ) -> Response:
+        """An OpenAI-compatible completion; with ``anthropic`` a message of Anthropic's Messages API (its system
+        prompt apart, content a string or text blocks); with ``ollama`` one of Ollama's native API (a JSON document
+        a line, streamed unless the body says ``"stream": false``)."""
         try:
             body = await request.json()
             if not isinstance(body, dict):
@@ -163,26 +171,29 @@ class EngineNode:
                 if not isinstance(options, dict):
                     raise _BadRequest("options must be an object")
                 body = {**body, "max_tokens": options.get("num_predict", self.config.default_max_tokens)}
+            if anthropic:
+                body = {**body, "messages": _anthropic_messages(body)}
             sequence = self._sequence(body, chat)
             generation = self.engine.submit(sequence)
         except ValueError as exc:
             return _error(400, str(exc))
         rng = random.Random(f"{self.config.seed}:{sequence.request_id}")
+        api = "anthropic" if anthropic else (("ollama-chat" if chat else "ollama-generate") if ollama else
+                                             ("chat" if chat else "completions"))  # fmt: skip
         if not body.get("stream", ollama):
-            return await self._whole(sequence, generation, chat, rng, ollama=ollama)
+            return await self._whole(sequence, generation, api, rng)
         stream = ServerStream(
             request,
-            provider="ollama" if ollama else self.config.flavor,
+            provider="ollama" if ollama else "anthropic" if anthropic else self.config.flavor,
             request_model=str(body.get("model") or self.config.model),
-            format="ollama" if ollama else "openai-chat",
+            format="ollama" if ollama else "anthropic" if anthropic else "openai-chat",
             node_name=self.config.node,
             engine_request_id=sequence.request_id,
             tracer_provider=self._tracer_provider,
         )
         truth = StreamTruth(self.sink, self.config.node, _trace_id(request), sequence.request_id)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        json_answer = chat and not ollama and json_answer_requested(body)
-        api = ("ollama-chat" if chat else "ollama-generate") if ollama else ("chat" if chat else "completions")
+        json_answer = api == "chat" and json_answer_requested(body)
         events = self._events(sequence, generation, api, rng, stream, truth, include_usage, json_answer)
         return stream.response(events)
 
@@ -240,9 +251,11 @@ class EngineNode:
         include_usage: bool,
         json_answer: bool = False,
     ) -> AsyncIterator[ServerChunk]:
-        """The stream's events in ``api``'s shape: ``chat`` and ``completions`` as OpenAI's SSE, ``ollama-chat``
-        and ``ollama-generate`` as Ollama's lines of JSON (no role-only head, the counts on the last line)."""
-        chat, ollama = api in ("chat", "ollama-chat"), api.startswith("ollama")
+        """The stream's events in ``api``'s shape: ``chat`` and ``completions`` as OpenAI's SSE, ``anthropic`` as
+        Anthropic's named events (the message and its text block opened first, the stop reason and the count in
+        the closing ones), ``ollama-chat`` and ``ollama-generate`` as Ollama's lines of JSON (no role-only head,
+        the counts on the last line)."""
+        chat, ollama = api in ("chat", "ollama-chat", "anthropic"), api.startswith("ollama")
         created = int(time.time())
         response_id = f"{'chatcmpl' if chat else 'cmpl'}-{sequence.request_id[4:]}"
         output = self.output
@@ -259,6 +272,8 @@ class EngineNode:
         ) -> str:
             if ollama:
                 return _ollama_line(self.config.model, chat, text or "", finish, sequence.prompt_tokens, sent)
+            if api == "anthropic":
+                return _anthropic_event("content_block_delta", index=0, delta={"type": "text_delta", "text": text})
             if chat:
                 delta: dict[str, Any] = (
                     {} if text is None else ({"role": "assistant", "content": ""} if text == "" else {"content": text})
@@ -291,7 +306,7 @@ class EngineNode:
             return ServerChunk(event(text), tokens, len(text.encode()))
 
         spec = self.config.scheduler.spec_decode
-        drafts = spec.draft_tokens if chat and not ollama and output.show_drafts and spec is not None else 0
+        drafts = spec.draft_tokens if api == "chat" and output.show_drafts and spec is not None else 0
         preview: list[str] = []  # draft words shown, not yet verified, each with its leading space
 
         def verified(tokens: int, step_delays: tuple[Delay, ...], last: bool = False) -> ServerChunk:
@@ -319,7 +334,17 @@ class EngineNode:
             )
 
         try:
-            if chat and not ollama:  # OpenAI-compatible servers say the role first; Ollama does not
+            if api == "anthropic":  # the message, then its text block, opened before any text
+                message: dict[str, Any] = {
+                    "id": f"msg_{sequence.request_id[4:]}", "type": "message", "role": "assistant", "content": [],
+                    "model": self.config.model, "stop_reason": None,
+                    "usage": {"input_tokens": sequence.prompt_tokens, "output_tokens": 0},
+                }  # fmt: skip
+                yield ServerChunk(_anthropic_event("message_start", message=message), 0, 0)
+                block = {"type": "text", "text": ""}
+                yield ServerChunk(_anthropic_event("content_block_start", index=0, content_block=block), 0, 0)
+                index += 2
+            elif chat and not ollama:  # OpenAI-compatible servers say the role first; Ollama does not
                 yield ServerChunk(event(""), 0, 0)
                 index += 1
             batch = await anext(generation, None)
@@ -346,6 +371,12 @@ class EngineNode:
                 yield content(pending)
                 pending = 0
             truth.close()
+            if api == "anthropic":
+                yield ServerChunk(_anthropic_event("content_block_stop", index=0), 0, 0)
+                stop = {"stop_reason": "max_tokens", "stop_sequence": None}
+                yield ServerChunk(_anthropic_event("message_delta", delta=stop, usage={"output_tokens": sent}), 0, 0)
+                yield ServerChunk(_anthropic_event("message_stop"), 0, 0)
+                return
             yield ServerChunk(event(None, finish="length"), 0, 0)
             if ollama:
                 return
@@ -365,7 +396,7 @@ class EngineNode:
             self.engine.release(sequence.request_id)
 
     async def _whole(
-        self, sequence: Sequence, generation: AsyncIterator[Any], chat: bool, rng: random.Random, *, ollama: bool
+        self, sequence: Sequence, generation: AsyncIterator[Any], api: str, rng: random.Random
     ) -> Response:
         try:
             tokens = 0
@@ -374,9 +405,17 @@ class EngineNode:
         finally:
             self.engine.release(sequence.request_id)
         text = " ".join(rng.choice(_WORDS) for _ in range(tokens))
-        if ollama:  # Ollama's whole answer: its stream's last line, with the text
+        chat = api in ("chat", "ollama-chat", "anthropic")
+        if api.startswith("ollama"):  # Ollama's whole answer: its stream's last line, with the text
             line = _ollama_line(self.config.model, chat, text, "length", sequence.prompt_tokens, tokens)
             return Response(line, media_type="application/json")
+        if api == "anthropic":
+            return JSONResponse(
+                {"id": f"msg_{sequence.request_id[4:]}", "type": "message", "role": "assistant",
+                 "content": [{"type": "text", "text": text}], "model": self.config.model,
+                 "stop_reason": "max_tokens", "stop_sequence": None,
+                 "usage": {"input_tokens": sequence.prompt_tokens, "output_tokens": tokens}}
+            )  # fmt: skip
         choice = (
             {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
             if chat
@@ -397,6 +436,28 @@ class EngineNode:
                 "usage": usage,
             }
         )
+
+
+def _anthropic_event(name: str, **fields: Any) -> str:
+    """One of Anthropic's named SSE events: its name on the ``event:`` line and as the data's ``type``."""
+    return f"event: {name}\ndata: {json.dumps({'type': name, **fields}, separators=(',', ':'))}\n\n"
+
+
+def _anthropic_messages(body: dict[str, Any]) -> Any:
+    """A Messages request's conversation as chat messages: its ``system`` prompt first, each content a string (a
+    list of blocks gives its text blocks' text)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return messages  # refused as the chat API refuses it
+    system = body.get("system")
+    head = [{"role": "system", "content": _text_of(system)}] if system else []
+    return head + [{**m, "content": _text_of(m.get("content"))} if isinstance(m, dict) else m for m in messages]
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text")
+    return str(content or "")
 
 
 def _ollama_line(model: str, chat: bool, text: str, finish: str | None, prompt_tokens: int, sent: int) -> str:
