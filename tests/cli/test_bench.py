@@ -245,6 +245,28 @@ def test_through_the_recording_gateway_a_paths_stall_is_put_on_the_path(engine_u
     assert sides.stdout.split() == ["side", "count()", "client", "24", "gateway", "24"], sides.stdout
 
 
+def test_an_instrumented_endpoint_exports_its_side_into_the_run(tmp_path: Path):
+    """An endpoint recording its own server side (``streamscope engine`` serves through ServerStream) exports to
+    the port the run's collector listens on: each stream is stored with its server side, found through the
+    caller's trace, and the run says how many it has."""
+    otlp_port = free_port()
+    engine_port = free_port()
+    with CommandProcess("engine", "--port", str(engine_port), "--collector", f"http://127.0.0.1:{otlp_port}") as engine:
+        storage = f"chdb://{tmp_path / 'store'}"
+        bench = streamscope(
+            "bench", "--url", f"{engine.listening_url}/v1", "--model", "sim-llm", "--requests", "12",
+            "--concurrency", "4", "--output-tokens", "16", "--otlp-port", str(otlp_port), "--storage", storage,
+        )  # fmt: skip
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    assert "the endpoint's own side: 12 of 12 streams" in bench.stdout, bench.stdout
+    query = (
+        "SELECT s.side, count() FROM streams AS s WHERE s.trace_id IN "
+        "(SELECT trace_id FROM streams WHERE side = 'client') GROUP BY s.side ORDER BY s.side"
+    )
+    sides = streamscope("sql", "--storage", storage, "--format", "tsv", query)
+    assert sides.stdout.split()[2:] == ["client", "12", "server", "12"], sides.stdout
+
+
 @pytest.mark.parametrize(
     ("api", "base", "transport"),
     [("completions", "/v1", "sse"), ("anthropic", "/v1", "sse"), ("ollama", "", "chunked")],

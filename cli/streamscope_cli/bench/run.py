@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 import secrets
+import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
@@ -77,17 +78,18 @@ def _value(text: str) -> Any:
         return text
 
 
-def run_bench(plan: BenchPlan, *, storage_dsn: str, **options: Any) -> BenchRun:
-    """Run ``plan`` against its endpoint with an embedded collector on ``storage_dsn``; the run's figures
+def run_bench(plan: BenchPlan, *, storage_dsn: str, otlp_port: int | None = None, **options: Any) -> BenchRun:
+    """Run ``plan`` against its endpoint with an embedded collector on ``storage_dsn``, listening on ``otlp_port``
+    if given (an instrumented endpoint exports its own side there, and the run waits for it); the run's figures
     (``options``: those of ``bench_into``)."""
     from streamscope_collector.config import CollectorConfig
     from streamscope_collector.service import Collector
 
     collector = Collector(
-        CollectorConfig(storage_dsn=storage_dsn, http_port=0, grpc_port=None, attribution_interval_s=None)
+        CollectorConfig(storage_dsn=storage_dsn, http_port=otlp_port or 0, grpc_port=None, attribution_interval_s=None)
     ).start()
     try:
-        return bench_into(collector, plan, **options)
+        return bench_into(collector, plan, endpoint_side=otlp_port is not None, **options)
     finally:
         collector.stop()
 
@@ -98,6 +100,7 @@ def bench_into(
     *,
     impairments: Sequence[dict[str, Any]] = (),
     gateway: bool = False,
+    endpoint_side: bool = False,
     metrics_url: str | None = None,
     node: str | None = None,
     store_timeout_s: float = 120.0,
@@ -107,7 +110,8 @@ def bench_into(
     """Run ``plan`` against its endpoint, recorded into ``collector`` (which attributes nothing by itself: the run
     is attributed once stored); the run's figures. With ``gateway``, the streams go through a recording gateway in
     front of the endpoint (the path's impairments, if any, between the clients and it), so stalls are split
-    between the endpoint and the path."""
+    between the endpoint and the path. With ``endpoint_side``, the endpoint records its own side into
+    ``collector`` too: the run waits a while for it (an exporter sends in batches)."""
     from streamscope_cli.workload.load import attribute_settled, wait_until_stored
 
     client = collector.query_client
@@ -141,6 +145,11 @@ def bench_into(
             wait_until_stored(client, report.sent, since, 10.0, service=BENCH_GATEWAY_SERVICE)
         except StreamscopeError as exc:
             announce(f"the gateway's side: {exc}; attributed without it where it is missing")
+    if endpoint_side:
+        served = wait_for_served(client, plan.run_id, report.sent, ENDPOINT_SIDE_WAIT_S)
+        announce(f"the endpoint's own side: {served} of {report.sent} streams" + (
+            "" if served == report.sent else " (is it exporting to this run's collector? attributed without it)"
+        ))  # fmt: skip
     attribute_settled(client)
     query = _query(client)
     run = BenchRun(read_run(query, plan.run_id), stalls_by_cause(query, plan.run_id), report, tally.failed)
@@ -200,6 +209,25 @@ def stored_streams(client: Any, run_id: str) -> int:
             parameters={"run": run_id},
         ).result_rows[0][0]
     )
+
+
+ENDPOINT_SIDE_WAIT_S = 15.0
+"""How long a run waits for an instrumented endpoint's own spans once its clients' are stored: an exporter sends
+its batches every few seconds (OpenTelemetry's default: 5)."""
+
+
+def wait_for_served(client: Any, run_id: str, expected: int, timeout_s: float) -> int:
+    """How many of the run's streams have a server side stored, once ``expected`` do or ``timeout_s`` passed."""
+    query = (
+        "SELECT uniqExact(trace_id) FROM streams WHERE side = 'server' AND trace_id IN (SELECT trace_id FROM streams "
+        f"WHERE side = 'client' AND resource_attributes['{STREAMSCOPE_BENCH_RUN}'] = {{run:String}})"
+    )
+    deadline = time.monotonic() + timeout_s
+    while True:
+        served = int(client.query(query, parameters={"run": run_id}).result_rows[0][0])
+        if served >= expected or time.monotonic() >= deadline:
+            return served
+        time.sleep(0.2)
 
 
 def _engine(client: Any, node: str, report: BenchReport) -> dict[str, Any]:

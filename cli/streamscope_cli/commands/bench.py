@@ -56,6 +56,14 @@ from streamscope_cli.options import fail_plainly, storage_option
     help="Send through a recording gateway (streamscope gateway) in front of the endpoint: each stream's gateway "
     "side is recorded too, so stalls are split between the endpoint and the path.",
 )
+@click.option(
+    "--otlp-port",
+    type=click.IntRange(1, 65_535),
+    default=None,
+    help="The run's collector listens for OTLP/HTTP on this port: an endpoint that records its own side with "
+    "streamscope (ServerStream, StreamMiddleware) and exports here has it stored with the run, so stalls are split "
+    "between the endpoint and the path.",
+)
 @click.option("--metrics-url", default=None, metavar="URL", help="Scrape the engine's /metrics meanwhile (GPU agent).")
 @click.option("--node", default=None, help="The engine's node name for its metrics (default: the URL's host:port).")
 @storage_option
@@ -79,6 +87,7 @@ def bench(
     slo_ms: float | None,
     impair: tuple[str, ...],
     gateway: bool,
+    otlp_port: int | None,
     metrics_url: str | None,
     node: str | None,
     storage_dsn: str | None,
@@ -145,6 +154,7 @@ def bench(
             storage_dsn=storage_dsn or env.default_storage_dsn(),
             impairments=[parse_impairment(spec) for spec in impair],
             gateway=gateway,
+            otlp_port=otlp_port,
             metrics_url=metrics_url,
             node=node,
             announce=progress.console.print,
