@@ -3,10 +3,12 @@ against the simulated engine in a process of its own (bench in another, as a CI 
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,8 @@ import pytest
 from streamscope.errors import ConfigError
 from streamscope_cli.bench.compare import (
     DEFAULT_GATES,
+    KINDS_DIFFER,
+    NOT_GATED,
     PASS,
     REGRESSION,
     UNKNOWN,
@@ -125,6 +129,23 @@ def test_a_300_ms_stall_in_5_percent_of_streams_is_a_regression_of_the_p99_of_p9
     found = verdicts(run_of(steady(400, 1)), run_of(stalled))
     assert found["p99_of_p99"] == found["p99_of_max"] == REGRESSION and found["exit"] == "1"
     assert found["ttft_p95"] == found["tokens_per_s_p50"] == PASS  # nothing else moved
+
+
+def test_a_pace_counted_in_one_run_and_estimated_in_the_other_is_not_compared():
+    """Tokens estimated from bytes read other numbers than the provider's counts (about 4 bytes a token against
+    the tokenizer's): a candidate whose endpoint stopped sending counts would read as a change of pace. The pace
+    figures of such a pair are unknown, said in the verdict, and the run cannot pass on them."""
+    baseline, candidate = run_of(steady(400, 1)), run_of(steady(400, 2))
+    estimated = replace(candidate, tokens_per_s=candidate.tokens_per_s * 1.5, estimated_tokens=True)
+    results = {
+        r.figure.name: r for r in compare(baseline, estimated, slo_ms=SLO_MS, gates=DEFAULT_GATES, resamples=200)
+    }
+    for name in ("tokens_per_s_p50", "fleet_tokens_per_s"):
+        assert math.isnan(results[name].change), name
+    assert results["tokens_per_s_p50"].verdict == KINDS_DIFFER
+    assert results["fleet_tokens_per_s"].verdict == NOT_GATED
+    assert results["p99_of_p99"].verdict == PASS  # the rest compared as ever
+    assert exit_code(list(results.values())) == 2
 
 
 def test_one_freeze_in_a_long_stream_is_seen_by_its_longest_gap_not_its_p99():

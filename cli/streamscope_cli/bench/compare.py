@@ -22,6 +22,9 @@ from streamscope.errors import ConfigError
 from streamscope_cli.bench.figures import BY_NAME, FIGURES, Figure, RunStreams
 
 PASS, REGRESSION, UNKNOWN, NOT_GATED = "pass", "regression", "not enough streams", "not gated"
+KINDS_DIFFER = "unknown: tokens counted in one run, estimated from bytes in the other"
+"""A pace (tokens/s) of a run whose provider counted its tokens against one whose tokens were estimated from their
+bytes: the two read different numbers for the same text, so their difference is no change of pace."""
 MIN_BLOCKS = 8
 """Fewer blocks of streams that ran together in a run, and a bootstrap cannot tell its noise from a shift: streams
 all started at once (a run of as many requests as its concurrency) are one block, and every resample the same."""
@@ -105,8 +108,14 @@ def compare(
     ]
     tail = (1 - confidence) / 2
     results = []
+    kinds_differ = baseline.estimated_tokens != candidate.estimated_tokens
     for figure in FIGURES:
         gate = gates.get(figure.name)
+        if kinds_differ and figure.counts_tokens:
+            base, cand = figure.of(baseline, slo_ms), figure.of(candidate, slo_ms)
+            verdict = NOT_GATED if gate is None else KINDS_DIFFER
+            results.append(Compared(figure, base, cand, math.nan, math.nan, math.nan, gate, verdict))
+            continue
         relative = gate.relative if gate else not figure.points
         base, cand = figure.of(baseline, slo_ms), figure.of(candidate, slo_ms)
         change = _change(base, cand, relative)
@@ -149,9 +158,10 @@ def _draw(blocks: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
 
 
 def exit_code(results: Sequence[Compared]) -> int:
-    """1 when a gated figure regressed, else 2 when one could not be told for want of streams, else 0."""
+    """1 when a gated figure regressed, else 2 when one could not be told (for want of streams, or its tokens
+    counted in one run and estimated in the other), else 0."""
     verdicts = {r.verdict for r in results}
-    return 1 if REGRESSION in verdicts else 2 if UNKNOWN in verdicts else 0
+    return 1 if REGRESSION in verdicts else 2 if verdicts & {UNKNOWN, KINDS_DIFFER} else 0
 
 
 def _change(base: float, cand: float, relative: bool) -> float:

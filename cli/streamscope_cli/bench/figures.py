@@ -102,6 +102,11 @@ class Figure:
     points: bool = False
     """A share: its threshold is in points (an absolute difference), not a relative change."""
 
+    @property
+    def counts_tokens(self) -> bool:
+        """A pace in tokens: counted by the provider or estimated from bytes, as the run's streams were."""
+        return self.unit == "tok/s"
+
 
 FIGURES = (
     Figure("ttft_p50", "TTFT p50", "ms", "ttft_ms", lambda s, slo: _rank(s.ttft_ms, 0.5)),

@@ -19,7 +19,7 @@ def value(figure: Figure, number: float, estimated: bool = False) -> str:
     if figure.unit == "share":
         return f"{number:.1%}"
     shown = f"{number:.1f} {figure.unit}" if figure.unit else f"{number:.2f}"
-    return shown + (" (estimated)" if estimated and figure.unit == "tok/s" else "")
+    return shown + (" (estimated)" if estimated and figure.counts_tokens else "")
 
 
 def run_table(run: BenchRun, slo_ms: float) -> Table:
@@ -62,7 +62,11 @@ def compare_table(baseline: RunStreams, candidate: RunStreams, results: Sequence
         f = r.figure
         verdict = f"[bold red]{r.verdict}[/bold red]" if r.verdict == REGRESSION else r.verdict
         gate = "" if r.verdict == NOT_GATED or r.gate is None else str(r.gate)
-        table.add_row(f.name, value(f, r.baseline), value(f, r.candidate), _change(r), gate, verdict)
+        before, after = (
+            value(f, r.baseline, baseline.estimated_tokens),
+            value(f, r.candidate, candidate.estimated_tokens),
+        )
+        table.add_row(f.name, before, after, _change(r), gate, verdict)
     return table
 
 
