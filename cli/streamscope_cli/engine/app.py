@@ -1,8 +1,9 @@
 """The simulated engine's HTTP face: the OpenAI API a real vLLM or SGLang server offers.
 
 ``POST /v1/chat/completions`` and ``POST /v1/completions`` (streamed as SSE with ``[DONE]`` and the usage
-chunk of ``stream_options.include_usage``, or not streamed), Anthropic's ``POST /v1/messages`` (its named events),
-Ollama's ``POST /api/chat`` and ``POST /api/generate``, ``GET /v1/models``, ``GET /health``,
+chunk of ``stream_options.include_usage``, or not streamed), Anthropic's ``POST /v1/messages`` (its named
+events), a Realtime-style WebSocket (``/v1/realtime``, engine/realtime.py), Ollama's ``POST /api/chat`` and
+``POST /api/generate``, ``GET /v1/models``, ``GET /health``,
 ``GET /metrics`` and, for its simulated GPU, what dcgm-exporter would serve (``GET /dcgm/metrics``). Output knobs
 shape the stream as providers do: tokens per SSE chunk, and burst-at-head (hold the first tokens, release them
 at once, then trickle). Requests may carry a ``sim`` object with exact prompt sizes, a shared-prefix key and a
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -30,17 +31,15 @@ from streamscope.formats import estimate_tokens, json_answer_requested
 from streamscope.server import ServerChunk, ServerStream
 from streamscope_cli.engine.gpu import SimulatedGpu
 from streamscope_cli.engine.metrics import exposition, make_metrics
+from streamscope_cli.engine.realtime import serve_realtime
 from streamscope_cli.engine.runtime import Delay, Engine
 from streamscope_cli.engine.scheduler import Scheduler, SchedulerConfig, Sequence
 from streamscope_cli.engine.truth import StreamTruth
+from streamscope_cli.engine.words import WORDS, words
 from streamscope_cli.workload.ground_truth import GroundTruth, GroundTruthSink
 
 _JSON_FIELDS = ("answer", "detail")
 """The string fields of a JSON answer, each a share of its tokens; a number, ``tokens``, closes it."""
-_WORDS = (
-    "tokens arrive in a rhythm the reader feels before any dashboard shows it and a pause mid answer reads as a "
-    "freeze while the fleet average stays green because averages forget the shape of each stream"
-).split()
 
 
 @dataclass(frozen=True)
@@ -146,6 +145,10 @@ class EngineNode:
         async def messages(request: Request) -> Response:
             return await self._complete(request, chat=True, anthropic=True)
 
+        @app.websocket("/v1/realtime")
+        async def realtime(websocket: WebSocket) -> None:
+            await serve_realtime(websocket, self)
+
         @app.post("/api/chat")
         async def ollama_chat(request: Request) -> Response:
             return await self._complete(request, chat=True, ollama=True)
@@ -173,7 +176,7 @@ class EngineNode:
                 body = {**body, "max_tokens": options.get("num_predict", self.config.default_max_tokens)}
             if anthropic:
                 body = {**body, "messages": _anthropic_messages(body)}
-            sequence = self._sequence(body, chat)
+            sequence = self.sequence_for(body, chat)
             generation = self.engine.submit(sequence)
         except ValueError as exc:
             return _error(400, str(exc))
@@ -197,7 +200,9 @@ class EngineNode:
         events = self._events(sequence, generation, api, rng, stream, truth, include_usage, json_answer)
         return stream.response(events)
 
-    def _sequence(self, body: dict[str, Any], chat: bool) -> Sequence:
+    def sequence_for(self, body: dict[str, Any], chat: bool) -> Sequence:
+        """The engine's request for an API's body (its messages or prompt, its length, the ``sim`` knobs); a
+        ValueError names what is wrong with it."""
         sim = body.get("sim") or {}
         if not isinstance(sim, dict):
             raise _BadRequest("sim must be an object")
@@ -296,8 +301,7 @@ class EngineNode:
 
         def content(tokens: int) -> ServerChunk:
             nonlocal index, sent
-            words = [rng.choice(_WORDS) for _ in range(tokens)]
-            text = "".join((" " if sent + i else "") + w for i, w in enumerate(words))
+            text = words(rng, tokens, sent)
             if json_answer:
                 text = _json_framed(text, sent, tokens, sequence.max_tokens)
             truth.event(index, delays)
@@ -315,11 +319,11 @@ class EngineNode:
             nonlocal index, sent, preview
             kept = min(len(preview), max(0, tokens - 1))
             rejected = preview[kept:]
-            words = [rng.choice(_WORDS) for _ in range(tokens - kept)]
-            text = "".join((" " if sent + kept + i else "") + w for i, w in enumerate(words))
-            sent += kept + len(words)
+            fresh = tokens - kept
+            text = words(rng, fresh, sent + kept)
+            sent += kept + fresh
             upcoming = 0 if last else min(drafts, max(0, sequence.max_tokens - sent - 1))
-            preview = [" " + rng.choice(_WORDS) for _ in range(upcoming)]
+            preview = [" " + rng.choice(WORDS) for _ in range(upcoming)]
             text += "".join(preview)
             withdrawn = len("".join(rejected).encode())
             truth.event(index, list(step_delays))
@@ -327,7 +331,7 @@ class EngineNode:
             retract = {"bytes": withdrawn, "tokens": len(rejected)} if rejected else None
             return ServerChunk(
                 event(text, retract=retract),
-                len(words) + len(preview),
+                fresh + len(preview),
                 len(text.encode()),
                 retracted_bytes=withdrawn,
                 retracted_tokens=len(rejected),
@@ -404,7 +408,7 @@ class EngineNode:
                 tokens += batch.tokens
         finally:
             self.engine.release(sequence.request_id)
-        text = " ".join(rng.choice(_WORDS) for _ in range(tokens))
+        text = " ".join(rng.choice(WORDS) for _ in range(tokens))
         chat = api in ("chat", "ollama-chat", "anthropic")
         if api.startswith("ollama"):  # Ollama's whole answer: its stream's last line, with the text
             line = _ollama_line(self.config.model, chat, text, "length", sequence.prompt_tokens, tokens)
