@@ -6,12 +6,10 @@ against the spans and the metrics it exported."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import queue
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -31,6 +29,7 @@ from streamscope_dashboards.panels.cost import CANCELLATION
 from streamscope_dashboards.panels.quality import GENAI_METRICS, STREAM_SHAPE
 from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.store import sql
+from tests.environments import interpreter
 from tests.support import any_value, metric, trace_request, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,8 +39,6 @@ UTIL_GENAI = ROOT / "tests" / "util_genai"
 LITELLM = ROOT / "tests" / "litellm"
 LANGCHAIN = ROOT / "tests" / "langchain"
 VLLM = ROOT / "tests" / "vllm"
-VLLM_RELEASE = "vllm==0.33.0"
-"""Installed with --no-deps after tests/vllm/requirements.txt (its wheel pins a CUDA torch)."""
 
 
 @pytest.fixture(scope="module")
@@ -80,53 +77,32 @@ def vercel_ai_node() -> str:
 @pytest.fixture(scope="module")
 def openlit_python() -> Path:
     """The interpreter of OpenLIT's own virtual environment (its pins clash with the test extra's)."""
-    return virtualenv("openlit", OPENLIT / "requirements.txt")
-
-
-def virtualenv(name: str, requirements: Path, *after: list[str]) -> Path:
-    """The interpreter of a virtual environment of its own for an app whose pins clash with the test extra's,
-    built once per set of pins and kept in the temporary directory: ``requirements``, then each of ``after``
-    (further ``pip install`` arguments)."""
-    pins = requirements.read_bytes() + repr(after).encode()
-    home = Path(tempfile.gettempdir()) / f"streamscope-{name}-{hashlib.sha256(pins).hexdigest()[:12]}"
-    python = home / "bin" / "python"
-    if not (home / "ready").exists():
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(home)], check=True, timeout=120)
-        for arguments in (["-r", str(requirements)], *after):
-            install = subprocess.run(
-                [str(python), "-m", "pip", "install", "--quiet", *arguments],
-                capture_output=True,
-                text=True,
-                timeout=1500,
-            )
-            assert install.returncode == 0, install.stderr[-3000:]
-        (home / "ready").touch()
-    return python
+    return interpreter("openlit")
 
 
 @pytest.fixture(scope="module")
 def util_genai_python() -> Path:
     """The interpreter of the environment with opentelemetry-util-genai's newest release (it clashes with the
     openai-v2 instrumentation the test extra pins)."""
-    return virtualenv("util-genai", UTIL_GENAI / "requirements.txt")
+    return interpreter("util-genai")
 
 
 @pytest.fixture(scope="module")
 def litellm_python() -> Path:
     """The interpreter of LiteLLM's own virtual environment (a proxy's worth of dependencies)."""
-    return virtualenv("litellm", LITELLM / "requirements.txt")
+    return interpreter("litellm")
 
 
 @pytest.fixture(scope="module")
 def langchain_python() -> Path:
     """The interpreter of the LangChain app's own virtual environment."""
-    return virtualenv("langchain", LANGCHAIN / "requirements.txt")
+    return interpreter("langchain")
 
 
 @pytest.fixture(scope="module")
 def vllm_python() -> Path:
     """The interpreter of vLLM's own virtual environment: its front end, on the CPU build of torch."""
-    return virtualenv("vllm", VLLM / "requirements.txt", ["--no-deps", VLLM_RELEASE])
+    return interpreter("vllm")
 
 
 def stored(collector, source: str) -> list[tuple]:

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from streamscope_ingest.decode.sources import NAMES
-from tests.collector.test_genai_sources import VLLM_RELEASE
+from tests.environments import VLLM_RELEASE
 
 ROOT = Path(__file__).resolve().parents[2]
 
