@@ -15,6 +15,7 @@ response as completed.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
@@ -30,6 +31,8 @@ Carried = Callable[[Any], EventFacts]
 _CLOSED_NORMALLY = "ConnectionClosedOK"
 _CLOSED = frozenset({_CLOSED_NORMALLY, "ConnectionClosedError", "ConnectionClosed"})
 """The ``websockets`` exceptions of a closed connection, by name (the SDK does not import the library)."""
+_STOPPED = (asyncio.CancelledError, GeneratorExit, KeyboardInterrupt)
+"""Leaving the block so is the application stopping, not a failure: cancelled."""
 
 
 class _MessageFormat:
@@ -77,7 +80,7 @@ class _Messages:
 
     def left(self, exc: BaseException | None) -> None:
         """The block was left: done already, or with an exception, or early (the application stopped reading)."""
-        if exc is not None:
+        if exc is not None and not isinstance(exc, _STOPPED):
             self.observer.close("error", type(exc).__name__)
         self.observer.close("completed" if self.observer.done else "cancelled")
 

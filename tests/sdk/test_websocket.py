@@ -123,3 +123,31 @@ def test_a_refused_response_is_an_error_and_a_closed_connection_a_disconnect(rea
         "error", "invalid_request_error"
     )  # fmt: skip
     assert closed.attributes[sc.STREAMSCOPE_OUTCOME] == "disconnected"
+
+
+def test_a_reader_whose_task_is_cancelled_cancelled_the_response(realtime_url):
+    """An application that cancels the task reading the response (a user who closed the page) stopped it: the
+    response is cancelled, not an error."""
+    provider, exporter = memory_provider()
+
+    async def cancelled_reader() -> None:
+        async with connect(realtime_url) as websocket:
+            await websocket.recv()
+            first = asyncio.Event()
+
+            async def read() -> None:
+                async with streamscope.astream_websocket(websocket, tracer_provider=provider) as messages:
+                    await websocket.send(
+                        json.dumps({"type": "response.create", "response": {"max_output_tokens": 400}})
+                    )
+                    async for _ in messages:
+                        first.set()
+
+            reader = asyncio.create_task(read())
+            await first.wait()
+            reader.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await reader
+
+    asyncio.run(cancelled_reader())
+    assert only_stream(exporter)[sc.STREAMSCOPE_OUTCOME] == "cancelled"
