@@ -50,9 +50,10 @@ class _MessageFormat:
 class _Messages:
     """Shared by the sync and async iterators: a message in, the application's value out, recorded."""
 
-    def __init__(self, observer: StreamObserver, parsed: bool) -> None:
+    def __init__(self, connection: Any, observer: StreamObserver) -> None:
         self.observer = observer
-        self._parsed = parsed
+        self._connection = connection
+        self._parsed = not isinstance(observer.format, _MessageFormat)  # a named format reads each message's JSON
 
     def take(self, message: Any) -> Any:
         recorder = self.observer.recorder
@@ -88,10 +89,6 @@ class _Messages:
 class WebSocketMessages(_Messages):
     """The messages of one response on an asyncio connection, recorded; iteration ends with the response."""
 
-    def __init__(self, connection: Any, observer: StreamObserver, parsed: bool) -> None:
-        super().__init__(observer, parsed)
-        self._connection = connection
-
     def __aiter__(self) -> WebSocketMessages:
         return self
 
@@ -109,10 +106,6 @@ class WebSocketMessages(_Messages):
 
 class SyncWebSocketMessages(_Messages):
     """The same on a synchronous connection (``websockets.sync``)."""
-
-    def __init__(self, connection: Any, observer: StreamObserver, parsed: bool) -> None:
-        super().__init__(observer, parsed)
-        self._connection = connection
 
     def __iter__(self) -> SyncWebSocketMessages:
         return self
@@ -143,8 +136,8 @@ async def astream_websocket(
 ) -> AsyncIterator[WebSocketMessages]:
     """One response's messages on ``connection`` (asyncio), recorded: send the request inside the block, then
     iterate (each message as JSON with a named format, raw with a function)."""
-    observer, parsed = _observer(format, provider, request_model, operation, encoding, attributes, tracer_provider)
-    messages = WebSocketMessages(connection, observer, parsed)
+    observer = _observer(format, provider, request_model, operation, encoding, attributes, tracer_provider)
+    messages = WebSocketMessages(connection, observer)
     try:
         yield messages
     except BaseException as exc:
@@ -166,8 +159,8 @@ def stream_websocket(
     tracer_provider: Any = None,
 ) -> Iterator[SyncWebSocketMessages]:
     """``astream_websocket`` for a synchronous connection."""
-    observer, parsed = _observer(format, provider, request_model, operation, encoding, attributes, tracer_provider)
-    messages = SyncWebSocketMessages(connection, observer, parsed)
+    observer = _observer(format, provider, request_model, operation, encoding, attributes, tracer_provider)
+    messages = SyncWebSocketMessages(connection, observer)
     try:
         yield messages
     except BaseException as exc:
@@ -184,8 +177,7 @@ def _observer(
     encoding: Encoding | None,
     attributes: Mapping[str, Any] | None,
     tracer_provider: Any,
-) -> tuple[StreamObserver, bool]:
-    parsed = isinstance(format, str)
+) -> StreamObserver:
     stream_format: StreamFormat = make_format(format) if isinstance(format, str) else _MessageFormat(
         format, provider or "unknown"
     )  # fmt: skip
@@ -199,4 +191,4 @@ def _observer(
         attributes=attributes,
         tracer_provider=tracer_provider,
     ).start()
-    return StreamObserver(recorder, stream_format), parsed
+    return StreamObserver(recorder, stream_format)
