@@ -15,8 +15,8 @@ response as completed.
 
 from __future__ import annotations
 
-import asyncio
 import json
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -31,8 +31,17 @@ Carried = Callable[[Any], EventFacts]
 _CLOSED_NORMALLY = "ConnectionClosedOK"
 _CLOSED = frozenset({_CLOSED_NORMALLY, "ConnectionClosedError", "ConnectionClosed"})
 """The ``websockets`` exceptions of a closed connection, by name (the SDK does not import the library)."""
-_STOPPED = (asyncio.CancelledError, GeneratorExit, KeyboardInterrupt)
-"""Leaving the block so is the application stopping, not a failure: cancelled."""
+
+
+def _stopped(exc: BaseException) -> bool:
+    """Leaving the block so is the application stopping, not a failure: cancelled.
+
+    asyncio is looked up, not imported: a synchronous application never loads it, and cannot raise its errors.
+    """
+    if isinstance(exc, (GeneratorExit, KeyboardInterrupt)):
+        return True
+    asyncio = sys.modules.get("asyncio")
+    return asyncio is not None and isinstance(exc, asyncio.CancelledError)
 
 
 class _MessageFormat:
@@ -81,7 +90,7 @@ class _Messages:
 
     def left(self, exc: BaseException | None) -> None:
         """The block was left: done already, or with an exception, or early (the application stopped reading)."""
-        if exc is not None and not isinstance(exc, _STOPPED):
+        if exc is not None and not _stopped(exc):
             self.observer.close("error", type(exc).__name__)
         self.observer.close("completed" if self.observer.done else "cancelled")
 

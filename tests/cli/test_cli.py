@@ -222,13 +222,21 @@ def wait_http(url: str, process: subprocess.Popen) -> httpx.Response:
     return wait_until(answer, f"{url} to answer", timeout_s=60, interval_s=0.1)
 
 
+def announced_url(process: subprocess.Popen) -> str:
+    """The URL the next line ``process`` prints names (``node-0: http://127.0.0.1:PORT (...)``)."""
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    match = re.search(r"http://[\d.]+:\d+", line)
+    assert match, line
+    return match.group()
+
+
 def test_engine_and_proxy_commands_serve_until_signalled(serving):
-    port, proxy_port = free_port(), free_port()
-    engine = serving("engine", "--nodes", "2", "--port", str(port), "--flavor", "sglang", "--tokens-per-chunk", "2")
-    assert wait_http(f"http://127.0.0.1:{port + 1}/health", engine).json()["node"] == "node-1"
-    proxy = serving(
-        "proxy", "--upstream", f"http://127.0.0.1:{port}", "--port", str(proxy_port), "--scenario", "gateway-buffering"
-    )
+    engine = serving("engine", "--nodes", "2", "--port", "0", "--flavor", "sglang", "--tokens-per-chunk", "2")
+    upstream, second = announced_url(engine), announced_url(engine)  # each node on its own free port
+    assert wait_http(f"{second}/health", engine).json()["node"] == "node-1"
+    proxy_port = free_port()
+    proxy = serving("proxy", "--upstream", upstream, "--port", str(proxy_port), "--scenario", "gateway-buffering")
     wait_http(f"http://127.0.0.1:{proxy_port}/health", proxy)
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "stream": True}
     response = httpx.post(f"http://127.0.0.1:{proxy_port}/v1/chat/completions", json=body, timeout=30)
@@ -238,7 +246,7 @@ def test_engine_and_proxy_commands_serve_until_signalled(serving):
         if line.startswith("data: {")
     ]
     assert [len(c.split()) for c in contents if c] == [2, 2, 2]
-    metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    metrics = httpx.get(f"{upstream}/metrics").text
     assert "sglang:generation_tokens_total" in metrics
 
 

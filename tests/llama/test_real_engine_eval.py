@@ -41,6 +41,13 @@ def test_a_prefill_is_the_truth_of_every_stream_mid_answer_across_it_and_names_t
     assert truth.magnitude == 0.49  # the wait from event 3 to event 4
 
 
+def test_a_stream_whose_last_content_comes_before_the_prefill_is_seen_answered_is_still_held_by_it():
+    # the injector's clock of "answered" runs late when its host is held: the stream's last event can beat it
+    last_within = stream("e" * 32, [0, 10, 20, 480])
+    (truth,) = prefill_truths("llama-0", [(25 * MS, 515 * MS)], [last_within])
+    assert (truth.trace_id, truth.chunk_indices, truth.magnitude) == ("e" * 32, (3,), 0.46)
+
+
 def test_attribution_on_llama_server_finds_each_injected_cause(storage_dsn: str, llama_server_binary: Path) -> None:
     result = evaluate_named("llama-mixed", storage_dsn, streams=40)
     report = render("llama-mixed", result)

@@ -15,8 +15,8 @@ from streamscope_cli.options import collector_option, fail_plainly
     "--port",
     default=8000,
     show_default=True,
-    type=click.IntRange(1, 65535),
-    help="Port of the first node; the next ones count up from it.",
+    type=click.IntRange(0, 65535),
+    help="Port of the first node; the next ones count up from it (0: each node on a free port, announced).",
 )
 @click.option("--flavor", type=click.Choice(["vllm", "sglang"]), default=None, help="Metric names on /metrics.")
 @click.option("--tokens-per-chunk", type=click.IntRange(1, 64), default=None)

@@ -55,7 +55,7 @@ def serve_engines(
     announce: Callable[[str], None],
     stop: threading.Event | None = None,
 ) -> None:
-    """Start every node on consecutive ports and block until a signal (or ``stop``)."""
+    """Start every node on consecutive ports (each on a free one if ``port`` is 0) and block until a signal."""
     stop = stop or threading.Event()
     traces = setup(ENGINE_SERVICE, endpoint=collector_url, set_global=False) if collector_url else None
     logs = ground_truth_logger(ENGINE_SERVICE, collector_url) if collector_url else None
@@ -64,8 +64,9 @@ def serve_engines(
     try:
         for i, config in enumerate(node_configs(scenario, nodes, overrides)):
             node = EngineNode(config, sink=sink, tracer_provider=traces)
-            servers.append(BackgroundServer(node.app, host, port + i, name=f"engine-{config.node}").start())
-            announce(f"{config.node}: http://{host}:{port + i} ({config.flavor} metrics at /metrics)")
+            server = BackgroundServer(node.app, host, port + i if port else 0, name=f"engine-{config.node}").start()
+            servers.append(server)
+            announce(f"{config.node}: http://{host}:{server.port} ({config.flavor} metrics at /metrics)")
         with stop_on_signals(stop):
             wait_until_set(stop)
     finally:
