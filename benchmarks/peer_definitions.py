@@ -49,6 +49,7 @@ from streamscope_cli.bench.plan import BenchPlan, Lengths
 from streamscope_cli.bench.run import bench_into
 from streamscope_cli.child import CommandProcess
 from streamscope_cli.llama.build import ensure_server
+from streamscope_cli.llama.cache import user_cache
 from streamscope_cli.llama.models import LARGER, ensure_model
 from streamscope_cli.llama.server import LlamaServer, ServerOptions
 from streamscope_cli.workload.load import wait_until_stored
@@ -220,7 +221,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.requests = 32
-    peers = ensure_peers(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "streamscope")
+    peers = ensure_peers(user_cache())
     scratch = Path(tempfile.mkdtemp(prefix="streamscope-peers-"))
     load = [os.getloadavg()[0]]
     collector = Collector(

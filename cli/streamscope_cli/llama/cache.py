@@ -15,10 +15,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/streamscope/llama.cpp`` (``~/.cache`` when the variable is unset)."""
+def user_cache() -> Path:
+    """``$XDG_CACHE_HOME/streamscope`` (``~/.cache`` when the variable is unset): what is built once per version."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "streamscope" / "llama.cpp"
+    return Path(base) / "streamscope"
+
+
+def cache_dir() -> Path:
+    """``user_cache()/llama.cpp``: the engine's builds and the models written for it."""
+    return user_cache() / "llama.cpp"
 
 
 def ensure_entry(final: Path, make: Callable[[Path], None]) -> Path:
