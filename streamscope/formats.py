@@ -8,6 +8,7 @@ OpenAI SDK's typed objects; ``_get`` reads both, so the same reader serves both 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -357,6 +358,23 @@ class OpenAIRealtime:
             facts.error_type = str(_get(_get(payload, "error"), "type") or "error")
             return EventFacts(done=True)
         return EventFacts()
+
+
+Carried = Callable[[Any], EventFacts]
+"""A message as it arrived (a WebSocket message's str or bytes, a gRPC message) -> what it carried."""
+
+
+class MessageFormat:
+    """A user's function as a stream format, for protocols with no format of their own: a message in, its facts
+    out (its text; ``done`` on the last one)."""
+
+    def __init__(self, carried: Carried, provider: str) -> None:
+        self.carried = carried
+        self.provider = provider
+        self.facts = StreamFacts()
+
+    def read(self, event_type: str, payload: Any) -> EventFacts:
+        return self.carried(payload)
 
 
 FORMATS: dict[

@@ -54,6 +54,9 @@ ERROR_TYPE: Final = "error.type"
 HTTP_ROUTE: Final = "http.route"
 """The route template that served the stream. type string; recommended; sides: server, gateway; OTel GenAI semconv."""
 
+RPC_METHOD: Final = "rpc.method"
+"""The fully-qualified gRPC method that streamed the response (package.Service/Method). type string; recommended; sides: client, server; OTel GenAI semconv."""
+
 STREAMSCOPE_SIDE: Final = "streamscope.side"
 """Where the chunk times were observed; marks the span as a stream span. type string; required; sides: client, server, browser, gateway; streamscope extension."""
 STREAMSCOPE_SIDE_VALUES: Final = ("client", "server", "browser", "gateway")

@@ -39,13 +39,27 @@ def check_free(host: str, port: int, what: str) -> None:
 
 class BackgroundServer:
     def __init__(
-        self, app: Any, host: str = "127.0.0.1", port: int = 0, name: str = "http", keep_alive_s: int = 5
+        self,
+        app: Any,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        name: str = "http",
+        keep_alive_s: int = 5,
+        *,
+        lifespan: bool = False,
     ) -> None:
-        """``keep_alive_s``: how long an idle connection stays open for the client's next request."""
+        """``keep_alive_s``: how long an idle connection stays open for the client's next request; ``lifespan``:
+        run the app's startup (before ``start`` returns) and shutdown on the server's loop."""
         self._socket = bound_socket(host, port, name)
         self.port: int = self._socket.getsockname()[1]
         self._server = uvicorn.Server(
-            uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False, timeout_keep_alive=keep_alive_s)
+            uvicorn.Config(
+                app,
+                log_level="warning",
+                lifespan="on" if lifespan else "off",
+                access_log=False,
+                timeout_keep_alive=keep_alive_s,
+            )
         )
         self._thread = named_thread(self._server.run, name, sockets=[self._socket])
 

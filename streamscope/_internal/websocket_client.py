@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from streamscope._internal.observer import StreamObserver
 from streamscope._internal.recorder import Encoding, StreamRecorder
-from streamscope.formats import EventFacts, StreamFacts, StreamFormat, make_format
-
-Carried = Callable[[Any], EventFacts]
-"""A raw message (str or bytes) -> what it carried."""
+from streamscope.formats import Carried, MessageFormat, StreamFormat, make_format
 
 _CLOSED_NORMALLY = "ConnectionClosedOK"
 _CLOSED = frozenset({_CLOSED_NORMALLY, "ConnectionClosedError", "ConnectionClosed"})
@@ -44,25 +41,13 @@ def _stopped(exc: BaseException) -> bool:
     return asyncio is not None and isinstance(exc, asyncio.CancelledError)
 
 
-class _MessageFormat:
-    """A user's function as a stream format: the message in, its facts out."""
-
-    def __init__(self, carried: Carried, provider: str) -> None:
-        self.carried = carried
-        self.provider = provider
-        self.facts = StreamFacts()
-
-    def read(self, event_type: str, payload: Any) -> EventFacts:
-        return self.carried(payload)
-
-
 class _Messages:
     """Shared by the sync and async iterators: a message in, the application's value out, recorded."""
 
     def __init__(self, connection: Any, observer: StreamObserver) -> None:
         self.observer = observer
         self._connection = connection
-        self._parsed = not isinstance(observer.format, _MessageFormat)  # a named format reads each message's JSON
+        self._parsed = not isinstance(observer.format, MessageFormat)  # a named format reads each message's JSON
 
     def take(self, message: Any) -> Any:
         recorder = self.observer.recorder
@@ -187,7 +172,7 @@ def _observer(
     attributes: Mapping[str, Any] | None,
     tracer_provider: Any,
 ) -> StreamObserver:
-    stream_format: StreamFormat = make_format(format) if isinstance(format, str) else _MessageFormat(
+    stream_format: StreamFormat = make_format(format) if isinstance(format, str) else MessageFormat(
         format, provider or "unknown"
     )  # fmt: skip
     recorder = StreamRecorder(

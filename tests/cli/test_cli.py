@@ -12,9 +12,12 @@ from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
+from google.protobuf.struct_pb2 import Struct
 
+from streamscope_cli.engine.grpc_service import GENERATE, struct
 from streamscope_cli.workload.scenario import load_scenario, plan
 from tests.support import PROTOBUF, STREAMSCOPE, free_port, good_body, run, wait_until
 
@@ -222,19 +225,25 @@ def wait_http(url: str, process: subprocess.Popen) -> httpx.Response:
     return wait_until(answer, f"{url} to answer", timeout_s=60, interval_s=0.1)
 
 
-def announced_url(process: subprocess.Popen) -> str:
-    """The URL the next line ``process`` prints names (``node-0: http://127.0.0.1:PORT (...)``)."""
+def announced(process: subprocess.Popen) -> tuple[str, str]:
+    """The URL and the gRPC address the next line ``process`` prints names
+    (``node-0: http://127.0.0.1:PORT (... metrics at /metrics, gRPC 127.0.0.1:PORT)``)."""
     assert process.stdout is not None
     line = process.stdout.readline()
-    match = re.search(r"http://[\d.]+:\d+", line)
+    match = re.search(r"(http://[\d.]+:\d+) .*gRPC ([\d.]+:\d+)", line)
     assert match, line
-    return match.group()
+    return match.group(1), match.group(2)
 
 
 def test_engine_and_proxy_commands_serve_until_signalled(serving):
-    engine = serving("engine", "--nodes", "2", "--port", "0", "--flavor", "sglang", "--tokens-per-chunk", "2")
-    upstream, second = announced_url(engine), announced_url(engine)  # each node on its own free port
+    engine = serving(
+        "engine", "--nodes", "2", "--port", "0", "--grpc-port", "0", "--flavor", "sglang", "--tokens-per-chunk", "2"
+    )
+    (upstream, _), (second, grpc_address) = announced(engine), announced(engine)  # each node on free ports
     assert wait_http(f"{second}/health", engine).json()["node"] == "node-1"
+    with grpc.insecure_channel(grpc_address) as channel:
+        call = channel.unary_stream(GENERATE, Struct.SerializeToString, Struct.FromString)
+        assert [m["tokens"] for m in call(struct(prompt="hi", max_tokens=6)) if "text" in m] == [2, 2, 2]
     proxy_port = free_port()
     proxy = serving("proxy", "--upstream", upstream, "--port", str(proxy_port), "--scenario", "gateway-buffering")
     wait_http(f"http://127.0.0.1:{proxy_port}/health", proxy)

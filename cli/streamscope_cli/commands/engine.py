@@ -18,6 +18,12 @@ from streamscope_cli.options import collector_option, fail_plainly
     type=click.IntRange(0, 65535),
     help="Port of the first node; the next ones count up from it (0: each node on a free port, announced).",
 )
+@click.option(
+    "--grpc-port",
+    default=None,
+    type=click.IntRange(0, 65535),
+    help="Also serve the gRPC streaming service (streamscope.engine.v1.Engine/Generate) from this port, counting up.",
+)
 @click.option("--flavor", type=click.Choice(["vllm", "sglang"]), default=None, help="Metric names on /metrics.")
 @click.option("--tokens-per-chunk", type=click.IntRange(1, 64), default=None)
 @click.option("--burst-at-head", type=click.IntRange(0, 10_000), default=None)
@@ -29,6 +35,7 @@ def engine(
     nodes: int,
     host: str,
     port: int,
+    grpc_port: int | None,
     flavor: str | None,
     tokens_per_chunk: int | None,
     burst_at_head: int | None,
@@ -51,4 +58,5 @@ def engine(
         overrides=NodeOverrides(flavor, tokens_per_chunk, burst_at_head, ignore_disconnect),
         collector_url=collector_url,
         announce=click.echo,
+        grpc_port=grpc_port,
     )

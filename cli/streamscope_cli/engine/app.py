@@ -19,6 +19,7 @@ import random
 import time
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -78,7 +79,16 @@ class _BadRequest(ValueError):
 class EngineNode:
     """One simulated engine node: scheduler, step loop, metrics and the OpenAI app in front of them."""
 
-    def __init__(self, config: NodeConfig, *, sink: GroundTruthSink | None = None, tracer_provider: Any = None) -> None:
+    def __init__(
+        self,
+        config: NodeConfig,
+        *,
+        sink: GroundTruthSink | None = None,
+        tracer_provider: Any = None,
+        grpc_address: tuple[str, int] | None = None,
+    ) -> None:
+        """``grpc_address``: also serve the gRPC service there (port 0: a free one, then in ``grpc_port``), on the
+        HTTP server's loop, which must run the app's lifespan."""
         self.config = config
         self.output = config.output
         self.sink = sink
@@ -93,6 +103,8 @@ class EngineNode:
             gpu=self.gpu,
         )
         self._tracer_provider = tracer_provider
+        self._grpc_address = grpc_address
+        self.grpc_port: int | None = None
         self.app = self._create_app()
 
     def set_output(self, output: OutputConfig) -> None:
@@ -114,7 +126,13 @@ class EngineNode:
     # --- HTTP ---------------------------------------------------------------------------------------------
 
     def _create_app(self) -> FastAPI:
-        app = FastAPI(title=f"streamscope engine {self.config.node}", docs_url=None, redoc_url=None, openapi_url=None)
+        app = FastAPI(
+            title=f"streamscope engine {self.config.node}",
+            docs_url=None,
+            redoc_url=None,
+            openapi_url=None,
+            lifespan=self._lifespan,
+        )
         config = self.config
 
         @app.get("/health")
@@ -158,6 +176,18 @@ class EngineNode:
             return await self._complete(request, chat=False, ollama=True)
 
         return app
+
+    @asynccontextmanager
+    async def _lifespan(self, app: FastAPI) -> AsyncIterator[None]:
+        if self._grpc_address is None:
+            yield
+            return
+        from streamscope_cli.engine import grpc_service
+
+        host, port = self._grpc_address
+        async with grpc_service.serving(self, host, port, self._tracer_provider) as bound:
+            self.grpc_port = bound
+            yield
 
     async def _complete(
         self, request: Request, *, chat: bool, ollama: bool = False, anthropic: bool = False

@@ -54,8 +54,10 @@ def serve_engines(
     collector_url: str | None,
     announce: Callable[[str], None],
     stop: threading.Event | None = None,
+    grpc_port: int | None = None,
 ) -> None:
-    """Start every node on consecutive ports (each on a free one if ``port`` is 0) and block until a signal."""
+    """Start every node on consecutive ports (each on a free one if ``port`` is 0) and block until a signal; with
+    ``grpc_port``, each node's gRPC service too, on ports counted the same way."""
     stop = stop or threading.Event()
     traces = setup(ENGINE_SERVICE, endpoint=collector_url, set_global=False) if collector_url else None
     logs = ground_truth_logger(ENGINE_SERVICE, collector_url) if collector_url else None
@@ -63,10 +65,13 @@ def serve_engines(
     servers: list[BackgroundServer] = []
     try:
         for i, config in enumerate(node_configs(scenario, nodes, overrides)):
-            node = EngineNode(config, sink=sink, tracer_provider=traces)
-            server = BackgroundServer(node.app, host, port + i if port else 0, name=f"engine-{config.node}").start()
-            servers.append(server)
-            announce(f"{config.node}: http://{host}:{server.port} ({config.flavor} metrics at /metrics)")
+            grpc = None if grpc_port is None else (host, grpc_port + i if grpc_port else 0)
+            node = EngineNode(config, sink=sink, tracer_provider=traces, grpc_address=grpc)
+            http_port = port + i if port else 0
+            server = BackgroundServer(node.app, host, http_port, name=f"engine-{config.node}", lifespan=bool(grpc))
+            servers.append(server.start())
+            served = f", gRPC {host}:{node.grpc_port}" if grpc else ""
+            announce(f"{config.node}: http://{host}:{server.port} ({config.flavor} metrics at /metrics{served})")
         with stop_on_signals(stop):
             wait_until_set(stop)
     finally:
