@@ -25,7 +25,8 @@ def _announce_every() -> float:
 @llama.command("build")
 @fail_plainly
 def build() -> None:
-    """Build llama-server (minutes, once per version) and write the models; print where they are.
+    """Build llama-server (minutes, once per version, at normal priority) and write the models; print where they
+    are.
 
     \b
     Example:
@@ -35,7 +36,7 @@ def build() -> None:
     from streamscope_cli.llama.models import SPECS, ensure_model
 
     started = time.monotonic()
-    click.echo(f"llama-server: {ensure_server(click.echo, _announce_every())}")
+    click.echo(f"llama-server: {ensure_server(click.echo, _announce_every(), niceness=0)}")
     for name, spec in SPECS.items():
         click.echo(f"model {name}: {ensure_model(spec, click.echo)}")
     click.echo(f"ready in {time.monotonic() - started:.1f} s")
