@@ -299,6 +299,60 @@ def test_an_app_that_feeds_chunks_itself_with_sampling_and_a_beacon_on_page_hide
     assert beacon == [("json", "identity")]  # text/plain, uncompressed: what sendBeacon sends without a preflight
 
 
+def test_a_websocket_response_is_timed_message_by_message(chromium, chat_stack) -> None:
+    """The page opens a WebSocket to the engine's Realtime-style endpoint and times one response through
+    ``scope.websocket``: each message one chunk at the moment the page got it (within 2 ms of the page's own
+    clock), its text deltas as content; another response the app stops reading after three messages is cancelled."""
+    collector, chat = chat_stack
+    open_chat_page(chromium, chat)
+    script = """
+        const [endpoint, url, done] = arguments;
+        const scope = window.streamscope.init({ endpoint, service: "realtime-page" });
+        const socket = new WebSocket(url);
+        const next = () => new Promise((resolve) => socket.addEventListener("message", resolve, { once: true }));
+        (async () => {
+          await next();  // session.created: before any response
+          const seen = [];
+          const mine = (message) => seen.push([performance.now(), message.data]);
+          const stream = scope.websocket(socket, { model: "sim-llm" });
+          socket.addEventListener("message", mine);  // after the snippet's: the app's code reads each message later
+          socket.send(JSON.stringify({ type: "response.create", response: { max_output_tokens: 12 } }));
+          while (!stream.ended) await next();
+          socket.removeEventListener("message", mine);
+          const words = (data) => ({ text: JSON.parse(data).delta || "", done: false });
+          const left = scope.websocket(socket, { model: "sim-llm", format: words });
+          socket.send(JSON.stringify({ type: "response.create", response: { max_output_tokens: 400 } }));
+          let taken = 0;
+          while (taken < 3) { await next(); taken += 1; }
+          left.end("cancelled");
+          await scope.flush();
+          socket.close();
+          const arrived = seen.map(([at, data]) => [Math.round((at - stream.start) * 1000), data]);
+          done({ trace: stream.traceId, left: left.traceId, arrived });
+        })();
+    """
+    ws_url = chat.url.replace("http://", "ws://") + "engine/v1/realtime"
+    ran = chromium.execute_async_script(script, collector.http_url, ws_url)
+    arrived = ran["arrived"]
+    kinds = [json.loads(data)["type"] for _, data in arrived]
+    assert kinds[0] == "response.created" and kinds[-1] == "response.done"
+    deltas = [json.loads(data)["delta"] for _, data in arrived if "delta" in json.loads(data)]
+    assert len(deltas) == 12  # one token a message (the node's default)
+
+    row = stored_browser_row(collector, ran["trace"], "transport, outcome, content_chunks, content_bytes, service")
+    assert row == ("websocket", "completed", 12, sum(len(d.encode()) for d in deltas), "realtime-page")
+    query = (
+        "SELECT offset_us, wire_bytes FROM chunk_timeline WHERE trace_id = {t:String} AND side = 'browser' ORDER BY seq"
+    )
+    chunks = collector.query_client.query(query, parameters={"t": ran["trace"]}).result_rows
+    assert [wire for _, wire in chunks] == [len(data.encode()) for _, data in arrived]
+    assert all(0 <= seen - offset <= 2_000 for (offset, _), (seen, _) in zip(chunks, arrived, strict=True)), (
+        chunks, arrived
+    )  # fmt: skip
+    left = stored_browser_row(collector, ran["left"], "outcome, content_chunks")
+    assert left == ("cancelled", 2)  # three messages read, the first (response.created) without text
+
+
 def _json_cases() -> list[list[list]]:
     """Documents, prefixes and near-JSON text, cut into pieces at random: [[time, piece], ...] per case."""
     rng = random.Random(36)

@@ -17,6 +17,12 @@
  *   // a JSON answer or tool call: stream.jsonText(piece) after its chunk (scope.fetch does it by itself when the
  *   // request asks for a JSON response_format, and for a tool call's arguments)
  *
+ * or, for one response on an open WebSocket (each message a chunk; OpenAI's Realtime API events by default, or any
+ * protocol through a function from a message's data to { text, done }):
+ *
+ *   const stream = scope.websocket(socket, { model: "m" });  // before sending the request
+ *   socket.send(JSON.stringify({ type: "response.create" }));  // it ends with response.done, or the socket's close
+ *
  * Per chunk it records the arrival (when the page's code received it), the main-thread work the app spent on
  * it (until it asked for the next chunk, or called rendered()), and the frame that painted it (the first frame
  * after that work), and how much of its wait the page's main thread spent on long tasks (the Long Tasks API);
@@ -195,6 +201,31 @@ export function retractionOf(event) {
 }
 
 /** Whether a request body asks for the answer as JSON (a JSON response_format, or the Responses API's text.format). */
+const REALTIME_DELTAS = new Set([
+  "response.output_text.delta",
+  "response.text.delta",
+  "response.output_audio_transcript.delta",
+  "response.audio_transcript.delta",
+  "response.function_call_arguments.delta",
+]);
+
+/** What one message of OpenAI's Realtime API carried: its text delta (audio deltas carry none: their bytes count on
+ * the wire), whether it ended the response (response.done, or an error event) and the error it ended with. */
+export function realtimeOf(data) {
+  let event = null;
+  try {
+    event = typeof data === "string" ? JSON.parse(data) : null;
+  } catch {
+    event = null;
+  }
+  if (!event || typeof event !== "object") return { text: "", done: false };
+  if (REALTIME_DELTAS.has(event.type)) return { text: typeof event.delta === "string" ? event.delta : "", done: false };
+  if (event.type === "error") return { text: "", done: true, error: { name: (event.error && event.error.type) || "error" } };
+  if (event.type !== "response.done") return { text: "", done: false };
+  const failed = event.response && event.response.status === "failed";
+  return { text: "", done: true, error: failed ? { name: "failed" } : null };
+}
+
 export function jsonAnswerRequested(body) {
   let request = body;
   if (typeof body === "string") {
@@ -631,7 +662,7 @@ class Stream {
       attributes.push(attribute("server.address", url.hostname));
       attributes.push(attribute("server.port", Number(url.port) || (url.protocol === "https:" ? 443 : 80)));
     }
-    if (this.outcome === "cancelled") {
+    if (this.outcome === "cancelled" || this.outcome === "disconnected") {
       attributes.push(attribute("streamscope.cancel_offset_us", Math.round((this.end_ - this.start) * 1000)));
     }
     if (this.error) attributes.push(attribute("error.type", this.error.name || "error"));
@@ -814,6 +845,54 @@ class Scope {
     return new Stream(this, options);
   }
 
+  /** One response on an open WebSocket, timed from now (call it before sending the request): each message a chunk,
+   * read by ``options.format`` ("openai-realtime", the default, or a function from a message's data to
+   * { text, done, error }). It ends when the format says done, when the socket closes (completed if the format is a
+   * function and the close was clean, else disconnected), or when the app calls stream.end("cancelled"). A socket
+   * carries no trace context after its handshake: the server's side is not joined to this one. */
+  websocket(socket, options = {}) {
+    const { format, ...rest } = options;
+    const read = typeof format === "function" ? format : realtimeOf;
+    const stream = this.stream({ transport: "websocket", ...rest });
+    const settle = () => stream.rendered(); // after the message's listeners ran: the app's work on it is done
+    const onMessage = (message) => {
+      if (stream.ended) return detach();
+      stream.rendered();
+      const now = performance.now();
+      const data = message.data;
+      const wireBytes = typeof data === "string" ? encoder.encode(data).length : data.byteLength ?? data.size ?? 0;
+      let carried = { text: "", done: false };
+      try {
+        carried = read(data) || carried;
+      } catch {
+        carried = { text: "", done: false }; // a message the format cannot read: kept as bytes, without content
+      }
+      if (stream.sampled) stream.delivery = [stream.record(now, carried.text || "", carried.tokens, wireBytes)];
+      setTimeout(settle, 0);
+      if (carried.done) {
+        detach();
+        stream.end(carried.error ? "error" : "completed", carried.error || null);
+      }
+    };
+    const onClose = (event) => {
+      detach();
+      const clean = typeof format === "function" && event.wasClean;
+      stream.end(clean ? "completed" : "disconnected", clean ? null : { name: `close_${event.code}` });
+    };
+    const detach = () => {
+      socket.removeEventListener("message", onMessage);
+      socket.removeEventListener("close", onClose);
+    };
+    socket.addEventListener("message", onMessage);
+    socket.addEventListener("close", onClose);
+    const end = stream.end.bind(stream);
+    stream.end = (...args) => {
+      detach();
+      end(...args);
+    };
+    return stream;
+  }
+
   /** fetch() with the stream timed: traceparent on the request, the response body wrapped. */
   async fetch(input, init = {}, options = {}) {
     const url = typeof input === "string" ? input : input.url;
@@ -845,5 +924,5 @@ export function init(options) {
   return new Scope(options);
 }
 
-export default { init, contentOf, JsonProgress };
-if (typeof window !== "undefined") window.streamscope = { init, contentOf, JsonProgress };
+export default { init, contentOf, realtimeOf, JsonProgress };
+if (typeof window !== "undefined") window.streamscope = { init, contentOf, realtimeOf, JsonProgress };
