@@ -234,13 +234,13 @@ class StreamServerInterceptor(_ServerRecords, grpc.ServerInterceptor):
         def recorded(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
             parent = propagate.extract(dict(context.invocation_metadata()))
             observer = self._observer("server", method, parent=parent)
-            context.add_callback(lambda: _left(observer))
+            context.add_callback(lambda: observer.close("disconnected"))  # after a close: no-op
             try:
                 for message in behavior(request, context):
                     _record(observer, message)
                     yield message
             except GeneratorExit:
-                _left(observer)
+                observer.close("disconnected")  # the client went away (or cancelled)
                 raise
             except Exception as exc:
                 observer.close("error", type(exc).__name__)
@@ -270,7 +270,7 @@ class AsyncStreamServerInterceptor(_ServerRecords, grpc.aio.ServerInterceptor):
                 observer.close("error", type(exc).__name__)
                 raise
             except BaseException:  # the call was cancelled: the client went away
-                _left(observer)
+                observer.close("disconnected")  # the client went away (or cancelled)
                 raise
             observer.close("completed")
 
@@ -282,10 +282,3 @@ def _replaced(handler: Any, behavior: Callable[..., Any]) -> Any:
     return grpc.unary_stream_rpc_method_handler(
         behavior, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
     )
-
-
-def _left(observer: StreamObserver) -> None:
-    """The call ended before the servicer's last message was sent: the client went away (or cancelled)."""
-    if not observer.closed:
-        observer.recorder.cancel()
-        observer.close("disconnected")
