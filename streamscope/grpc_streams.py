@@ -270,7 +270,7 @@ class AsyncStreamServerInterceptor(_ServerRecords, grpc.aio.ServerInterceptor):
                 observer.close("error", type(exc).__name__)
                 raise
             except BaseException:  # the call was cancelled: the client went away
-                observer.close("disconnected")  # the client went away (or cancelled)
+                observer.close("disconnected")
                 raise
             observer.close("completed")
 

@@ -869,13 +869,9 @@ class Scope {
       }
       if (stream.sampled) stream.delivery = [stream.record(now, carried.text || "", carried.tokens, wireBytes)];
       setTimeout(settle, 0);
-      if (carried.done) {
-        detach();
-        stream.end(carried.error ? "error" : "completed", carried.error || null);
-      }
+      if (carried.done) stream.end(carried.error ? "error" : "completed", carried.error || null);
     };
     const onClose = (event) => {
-      detach();
       const clean = typeof format === "function" && event.wasClean;
       stream.end(clean ? "completed" : "disconnected", clean ? null : { name: `close_${event.code}` });
     };
@@ -886,7 +882,7 @@ class Scope {
     socket.addEventListener("message", onMessage);
     socket.addEventListener("close", onClose);
     const end = stream.end.bind(stream);
-    stream.end = (...args) => {
+    stream.end = (...args) => { // however it ends, the socket's listeners go
       detach();
       end(...args);
     };
