@@ -78,6 +78,8 @@ class CollectorConfig:
     """Apply pending migrations at start."""
     attribution_interval_s: float | None = 5.0
     """Attribute settled streams' stalls this often (None: never, e.g. when another collector does it)."""
+    attribution_settle_s: float = 10.0
+    """Attribute a stream this long after it was stored, once its other sides and the node's events are in."""
     cors_origins: tuple[str, ...] = ()
     """Origins whose pages may load the snippet and send browser spans (``*`` for any); none: no CORS headers."""
     browser_token: str | None = None

@@ -145,7 +145,13 @@ class Collector:
             lease = Lease(reads, writes, JOB)
             rules = StallRules(stall=self.config.stall)
             job = AttributionInRoom(
-                memory, self.metrics.chunks_per_stream, reads, rules, insert_client=writes, lease=lease
+                memory,
+                self.metrics.chunks_per_stream,
+                reads,
+                rules,
+                insert_client=writes,
+                lease=lease,
+                settle_s=self.config.attribution_settle_s,
             )
             self._attribution = PeriodicAttribution(job, self.config.attribution_interval_s).start()
 

@@ -361,3 +361,20 @@ def test_migrate_against_nothing_listening_fails_plainly_after_its_wait(tmp_path
     result = run("migrate", "--storage", dsn, "--wait-s", "2")
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "tried for 2 s" in result.stderr and "waiting for the store" in result.stderr
+
+
+def test_the_collector_commands_defaults_are_its_configurations():
+    """The command states its defaults where its help shows them; they must be the configuration's own."""
+    from streamscope_cli.commands.collector import collector
+    from streamscope_collector.config import CollectorConfig
+
+    named = {param.name: param.default for param in collector.params}
+    numbers = (int, float)
+    configured = {
+        name
+        for name in CollectorConfig.__dataclass_fields__
+        if isinstance(getattr(CollectorConfig, name, None), numbers)
+    }
+    shared = sorted(set(named) & configured)
+    assert {"attribution_interval_s", "attribution_settle_s", "insert_interval_s", "store_wait_s"} <= set(shared)
+    assert {name: named[name] for name in shared} == {name: getattr(CollectorConfig, name) for name in shared}

@@ -38,6 +38,21 @@ if TYPE_CHECKING:  # the command module stays light until it runs
     help="Do not run the attribution job here. Collectors over one store share it by a lease (on a cluster, its "
     "claims are keys in Keeper), so every collector may run it.",
 )
+@click.option(
+    "--attribution-interval-s",
+    type=click.FloatRange(min=0.1),
+    default=5.0,
+    show_default=True,
+    help="Attribute settled streams' stalls this often.",
+)
+@click.option(
+    "--attribution-settle-s",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="Attribute a stream this long after it was stored: its other sides (server, gateway, browser) and the "
+    "node's events arrive in other requests, seconds apart.",
+)
 @max_request_mib_option("Largest request body, after decompression.")
 @click.option(
     "--max-inflight-mib",
@@ -128,6 +143,8 @@ def collector(
     query_storage_dsn: str | None,
     no_migrate: bool,
     no_attribution: bool,
+    attribution_interval_s: float,
+    attribution_settle_s: float,
     max_request_mib: int,
     max_inflight_mib: int,
     max_memory_mib: int | None,
@@ -160,7 +177,8 @@ def collector(
         storage_dsn=storage_dsn or env.default_storage_dsn(),
         query_storage_dsn=query_storage_dsn,
         migrate=not no_migrate,
-        attribution_interval_s=None if no_attribution else CollectorConfig.attribution_interval_s,
+        attribution_interval_s=None if no_attribution else attribution_interval_s,
+        attribution_settle_s=attribution_settle_s,
         host=host,
         http_port=http_port,
         grpc_port=None if no_grpc else grpc_port,
