@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,8 @@ from streamscope.ndjson import NDJSONDecoder
 from streamscope.sse import SSEDecoder
 
 log = logging.getLogger("streamscope")
+_CLOSING = threading.Lock()
+"""Makes an observer's first ``close`` one step: the check and the mark, never two threads between them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,11 +108,12 @@ class StreamObserver:
     def close(self, outcome: Outcome, error_type: str | None = None) -> None:
         """Finish the recorder with the stream's facts; an error the provider reported makes it an error.
 
-        Only the first call counts, so every exit path of a wrapper may call it.
+        Only the first call counts, so every exit path of a wrapper, on any thread, may call it.
         """
-        if self.closed:
-            return
-        self.closed = True
+        with _CLOSING:
+            if self.closed:
+                return
+            self.closed = True
         facts = self.format.facts
         recorder = self.recorder
         if facts.response_id:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import threading
 import time
 import weakref
 from collections import deque
@@ -49,6 +50,8 @@ _NEVER = 2**63 - 1
 _INT64_LE = struct.Struct("<q")
 
 log = logging.getLogger("streamscope")
+_FINISHING = threading.Lock()
+"""Makes a stream's first ``finish`` one step: the check and the mark, never two threads between them."""
 _warned: set[str] = set()
 
 
@@ -343,10 +346,12 @@ class StreamRecorder:
             self._cancel_ns = time.perf_counter_ns()
 
     def finish(self, outcome: Outcome = "completed", *, error_type: str | None = None) -> None:
-        """End the stream and emit its span (and metrics on the client side). Only the first call counts."""
-        if self._finished:
-            return
-        self._finished = True
+        """End the stream and emit its span (and metrics on the client side). Only the first call counts, from
+        whichever thread (a gRPC callback and the application may both end a stream)."""
+        with _FINISHING:
+            if self._finished:
+                return
+            self._finished = True
         end_ns = time.perf_counter_ns()
         self._release_watch()
         if self._span is None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 
 import pytest
@@ -294,3 +295,54 @@ def test_a_tracer_is_made_once_per_provider_and_follows_the_global_one(monkeypat
     assert tracers[0] is tracers[1] and tracers[0] is not tracers[2]
     monkeypatch.setattr(recorder_module.trace, "get_tracer_provider", lambda: second)
     assert recorder_module._tracer(None) is tracers[2]  # the global provider's, whichever is global now
+
+
+def test_a_stream_finished_from_two_threads_at_once_is_one_span(spans):
+    """A gRPC call's callback thread and the application may both end a stream (the peer leaves as the answer
+    ends): one span, and its metrics once. Each thread yields to the other at every line of the recorder's module,
+    so two finishes meet inside the first-call check unless it is one step."""
+    import time
+
+    provider, exporter = spans
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(metric_readers=[reader])
+    recorder_file = recorder_module.__file__
+
+    def yielding(frame, event, arg):
+        if frame.f_code.co_filename != recorder_file:
+            return None
+        if event == "line":
+            time.sleep(0.001)
+        return yielding
+
+    recorders = [
+        StreamRecorder(side="client", provider="p", tracer_provider=provider, meter_provider=meters).start()
+        for _ in range(5)
+    ]
+    for recorder in recorders:
+        recorder.chunk(1, 4, 90)
+        both = threading.Barrier(2)
+
+        def finish(outcome, recorder=recorder, both=both):
+            both.wait()
+            sys.settrace(yielding)
+            try:
+                recorder.finish(outcome)
+            finally:
+                sys.settrace(None)
+
+        threads = [threading.Thread(target=finish, args=(outcome,)) for outcome in ("completed", "cancelled")]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert len(exporter.get_finished_spans()) == len(recorders)
+    assert streamscope.flush_metrics()
+    (first,) = [
+        m.data.data_points[0]
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == instruments.TIME_TO_FIRST_CHUNK
+    ]
+    assert first.count == len(recorders)
