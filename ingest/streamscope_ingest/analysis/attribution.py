@@ -75,7 +75,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import numpy as np
@@ -317,6 +317,17 @@ class Arrivals:
             return None
         return True
 
+    def read_on_time(self, host: np.ndarray | None, rules: StallRules) -> Arrivals:
+        """These arrivals with each chunk's lateness less how long the reader's own host held the read of the
+        release it came in (``host``: per content chunk, its host delay; the release's first read waited for the
+        host, the rest of the release was in the socket with it). A busy reader reads what waited for it in
+        bursts, as a gateway's flushes come: that is the host, not the path holding the stream."""
+        if host is None or not host.size:
+            return self
+        starts = np.concatenate(([True], np.diff(self.times_us) > rules.release_us))
+        release_late = host[np.flatnonzero(starts)[np.cumsum(starts) - 1]]
+        return replace(self, path_us=np.maximum(self.path_us - release_late, 0))
+
     def held_in_flushes(self, rules: StallRules) -> bool:
         """Whether the path held this stream's chunks as a gateway does: most of them late, next to none on their
         own."""
@@ -487,7 +498,7 @@ def attribute(
             # content before it came late too (then only part of that hold fell in this gap)
             network[k] = (stall, stall.path_delay_us - host_part)
     first_held = int(arrivals.path_us[0]) - (min(int(host[0]), int(arrivals.path_us[0])) if host is not None else 0)
-    behind = _held_all_along(arrivals, first_held, list(network), rules)
+    behind = _held_all_along(arrivals.read_on_time(host, rules), first_held, list(network), rules)
     if behind:
         network.update(_gateway_held_longer(host_held, arrivals, rules))
     if network and shared_hosts is not None and not behind:

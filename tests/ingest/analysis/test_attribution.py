@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -18,6 +21,7 @@ from streamscope_ingest.analysis.attribution import (
 
 RULES = StallRules()
 MS = 1000
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "streams"
 
 
 def timeline(gaps_ms: list[float], start_us: int = 1_000_000_000, chunk_bytes: int = 4) -> Timeline:
@@ -603,6 +607,21 @@ def test_a_first_chunk_the_clients_own_host_read_late_is_no_gateway():
     assert only(attribute(client, server, [], spec_active=False, rules=RULES)).cause == "network_buffering"
     stall = only(attribute(watched(client, {0: 395}), server, [], spec_active=False, rules=RULES))
     assert stall.cause == "connection" and stall.evidence["first_chunk_path_delay_ms"] == "5.0"
+
+
+def test_connection_stalls_of_a_reader_its_host_held_in_fits_are_no_gateway():
+    """A busy reader's host held it every few chunks, and it then read what had waited in its socket at once:
+    most chunks late, in releases, as a flushing gateway's (a recorded stream, tests/fixtures/streams). But the
+    reader's host says how long it held each release: less that, the chunks came on time, and the stalls the
+    proxy made are the connection's."""
+    recorded = json.loads((FIXTURES / "busy-reader-short-stalls.json").read_text())
+    client, server = (
+        Timeline(**{name: np.array(v) if isinstance(v, list) else v for name, v in recorded[side].items()})
+        for side in ("client", "server")
+    )
+    stalls = attribute(client, server, [], spec_active=False, rules=RULES)
+    path = [(s.seq, s.cause, s.evidence["held_all_along"]) for s in stalls if "held_all_along" in s.evidence]
+    assert path == [(seq, "connection", "false") for seq in recorded["connection_stalls"]], path
 
 
 def test_one_silent_stream_beside_a_preemption_is_no_slow_node():
