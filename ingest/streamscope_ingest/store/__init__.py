@@ -8,6 +8,7 @@ ClickHouse engine behind the same client API, so nothing above this module knows
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -137,12 +138,25 @@ def _checked_database(name: str, dsn: str) -> str:
     return name
 
 
+def _without_dataframes() -> None:
+    """Tell clickhouse-connect, before its first insert, that pandas is not here unless it is already imported.
+    Each insert asks whether its data is a DataFrame, which imports pandas (installed with chDB): a second of CPU
+    and ~50 MiB in every process that writes, for data that is only ever rows and Arrow tables here. A process
+    that imported pandas itself keeps clickhouse-connect's DataFrame support."""
+    from clickhouse_connect.driver import options
+
+    if "pandas" not in sys.modules and "pd" not in vars(options):
+        options.pd = None
+        options.pd_time_test = None
+
+
 def connect(target: StoreTarget, create_database: bool = True) -> Client:
     """A client on ``target``'s database, creating the database first if asked and it does not exist yet.
 
     ``create_database=False`` for accounts that may not create one (the collector's writer and reader):
     ClickHouse checks the grant even when the database exists.
     """
+    _without_dataframes()
     with translated_errors():
         if target.embedded:
             assert target.path is not None

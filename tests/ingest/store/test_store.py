@@ -245,3 +245,37 @@ def test_a_group_of_requests_writes_its_chunks_as_one_compact_part(store_client)
     ).result_rows
     assert [kind for kind, _ in parts] == ["Compact"]
     assert parts[0][1] > 10 * 2**20  # above the engine's default threshold for a wide part
+
+
+WRITES_WITHOUT_PANDAS = """
+import sys
+from streamscope_ingest import store
+from streamscope_ingest.store import migrations
+client = store.connect(store.parse_dsn(sys.argv[1]))
+migrations.migrate(client)  # a row per migration, inserted
+client.insert("attribution_progress", [["job", 0]], column_names=["job", "through"])
+print("pandas" in sys.modules)
+"""
+
+DATAFRAMES_WHEN_IMPORTED = """
+import sys
+import pandas
+from streamscope_ingest import store
+client = store.connect(store.parse_dsn(sys.argv[1]))
+client.command("CREATE TABLE t (a UInt8) ENGINE = Memory")
+client.insert_df("t", pandas.DataFrame({"a": [1, 2]}))
+print(client.query_df("SELECT sum(a) AS s FROM t")["s"][0])
+"""
+
+
+def test_a_process_that_writes_does_not_import_pandas_unless_it_did(tmp_path):
+    """Rows and Arrow tables only: pandas (a second of CPU and ~50 MiB) stays out of the collector and the CLI; a
+    program that imported it keeps clickhouse-connect's DataFrames."""
+    import subprocess
+    import sys
+
+    for script, store_dir, said in ((WRITES_WITHOUT_PANDAS, "a", "False"), (DATAFRAMES_WHEN_IMPORTED, "b", "3")):
+        dsn = f"chdb://{tmp_path / store_dir}"
+        run = subprocess.run([sys.executable, "-c", script, dsn], capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert run.stdout.split() == [said], run.stdout
