@@ -284,6 +284,8 @@ class Arrivals:
     path_us: np.ndarray
     sent_us: np.ndarray
     """When the server emitted its content chunks (µs, the serving node's clock)."""
+    told: np.ndarray | None = None
+    """The content chunks whose lateness tells how the path delivered the stream (None: all of them)."""
 
     @classmethod
     def of(cls, client: Timeline, server: Timeline) -> Arrivals:
@@ -318,15 +320,23 @@ class Arrivals:
         return True
 
     def read_on_time(self, host: np.ndarray | None, rules: StallRules) -> Arrivals:
-        """These arrivals with each chunk's lateness less how long the reader's own host held the read of the
-        release it came in (``host``: per content chunk, its host delay; the release's first read waited for the
-        host, the rest of the release was in the socket with it). A busy reader reads what waited for it in
-        bursts, as a gateway's flushes come: that is the host, not the path holding the stream."""
+        """These arrivals, told by the releases the reader's own host did not hold (``host``: per content chunk,
+        its host delay; a release's first read is the one that waited for the host, and the rest of the release
+        waited in the socket with it). A busy reader reads what waited for it in bursts, as a gateway's flushes
+        come, and how late those chunks were says nothing of the path. All of them when fewer than
+        ``start_chunks`` would be left."""
         if host is None or not host.size:
             return self
         starts = np.concatenate(([True], np.diff(self.times_us) > rules.release_us))
-        release_late = host[np.flatnonzero(starts)[np.cumsum(starts) - 1]]
-        return replace(self, path_us=np.maximum(self.path_us - release_late, 0))
+        held = host[np.flatnonzero(starts)[np.cumsum(starts) - 1]] >= rules.held_chunk_us
+        if np.count_nonzero(~held[1:]) < rules.start_chunks:
+            return self
+        return replace(self, told=~held)
+
+    def _told_after_first(self, before: int | None = None) -> np.ndarray:
+        """Which content chunks after the first (and before content chunk ``before``) tell of the path."""
+        told = np.ones(self.path_us.size, dtype=bool) if self.told is None else self.told
+        return told[1:before]
 
     def held_in_flushes(self, rules: StallRules) -> bool:
         """Whether the path held this stream's chunks as a gateway does: most of them late, next to none on their
@@ -334,14 +344,17 @@ class Arrivals:
         return self.held_share(rules) >= rules.held_share and self.alone_share(rules) <= rules.alone_share
 
     def held_share(self, rules: StallRules) -> float:
-        """The share of content chunks after the first that were at least ``held_chunk_us`` late on the path."""
-        return float(np.mean(self.path_us[1:] >= rules.held_chunk_us)) if self.path_us.size > 1 else 0.0
+        """The share of content chunks after the first (of those that tell) at least ``held_chunk_us`` late on the
+        path."""
+        late = (self.path_us[1:] >= rules.held_chunk_us)[self._told_after_first()]
+        return float(np.mean(late)) if late.size else 0.0
 
     def alone_share(self, rules: StallRules) -> float:
-        """The share of content chunks after the first that arrived on their own, out of no release."""
+        """The share of content chunks after the first (of those that tell) that arrived on their own, out of no
+        release."""
         apart = np.diff(self.times_us) > rules.release_us
-        alone = np.concatenate(([True], apart)) & np.concatenate((apart, [True]))
-        return float(np.mean(alone[1:])) if alone.size > 1 else 0.0
+        alone = (np.concatenate(([True], apart)) & np.concatenate((apart, [True])))[1:][self._told_after_first()]
+        return float(np.mean(alone)) if alone.size else 0.0
 
     def caught_up(self, k: int, rules: StallRules) -> float:
         """How late the freshest chunk of the release that content chunk ``k`` began was on the path, as a share of
@@ -363,7 +376,7 @@ class Arrivals:
         """Whether the path held this stream's content from its start, as a gateway that buffers does from the
         first byte: most chunks after the first and before content chunk ``before`` late on the path. None when
         fewer than ``start_chunks`` came before it."""
-        start = self.path_us[1:before]
+        start = self.path_us[1:before][self._told_after_first(before)]
         if start.size < rules.start_chunks:
             return None
         return float(np.mean(start >= rules.held_chunk_us)) >= rules.held_share

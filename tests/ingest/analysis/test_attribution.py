@@ -612,8 +612,8 @@ def test_a_first_chunk_the_clients_own_host_read_late_is_no_gateway():
 def test_connection_stalls_of_a_reader_its_host_held_in_fits_are_no_gateway():
     """A busy reader's host held it every few chunks, and it then read what had waited in its socket at once:
     most chunks late, in releases, as a flushing gateway's (a recorded stream, tests/fixtures/streams). But the
-    reader's host says how long it held each release: less that, the chunks came on time, and the stalls the
-    proxy made are the connection's."""
+    reader's host says which releases it held: the others came one by one or on time, and the stalls the proxy
+    made are the connection's."""
     recorded = json.loads((FIXTURES / "busy-reader-short-stalls.json").read_text())
     client, server = (
         Timeline(**{name: np.array(v) if isinstance(v, list) else v for name, v in recorded[side].items()})
