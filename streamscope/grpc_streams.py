@@ -19,6 +19,7 @@ method is not in ``methods`` when it is given.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import grpc
@@ -176,6 +177,16 @@ class _RecordedCall:
         return getattr(self._call, name)
 
 
+@contextmanager
+def _closed_if_raised(observer: StreamObserver) -> Iterator[None]:
+    """Starting the call failed: the stream ends there, as an error of that type."""
+    try:
+        yield
+    except BaseException as exc:
+        observer.close("error", type(exc).__name__)
+        raise
+
+
 class StreamClientInterceptor(_Records, grpc.UnaryStreamClientInterceptor):
     """Records each unary-stream call of a channel: ``grpc.intercept_channel(channel, StreamClientInterceptor(f))``."""
 
@@ -183,11 +194,8 @@ class StreamClientInterceptor(_Records, grpc.UnaryStreamClientInterceptor):
         if not self._records(details.method):
             return continuation(details, request)
         observer = self._observer("client", details.method)
-        try:
+        with _closed_if_raised(observer):
             call = continuation(_with_trace(details, observer.recorder), request)
-        except BaseException as exc:
-            observer.close("error", type(exc).__name__)
-            raise
         return _RecordedCall(call, observer)
 
 
@@ -198,11 +206,8 @@ class AsyncStreamClientInterceptor(_Records, grpc.aio.UnaryStreamClientIntercept
         if not self._records(details.method):
             return await continuation(details, request)
         observer = self._observer("client", details.method)
-        try:
+        with _closed_if_raised(observer):
             call = await continuation(_with_trace(details, observer.recorder), request)
-        except BaseException as exc:
-            observer.close("error", type(exc).__name__)
-            raise
         call.add_done_callback(lambda done: observer.close("cancelled") if done.cancelled() else None)
         return _read_async(call, observer)  # grpc.aio serves it as the call's messages; the call stays the call
 
