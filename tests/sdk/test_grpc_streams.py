@@ -165,3 +165,27 @@ def test_an_asyncio_call_is_recorded_and_a_reader_that_stops_early_cancelled_it(
     assert len(int64s(left.attributes[sc.STREAMSCOPE_CHUNKS_OFFSET_US])) == taken
     assert server_stream(server_exporter, whole).parent.span_id == whole.context.span_id
     assert server_stream(server_exporter, left).attributes[sc.STREAMSCOPE_OUTCOME] == "disconnected"
+
+
+@pytest.mark.parametrize("interceptor_class", [StreamClientInterceptor, AsyncStreamClientInterceptor])
+def test_a_call_that_fails_to_start_is_one_stream_ended_in_that_error(interceptor_class):
+    """The continuation raises before there is a call (here, a channel closed first): the application gets that
+    error, and the stream ends as an error of its type, once."""
+    provider, exporter = memory_provider()
+    interceptor = interceptor_class(carried, tracer_provider=provider)
+    details = grpc.aio.ClientCallDetails(GENERATE, None, None, None, None)
+
+    def refusing(details, request):
+        raise ValueError("Cannot invoke RPC: Channel closed!")
+
+    async def refusing_async(details, request):
+        refusing(details, request)
+
+    with pytest.raises(ValueError):
+        if interceptor_class is StreamClientInterceptor:
+            interceptor.intercept_unary_stream(refusing, details, struct(prompt="hello"))
+        else:
+            asyncio.run(interceptor.intercept_unary_stream(refusing_async, details, struct(prompt="hello")))
+    (stream,) = streams(exporter)
+    assert stream.attributes[sc.STREAMSCOPE_OUTCOME] == "error"
+    assert stream.attributes[sc.ERROR_TYPE] == "ValueError"
