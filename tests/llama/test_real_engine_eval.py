@@ -25,9 +25,9 @@ def stream(trace: str, arrivals_ms: list[int], content: list[bool] | None = None
 
 def test_a_prefill_is_the_truth_of_every_stream_mid_answer_across_it_and_names_the_events_it_delayed():
     mid = stream("a" * 32, [0, 10, 20, 30, 520, 530], [False, True, True, True, True, True])
-    started_after = stream("b" * 32, [400, 530, 540])
     ended_before = stream("c" * 32, [0, 10, 20])
     role_only_before = stream("d" * 32, [0, 530, 540], [False, True, True])
+    started_after = stream("b" * 32, [530, 540, 550])
     truths = prefill_truths("llama-0", [(25 * MS, 515 * MS)], [mid, started_after, ended_before, role_only_before])
     assert [t.trace_id for t in truths] == ["a" * 32]
     (truth,) = truths
@@ -37,8 +37,16 @@ def test_a_prefill_is_the_truth_of_every_stream_mid_answer_across_it_and_names_t
         25 * MS,
         515 * MS,
     )
-    assert truth.chunk_indices == (3, 4, 5)  # events 0-2 came before it was sent; 3, 4 within, 5 right after
+    assert truth.chunk_indices == (4, 5)  # 0-2 came before it was sent, 3 before the prefill held it; 4, 5 after
     assert truth.magnitude == 0.49  # the wait from event 3 to event 4
+
+
+def test_a_stream_whose_first_content_beats_the_prefill_after_it_was_sent_is_held_by_it():
+    # the long prompt is sent, the gateway and the engine's scheduler take a while to start its prefill: a stream
+    # sent a moment before gets its first tokens out in between, then waits for the prefill like every other
+    first_in_window = stream("f" * 32, [100, 130, 520, 530], [False, True, True, True])
+    (truth,) = prefill_truths("llama-0", [(25 * MS, 515 * MS)], [first_in_window])
+    assert (truth.trace_id, truth.chunk_indices, truth.magnitude) == ("f" * 32, (2, 3), 0.39)
 
 
 def test_a_stream_whose_last_content_comes_before_the_prefill_is_seen_answered_is_still_held_by_it():

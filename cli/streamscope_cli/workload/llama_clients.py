@@ -97,20 +97,26 @@ def prefill_truths(
     node: str, windows: list[tuple[int, int]], streams: list[Received], slack_ns: int = 50_000_000
 ) -> list[GroundTruth]:
     """For each long prompt's prefill (sent, answered: wall ns), a record on every stream that was mid-answer then
-    (content before it was sent and after), naming the events that arrived in the window (the engine's numbering:
-    the gateway forwards each event as it came) and, as its magnitude, the longest wait between content events from
-    the last before it was sent to the first after it was answered (or the stream's last)."""
+    (content before it was answered and after it was sent), naming the events that arrived after the stream's
+    longest wait began and by the answer (the engine's numbering: the gateway forwards each event as it came) and,
+    as its magnitude, that wait: the longest between content events from the last before it was sent (or the
+    first) to the first after it was answered (or the stream's last).
+
+    The prefill starts somewhere in the window, after the gateway and the engine's scheduler took the prompt: a
+    stream may get content out in between (even its first), and what it waits for is what came after."""
     truths = []
     for sent, answered in windows:
         for stream in streams:
             content = [t for t, has in zip(stream.arrivals_ns, stream.content, strict=True) if has]
-            if not content or content[0] >= sent or content[-1] <= sent:
+            if not content or content[0] >= answered or content[-1] <= sent:
                 continue
-            held = tuple(i for i, t in enumerate(stream.arrivals_ns) if sent < t <= answered + slack_ns)
-            first = max(i for i, t in enumerate(content) if t <= sent)
+            first = max((i for i, t in enumerate(content) if t <= sent), default=0)
             # "answered" is the injector's clock, late when its host is held: a last event before it was held too
             last = min((i for i, t in enumerate(content) if t > answered), default=len(content) - 1)
-            longest = max(b - a for a, b in itertools.pairwise(content[first : last + 1]))
+            if last == first:
+                continue
+            longest, began = max((b - a, a) for a, b in itertools.pairwise(content[first : last + 1]))
+            held = tuple(i for i, t in enumerate(stream.arrivals_ns) if max(sent, began) < t <= answered + slack_ns)
             truths.append(
                 GroundTruth(
                     Cause.PREFILL_INTERFERENCE,
