@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from clickhouse_connect.driver.client import Client
 from hypothesis import settings
 
 from streamscope_collector.config import CollectorConfig
@@ -26,17 +27,23 @@ def chdb_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("chdb")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def chdb_admin(chdb_dir: Path) -> Iterator[Client]:
+    """A client on the session's engine that makes and drops the tests' databases, open all session: the engine
+    stays up between tests (started again, it reloads every database), and each process's tests find it on the
+    same directory whatever ran before (a process opens one; other stores are for subprocesses)."""
+    client = store.connect(store.parse_dsn(f"chdb://{chdb_dir}?database=default"), create_database=False)
+    yield client
+    client.close()
+
+
 @pytest.fixture
-def empty_storage_dsn(chdb_dir: Path) -> Iterator[str]:
+def empty_storage_dsn(chdb_dir: Path, chdb_admin: Client) -> Iterator[str]:
     """A database no migration ran on (it is made on first connection). Dropped after the test: each connection to
     the engine takes longer the more databases it holds (30 ms more per database)."""
     database = f"t_{uuid.uuid4().hex[:12]}"
     yield f"chdb://{chdb_dir}?database={database}"
-    client = store.connect(store.parse_dsn(f"chdb://{chdb_dir}?database=default"), create_database=False)
-    try:
-        client.command(f"DROP DATABASE IF EXISTS {database} SYNC")
-    finally:
-        client.close()
+    chdb_admin.command(f"DROP DATABASE IF EXISTS {database} SYNC")
 
 
 @pytest.fixture(scope="session")
@@ -52,14 +59,10 @@ def migrated_schema(chdb_dir: Path) -> MigratedSchema:
 
 
 @pytest.fixture
-def storage_dsn(empty_storage_dsn: str, migrated_schema: MigratedSchema) -> str:
+def storage_dsn(empty_storage_dsn: str, migrated_schema: MigratedSchema, chdb_admin: Client) -> str:
     """A database with every migration applied: a copy of the session's migrated one (running the migrations for
     every test would cost seconds each on a busy host). tests/ingest/store/test_migrations.py runs them itself."""
-    client = store.connect(store.parse_dsn(empty_storage_dsn))
-    try:
-        migrated_schema.copy_to(client)
-    finally:
-        client.close()
+    migrated_schema.copy_to(chdb_admin, store.parse_dsn(empty_storage_dsn).database)
     return empty_storage_dsn
 
 

@@ -28,8 +28,9 @@ class MigratedSchema:
         rows = client.query(TABLES_SQL, parameters={"database": database}).result_rows
         return cls(database, [(name, bool(view), create, bool(filled)) for name, view, create, filled in rows])
 
-    def copy_to(self, client: Client) -> None:
-        target = str(client.database)
+    def copy_to(self, client: Client, target: str) -> None:
+        """Make database ``target`` (through ``client``, on any database of the same engine) a copy."""
+        client.command(f"CREATE DATABASE IF NOT EXISTS {target}")
         qualified = re.compile(rf"\b{re.escape(self.database)}\.")
         views = [create for _, view, create, _ in self.tables if view]
         for name, view, create, has_rows in self.tables:

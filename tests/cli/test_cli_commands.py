@@ -1,5 +1,6 @@
 """Each `streamscope` subcommand imported from its own module and run in-process on a real embedded store, so a
-command can be tested without the group or a subprocess."""
+command can be tested without the group or a subprocess. The store is a database of the session's engine: a process
+opens one embedded engine directory."""
 
 from __future__ import annotations
 
@@ -53,8 +54,8 @@ def assert_ended_plainly(result: Result) -> None:
     assert "Traceback" not in result.output
 
 
-def test_migrate_applies_then_reports_up_to_date(tmp_path: Path) -> None:
-    dsn = f"chdb://{tmp_path / 'db'}"
+def test_migrate_applies_then_reports_up_to_date(empty_storage_dsn: str) -> None:
+    dsn = empty_storage_dsn
     first = invoke(migrate, "--storage", dsn)
     assert first.exit_code == 0, first.output
     applied = first.output.splitlines()
@@ -65,14 +66,13 @@ def test_migrate_applies_then_reports_up_to_date(tmp_path: Path) -> None:
     assert again.output == "schema is up to date\n"
 
 
-def migrated(tmp_path: Path) -> str:
-    dsn = f"chdb://{tmp_path / 'db'}"
+def migrated(dsn: str) -> str:
     assert invoke(migrate, "--storage", dsn).exit_code == 0
     return dsn
 
 
-def test_sql_refuses_a_bad_query_in_one_line(tmp_path: Path) -> None:
-    result = invoke(sql, "SELECT (1 +", "--storage", migrated(tmp_path))
+def test_sql_refuses_a_bad_query_in_one_line(empty_storage_dsn: str) -> None:
+    result = invoke(sql, "SELECT (1 +", "--storage", migrated(empty_storage_dsn))
     assert result.exit_code == 1
     assert_ended_plainly(result)
     assert result.stdout == ""
@@ -80,8 +80,8 @@ def test_sql_refuses_a_bad_query_in_one_line(tmp_path: Path) -> None:
     assert line.startswith("Error: ") and "Syntax error" in line
 
 
-def test_sql_prints_a_good_query(tmp_path: Path) -> None:
-    result = invoke(sql, "SELECT 1 AS one", "--storage", migrated(tmp_path), "--format", "tsv")
+def test_sql_prints_a_good_query(empty_storage_dsn: str) -> None:
+    result = invoke(sql, "SELECT 1 AS one", "--storage", migrated(empty_storage_dsn), "--format", "tsv")
     assert result.exit_code == 0, result.output
     assert result.stdout == "one\n1\n"
 

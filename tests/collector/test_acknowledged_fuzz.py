@@ -25,7 +25,6 @@ from streamscope import semconv as sc
 from streamscope.int64_bytes import int64_bytes
 from streamscope_collector.config import CollectorConfig
 from streamscope_collector.service import Collector
-from streamscope_ingest import store
 from streamscope_ingest.decode.limits import LATEST_OFFSET_US, LATEST_START_NS
 from tests.support import T0, post, sql_request, trace_request
 
@@ -34,12 +33,11 @@ I64, U16, U32 = 2**63 - 1, 2**16 - 1, 2**32 - 1
 
 
 @pytest.fixture(scope="module")
-def collector(chdb_dir, migrated_schema):
+def collector(chdb_dir, chdb_admin, migrated_schema):
     """A collector with two tenants on a database of its own, for every example of the module."""
-    dsn = f"chdb://{chdb_dir}?database=fuzz_{uuid.uuid4().hex[:12]}"
-    client = store.connect(store.parse_dsn(dsn))
-    migrated_schema.copy_to(client)
-    client.close()
+    database = f"fuzz_{uuid.uuid4().hex[:12]}"
+    dsn = f"chdb://{chdb_dir}?database={database}"
+    migrated_schema.copy_to(chdb_admin, database)
     config = CollectorConfig(
         storage_dsn=dsn, http_port=0, grpc_port=0, attribution_interval_s=None, tokens=TOKENS, store_wait_s=5.0
     )

@@ -79,6 +79,7 @@ BATCH_FAULT_CODES = {
 BATCH_FAULT_DRIVER_ERRORS: tuple[type[Exception], ...] = (DataError,)
 # Server codes that say the schema is not there: a store not migrated, which waiting alone does not heal.
 SCHEMA_MISSING_CODES = {60: "UNKNOWN_TABLE", 81: "UNKNOWN_DATABASE"}
+_UNKNOWN_DATABASE = 81
 _SERVER_CODE = re.compile(r"\bCode: (\d+)\.")
 
 
@@ -159,17 +160,31 @@ def connect(target: StoreTarget, create_database: bool = True) -> Client:
     _without_dataframes()
     with translated_errors():
         if target.embedded:
-            assert target.path is not None
-            target.path.mkdir(parents=True, exist_ok=True, mode=0o700)  # the engine's files: for its user alone
-            if create_database:
-                bootstrap = clickhouse_connect.get_client(interface="chdb", path=str(target.path))
-                bootstrap.command(f"CREATE DATABASE IF NOT EXISTS {target.database}")
-            return clickhouse_connect.get_client(interface="chdb", path=str(target.path), database=target.database)
+            return _embedded_client(target, create_database)
         if create_database:
             bootstrap = _server_client(target, database="default")
             bootstrap.command(f"CREATE DATABASE IF NOT EXISTS {target.database}")
             bootstrap.close()
         return _server_client(target, database=target.database)
+
+
+def _embedded_client(target: StoreTarget, create_database: bool) -> Client:
+    """A client on the embedded store's database; a second client creates the database only when it is missing
+    (each client asks the engine for its settings when made: the collector makes five)."""
+    assert target.path is not None
+    target.path.mkdir(parents=True, exist_ok=True, mode=0o700)  # the engine's files: for its user alone
+    path = str(target.path)
+    try:
+        return clickhouse_connect.get_client(interface="chdb", path=path, database=target.database)
+    except ClickHouseError as exc:
+        if not create_database or _UNKNOWN_DATABASE not in _codes(exc):
+            raise
+    bootstrap = clickhouse_connect.get_client(interface="chdb", path=path)
+    try:
+        bootstrap.command(f"CREATE DATABASE IF NOT EXISTS {target.database}")
+    finally:
+        bootstrap.close()
+    return clickhouse_connect.get_client(interface="chdb", path=path, database=target.database)
 
 
 def _server_client(target: StoreTarget, database: str) -> Client:
@@ -198,7 +213,7 @@ def translated_errors(*, writing: bool = False) -> Iterator[None]:
     except RETRYABLE_DRIVER_ERRORS as exc:
         raise RetryableWriteError(f"store unavailable: {exc}") from exc
     except PERMANENT_DRIVER_ERRORS as exc:
-        codes = [int(code) for code in _SERVER_CODE.findall(str(exc))]
+        codes = _codes(exc)
         if writing:
             final = any(c in BATCH_FAULT_CODES for c in codes) or (not codes and isinstance(exc, DataError))
         else:
@@ -212,7 +227,12 @@ def schema_missing(error: BaseException) -> bool:
     """Whether ``error`` says the store has not been migrated: its tables differ, or it lacks the database or one."""
     if isinstance(error, SchemaMismatch):
         return True
-    return any(int(code) in SCHEMA_MISSING_CODES for code in _SERVER_CODE.findall(str(error)))
+    return any(code in SCHEMA_MISSING_CODES for code in _codes(error))
+
+
+def _codes(error: BaseException) -> list[int]:
+    """The server error codes ``error``'s message names."""
+    return [int(code) for code in _SERVER_CODE.findall(str(error))]
 
 
 def call(fn: Callable[[], T]) -> T:

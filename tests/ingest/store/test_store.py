@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import inspect
+import uuid
 from pathlib import Path
 
 import clickhouse_connect.driver.exceptions as driver_exceptions
@@ -23,6 +24,22 @@ def test_embedded_dsn():
     target = store.parse_dsn("chdb:///var/lib/ss?database=tenant_a")
     assert (target.engine, target.path, target.database) == ("chdb", Path("/var/lib/ss"), "tenant_a")
     assert store.parse_dsn("chdb:///x").database == store.DEFAULT_DATABASE
+
+
+def test_an_embedded_database_is_made_on_first_connection_unless_the_account_may_not(chdb_dir, chdb_admin):
+    database = f"made_{uuid.uuid4().hex[:8]}"
+    missing = store.parse_dsn(f"chdb://{chdb_dir}?database={database}")
+    with pytest.raises(WriteError, match="UNKNOWN_DATABASE"):
+        store.connect(missing, create_database=False)
+    client = store.connect(missing)
+    try:
+        assert client.query("SELECT currentDatabase()").result_rows == [(database,)]
+        again = store.connect(missing, create_database=False)  # it is there now
+        assert again.query("SELECT currentDatabase()").result_rows == [(database,)]
+        again.close()
+    finally:
+        client.close()
+        chdb_admin.command(f"DROP DATABASE {database} SYNC")
 
 
 def test_server_dsn():
