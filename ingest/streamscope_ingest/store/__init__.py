@@ -78,8 +78,8 @@ BATCH_FAULT_CODES = {
 # Driver errors without a server code that are the data's: the client could not convert the rows.
 BATCH_FAULT_DRIVER_ERRORS: tuple[type[Exception], ...] = (DataError,)
 # Server codes that say the schema is not there: a store not migrated, which waiting alone does not heal.
-SCHEMA_MISSING_CODES = {60: "UNKNOWN_TABLE", 81: "UNKNOWN_DATABASE"}
 _UNKNOWN_DATABASE = 81
+SCHEMA_MISSING_CODES = {60: "UNKNOWN_TABLE", _UNKNOWN_DATABASE: "UNKNOWN_DATABASE"}
 _SERVER_CODE = re.compile(r"\bCode: (\d+)\.")
 
 
