@@ -9,14 +9,18 @@ import time
 
 
 def main() -> None:
-    signal.signal(signal.SIGTERM, lambda *_: (print("bye", flush=True), sys.exit(0)))
     if "--silent" in sys.argv:
         time.sleep(60)
         return
+    # SIGTERM stays pending until waited for: a handler could run too late, when the signal landed just before
+    # a sleep began, and the sleep would outlast the parent's patience.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     print("ready", flush=True)
     for line in sys.stdin:
         if line.strip() == "last words":
-            time.sleep(60)
+            signal.sigtimedwait({signal.SIGTERM}, 60)
+            print("bye", flush=True)
+            return
         print(line.strip(), flush=True)
 
 
