@@ -128,7 +128,8 @@ def test_every_panel_runs_and_the_hand_worked_numbers_hold(store):
     assert [(row[1], row[2]) for row in stalls.rows] == [("connection", 1)]  # a lone late arrival
 
     changes = report.result("chunking_changes")
-    assert [row[1:6] for row in changes.rows] == [["", "", "counted", 4, 1]]  # 4 → 1 tokens per chunk at second 20
+    # 4 → 1 tokens per chunk at second 20, on the client side (no node known there)
+    assert [row[1:8] for row in changes.rows] == [["client", "", "", "", "counted", 4, 1]]
     assert changes.typed_rows()[0][0] == datetime.fromtimestamp(T0 / 1e9 + 20, UTC)
 
     timeline = report.result("stream_timeline")
@@ -153,6 +154,33 @@ def test_every_panel_runs_and_the_hand_worked_numbers_hold(store):
     assert by_model["m-2"]["tool_call_pause_ms_p50"] == pytest.approx(170, rel=0.005)  # a bucket's middle
     assert by_model[""]["tool_calls"] in (0, None)
     assert by_model[""]["gap_p50_ms"] == pytest.approx(20, rel=0.005) and by_model[""]["gap_max_ms"] == 720
+
+
+def test_a_chunking_change_on_one_node_of_two_is_found_there_whichever_side_is_chosen(store_client, storage_dsn):
+    """node-b goes from 2 tokens per chunk to 1 at second 20; node-a, busier, stays at 2, so the servers' chunks
+    together keep a median of 2. The change shows under node-b's name, the client side chosen (the default)."""
+    node = lambda name: {sc.STREAMSCOPE_NODE_NAME: name}  # noqa: E731
+    spans = []
+    for n, start_s in enumerate((0, 20)):
+        for k in range(3):
+            spans.append(stream_span(100 + 10 * n + k, 1, side="server", offsets_ms=steady(60), tokens=[2] * 60,
+                                     start_ns=T0 + start_s * S, attributes=node("node-a")))  # fmt: skip
+    spans.append(stream_span(200, 1, side="server", offsets_ms=steady(60), tokens=[2] * 60, start_ns=T0,
+                             attributes=node("node-b")))  # fmt: skip
+    spans.append(stream_span(201, 1, side="server", offsets_ms=steady(120), tokens=[1] * 120, start_ns=T0 + 20 * S,
+                             attributes=node("node-b")))  # fmt: skip
+    store_spans(store_client, spans)
+    report = build_report(run_on(store_client), START, END, slo_us=400_000)
+    changes = report.result("chunking_changes")
+    rows = [dict(zip(changes.names, row)) for row in changes.rows]
+    assert [(r["side"], r["node"], r["tokens_per_chunk_before"], r["tokens_per_chunk_after"]) for r in rows] == [
+        ("server", "node-b", 2, 1)
+    ]
+    assert (rows[0]["chunks_before"], rows[0]["chunks_after"]) == (60, 120)
+    window = ["--from", f"{START:%Y-%m-%d %H:%M:%S}", "--to", f"{END:%Y-%m-%d %H:%M:%S}"]
+    printed = CliRunner().invoke(cli, ["report", "--storage", storage_dsn, *window], terminal_width=200).output
+    shown = printed[printed.index("Chunking changes") :].splitlines()[:14]
+    assert any("node-b" in line for line in shown) and any("server" in line for line in shown), printed
 
 
 @pytest.fixture

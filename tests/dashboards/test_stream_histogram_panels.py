@@ -216,10 +216,10 @@ def test_tokens_per_chunk_and_its_changes_are_the_streams_medians(store, interva
         key: value["median"] for key, value in exact.items()
     }
     changes = run(store, CHUNKING_CHANGES, WHOLE, interval_s)
-    if interval_s == 3600:  # m-1's chunks carry three times the tokens from the third hour
-        assert [(row["model"], row["tokens_per_chunk_before"] * 3) for row in changes] == [
-            ("m-1", row["tokens_per_chunk_after"]) for row in changes
-        ] and len(changes) == 1
+    if interval_s == 3600:  # m-1's chunks carry three times the tokens from the third hour, seen from each side
+        assert [(row["side"], row["model"], row["tokens_per_chunk_before"] * 3) for row in changes] == [
+            (side, "m-1", row["tokens_per_chunk_after"]) for side, row in zip(("client", "server"), changes)
+        ] and len(changes) == 2
 
 
 ALL_ROUTES = {"route": (ROUTED, "/v1/other")}

@@ -180,12 +180,16 @@ def filters(*names: str, alias: str = "", over_chunks: bool = False) -> str:
 ON_SIDE = f"side = ${{{SIDE}:singlequote}}"
 
 
-def _selected(over_chunks: bool = False) -> str:
-    """Rows in the range of the chosen side, narrowed by the dashboard's variables."""
-    return f"$__timeFilter(start_time) AND {ON_SIDE} AND {filters(*VARIABLES, over_chunks=over_chunks)}"
+def _selected(over_chunks: bool = False, on_side: bool = True) -> str:
+    """Rows in the range of the chosen side (of every side, unless ``on_side``), narrowed by the dashboard's
+    variables."""
+    side = f"{ON_SIDE} AND " if on_side else ""
+    return f"$__timeFilter(start_time) AND {side}{filters(*VARIABLES, over_chunks=over_chunks)}"
 
 
 SELECTED = _selected()
+SELECTED_ANY_SIDE = _selected(on_side=False)
+"""For a panel that lists each side apart (a column of its own): the sides are never added together."""
 
 TIMED = "coverage IN ('full', 'arrivals')"
 """Streams whose every chunk's arrival is known (``streams.coverage``): per-stream gap figures (a stream's p99, its
@@ -242,10 +246,13 @@ def over_range(start: str = "$__fromTime", end: str = "$__toTime") -> str:
 HISTOGRAMS_OVER_RANGE = over_range()
 """The histogram rows that count the query's range once, for a panel that does not draw intervals (a table)."""
 
-HISTOGRAMS_SELECTED = (
-    f"{HISTOGRAM_STEP} AND {HISTOGRAM_RANGE} AND {ON_SIDE} "
-    f"AND {filters('tenant', 'service', 'provider', 'model')} AND {ROUTES_ALL}"
+HISTOGRAMS_SELECTED_ANY_SIDE = (
+    f"{HISTOGRAM_STEP} AND {HISTOGRAM_RANGE} AND {filters('tenant', 'service', 'provider', 'model')} AND {ROUTES_ALL}"
 )
+"""Rows of ``gap_histograms`` for the panel's interval, range and variables, of every side (as
+``SELECTED_ANY_SIDE``)."""
+
+HISTOGRAMS_SELECTED = f"{HISTOGRAMS_SELECTED_ANY_SIDE} AND {ON_SIDE}"
 """Rows of ``gap_histograms`` for the panel's interval, range, side and variables."""
 
 TABLE_HISTOGRAMS_SELECTED = (

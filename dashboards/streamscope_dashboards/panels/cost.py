@@ -5,8 +5,10 @@ from __future__ import annotations
 from streamscope_dashboards.panels.common import (
     HISTOGRAM_INTERVAL,
     HISTOGRAMS_SELECTED,
+    HISTOGRAMS_SELECTED_ANY_SIDE,
     ROUTES_ALL,
     SELECTED,
+    SELECTED_ANY_SIDE,
     SIZED,
     STORED_BYTES_SQL,
     TABLE_HISTOGRAMS_SELECTED,
@@ -145,34 +147,38 @@ ORDER BY chunks DESC, provider, model""",
 CHUNKING_CHANGES = Panel(
     "chunking_changes",
     "Chunking changes",
-    f"Intervals where a provider and model's median tokens per chunk moved by {CHANGE_FACTOR}x or more from the "
-    f"interval before (at least {CHANGE_MIN_CHUNKS} chunks in each); counted and estimated tokens compared apart.",
+    f"Intervals where the median tokens per chunk of a provider and model, on one side and (on the server side) one "
+    f"engine node, moved by {CHANGE_FACTOR}x or more from the interval before (at least {CHANGE_MIN_CHUNKS} chunks "
+    "in each); counted and estimated tokens compared apart. Every side is listed whichever is chosen: a change at "
+    "one node of several shows there, while the clients' mixture of nodes (and a proxy that merges chunks) can "
+    "hide it.",
     "table",
-    f"""SELECT time, provider, model, tokens_kind, previous AS tokens_per_chunk_before,
+    f"""SELECT time, side, node_name AS node, provider, model, tokens_kind, previous AS tokens_per_chunk_before,
     median AS tokens_per_chunk_after, previous_chunks AS chunks_before, chunks AS chunks_after
 FROM (
-    SELECT time, provider, model, tokens_kind, median, chunks,
+    SELECT time, side, node_name, provider, model, tokens_kind, median, chunks,
         lagInFrame(median) OVER w AS previous,
         lagInFrame(chunks) OVER w AS previous_chunks
     FROM (
-        SELECT {HISTOGRAM_INTERVAL} AS time, provider, model, {TOKENS_KIND}, sum(content_chunks) AS chunks,
-            {median_of("sumMap(content_chunks_by_tokens)", "chunks")} AS median
+        SELECT {HISTOGRAM_INTERVAL} AS time, side, node_name, provider, model, {TOKENS_KIND},
+            sum(content_chunks) AS chunks, {median_of("sumMap(content_chunks_by_tokens)", "chunks")} AS median
         FROM stream_totals
-        WHERE {HISTOGRAMS_SELECTED} AND {SIZED}
-        GROUP BY time, provider, model, tokens_kind
+        WHERE {HISTOGRAMS_SELECTED_ANY_SIDE} AND {SIZED}
+        GROUP BY time, side, node_name, provider, model, tokens_kind
         HAVING chunks > 0
         UNION ALL
-        SELECT $__timeInterval(start_time) AS time, provider, model, {TOKENS_KIND}, sum(content_chunks) AS chunks,
-            {median_of("sumMap(content_chunks_by_tokens)", "chunks")} AS median
+        SELECT $__timeInterval(start_time) AS time, side, node_name, provider, model, {TOKENS_KIND},
+            sum(content_chunks) AS chunks, {median_of("sumMap(content_chunks_by_tokens)", "chunks")} AS median
         FROM stream_metrics
-        WHERE {SELECTED} AND content_chunks > 0 AND {SIZED} AND NOT {ROUTES_ALL}
-        GROUP BY time, provider, model, tokens_kind
+        WHERE {SELECTED_ANY_SIDE} AND content_chunks > 0 AND {SIZED} AND NOT {ROUTES_ALL}
+        GROUP BY time, side, node_name, provider, model, tokens_kind
     )
-    WINDOW w AS (PARTITION BY provider, model, tokens_kind ORDER BY time ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
+    WINDOW w AS (PARTITION BY side, node_name, provider, model, tokens_kind ORDER BY time
+        ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
 )
 WHERE previous_chunks >= {CHANGE_MIN_CHUNKS} AND chunks >= {CHANGE_MIN_CHUNKS}
     AND (median * {CHANGE_FACTOR} <= previous OR median >= previous * {CHANGE_FACTOR})
-ORDER BY time, provider, model, tokens_kind""",
+ORDER BY time, side, node, provider, model, tokens_kind""",
 )
 
 CANCELLATION = Panel(

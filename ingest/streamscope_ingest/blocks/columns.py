@@ -477,6 +477,7 @@ STREAM_TOTALS = pa.schema(  # streams summed per interval (migration 0033, rollu
         ("source", _LC),
         ("coverage", _LC),
         ("tokens_estimated", pa.bool_()),  # counted and estimated tokens summed apart (migration 0037)
+        ("node_name", _LC),  # each engine node's streams summed apart (migration 0040)
         *[(name, pa.uint64()) for name in STREAM_SUMS],
         ("content_chunks_by_tokens", pa.map_(pa.uint16(), pa.uint64())),
     ]

@@ -92,11 +92,11 @@ def stream_histograms(streams: pa.Table) -> pa.Table:
 
 
 def stream_totals(streams: pa.Table) -> pa.Table:
-    """The ``stream_totals`` rows of a ``streams`` block: per step, interval, labels, source, coverage and whether
-    the tokens were estimated, how many streams, their sums and flags (``stream_metrics``'), and their content chunks
-    by tokens added up (migrations 0033, 0037, 0039)."""
+    """The ``stream_totals`` rows of a ``streams`` block: per step, interval, labels, source, coverage, whether
+    the tokens were estimated and node, how many streams, their sums and flags (``stream_metrics``'), and their
+    content chunks by tokens added up (migrations 0033, 0037, 0039, 0040)."""
     labels = _labels(streams)
-    for name in ("source", "coverage", "tokens_estimated"):
+    for name in ("source", "coverage", "tokens_estimated", "node_name"):
         labels = labels.append_column(name, streams[name])
     distinct, group = label_groups(labels)
     bursting, burst_ratio = _head_burst(streams)

@@ -1,6 +1,6 @@
 """``stream_histograms``, ``smoothing_histograms`` (migrations 0032, 0033, 0037) and ``stream_totals`` (0033,
-0037): every stream is counted at every step in the bucket the migrations document, and summed, checked against a
-Python reading of the stored rows; the attribution job counts the smoothing rows of timed streams only; the
+0037, 0039, 0040): every stream is counted at every step in the bucket the migrations document, and summed, checked
+against a Python reading of the stored rows; the attribution job counts the smoothing rows of timed streams only; the
 migrations' copies count what the writer and the job count; a replayed insert is not counted twice."""
 
 from __future__ import annotations
@@ -50,9 +50,10 @@ def spans():
         if n == 6:
             offsets, tokens = offsets[:1], tokens[:1]
         for side, span in (("client", 1), ("server", 2)):
+            node = {sc.STREAMSCOPE_NODE_NAME: f"node-{n % 3}"} if side == "server" else {}
             made.append(stream_span(n + 1, span, side=side, offsets_ms=offsets, tokens=tokens,
                                     content_bytes=[4] * len(tokens), start_ns=T0 + start_s * S,
-                                    attributes=attributes))  # fmt: skip
+                                    attributes=attributes | node))  # fmt: skip
     return made
 
 
@@ -101,19 +102,19 @@ def expected_streams(client) -> Counter:
 
 
 def expected_totals(client) -> Counter:
-    """Each step's interval, side, model and coverage with its streams' sums, as migrations 0033, 0037 and 0039
-    document."""
+    """Each step's interval, side, model, source, coverage and node with its streams' sums, as migrations 0033,
+    0037, 0039 and 0040 document."""
     rows = client.query(
-        "SELECT toUnixTimestamp(start_time), side, model, source, coverage, content_chunks, tokens, content_bytes, "
-        "wire_bytes, outcome IN ('cancelled', 'disconnected'), stall_count > 0, ifNull(gap_max_us, 0) > 400000, "
-        "frontloaded_then_stalled, stuck_loop, outcome = 'unknown', content_chunks * (wire_bytes > 0), "
-        "content_bytes * (wire_bytes > 0), ifNull(counted_tokens, 0), content_chunks * (counted_tokens IS NOT NULL), "
-        "content_chunks_by_tokens FROM stream_metrics"
+        "SELECT toUnixTimestamp(start_time), side, model, source, coverage, node_name, content_chunks, tokens, "
+        "content_bytes, wire_bytes, outcome IN ('cancelled', 'disconnected'), stall_count > 0, "
+        "ifNull(gap_max_us, 0) > 400000, frontloaded_then_stalled, stuck_loop, outcome = 'unknown', "
+        "content_chunks * (wire_bytes > 0), content_bytes * (wire_bytes > 0), ifNull(counted_tokens, 0), "
+        "content_chunks * (counted_tokens IS NOT NULL), content_chunks_by_tokens FROM stream_metrics"
     ).result_rows
     summed: Counter = Counter()
-    for start_s, side, model, source, coverage, *sums, by_tokens in rows:
+    for start_s, side, model, source, coverage, node, *sums, by_tokens in rows:
         for step in STEPS_S:
-            key = (step, side, start_s // step * step, model, source, coverage)
+            key = (step, side, start_s // step * step, model, source, coverage, node)
             summed[(*key, "streams")] += 1
             for name, value in zip(TOTALS[1:], sums):
                 summed[(*key, name)] += int(value)
@@ -126,17 +127,17 @@ TOTALS = columns.STREAM_SUMS
 
 
 def stored_totals(client) -> Counter:
-    key = "step, side, toUnixTimestamp(interval_start), model, source, coverage"
+    key = "step, side, toUnixTimestamp(interval_start), model, source, coverage, node_name"
     sums = ", ".join(f"sum({name})" for name in TOTALS)
     rows = client.query(
         f"SELECT {key}, {sums}, sumMap(content_chunks_by_tokens) FROM stream_totals GROUP BY {key}"
     ).result_rows
     summed: Counter = Counter()
     for row in rows:
-        for name, value in zip(TOTALS, row[6:-1]):
-            summed[(*row[:6], name)] = value
+        for name, value in zip(TOTALS, row[7:-1]):
+            summed[(*row[:7], name)] = value
         for tokens, chunks in row[-1].items():
-            summed[(*row[:6], f"tokens {tokens}")] = chunks
+            summed[(*row[:7], f"tokens {tokens}")] = chunks
     return +summed
 
 
@@ -169,13 +170,15 @@ def test_every_stream_is_summed_at_every_step(store_client):
     store_spans(store_client, spans())
     summed = stored_totals(store_client)
     assert summed == +expected_totals(store_client)
-    assert sum(n for key, n in summed.items() if key[0] == 60 and key[6] == "streams") == 14
+    assert sum(n for key, n in summed.items() if key[0] == 60 and key[7] == "streams") == 14
     assert {key[5] for key in summed} == {"full", "partial"} and {key[4] for key in summed} == {"streamscope"}
-    assert sum(n for key, n in summed.items() if key[0] == 60 and key[6] == "over_slo") > 0
+    assert {key[6] for key in summed if key[1] == "server"} == {"node-0", "node-1", "node-2"}
+    assert {key[6] for key in summed if key[1] == "client"} == {""}
+    assert sum(n for key, n in summed.items() if key[0] == 60 and key[7] == "over_slo") > 0
     # the estimated streams' told totals: the whole one's, not the partial one's (its 8 chunks a side kept)
     hourly = Counter()
     for key, n in summed.items():
-        hourly[key[6]] += n if key[0] == 3600 else 0
+        hourly[key[7]] += n if key[0] == 3600 else 0
     assert hourly["content_chunks"] - hourly["counted_chunks"] == 4 * 8  # 3's and 4's
     assert hourly["tokens"] - hourly["counted_tokens"] == 2 * (12 - 6) + 4 * 12  # 1's told 6 of 12; none of the others
 
@@ -229,7 +232,7 @@ def test_the_job_counts_the_smoothing_of_timed_streams_only(store_client):
     ("migration", "table", "counts"),
     [
         ("outcome_and_rest_stalls", "stream_histograms", partial(stored, table="stream_histograms", key=STREAM_KEY)),
-        ("counted_tokens", "stream_totals", stored_totals),
+        ("totals_by_node", "stream_totals", stored_totals),
         ("stream_histograms", "smoothing_histograms", partial(stored, table="smoothing_histograms", key=SMOOTHING_KEY)),
     ],
     ids=lambda value: value if isinstance(value, str) else "",
