@@ -253,6 +253,7 @@ def score(client: Client, since: datetime, stall: StallRule | None = None) -> Sc
     result.host_records.update({(cause, bool(injected)): n for cause, injected, n in host_sources})
     result.injected.update(r.cause for records in by_trace.values() for r in records if r.cause != OWN_PAUSE)
     result.injected.update(r.cause for r in host_records)
+    result.injected.update(record.cause for candidates in node_candidates.values() for _, record in candidates)
     hit: set[tuple[str, int, int]] = set()
     labelling: set[tuple[str, Record]] = set()
     for trace, _, start, end, predicted, secondary, server_seq in stalls:

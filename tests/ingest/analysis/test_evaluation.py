@@ -247,6 +247,8 @@ def test_a_serving_nodes_own_host_labels_the_stalls_of_the_streams_it_served(sto
         [record],
     )
     assert result.confusion == {("server_host", "server_host"): 1, ("none", "server_host"): 1}
+    # the record is counted as injected, and it made a stall: none of it slowed content without one
+    assert result.injected["server_host"] == result.made_a_stall["server_host"] == 1
 
 
 def test_host_records_are_told_apart_by_who_made_them(store_client):
