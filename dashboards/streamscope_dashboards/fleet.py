@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from streamscope_dashboards.macros import QueryContext, resolve
 from streamscope_dashboards.panels.common import (
-    ROUTES_ALL,
+    ROLLUPS_APPLY,
     SELECTED,
     SELECTED_CHUNKS,
     SIZED,
@@ -59,12 +59,12 @@ SELECT q[1] AS gap_p50_us, q[2] AS gap_p95_us, q[3] AS gap_p99_us, gaps
 FROM (
     SELECT [{_GAP_QUANTILES_US}] AS q, gaps
     FROM ({gap_histogram(TABLE_HISTOGRAMS_SELECTED)})
-    WHERE {ROUTES_ALL}
+    WHERE {ROLLUPS_APPLY}
     UNION ALL
     SELECT arrayMap(x -> toFloat64(x), quantilesExact(0.5, 0.95, 0.99)(gap_us)) AS q, count(gap_us) AS gaps
     FROM chunks
-    WHERE {SELECTED_CHUNKS} AND kind = 'content' AND NOT {ROUTES_ALL}
-    HAVING NOT {ROUTES_ALL}
+    WHERE {SELECTED_CHUNKS} AND kind = 'content' AND NOT {ROLLUPS_APPLY}
+    HAVING NOT {ROLLUPS_APPLY}
 )
 """
 """The three gap quantiles, from ``gap_histograms`` (within 0.5 %, as ``model_texture``'s), or from the chunks,

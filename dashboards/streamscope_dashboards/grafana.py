@@ -34,6 +34,8 @@ _VARIABLE_SOURCES = {
     "provider": "SELECT DISTINCT provider FROM chunks WHERE $__timeFilter(start_time) ORDER BY provider",
     "model": "SELECT DISTINCT model FROM chunks WHERE $__timeFilter(start_time) ORDER BY model",
     "route": "SELECT DISTINCT route FROM streams WHERE $__timeFilter(start_time) AND route != '' ORDER BY route",
+    "transport": "SELECT DISTINCT transport FROM streams WHERE $__timeFilter(start_time) AND transport != '' "
+    "ORDER BY transport",
 }
 
 

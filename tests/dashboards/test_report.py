@@ -15,7 +15,7 @@ from streamscope_cli.smoothing_report import smoothing_panel
 from streamscope_dashboards.macros import QueryContext
 from streamscope_dashboards.panels import PANELS
 from streamscope_dashboards.panels.attribution import ATTRIBUTED_STALL
-from streamscope_dashboards.panels.common import SLO_US, VARIABLES
+from streamscope_dashboards.panels.common import BY_TRACE, SLO_US, VARIABLES
 from streamscope_dashboards.report import build_report, interval_for, parse_duration, title_line
 from streamscope_dashboards.report_html import render_html
 from streamscope_ingest.analysis.attribution_job import AttributionJob
@@ -183,6 +183,9 @@ def test_a_chunking_change_on_one_node_of_two_is_found_there_whichever_side_is_c
     assert any("node-b" in line for line in shown) and any("server" in line for line in shown), printed
 
 
+SSE = {sc.STREAMSCOPE_TRANSPORT: "sse"}
+
+
 @pytest.fixture
 def frozen_store(store_client):
     """Two streams at a 20 ms pace; one freezes for 300 ms once (a stall: over 150 ms and 3x its median)."""
@@ -191,8 +194,8 @@ def frozen_store(store_client):
     store_spans(
         store_client,
         [
-            stream_span(1, 1, side="client", offsets_ms=steady(40), tokens=[1] * 40, start_ns=T0),
-            stream_span(2, 1, side="client", offsets_ms=frozen, tokens=[1] * 40, start_ns=T0),
+            stream_span(1, 1, side="client", offsets_ms=steady(40), tokens=[1] * 40, start_ns=T0, attributes=SSE),
+            stream_span(2, 1, side="client", offsets_ms=frozen, tokens=[1] * 40, start_ns=T0, attributes=SSE),
         ],
     )
     AttributionJob(store_client, settle_s=0).run_once(until=datetime.now(UTC))
@@ -271,13 +274,13 @@ def test_gap_quantiles_read_from_histogram_buckets_never_pass_the_longest_gap(st
 def test_a_buffer_of_ones_choosing_keeps_the_streams_each_filter_keeps(frozen_store, name):
     """Each dashboard variable narrows the chosen buffer's streams as it narrows the panels (a filter on a column
     the streams table lacks, ``model``, once made its query fail). Both streams pass every filter set to their own
-    value; no client stream has a route."""
+    value (both came over SSE); no client stream has a route."""
     ctx = QueryContext(START, END, timedelta(seconds=1))
-    columns = [n for n in VARIABLES if n != "route"]
+    columns = [n for n in VARIABLES if n not in BY_TRACE]
     own = dict(
         zip(columns, frozen_store.query(f"SELECT {', '.join(columns)} FROM stream_metrics LIMIT 1").result_rows[0])
     )
-    value = own.get(name, "/v1/chat/completions")
+    value = {**own, "route": "/v1/chat/completions", "transport": "sse"}[name]
     result = smoothing_panel(run_on(frozen_store), ctx, {"side": ("client",), name: (value,)}, Buffer(250)).result
     streams = dict(zip(result.names, result.rows[0]))["streams"] if result.rows else 0
     assert streams == (0 if name == "route" else 2)
@@ -428,6 +431,43 @@ def test_side_and_route_narrow_every_panel(store):
     gaps = lambda report: sum(sum(row[1:]) for row in report.result("itl_heatmap").rows)  # noqa: E731
     assert gaps(routed) == 29 < gaps(default)  # chunks too: the 29 gaps of the routed trace's client stream
     assert "route /v1/chat/completions" in title_line(routed)
+
+
+def test_a_transport_narrows_every_panel_and_the_command_takes_it(store_client, storage_dsn):
+    """Two streams over a WebSocket, one of them frozen for 300 ms, beside three over SSE that never stall: with
+    the WebSocket chosen, the figures are the two streams' (read from their raw rows: the pre-aggregated tables
+    carry no transport)."""
+    frozen = steady(40)
+    frozen[20:] = [o + 280 for o in frozen[20:]]
+    websocket = {sc.STREAMSCOPE_TRANSPORT: "websocket"}
+    spans = [
+        stream_span(1, 1, side="client", offsets_ms=steady(40), tokens=[1] * 40, attributes=websocket),
+        stream_span(2, 1, side="client", offsets_ms=frozen, tokens=[1] * 40, attributes=websocket),
+    ]
+    spans += [
+        stream_span(n, 1, side="client", offsets_ms=steady(30), tokens=[2] * 30, attributes=SSE) for n in (3, 4, 5)
+    ]
+    store_spans(store_client, spans)
+    AttributionJob(store_client, settle_s=0).run_once(until=datetime.now(UTC))
+    every = build_report(run_on(store_client), START, END, slo_us=400_000)
+    chosen = build_report(run_on(store_client), START, END, slo_us=400_000, variables={"transport": ["websocket"]})
+    assert every.summary.streams == 5 and chosen.summary.streams == 2
+    gaps = lambda report: sum(sum(row[1:]) for row in report.result("itl_heatmap").rows)  # noqa: E731
+    assert (gaps(every), gaps(chosen)) == (2 * 39 + 3 * 29, 2 * 39)
+    economics = chosen.result("chunk_economics")
+    assert [dict(zip(economics.names, row))["chunks"] for row in economics.rows] == [80]
+    assert (
+        [(row[1], row[2]) for row in chosen.result("stalls_by_cause").rows]
+        == [(row[1], row[2]) for row in every.result("stalls_by_cause").rows]
+        != []
+    )  # the one stall is the WebSocket's
+    sse = build_report(run_on(store_client), START, END, slo_us=400_000, variables={"transport": ["sse"]})
+    assert sse.summary.streams == 3 and sse.result("stalls_by_cause").rows == []
+    window = ["--from", f"{START:%Y-%m-%d %H:%M:%S}", "--to", f"{END:%Y-%m-%d %H:%M:%S}"]
+    printed = CliRunner().invoke(cli, ["report", "--storage", storage_dsn, "--transport", "websocket", *window])
+    assert printed.exit_code == 0 and "transport websocket" in printed.output, printed.output
+    wrong = CliRunner().invoke(cli, ["report", "--storage", storage_dsn, "--transport", "carrier-pigeon", *window])
+    assert wrong.exit_code == 2 and "--transport" in wrong.output and "Traceback" not in wrong.output
 
 
 def test_html_is_self_contained_with_a_chart_per_chart_panel(store):

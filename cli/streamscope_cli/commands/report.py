@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from streamscope import env
+from streamscope.semconv import STREAMSCOPE_TRANSPORT_VALUES
 from streamscope_cli.options import collector_url_option, fail_plainly, storage_option
 from streamscope_dashboards.panels.common import SIDES  # light: no query engine behind it
 
@@ -34,6 +35,12 @@ if TYPE_CHECKING:
 @click.option("--provider", multiple=True, help="Only these providers (repeatable).")
 @click.option("--model", multiple=True, help="Only these models (repeatable).")
 @click.option("--route", multiple=True, help="Only streams their server served on these routes (repeatable).")
+@click.option(
+    "--transport",
+    multiple=True,
+    type=click.Choice(STREAMSCOPE_TRANSPORT_VALUES),
+    help="Only streams carried so (repeatable): sse, chunked (NDJSON over HTTP), websocket, grpc.",
+)
 @click.option(
     "--side",
     type=click.Choice(SIDES),

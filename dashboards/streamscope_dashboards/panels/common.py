@@ -138,10 +138,16 @@ STREAM_ZERO_BUCKET = -32768
 INDEX_STEPS = 10_000
 """Their bucket k of a quality index holds [k, k + 1) / INDEX_STEPS."""
 
-VARIABLES = ("tenant", "service", "provider", "model", "route")
+VARIABLES = ("tenant", "service", "provider", "model", "route", "transport")
 """Multi-valued dashboard variables, All by default (and in the report). Each filters the column of its name,
-but route: that is the server's (``http.route``), so a client row is kept when its trace's server span was
-served on one of the chosen routes."""
+but route and transport, which keep a row when its trace has a stream so recorded: route is the server's
+(``http.route``), so a client row is kept when its trace's server span was served on one of the chosen routes;
+transport is how a stream was carried (``streams.transport``: sse, chunked, websocket, grpc)."""
+
+BY_TRACE = ("route", "transport")
+"""The variables that narrow by a stream's trace: the pre-aggregated tables carry no key for them."""
+KEYED = tuple(name for name in VARIABLES if name not in BY_TRACE)
+"""The variables the pre-aggregated tables carry a key for."""
 
 SIDES = ("client", "server", "gateway", "browser")
 
@@ -154,15 +160,12 @@ DEFAULTS: dict[str, tuple[str, ...]] = {SIDE: (SIDES[0],)}
 
 _CONDITIONS = {name: f"{{alias}}{name} IN (${{{name}:singlequote}})" for name in VARIABLES}
 
-_ROUTED = "FROM streams WHERE route IN (${route:singlequote})"
-
-_CONDITIONS["route"] = f"{{alias}}trace_id IN (SELECT trace_id {_ROUTED})"
-
-_CHUNK_CONDITIONS = {
-    **_CONDITIONS,
-    "route": f"{{alias}}trace_id_bytes IN (SELECT toFixedString(unhex(trace_id), 16) {_ROUTED})",
-}
-"""On chunks, route compares the stored id bytes: the hex ``trace_id`` there is computed on read, row by row."""
+_CHUNK_CONDITIONS = dict(_CONDITIONS)
+for _name in BY_TRACE:
+    _traces = f"FROM streams WHERE {_name} IN (${{{_name}:singlequote}})"
+    _CONDITIONS[_name] = f"{{alias}}trace_id IN (SELECT trace_id {_traces})"
+    # on chunks, the stored id bytes: the hex ``trace_id`` there is computed on read, row by row
+    _CHUNK_CONDITIONS[_name] = f"{{alias}}trace_id_bytes IN (SELECT toFixedString(unhex(trace_id), 16) {_traces})"
 
 
 def chosen(variables: Mapping[str, Sequence[str]] | None = None) -> dict[str, Sequence[str]]:
@@ -215,10 +218,11 @@ stamped arrivals alone says nothing of what a chunk carried)."""
 
 SELECTED_CHUNKS = _selected(over_chunks=True)
 
-ROUTES_ALL = "($__conditionalAll(0, $route))"
-"""True when every route is chosen. ``gap_histograms`` carry no route (the server span's, known once that span
-arrives), so a panel over them answers from raw chunks while routes are chosen: each such panel is a UNION ALL
-of the two, and the branch whose condition is false reads nothing."""
+ROLLUPS_APPLY = "(" + " AND ".join(f"$__conditionalAll(0, ${name})" for name in BY_TRACE) + ")"
+"""True when every route and transport is chosen. The pre-aggregated tables (``gap_histograms`` and the others)
+carry neither (a route is the server span's, known once that span arrives), so a panel over them answers from raw
+rows while some are chosen: each such panel is a UNION ALL of the two, and the branch whose condition is false
+reads nothing."""
 
 
 def _within(step: int, start: str, end: str) -> str:
@@ -246,21 +250,17 @@ def over_range(start: str = "$__fromTime", end: str = "$__toTime") -> str:
 HISTOGRAMS_OVER_RANGE = over_range()
 """The histogram rows that count the query's range once, for a panel that does not draw intervals (a table)."""
 
-HISTOGRAMS_SELECTED_ANY_SIDE = (
-    f"{HISTOGRAM_STEP} AND {HISTOGRAM_RANGE} AND {filters('tenant', 'service', 'provider', 'model')} AND {ROUTES_ALL}"
-)
+HISTOGRAMS_SELECTED_ANY_SIDE = f"{HISTOGRAM_STEP} AND {HISTOGRAM_RANGE} AND {filters(*KEYED)} AND {ROLLUPS_APPLY}"
 """Rows of ``gap_histograms`` for the panel's interval, range and variables, of every side (as
 ``SELECTED_ANY_SIDE``)."""
 
 HISTOGRAMS_SELECTED = f"{HISTOGRAMS_SELECTED_ANY_SIDE} AND {ON_SIDE}"
 """Rows of ``gap_histograms`` for the panel's interval, range, side and variables."""
 
-TABLE_HISTOGRAMS_SELECTED = (
-    f"{HISTOGRAMS_OVER_RANGE} AND {ON_SIDE} AND {filters('tenant', 'service', 'provider', 'model')} AND {ROUTES_ALL}"
-)
+TABLE_HISTOGRAMS_SELECTED = f"{HISTOGRAMS_OVER_RANGE} AND {ON_SIDE} AND {filters(*KEYED)} AND {ROLLUPS_APPLY}"
 """Rows of ``gap_histograms`` or ``stream_histograms`` counting the range once, for the side and variables."""
 
-STALL_FILTERS = f"{ON_SIDE} AND {filters('tenant', 'service', 'model', 'route')}"
+STALL_FILTERS = f"{ON_SIDE} AND {filters('tenant', 'service', 'model', *BY_TRACE)}"
 """Stalls and quality rows carry no provider (stalls are found on the client and browser sides)."""
 
 TENANT_FILTER = filters("tenant")

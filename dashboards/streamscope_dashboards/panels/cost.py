@@ -6,7 +6,7 @@ from streamscope_dashboards.panels.common import (
     HISTOGRAM_INTERVAL,
     HISTOGRAMS_SELECTED,
     HISTOGRAMS_SELECTED_ANY_SIDE,
-    ROUTES_ALL,
+    ROLLUPS_APPLY,
     SELECTED,
     SELECTED_ANY_SIDE,
     SIZED,
@@ -54,7 +54,7 @@ TOKENS_PER_CHUNK = Panel(
     UNION ALL
     SELECT $__timeInterval(start_time) AS time, {_SERIES} AS series, {_MEDIAN_TOKENS_PER_CHUNK}
     FROM stream_metrics
-    WHERE {SELECTED} AND content_chunks > 0 AND {SIZED} AND NOT {ROUTES_ALL}
+    WHERE {SELECTED} AND content_chunks > 0 AND {SIZED} AND NOT {ROLLUPS_APPLY}
     GROUP BY time, series
 )
 ORDER BY time, series""",
@@ -137,7 +137,7 @@ FROM (
             sumIf(content_bytes, stream_metrics.wire_bytes > 0) AS wired_content_bytes,
             round(quantileExact(0.5)(chunks_per_s), 1) AS chunks_per_s_p50
         FROM stream_metrics
-        WHERE {SELECTED} AND {SIZED} AND NOT {ROUTES_ALL}
+        WHERE {SELECTED} AND {SIZED} AND NOT {ROLLUPS_APPLY}
         GROUP BY provider, model
     )
 )
@@ -170,7 +170,7 @@ FROM (
         SELECT $__timeInterval(start_time) AS time, side, node_name, provider, model, {TOKENS_KIND},
             sum(content_chunks) AS chunks, {median_of("sumMap(content_chunks_by_tokens)", "chunks")} AS median
         FROM stream_metrics
-        WHERE {SELECTED_ANY_SIDE} AND content_chunks > 0 AND {SIZED} AND NOT {ROUTES_ALL}
+        WHERE {SELECTED_ANY_SIDE} AND content_chunks > 0 AND {SIZED} AND NOT {ROLLUPS_APPLY}
         GROUP BY time, side, node_name, provider, model, tokens_kind
     )
     WINDOW w AS (PARTITION BY side, node_name, provider, model, tokens_kind ORDER BY time
@@ -201,7 +201,7 @@ FROM (
     SELECT count() AS streams, countIf(outcome IN ('cancelled', 'disconnected')) AS cancelled,
         countIf(outcome = 'unknown') AS unknown_outcome
     FROM stream_metrics
-    WHERE {SELECTED} AND NOT {ROUTES_ALL}
+    WHERE {SELECTED} AND NOT {ROLLUPS_APPLY}
     HAVING streams > 0
 ) AS t
 CROSS JOIN (

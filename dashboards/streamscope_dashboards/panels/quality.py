@@ -8,7 +8,7 @@ from streamscope_dashboards.panels.common import (
     HISTOGRAMS_OVER_RANGE,
     HISTOGRAMS_SELECTED,
     ON_SIDE,
-    ROUTES_ALL,
+    ROLLUPS_APPLY,
     SELECTED,
     SELECTED_CHUNKS,
     SLO_US,
@@ -57,7 +57,7 @@ FROM (
         sumIf(stalled, {TIMED}) / nullIf(timed, 0) AS stall_rate, sumIf(streams, NOT {TIMED}) AS incomplete
     FROM stream_totals
     WHERE {TABLE_HISTOGRAMS_SELECTED}
-    HAVING {ROUTES_ALL}
+    HAVING {ROLLUPS_APPLY}
 ) AS t
 CROSS JOIN (
     SELECT {figure_at(0.5, "ttft_us")} AS ttft_p50, {figure_at(0.95, "ttft_us")} AS ttft_p95,
@@ -72,8 +72,8 @@ SELECT count() AS streams,
     countIf(stall_count > 0 AND {TIMED}) / nullIf(countIf({TIMED}), 0) AS stall_rate,
     countIf(NOT {TIMED}) AS incomplete
 FROM stream_metrics
-WHERE {SELECTED} AND NOT {ROUTES_ALL}
-HAVING NOT {ROUTES_ALL}""",
+WHERE {SELECTED} AND NOT {ROLLUPS_APPLY}
+HAVING NOT {ROLLUPS_APPLY}""",
 )
 
 
@@ -115,7 +115,7 @@ ITL_HEATMAP = Panel(
     WHERE {HISTOGRAMS_SELECTED}
     GROUP BY time
     UNION ALL
-{raw_itl_heatmap(f" AND NOT {ROUTES_ALL}")}
+{raw_itl_heatmap(f" AND NOT {ROLLUPS_APPLY}")}
 )
 ORDER BY time""",
     unit="ms",
@@ -148,7 +148,7 @@ ITL_GOODPUT = Panel(
     SELECT $__timeInterval(start_time) AS time, 'goodput' AS series,
         countIf(ifNull(gap_max_us, 0) <= {SLO_US}) / count() AS itl_goodput
     FROM stream_metrics
-    WHERE {SELECTED} AND {TIMED} AND NOT {ROUTES_ALL}
+    WHERE {SELECTED} AND {TIMED} AND NOT {ROLLUPS_APPLY}
     GROUP BY time
 )
 ORDER BY time""",
@@ -168,7 +168,7 @@ TTFT_OVER_TIME = Panel(
     UNION ALL
     SELECT $__timeInterval(start_time) AS time, arrayMap(x -> toFloat64(x), quantilesExact(0.5, 0.95)(ttft_us)) AS q
     FROM stream_metrics
-    WHERE {SELECTED} AND ttft_us IS NOT NULL AND NOT {ROUTES_ALL}
+    WHERE {SELECTED} AND ttft_us IS NOT NULL AND NOT {ROLLUPS_APPLY}
     GROUP BY time
 )
 ARRAY JOIN ['p50', 'p95'] AS series, arrayMap(x -> x / 1000, q) AS value
@@ -212,7 +212,7 @@ STREAM_SHAPE = Panel(
         countIf(stuck_loop) AS stuck_loops,
         round(countIf(stall_count > 0) / streams, 3) AS stall_rate
     FROM stream_metrics
-    WHERE {SELECTED} AND NOT {ROUTES_ALL}
+    WHERE {SELECTED} AND NOT {ROLLUPS_APPLY}
     GROUP BY model
 )
 ORDER BY streams DESC, model""",
@@ -242,7 +242,7 @@ def _before_and_after(column: str) -> str:
 
 
 SMOOTHING_HISTOGRAMS_SELECTED = (
-    f"{HISTOGRAMS_OVER_RANGE} AND {ON_SIDE} AND {filters('tenant', 'service', 'model')} AND {ROUTES_ALL}"
+    f"{HISTOGRAMS_OVER_RANGE} AND {ON_SIDE} AND {filters('tenant', 'service', 'model')} AND {ROLLUPS_APPLY}"
 )
 """Rows of ``smoothing_histograms`` counting the range once, for the side and variables (no provider: as
 ``stream_smoothing``)."""
@@ -279,7 +279,7 @@ SMOOTHING_TRADE = Panel(
         {_before_and_after("round(quantileExact(0.5)(fluidity_{when}), 3) AS fluidity_p50_{when}")},
         {_before_and_after("round(quantileExact(0.5)(andes_{when}), 3) AS andes_qoe_p50_{when}")}
     FROM stream_smoothing
-    WHERE $__timeFilter(start_time) AND {STALL_FILTERS} AND NOT {ROUTES_ALL}
+    WHERE $__timeFilter(start_time) AND {STALL_FILTERS} AND NOT {ROLLUPS_APPLY}
         AND (trace_id, span_id) NOT IN (
             SELECT trace_id, span_id FROM streams WHERE $__timeFilter(start_time) AND {UNTIMED_CHUNKS}
         )
@@ -351,7 +351,7 @@ FROM (
         quantilesExact(0.5, 0.95, 0.99)(gap_us)[2] / 1000 AS gap_p95_ms,
         quantilesExact(0.5, 0.95, 0.99)(gap_us)[3] / 1000 AS gap_p99_ms, max(gap_us) / 1000 AS gap_max_ms
     FROM chunks
-    WHERE {SELECTED_CHUNKS} AND kind = 'content' AND NOT {ROUTES_ALL}
+    WHERE {SELECTED_CHUNKS} AND kind = 'content' AND NOT {ROLLUPS_APPLY}
     GROUP BY model
 ) AS g
 LEFT JOIN (
@@ -368,7 +368,7 @@ LEFT JOIN (
         countIf(first_tool_call_seq IS NOT NULL) AS tool_calls,
         quantileExact(0.5)(tool_call_pause_us) / 1000 AS tool_call_pause_ms_p50
     FROM {streams_with(f"{TOKENS_PER_S} AS tokens_per_s")}
-    WHERE {SELECTED} AND NOT {ROUTES_ALL}
+    WHERE {SELECTED} AND NOT {ROLLUPS_APPLY}
     GROUP BY model
 ) AS s ON s.model = g.model
 ORDER BY model""",
@@ -391,7 +391,7 @@ FROM (
     UNION ALL
     SELECT source, coverage, count() AS streams
     FROM stream_metrics
-    WHERE {SELECTED} AND NOT {ROUTES_ALL}
+    WHERE {SELECTED} AND NOT {ROLLUPS_APPLY}
     GROUP BY source, coverage
 )
 ORDER BY streams DESC, source, coverage""",
