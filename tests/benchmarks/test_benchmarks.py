@@ -25,6 +25,7 @@ BENCHMARKS = {
     "json_progress": "tool call",
     "decode_cost": "this checkout",
     "gateway_cost": "gateway, recording",
+    "transport_cost": "chunked (NDJSON)",
 }
 OPTIONS = {
     "ingest": (["--repeat", "2"], "packed, 4 senders, run 2 of 2"),
