@@ -15,6 +15,7 @@ import re
 import ssl
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 import anyio
@@ -284,45 +285,69 @@ class _Relay(Response):
         return True
 
     async def _shape(self, send: Send, plan: StreamPlan) -> bool:
-        shaper = Shaper(plan)
-        wall_offset_ns = time.time_ns() - time.monotonic_ns()
-        arrived, room = asyncio.Event(), asyncio.Event()
+        async def write(step: Write) -> None:
+            await send({"type": "http.response.body", "body": step.data, "more_body": True})
 
-        async def read_upstream() -> None:
-            framer = EventFramer(self._stream.framing)
-            ok = True
-            try:
-                async for chunk in self._upstream.aiter_raw():
-                    for event in framer.feed(chunk):
-                        shaper.push(event)
-                    arrived.set()
-                    while shaper.buffered_bytes > shaper.max_buffer_bytes:  # backpressure on the upstream
-                        room.clear()
-                        await room.wait()
-            except httpx.HTTPError as exc:
-                log.warning("upstream broke off mid-stream (%s)", exc or type(exc).__name__)
-                ok = False
-            for event in framer.close():
+        return await shaped(self._stream, plan, _http_events(self._upstream, self._stream.framing), write)
+
+
+class UpstreamBroke(Exception):
+    """The upstream broke off mid-stream (the relay then cuts its client off)."""
+
+
+async def _http_events(upstream: httpx.Response, framing: str) -> AsyncIterator[bytes]:
+    """The upstream body, event by event, byte for byte."""
+    framer = EventFramer(framing)
+    try:
+        async for chunk in upstream.aiter_raw():
+            for event in framer.feed(chunk):
+                yield event
+    except httpx.HTTPError as exc:
+        raise UpstreamBroke(str(exc) or type(exc).__name__) from exc
+    for event in framer.close():
+        yield event
+
+
+async def shaped(
+    stream: _StreamContext, plan: StreamPlan, events: AsyncIterator[bytes], write: Callable[[Write], Awaitable[None]]
+) -> bool:
+    """Relay the upstream's ``events`` through ``write`` as ``plan`` shapes them, recording what it did; whether
+    the stream ended complete (False: cut it, a drop, or the upstream broke off)."""
+    shaper = Shaper(plan)
+    wall_offset_ns = time.time_ns() - time.monotonic_ns()
+    arrived, room = asyncio.Event(), asyncio.Event()
+
+    async def read_upstream() -> None:
+        ok = True
+        try:
+            async for event in events:
                 shaper.push(event)
-            shaper.end(ok)
-            arrived.set()
+                arrived.set()
+                while shaper.buffered_bytes > shaper.max_buffer_bytes:  # backpressure on the upstream
+                    room.clear()
+                    await room.wait()
+        except UpstreamBroke as exc:
+            log.warning("upstream broke off mid-stream (%s)", exc)
+            ok = False
+        shaper.end(ok)
+        arrived.set()
 
-        async with anyio.create_task_group() as group:
-            group.start_soon(read_upstream)
-            while True:
-                arrived.clear()
-                step = shaper.poll(time.monotonic_ns())
-                facts = shaper.take_facts()
-                if facts:
-                    self._stream.proxy.record(facts, self._stream, wall_offset_ns)
-                if isinstance(step, Write):
-                    await send({"type": "http.response.body", "body": step.data, "more_body": True})
-                    room.set()
-                elif isinstance(step, Finish):
-                    group.cancel_scope.cancel()
-                    return step.complete
-                else:
-                    timeout = None if step.until_ns is None else max(0.0, (step.until_ns - time.monotonic_ns()) / 1e9)
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(arrived.wait(), timeout)
-        return False  # not reached: the loop only leaves by returning
+    async with anyio.create_task_group() as group:
+        group.start_soon(read_upstream)
+        while True:
+            arrived.clear()
+            step = shaper.poll(time.monotonic_ns())
+            facts = shaper.take_facts()
+            if facts:
+                stream.proxy.record(facts, stream, wall_offset_ns)
+            if isinstance(step, Write):
+                await write(step)
+                room.set()
+            elif isinstance(step, Finish):
+                group.cancel_scope.cancel()
+                return step.complete
+            else:
+                timeout = None if step.until_ns is None else max(0.0, (step.until_ns - time.monotonic_ns()) / 1e9)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(arrived.wait(), timeout)
+    return False  # not reached: the loop only leaves by returning
