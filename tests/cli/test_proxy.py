@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import secrets
 import signal
@@ -22,8 +23,10 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import StreamingResponse
+from websockets.exceptions import ConnectionClosedError
+from websockets.sync.client import connect as websocket_connect
 
 from streamscope_cli.proxy import (
     REQUEST_ID_HEADER,
@@ -89,6 +92,12 @@ def ndjson_line(i: int) -> bytes:
     )
 
 
+def message(i: int) -> str | bytes:
+    """The upstream WebSocket's message ``i``: every fifth one binary."""
+    text = json.dumps({"type": "response.output_text.delta", "delta": WORDS[i % len(WORDS)], "i": i})
+    return text.encode() if i % 5 == 4 else text
+
+
 def upstream_app(seen: list[dict], cut_short: list[int]) -> FastAPI:
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -145,6 +154,26 @@ def upstream_app(seen: list[dict], cut_short: list[int]) -> FastAPI:
             raise RuntimeError("engine crashed mid-stream (on purpose, for the test)")
 
         return StreamingResponse(events(), media_type="text/event-stream")
+
+    @app.websocket("/v1/realtime")
+    async def realtime(websocket: WebSocket) -> None:
+        """Answers each request (``{"n": N, "gap_ms": G}``) with N messages, paced: text, but every fifth binary."""
+        seen.append({"path": "/v1/realtime", "headers": dict(websocket.headers)})
+        await websocket.accept()
+        while True:
+            try:
+                request = json.loads(await websocket.receive_text())
+            except WebSocketDisconnect:
+                return
+            n, sent = request.get("n", EVENTS), 0
+            try:
+                for i in range(n):
+                    await asyncio.sleep(request.get("gap_ms", 10.0) / 1000)
+                    await (websocket.send_bytes if i % 5 == 4 else websocket.send_text)(message(i))
+                    sent += 1
+            except Exception:  # the socket closed under a send
+                cut_short.append(sent)
+                return
 
     @app.api_route("/v1/models", methods=["GET", "HEAD"])
     async def models(request: Request) -> dict:
@@ -446,6 +475,83 @@ def test_a_stall_pauses_a_stream_of_json_lines_after_its_line(upstream, start_pr
     assert sum(len(data) for _, data in reading.reads[: long_gaps[0] + 1]) == sum(len(line) for line in lines[:10])
     (record,) = records_for(sink, reading.trace_id)
     assert (record.cause, min(record.chunk_indices)) == ("connection", 10)
+
+
+@dataclass
+class Conversation:
+    messages: list[tuple[float, str | bytes]]
+    """(perf_counter at arrival, message) per message the client got."""
+    request_id: str
+    trace_id: str
+
+    def gaps(self) -> list[float]:
+        return [b[0] - a[0] for a, b in itertools.pairwise(self.messages)]
+
+
+def converse(base: str, n: int = EVENTS) -> Conversation:
+    """One request over a WebSocket through the proxy, its ``n`` answers read as they come."""
+    traceparent, trace_id = new_traceparent()
+    url = base.replace("http", "ws", 1) + "/v1/realtime"
+    with websocket_connect(url, additional_headers={"traceparent": traceparent}, open_timeout=10) as websocket:
+        websocket.send(json.dumps({"n": n}))
+        got = []
+        for _ in range(n):
+            received = websocket.recv(timeout=10)
+            got.append((time.perf_counter(), received))
+        request_id = websocket.response.headers[REQUEST_ID_HEADER]
+    return Conversation(got, request_id, trace_id)
+
+
+def test_a_websocket_is_relayed_message_by_message_with_its_handshake(upstream, start_proxy):
+    proxy, sink = start_proxy(upstream.url)
+    talk = converse(proxy)
+    assert [m for _, m in talk.messages] == [message(i) for i in range(EVENTS)]  # text stays text, binary binary
+    (handshake,) = [seen for seen in upstream.seen if seen["headers"].get("traceparent", "").count(talk.trace_id)]
+    assert handshake["path"] == "/v1/realtime" and sink.snapshot() == []
+
+
+def test_a_stall_holds_a_websocket_after_its_message(upstream, start_proxy):
+    proxy, sink = start_proxy(upstream.url, Stall(after_event=9, duration_ms=400))
+    talk = converse(proxy)
+    assert [m for _, m in talk.messages] == [message(i) for i in range(EVENTS)]
+    long_gaps = [i for i, gap in enumerate(talk.gaps()) if gap >= 0.2]
+    assert long_gaps == [9] and talk.gaps()[9] >= 0.39, talk.gaps()
+    (record,) = records_for(sink, talk.trace_id)
+    assert (record.cause, record.detail, record.request_id) == (
+        "connection",
+        {"kind": "stall", "after_event": "9"},
+        talk.request_id,
+    )
+    assert min(record.chunk_indices) == 10 and record.magnitude >= 0.39
+
+
+def test_buffering_holds_websocket_messages_and_releases_them_whole(upstream, start_proxy):
+    proxy, sink = start_proxy(upstream.url, BufferCoalesce(flush_ms=150, flush_bytes=1 << 20))
+    talk = converse(proxy)
+    assert [m for _, m in talk.messages] == [message(i) for i in range(EVENTS)]  # each message whole, none merged
+    bursts = 1 + sum(gap > 0.06 for gap in talk.gaps())
+    assert bursts <= EVENTS // 5, talk.gaps()  # 30 messages 10 ms apart, released every 150 ms
+    held = records_for(sink, talk.trace_id, "network_buffering")
+    assert held and all(r.detail == {"kind": "buffer_coalesce"} for r in held)
+
+
+def test_a_websocket_to_an_unreachable_upstream_is_closed_with_the_reason(upstream, start_proxy):
+    proxy, _ = start_proxy(f"http://127.0.0.1:{free_port()}")
+    url = proxy.replace("http", "ws", 1) + "/v1/realtime"
+    with websocket_connect(url, open_timeout=10) as websocket, pytest.raises(ConnectionClosedError) as closed:
+        websocket.recv(timeout=10)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011
+    assert "unreachable" in closed.value.rcvd.reason
+
+
+def test_a_client_that_leaves_a_websocket_ends_the_upstream_connection(upstream, start_proxy):
+    proxy, _ = start_proxy(upstream.url)
+    before = len(upstream.cut_short)
+    with websocket_connect(proxy.replace("http", "ws", 1) + "/v1/realtime", open_timeout=10) as websocket:
+        websocket.send(json.dumps({"n": 1000, "gap_ms": 5}))
+        websocket.recv(timeout=10)
+    cut = wait_until(lambda: upstream.cut_short[before:], "the upstream's socket closed under a send", timeout_s=10)
+    assert cut[0] < 1000
 
 
 # ---------------------------------------------------------------- rechunk

@@ -1,15 +1,21 @@
-"""The proxy's HTTP side: forward any request to the upstream, stream the answer back, impair SSE streams.
+"""The proxy's HTTP and WebSocket side: forward any request to the upstream, stream the answer back, impair
+event streams.
 
 Requests go out with the client's method, path, query, headers and body (streamed), minus hop-by-hop headers;
-responses come back streamed, byte for byte. Only ``text/event-stream`` answers (2xx, not content-encoded)
+responses come back streamed, byte for byte. Only event streams (SSE or lines of JSON; 2xx, not content-encoded)
 are candidates for impairment; a stream no rule hits is relayed exactly as read. Each request gets its own
 ``httpx.AsyncClient`` so nothing outlives it, whichever event loop or server runs the app.
+
+A WebSocket is relayed message by message both ways, with the handshake's headers (``traceparent`` among them);
+the upstream's messages are events to the rules, each kept whole (a rechunk rule does not apply: a message is not
+cut into bytes on its way).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import re
 import ssl
@@ -23,12 +29,27 @@ import httpx
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 from starlette.types import Receive, Scope, Send
+from starlette.websockets import WebSocket, WebSocketDisconnect
+from websockets.asyncio.client import ClientConnection
+from websockets.asyncio.client import connect as websocket_connect
+from websockets.exceptions import ConnectionClosed, ConnectionClosedOK, InvalidHandshake
 
 from streamscope_cli.proxy.config import ProxyConfig
 from streamscope_cli.proxy.framing import MEDIA_TYPES, EventFramer
-from streamscope_cli.proxy.impairments import Dropped, Fact, Finish, Held, Schedule, Shaper, Stalled, StreamPlan, Write
+from streamscope_cli.proxy.impairments import (
+    Dropped,
+    Fact,
+    Finish,
+    Held,
+    Piece,
+    Schedule,
+    Shaper,
+    Stalled,
+    StreamPlan,
+    Write,
+)
 from streamscope_cli.workload.ground_truth import GroundTruth, GroundTruthSink
 from streamscope_ingest.blocks.stalls import EXPLAINING_SHARE, StallRule
 
@@ -55,7 +76,12 @@ _TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-
 def create_app(config: ProxyConfig, sink: GroundTruthSink | None = None) -> Starlette:
     """The proxy as an ASGI app; every impairment that really happens is recorded in ``sink``."""
     proxy = _Proxy(config, sink)
-    app = Starlette(routes=[Route("/{path:path}", proxy.handle, methods=_METHODS)])
+    app = Starlette(
+        routes=[
+            Route("/{path:path}", proxy.handle, methods=_METHODS),
+            WebSocketRoute("/{path:path}", proxy.handle_websocket),
+        ]
+    )
     app.state.proxy = proxy
     return app
 
@@ -131,6 +157,47 @@ class _Proxy:
         )
         return _Relay(upstream, client, stream)
 
+    async def handle_websocket(self, websocket: WebSocket) -> None:
+        """Relay a WebSocket: the client's messages up as they come, the upstream's down as the rules shape them."""
+        if self._watchdog is None and self._sink is not None:
+            self._watchdog = asyncio.get_running_loop().create_task(self._watch())
+        raw_path: bytes = websocket.scope.get("raw_path") or websocket.url.path.encode()
+        query: bytes = websocket.scope.get("query_string", b"")
+        url = "ws" + self.config.upstream.removeprefix("http") + raw_path.decode("latin-1")
+        url += "?" + query.decode("latin-1") if query else ""
+        headers = [
+            (name.decode("latin-1"), value.decode("latin-1"))
+            for name, value in websocket.headers.raw
+            if name.lower() not in _NOT_FORWARDED_UP and not name.lower().startswith(b"sec-websocket-")
+        ]
+        try:
+            upstream = await websocket_connect(url, additional_headers=headers, open_timeout=self._timeout.connect)
+        except (OSError, TimeoutError, InvalidHandshake) as exc:
+            log.warning("upstream WebSocket %s refused: %s", url, exc or type(exc).__name__)
+            await websocket.accept()  # then closed with the reason, which a refused handshake could not carry
+            await websocket.close(code=1011, reason=f"upstream {self.config.upstream} unreachable")
+            return
+        plan = self._schedule.plan(websocket.url.path)
+        stream = _StreamContext(
+            proxy=self,
+            plan=dataclasses.replace(plan, rechunk=None) if plan.impaired else None,
+            trace_id=trace_id_of(websocket.headers.get("traceparent")),
+            request_id=uuid.uuid4().hex,
+            framing="websocket",
+        )
+        await websocket.accept(headers=[(REQUEST_ID_HEADER.encode(), stream.request_id.encode())])
+        self.relaying(stream, True)
+        complete = False  # the client leaving cancels the relay
+        try:
+            async with upstream, anyio.create_task_group() as group:
+                group.start_soon(_client_to_upstream, websocket, upstream, group.cancel_scope)
+                complete = await _upstream_to_client(upstream, websocket, stream)
+                group.cancel_scope.cancel()
+            with contextlib.suppress(RuntimeError, WebSocketDisconnect):  # the client may have gone already
+                await websocket.close(code=1000 if complete else 1011)
+        finally:
+            self.relaying(stream, False)
+
     def record(self, facts: list[Fact], stream: _StreamContext, wall_offset_ns: int) -> None:
         """Turn the shaper's facts into ground-truth records (monotonic → wall clock)."""
         for fact in facts:
@@ -183,7 +250,8 @@ class _StreamContext:
     trace_id: str
     request_id: str
     framing: str = "sse"
-    """How the body is cut into events: ``sse``, or ``ndjson`` (a JSON document a line)."""
+    """How the body is cut into events: ``sse``, ``ndjson`` (a JSON document a line), or ``websocket`` (a message
+    an event)."""
 
 
 def _ground_truth(fact: Fact, node: str, stream: _StreamContext, wall_offset_ns: int) -> GroundTruth:
@@ -221,6 +289,57 @@ def _ground_truth(fact: Fact, node: str, stream: _StreamContext, wall_offset_ns:
         trace_id=stream.trace_id,
         request_id=stream.request_id,
     )
+
+
+async def _client_to_upstream(websocket: WebSocket, upstream: ClientConnection, done: anyio.CancelScope) -> None:
+    """The client's messages to the upstream as they come; the client leaving ends the relay both ways."""
+    try:
+        while True:
+            message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                break
+            text = message.get("text")
+            await upstream.send(text if text is not None else message.get("bytes") or b"")
+    except ConnectionClosed:
+        pass
+    done.cancel()
+
+
+async def _upstream_to_client(upstream: ClientConnection, websocket: WebSocket, stream: _StreamContext) -> bool:
+    """The upstream's messages to the client, shaped by ``stream``'s plan; whether the upstream closed cleanly."""
+    texts: set[int] = set()  # the messages that were text, by index (as the shaper numbers them): text again down
+
+    async def messages() -> AsyncIterator[bytes]:
+        index = 0
+        try:
+            async for message in upstream:
+                if isinstance(message, str):
+                    texts.add(index)
+                    message = message.encode()
+                index += 1
+                yield message
+        except ConnectionClosedOK:
+            return
+        except ConnectionClosed as exc:
+            raise UpstreamBroke(str(exc)) from exc
+
+    async def write(step: Write) -> None:
+        for piece in step.pieces:
+            if piece.index in texts:
+                await websocket.send_text(piece.data.decode())
+            else:
+                await websocket.send_bytes(piece.data)
+
+    if stream.plan is not None:
+        return await shaped(stream, stream.plan, messages(), write)
+    index = 0
+    try:
+        async for data in messages():
+            await write(Write((Piece(index, data),)))
+            index += 1
+    except UpstreamBroke:
+        return False
+    return True
 
 
 def _framing(upstream: httpx.Response) -> str | None:
