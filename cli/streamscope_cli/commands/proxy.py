@@ -12,14 +12,28 @@ from streamscope_cli.options import collector_option, fail_plainly
 @click.option("--scenario", default=None, help="Take the impairments from this scenario's proxy section.")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535))
+@click.option(
+    "--grpc-upstream", default=None, metavar="HOST:PORT", help="Also relay gRPC calls to this engine's gRPC port."
+)
+@click.option("--grpc-port", default=0, show_default=True, type=click.IntRange(0, 65535), help="0: a free port.")
 @collector_option("Export ground truth to this collector (OTLP/HTTP base URL).", default=None)
 @fail_plainly
-def proxy(upstream: str, scenario: str | None, host: str, port: int, collector_url: str | None) -> None:
-    """An HTTP proxy in front of an engine that can buffer, stall, re-chunk or drop event streams.
+def proxy(
+    upstream: str,
+    scenario: str | None,
+    host: str,
+    port: int,
+    grpc_upstream: str | None,
+    grpc_port: int,
+    collector_url: str | None,
+) -> None:
+    """An HTTP, WebSocket and gRPC proxy in front of an engine that can buffer, stall, re-chunk or drop event
+    streams.
 
     \b
     Example:
       streamscope proxy --upstream http://127.0.0.1:8001 --scenario gateway-buffering --port 8080
+      streamscope proxy --upstream http://127.0.0.1:8001 --grpc-upstream 127.0.0.1:8002 --grpc-port 8081
     """
     from streamscope.errors import ConfigError
     from streamscope_cli.proxy import ProxyConfig, run_proxy
@@ -48,7 +62,14 @@ def proxy(upstream: str, scenario: str | None, host: str, port: int, collector_u
     logs = ground_truth_logger("sim-proxy", collector_url) if collector_url else None
     try:
         click.echo(f"proxy on http://{host}:{port} -> {upstream} ({len(config.impairments)} impairment rules)")
-        run_proxy(config, host, port, sink=OtlpGroundTruthSink(logs, scenario=name) if logs else None)
+        run_proxy(
+            config,
+            host,
+            port,
+            sink=OtlpGroundTruthSink(logs, scenario=name) if logs else None,
+            grpc=(grpc_upstream, grpc_port) if grpc_upstream else None,
+            on_grpc_ready=lambda bound: click.echo(f"gRPC on {host}:{bound} -> {grpc_upstream}"),
+        )
     finally:
         if logs is not None:
             logs.shutdown()

@@ -177,14 +177,7 @@ class _Proxy:
             await websocket.accept()  # then closed with the reason, which a refused handshake could not carry
             await websocket.close(code=1011, reason=f"upstream {self.config.upstream} unreachable")
             return
-        plan = self._schedule.plan(websocket.url.path)
-        stream = _StreamContext(
-            proxy=self,
-            plan=dataclasses.replace(plan, rechunk=None) if plan.impaired else None,
-            trace_id=trace_id_of(websocket.headers.get("traceparent")),
-            request_id=uuid.uuid4().hex,
-            framing="websocket",
-        )
+        stream = self.message_stream(websocket.url.path, websocket.headers.get("traceparent"), "websocket")
         await websocket.accept(headers=[(REQUEST_ID_HEADER.encode(), stream.request_id.encode())])
         self.relaying(stream, True)
         complete = False  # the client leaving cancels the relay
@@ -197,6 +190,18 @@ class _Proxy:
                 await websocket.close(code=1000 if complete else 1011)
         finally:
             self.relaying(stream, False)
+
+    def message_stream(self, path: str, traceparent: str | None, framing: str) -> _StreamContext:
+        """A stream whose events are messages (a WebSocket's, gRPC's), the rules drawn for ``path``: each message
+        is kept whole, so a rechunk rule does not apply."""
+        plan = dataclasses.replace(self._schedule.plan(path), rechunk=None)
+        return _StreamContext(
+            proxy=self,
+            plan=plan if plan.impaired else None,
+            trace_id=trace_id_of(traceparent),
+            request_id=uuid.uuid4().hex,
+            framing=framing,
+        )
 
     def record(self, facts: list[Fact], stream: _StreamContext, wall_offset_ns: int) -> None:
         """Turn the shaper's facts into ground-truth records (monotonic → wall clock)."""
@@ -250,8 +255,8 @@ class _StreamContext:
     trace_id: str
     request_id: str
     framing: str = "sse"
-    """How the body is cut into events: ``sse``, ``ndjson`` (a JSON document a line), or ``websocket`` (a message
-    an event)."""
+    """How the body is cut into events: ``sse``, ``ndjson`` (a JSON document a line), or ``websocket`` and ``grpc``
+    (a message an event)."""
 
 
 def _ground_truth(fact: Fact, node: str, stream: _StreamContext, wall_offset_ns: int) -> GroundTruth:
@@ -330,11 +335,18 @@ async def _upstream_to_client(upstream: ClientConnection, websocket: WebSocket, 
             else:
                 await websocket.send_bytes(piece.data)
 
+    return await relayed(stream, messages(), write)
+
+
+async def relayed(
+    stream: _StreamContext, messages: AsyncIterator[bytes], write: Callable[[Write], Awaitable[None]]
+) -> bool:
+    """Relay ``messages`` through ``write``, shaped if ``stream`` has a plan; whether the stream ended complete."""
     if stream.plan is not None:
-        return await shaped(stream, stream.plan, messages(), write)
+        return await shaped(stream, stream.plan, messages, write)
     index = 0
     try:
-        async for data in messages():
+        async for data in messages:
             await write(Write((Piece(index, data),)))
             index += 1
     except UpstreamBroke:
