@@ -13,6 +13,7 @@ from streamscope._internal.openai_client import instrument_openai
 from streamscope._internal.recorder import Encoding, Outcome, Side, StreamRecorder, set_default_encoding
 from streamscope._internal.setup import otlp_exporter, setup
 from streamscope._internal.websocket_client import astream_websocket, stream_websocket
+from streamscope._internal.websocket_server import ServerWebSocketResponse
 from streamscope.asgi import StreamMiddleware
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "Outcome",
     "ServerChunk",
     "ServerStream",
+    "ServerWebSocketResponse",
     "Side",
     "StreamEvent",
     "StreamMiddleware",

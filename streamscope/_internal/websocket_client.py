@@ -5,7 +5,8 @@ of the ``websockets`` library, or any object with the same ``recv()``, for one r
 the block is entered (before the request is sent in it), every message read through it is a chunk with its size on
 the wire, and it ends when the format says the response is done (``response.done`` of OpenAI's Realtime API), when
 the server closes the connection, or when the block is left early (cancelled). A connection carries no trace
-context after its handshake, so the server's side is not joined to this one.
+context with its messages: the server's side (``ServerWebSocketResponse``) joins this one's trace when the request
+carries ``trace_context`` (the Realtime API's ``response.metadata``).
 
 ``format`` names a format of ``streamscope.formats`` read from each message's JSON (``openai-realtime``), or is a
 function of the raw message returning the ``EventFacts`` it carried (its text, ``done`` on the last one): one
@@ -30,7 +31,7 @@ _CLOSED = frozenset({_CLOSED_NORMALLY, "ConnectionClosedError", "ConnectionClose
 """The ``websockets`` exceptions of a closed connection, by name (the SDK does not import the library)."""
 
 
-def _stopped(exc: BaseException) -> bool:
+def stopped(exc: BaseException) -> bool:
     """Leaving the block so is the application stopping, not a failure: cancelled.
 
     asyncio is looked up, not imported: a synchronous application never loads it, and cannot raise its errors.
@@ -49,20 +50,14 @@ class _Messages:
         self._connection = connection
         self._parsed = not isinstance(observer.format, MessageFormat)  # a named format reads each message's JSON
 
+    @property
+    def trace_context(self) -> dict[str, str]:
+        """This response's trace context (``traceparent``), for a request that can carry it to the server (the
+        Realtime API's ``response.metadata``): the server's ``ServerWebSocketResponse`` then continues this trace."""
+        return dict(self.observer.recorder.inject({}))
+
     def take(self, message: Any) -> Any:
-        recorder = self.observer.recorder
-        recorder.first_byte()
-        wire = len(message.encode()) if isinstance(message, str) else len(message)
-        if not self._parsed:
-            self.observer.on_payload("", message, wire)
-            return message
-        try:
-            payload = json.loads(message)
-        except ValueError:
-            recorder.chunk(0, 0, wire)  # not JSON: bytes, no content
-            return message
-        self.observer.on_payload(str(payload.get("type", "")) if isinstance(payload, dict) else "", payload, wire)
-        return payload
+        return recorded_message(self.observer, message)
 
     def closed(self, exc: BaseException) -> bool:
         """Record a failed read; whether it ends the response as completed (a message format's normal close)."""
@@ -75,9 +70,32 @@ class _Messages:
 
     def left(self, exc: BaseException | None) -> None:
         """The block was left: done already, or with an exception, or early (the application stopped reading)."""
-        if exc is not None and not _stopped(exc):
+        if exc is not None and not stopped(exc):
             self.observer.close("error", type(exc).__name__)
         self.observer.close("completed" if self.observer.done else "cancelled")
+
+
+def recorded_message(observer: StreamObserver, message: str | bytes) -> Any:
+    """One WebSocket message recorded as a chunk, with its size on the wire; returns what the application reads:
+    its JSON where the format is named, else the message itself."""
+    recorder = observer.recorder
+    recorder.first_byte()
+    wire = len(message.encode()) if isinstance(message, str) else len(message)
+    if isinstance(observer.format, MessageFormat):
+        observer.on_payload("", message, wire)
+        return message
+    try:
+        payload = json.loads(message)
+    except ValueError:
+        recorder.chunk(0, 0, wire)  # not JSON: bytes, no content
+        return message
+    observer.on_payload(str(payload.get("type", "")) if isinstance(payload, dict) else "", payload, wire)
+    return payload
+
+
+def message_format(format: str | Carried, provider: str | None) -> StreamFormat:
+    """A named format of ``streamscope.formats``, or a function of the raw message as one."""
+    return make_format(format) if isinstance(format, str) else MessageFormat(format, provider or "unknown")
 
 
 class WebSocketMessages(_Messages):
@@ -172,9 +190,7 @@ def _observer(
     attributes: Mapping[str, Any] | None,
     tracer_provider: Any,
 ) -> StreamObserver:
-    stream_format: StreamFormat = make_format(format) if isinstance(format, str) else MessageFormat(
-        format, provider or "unknown"
-    )  # fmt: skip
+    stream_format = message_format(format, provider)
     recorder = StreamRecorder(
         side="client",
         transport="websocket",

@@ -20,7 +20,7 @@ from streamscope import semconv as sc
 from streamscope.formats import EventFacts
 from streamscope_cli.engine.app import EngineNode, NodeConfig, OutputConfig
 from streamscope_collector.serving import BackgroundServer
-from tests.support import int64s, memory_provider
+from tests.support import int64s, memory_provider, wait_until
 
 CLOCK_US = 2_000
 
@@ -151,3 +151,68 @@ def test_a_reader_whose_task_is_cancelled_cancelled_the_response(realtime_url):
 
     asyncio.run(cancelled_reader())
     assert only_stream(exporter)[sc.STREAMSCOPE_OUTCOME] == "cancelled"
+
+
+def test_the_servers_side_of_a_response_joins_the_clients_trace_with_its_emit_times():
+    """The client puts its response's trace context in the request (the Realtime API's ``response.metadata``); the
+    engine records its side with ``ServerWebSocketResponse`` in that trace: the same messages, each emitted before
+    the client had it, and a second response on the same socket in a trace of its own."""
+    server_provider, server_exporter = memory_provider()
+    node = EngineNode(NodeConfig(node="ws-1", output=OutputConfig(tokens_per_chunk=2)), tracer_provider=server_provider)
+    server = BackgroundServer(node.app, name="engine").start()
+    client_provider, client_exporter = memory_provider()
+
+    async def converse() -> list[list[int]]:
+        arrivals: list[list[int]] = []
+        async with connect(f"ws://127.0.0.1:{server.port}/v1/realtime") as websocket:
+            await websocket.recv()  # session.created
+            for _ in range(2):
+                async with streamscope.astream_websocket(websocket, tracer_provider=client_provider) as messages:
+                    response = {"max_output_tokens": 12, "instructions": "hi", "metadata": messages.trace_context}
+                    await websocket.send(json.dumps({"type": "response.create", "response": response}))
+                    arrivals.append([time.time_ns() async for _ in messages])
+        return arrivals
+
+    try:
+        arrivals = asyncio.run(converse())
+    finally:
+        server.stop()
+    spans = lambda exporter: [s for s in exporter.get_finished_spans() if s.instrumentation_scope.name == "streamscope"]  # noqa: E731
+    clients, servers = spans(client_exporter), spans(server_exporter)
+    assert len(clients) == len(servers) == 2
+    by_trace = {s.context.trace_id: s for s in servers}
+    assert len(by_trace) == 2  # a trace each
+    for client, seen in zip(clients, arrivals, strict=True):
+        served = by_trace[client.context.trace_id]
+        attributes = dict(served.attributes or {})
+        assert served.parent is not None and served.parent.span_id == client.context.span_id
+        assert attributes[sc.STREAMSCOPE_SIDE] == "server" and attributes[sc.STREAMSCOPE_TRANSPORT] == "websocket"
+        assert attributes[sc.STREAMSCOPE_NODE_NAME] == "ws-1" and attributes[sc.STREAMSCOPE_OUTCOME] == "completed"
+        emitted = [served.start_time + o * 1000 for o in int64s(attributes[sc.STREAMSCOPE_CHUNKS_OFFSET_US])]
+        assert len(emitted) == len(seen) == 9  # created, six deltas, text done, response done
+        assert all(e <= s + CLOCK_US * 1000 for e, s in zip(emitted, seen, strict=True)), (emitted, seen)
+        content = int64s(attributes[sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES])
+        assert content == int64s(dict(client.attributes or {})[sc.STREAMSCOPE_CHUNKS_CONTENT_BYTES])
+
+
+def test_a_client_that_leaves_mid_response_is_a_disconnect_on_the_servers_side():
+    server_provider, server_exporter = memory_provider()
+    node = EngineNode(NodeConfig(node="ws-2", output=OutputConfig(tokens_per_chunk=1)), tracer_provider=server_provider)
+    server = BackgroundServer(node.app, name="engine").start()
+
+    async def leave() -> None:
+        async with connect(f"ws://127.0.0.1:{server.port}/v1/realtime") as websocket:
+            await websocket.recv()
+            request = {"type": "response.create", "response": {"max_output_tokens": 400, "instructions": "hi"}}
+            await websocket.send(json.dumps(request))
+            for _ in range(3):
+                await websocket.recv()
+
+    try:
+        asyncio.run(leave())
+        (served,) = wait_until(lambda: server_exporter.get_finished_spans(), "the server's span of the response")
+    finally:
+        server.stop()
+    attributes = dict(served.attributes or {})
+    assert attributes[sc.STREAMSCOPE_OUTCOME] == "disconnected"
+    assert 3 <= len(int64s(attributes[sc.STREAMSCOPE_CHUNKS_OFFSET_US])) < 400

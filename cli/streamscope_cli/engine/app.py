@@ -102,7 +102,8 @@ class EngineNode:
             ignore_disconnect=config.ignore_disconnect,
             gpu=self.gpu,
         )
-        self._tracer_provider = tracer_provider
+        self.tracer_provider = tracer_provider
+        """Where the node's server spans go (None: the global provider)."""
         self._grpc_address = grpc_address
         self.grpc_port: int | None = None
         self.app = self._create_app()
@@ -185,7 +186,7 @@ class EngineNode:
         from streamscope_cli.engine import grpc_service
 
         host, port = self._grpc_address
-        async with grpc_service.serving(self, host, port, self._tracer_provider) as bound:
+        async with grpc_service.serving(self, host, port, self.tracer_provider) as bound:
             self.grpc_port = bound
             yield
 
@@ -222,7 +223,7 @@ class EngineNode:
             format="ollama" if ollama else "anthropic" if anthropic else "openai-chat",
             node_name=self.config.node,
             engine_request_id=sequence.request_id,
-            tracer_provider=self._tracer_provider,
+            tracer_provider=self.tracer_provider,
         )
         truth = StreamTruth(self.sink, self.config.node, _trace_id(request), sequence.request_id)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))

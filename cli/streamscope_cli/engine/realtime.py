@@ -4,8 +4,8 @@ A session opens with ``session.created``; each ``response.create`` the client se
 ``response.instructions`` as the prompt, and the engine's ``sim`` knobs) is scheduled on the node's engine like any
 request, and answered with ``response.created``, one ``response.output_text.delta`` a chunk (the node's tokens per
 chunk), ``response.output_text.done`` and ``response.done`` with the usage. A request the engine refuses gets an
-``error`` event, and the session goes on. The connection carries no trace context, so nothing is recorded on
-this side.
+``error`` event, and the session goes on. Each response is recorded as a server stream (``ServerWebSocketResponse``)
+in the trace its ``response.metadata.traceparent`` names, else the handshake's.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from streamscope import ServerWebSocketResponse
 from streamscope_cli.engine.words import words
 
 if TYPE_CHECKING:
@@ -60,31 +61,41 @@ async def _respond(websocket: WebSocket, node: EngineNode, options: dict[str, An
     per_chunk = node.output.tokens_per_chunk
     sent = pending = 0
     text: list[str] = []
+    metadata = options.get("metadata")
+    response = ServerWebSocketResponse(
+        websocket,
+        provider=node.config.flavor,
+        request_model=node.config.model,
+        carrier=metadata if isinstance(metadata, dict) and "traceparent" in metadata else None,
+        node_name=node.config.node,
+        tracer_provider=node.tracer_provider,
+    )
 
     async def delta(tokens: int) -> None:
         nonlocal sent
         piece = words(rng, tokens, sent)
         sent += tokens
         text.append(piece)
-        await websocket.send_text(
+        await response.send_text(
             _event("response.output_text.delta", response_id=response_id, output_index=0, content_index=0, delta=piece)
         )
 
     try:
-        await websocket.send_text(_event("response.created", response={"id": response_id, "status": "in_progress"}))
-        async for batch in generation:
-            pending += batch.tokens
-            while pending >= per_chunk:
-                pending -= per_chunk
-                await delta(per_chunk)
-        if pending:
-            await delta(pending)
-            pending = 0
-        await websocket.send_text(_event("response.output_text.done", response_id=response_id, text="".join(text)))
-        usage = {"input_tokens": sequence.prompt_tokens, "output_tokens": sent}
-        usage["total_tokens"] = usage["input_tokens"] + sent
-        done = {"id": response_id, "object": "realtime.response", "status": "completed", "usage": usage}
-        await websocket.send_text(_event("response.done", response=done))
+        async with response:
+            await response.send_text(_event("response.created", response={"id": response_id, "status": "in_progress"}))
+            async for batch in generation:
+                pending += batch.tokens
+                while pending >= per_chunk:
+                    pending -= per_chunk
+                    await delta(per_chunk)
+            if pending:
+                await delta(pending)
+                pending = 0
+            await response.send_text(_event("response.output_text.done", response_id=response_id, text="".join(text)))
+            usage = {"input_tokens": sequence.prompt_tokens, "output_tokens": sent}
+            usage["total_tokens"] = usage["input_tokens"] + sent
+            done = {"id": response_id, "object": "realtime.response", "status": "completed", "usage": usage}
+            await response.send_text(_event("response.done", response=done))
     finally:
         node.engine.release(sequence.request_id)
 
