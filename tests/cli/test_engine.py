@@ -5,15 +5,21 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import secrets
 import time
 from collections.abc import Iterator
 
+import grpc
+import grpc.aio
 import httpx
 import pytest
+from google.protobuf.struct_pb2 import Struct
 from prometheus_client.parser import text_string_to_metric_families
+from websockets.asyncio.client import connect
 
 from streamscope.formats import estimate_tokens
 from streamscope_cli.engine.app import EngineNode, NodeConfig, OutputConfig
+from streamscope_cli.engine.grpc_service import GENERATE, struct
 from streamscope_cli.engine.scheduler import SchedulerConfig, SpecDecodeConfig
 from streamscope_cli.workload.ground_truth import MemorySink
 from streamscope_collector.serving import BackgroundServer
@@ -302,3 +308,48 @@ def test_drafts_shown_before_verification_are_withdrawn_when_rejected(running):
         json.loads(d) for d in sse_events(httpx.post(f"{plain.url}/v1/chat/completions", json=body, timeout=30))[:-1]
     ]
     assert apply_deltas(plain_chunks)[1:] == (0, 0)  # drafts are not shown unless asked
+
+
+def test_websocket_and_grpc_streams_get_the_ground_truth_of_what_delayed_them():
+    """The same collapse of speculative decoding on a Realtime response and on a gRPC call: its records name each
+    stream's trace (the response's metadata, the call's) and the events it slowed, in each transport's numbering
+    (the Realtime response's event 0 is response.created; a gRPC call's first message carries the first token)."""
+    sink = MemorySink()
+    config = NodeConfig(
+        scheduler=SchedulerConfig(spec_decode=SpecDecodeConfig(draft_tokens=3)), output=OutputConfig(tokens_per_chunk=1)
+    )
+    node = EngineNode(config, sink=sink, grpc_address=("127.0.0.1", 0))
+    server = BackgroundServer(node.app, lifespan=True).start()
+    traces = {"websocket": secrets.token_hex(16), "grpc": secrets.token_hex(16)}
+    traceparent = {name: f"00-{trace}-{secrets.token_hex(8)}-01" for name, trace in traces.items()}
+    collapse = {"spec_collapse": [40, 80]}
+
+    async def both() -> None:
+        async with connect(f"ws://127.0.0.1:{server.port}/v1/realtime") as websocket:
+            await websocket.recv()  # session.created
+            response = {
+                "max_output_tokens": 120,
+                "metadata": {"traceparent": traceparent["websocket"]},
+                "sim": collapse,
+            }
+            await websocket.send(json.dumps({"type": "response.create", "response": response}))
+            while json.loads(await websocket.recv())["type"] != "response.done":
+                pass
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{node.grpc_port}") as channel:
+            generate = channel.unary_stream(
+                GENERATE, request_serializer=Struct.SerializeToString, response_deserializer=Struct.FromString
+            )
+            request = struct(prompt="hi", max_tokens=120, sim=collapse)
+            async for _ in generate(request, metadata=(("traceparent", traceparent["grpc"]),)):
+                pass
+
+    try:
+        asyncio.run(both())
+    finally:
+        server.stop()
+    for name, first_token_event in (("websocket", 1), ("grpc", 0)):
+        truths = [t for t in sink.snapshot() if t.trace_id == traces[name] and t.cause == "spec_decode"]
+        indices = sorted(i for t in truths for i in t.chunk_indices)
+        assert truths, name
+        assert 37 + first_token_event <= indices[0] <= 41 + first_token_event, (name, indices)
+        assert 77 + first_token_event <= indices[-1] <= 81 + first_token_event, (name, indices)

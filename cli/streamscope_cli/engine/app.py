@@ -35,7 +35,7 @@ from streamscope_cli.engine.metrics import exposition, make_metrics
 from streamscope_cli.engine.realtime import serve_realtime
 from streamscope_cli.engine.runtime import Delay, Engine
 from streamscope_cli.engine.scheduler import Scheduler, SchedulerConfig, Sequence
-from streamscope_cli.engine.truth import StreamTruth
+from streamscope_cli.engine.truth import StreamTruth, trace_id_in
 from streamscope_cli.engine.words import WORDS, words
 from streamscope_cli.workload.ground_truth import GroundTruth, GroundTruthSink
 
@@ -225,7 +225,7 @@ class EngineNode:
             engine_request_id=sequence.request_id,
             tracer_provider=self.tracer_provider,
         )
-        truth = StreamTruth(self.sink, self.config.node, _trace_id(request), sequence.request_id)
+        truth = StreamTruth(self.sink, self.config.node, trace_id_in(request.headers), sequence.request_id)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         json_answer = api == "chat" and json_answer_requested(body)
         events = self._events(sequence, generation, api, rng, stream, truth, include_usage, json_answer)
@@ -520,11 +520,6 @@ def _json_framed(text: str, first: int, tokens: int, total: int) -> str:
     if first + tokens >= total:
         text += f'", "tokens": {total}}}'
     return text
-
-
-def _trace_id(request: Request) -> str:
-    parts = request.headers.get("traceparent", "").split("-")
-    return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else ""
 
 
 def _error(status: int, message: str) -> JSONResponse:

@@ -23,6 +23,7 @@ from google.protobuf.struct_pb2 import Struct
 
 from streamscope.formats import EventFacts
 from streamscope.grpc_streams import AsyncStreamServerInterceptor
+from streamscope_cli.engine.truth import StreamTruth, chunked, trace_id_in
 from streamscope_cli.engine.words import words
 
 if TYPE_CHECKING:
@@ -77,6 +78,8 @@ def _integers(value: Any) -> Any:
         return int(value)
     if isinstance(value, dict):
         return {key: _integers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_integers(item) for item in value]
     return value
 
 
@@ -90,18 +93,13 @@ async def _generate(node: EngineNode, request: Struct, context: grpc.aio.Service
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return
     rng = random.Random(f"{node.config.seed}:{sequence.request_id}")
-    per_chunk = node.output.tokens_per_chunk
-    sent = pending = 0
+    metadata = {str(key): str(value) for key, value in context.invocation_metadata() or ()}
+    truth = StreamTruth(node.sink, node.config.node, trace_id_in(metadata), sequence.request_id)
+    sent = 0
     try:
-        async for batch in generation:
-            pending += batch.tokens
-            while pending >= per_chunk:
-                pending -= per_chunk
-                yield struct(text=words(rng, per_chunk, sent), tokens=per_chunk)
-                sent += per_chunk
-        if pending:
-            yield struct(text=words(rng, pending, sent), tokens=pending)
-            sent += pending
+        async for tokens in chunked(generation, node.output.tokens_per_chunk, truth, first_index=0):
+            yield struct(text=words(rng, tokens, sent), tokens=tokens)
+            sent += tokens
         finish = "length" if sent >= sequence.max_tokens else "stop"
         yield struct(done=True, finish_reason=finish, input_tokens=sequence.prompt_tokens, output_tokens=sent)
     finally:

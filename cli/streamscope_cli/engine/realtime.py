@@ -5,7 +5,8 @@ A session opens with ``session.created``; each ``response.create`` the client se
 request, and answered with ``response.created``, one ``response.output_text.delta`` a chunk (the node's tokens per
 chunk), ``response.output_text.done`` and ``response.done`` with the usage. A request the engine refuses gets an
 ``error`` event, and the session goes on. Each response is recorded as a server stream (``ServerWebSocketResponse``)
-in the trace its ``response.metadata.traceparent`` names, else the handshake's.
+in the trace its ``response.metadata.traceparent`` names, else the handshake's, and what delayed its events is
+ground truth in that trace.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from streamscope import ServerWebSocketResponse
+from streamscope_cli.engine.truth import StreamTruth, chunked, trace_id_in
 from streamscope_cli.engine.words import words
 
 if TYPE_CHECKING:
@@ -58,18 +60,19 @@ async def _respond(websocket: WebSocket, node: EngineNode, options: dict[str, An
         return
     response_id = f"resp_{sequence.request_id[4:]}"
     rng = random.Random(f"{node.config.seed}:{sequence.request_id}")
-    per_chunk = node.output.tokens_per_chunk
-    sent = pending = 0
+    sent = 0
     text: list[str] = []
     metadata = options.get("metadata")
+    carrier = metadata if isinstance(metadata, dict) and "traceparent" in metadata else dict(websocket.headers)
     response = ServerWebSocketResponse(
         websocket,
         provider=node.config.flavor,
         request_model=node.config.model,
-        carrier=metadata if isinstance(metadata, dict) and "traceparent" in metadata else None,
+        carrier=carrier,
         node_name=node.config.node,
         tracer_provider=node.tracer_provider,
     )
+    truth = StreamTruth(node.sink, node.config.node, trace_id_in(carrier), sequence.request_id)
 
     async def delta(tokens: int) -> None:
         nonlocal sent
@@ -83,14 +86,8 @@ async def _respond(websocket: WebSocket, node: EngineNode, options: dict[str, An
     try:
         async with response:
             await response.send_text(_event("response.created", response={"id": response_id, "status": "in_progress"}))
-            async for batch in generation:
-                pending += batch.tokens
-                while pending >= per_chunk:
-                    pending -= per_chunk
-                    await delta(per_chunk)
-            if pending:
-                await delta(pending)
-                pending = 0
+            async for tokens in chunked(generation, node.output.tokens_per_chunk, truth, first_index=1):
+                await delta(tokens)  # event 0 was response.created
             await response.send_text(_event("response.output_text.done", response_id=response_id, text="".join(text)))
             usage = {"input_tokens": sequence.prompt_tokens, "output_tokens": sent}
             usage["total_tokens"] = usage["input_tokens"] + sent

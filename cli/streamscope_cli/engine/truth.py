@@ -11,9 +11,10 @@ pace of decoding, not the collapse's doing.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
-from streamscope_cli.engine.runtime import Delay
+from streamscope_cli.engine.runtime import Delay, TokenBatch
 from streamscope_cli.workload.ground_truth import GroundTruth, GroundTruthSink
 
 
@@ -86,3 +87,35 @@ def _summed(delays: list[Delay]) -> list[Delay]:
     for cause, (end_ns, seconds) in totals.items():
         kept.append(Delay(cause, end_ns - round(seconds * 1e9), end_ns, seconds, adds_up=True))
     return kept
+
+
+def trace_id_in(carrier: Mapping[str, str]) -> str:
+    """The trace id of the ``traceparent`` in ``carrier`` (headers, gRPC metadata, a request's metadata), or ""."""
+    parts = str(carrier.get("traceparent", "")).split("-")
+    return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else ""
+
+
+async def chunked(
+    generation: AsyncIterator[TokenBatch], tokens_per_chunk: int, truth: StreamTruth, first_index: int
+) -> AsyncIterator[int]:
+    """The token counts of the events a generation is cut into (``tokens_per_chunk`` each, what is left last), each
+    event's delays told to ``truth`` under its index, counted from ``first_index``: every event cut from a batch
+    carried its delays, and tokens held for a later event keep theirs."""
+    index, pending = first_index, 0
+    delays: list[Delay] = []
+    async for batch in generation:
+        pending += batch.tokens
+        delays.extend(batch.delays)
+        emitted = False
+        while pending >= tokens_per_chunk:
+            pending -= tokens_per_chunk
+            truth.event(index, delays)
+            index += 1
+            emitted = True
+            yield tokens_per_chunk
+        if emitted:
+            delays.clear()
+    if pending:
+        truth.event(index, delays)
+        yield pending
+    truth.close()
