@@ -108,9 +108,13 @@ class _Proxy:
         self._relaying: set[_StreamContext] = set()
         self._watchdog: asyncio.Task[None] | None = None
 
-    async def handle(self, request: Request) -> Response:
+    def _watching(self) -> None:
+        """The heartbeat runs on the serving loop from the first stream on (only its records need it)."""
         if self._watchdog is None and self._sink is not None:
             self._watchdog = asyncio.get_running_loop().create_task(self._watch())
+
+    async def handle(self, request: Request) -> Response:
+        self._watching()
         request_id = uuid.uuid4().hex
         raw_path: bytes = request.scope.get("raw_path") or request.url.path.encode()
         query: bytes = request.scope.get("query_string", b"")
@@ -159,8 +163,7 @@ class _Proxy:
 
     async def handle_websocket(self, websocket: WebSocket) -> None:
         """Relay a WebSocket: the client's messages up as they come, the upstream's down as the rules shape them."""
-        if self._watchdog is None and self._sink is not None:
-            self._watchdog = asyncio.get_running_loop().create_task(self._watch())
+        self._watching()
         raw_path: bytes = websocket.scope.get("raw_path") or websocket.url.path.encode()
         query: bytes = websocket.scope.get("query_string", b"")
         url = "ws" + self.config.upstream.removeprefix("http") + raw_path.decode("latin-1")
