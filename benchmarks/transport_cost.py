@@ -45,7 +45,6 @@ Read = Callable[["Engine", int, bool], Awaitable[int]]
 @dataclass(frozen=True)
 class Engine:
     http: str
-    grpc_target: str
     client: httpx.AsyncClient
     channels: dict[bool, grpc.aio.Channel]
     """A plain channel (False) and one through streamscope's interceptor (True)."""
@@ -135,7 +134,7 @@ async def measure(http: str, grpc_target: str, streams: int, tokens: int, rounds
         grpc.aio.insecure_channel(grpc_target) as plain,
         grpc.aio.insecure_channel(grpc_target, interceptors=[interceptor]) as intercepted,
     ):
-        engine = Engine(http, grpc_target, client, {False: plain, True: intercepted})
+        engine = Engine(http, client, {False: plain, True: intercepted})
         best: dict[str, dict[bool, float]] = {name: {} for name in TRANSPORTS}
         for name, read in TRANSPORTS.items():
             await timed_run(read, engine, streams, min(tokens, 20), False)  # connections, caches, imports

@@ -48,7 +48,6 @@ class _Messages:
     def __init__(self, connection: Any, observer: StreamObserver) -> None:
         self.observer = observer
         self._connection = connection
-        self._parsed = not isinstance(observer.format, MessageFormat)  # a named format reads each message's JSON
 
     @property
     def trace_context(self) -> dict[str, str]:
@@ -62,7 +61,7 @@ class _Messages:
     def closed(self, exc: BaseException) -> bool:
         """Record a failed read; whether it ends the response as completed (a message format's normal close)."""
         name = type(exc).__name__
-        if name == _CLOSED_NORMALLY and not self._parsed:
+        if name == _CLOSED_NORMALLY and isinstance(self.observer.format, MessageFormat):
             self.observer.close("completed")
             return True
         self.observer.close("disconnected" if name in _CLOSED else "error", name)
@@ -81,7 +80,7 @@ def recorded_message(observer: StreamObserver, message: str | bytes) -> Any:
     recorder = observer.recorder
     recorder.first_byte()
     wire = len(message.encode()) if isinstance(message, str) else len(message)
-    if isinstance(observer.format, MessageFormat):
+    if isinstance(observer.format, MessageFormat):  # the application's function reads the raw message
         observer.on_payload("", message, wire)
         return message
     try:

@@ -35,9 +35,9 @@ from streamscope_cli.engine.metrics import exposition, make_metrics
 from streamscope_cli.engine.realtime import serve_realtime
 from streamscope_cli.engine.runtime import Delay, Engine
 from streamscope_cli.engine.scheduler import Scheduler, SchedulerConfig, Sequence
-from streamscope_cli.engine.truth import StreamTruth, trace_id_in
+from streamscope_cli.engine.truth import StreamTruth
 from streamscope_cli.engine.words import WORDS, words
-from streamscope_cli.workload.ground_truth import GroundTruth, GroundTruthSink
+from streamscope_cli.workload.ground_truth import GroundTruth, GroundTruthSink, trace_id_of
 
 _JSON_FIELDS = ("answer", "detail")
 """The string fields of a JSON answer, each a share of its tokens; a number, ``tokens``, closes it."""
@@ -225,7 +225,9 @@ class EngineNode:
             engine_request_id=sequence.request_id,
             tracer_provider=self.tracer_provider,
         )
-        truth = StreamTruth(self.sink, self.config.node, trace_id_in(request.headers), sequence.request_id)
+        truth = StreamTruth(
+            self.sink, self.config.node, trace_id_of(request.headers.get("traceparent")), sequence.request_id
+        )
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         json_answer = api == "chat" and json_answer_requested(body)
         events = self._events(sequence, generation, api, rng, stream, truth, include_usage, json_answer)

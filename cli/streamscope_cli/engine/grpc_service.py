@@ -23,8 +23,9 @@ from google.protobuf.struct_pb2 import Struct
 
 from streamscope.formats import EventFacts
 from streamscope.grpc_streams import AsyncStreamServerInterceptor
-from streamscope_cli.engine.truth import StreamTruth, chunked, trace_id_in
+from streamscope_cli.engine.truth import StreamTruth, chunked
 from streamscope_cli.engine.words import words
+from streamscope_cli.workload.ground_truth import trace_id_of
 
 if TYPE_CHECKING:
     from streamscope_cli.engine.app import EngineNode
@@ -94,7 +95,7 @@ async def _generate(node: EngineNode, request: Struct, context: grpc.aio.Service
         return
     rng = random.Random(f"{node.config.seed}:{sequence.request_id}")
     metadata = {str(key): str(value) for key, value in context.invocation_metadata() or ()}
-    truth = StreamTruth(node.sink, node.config.node, trace_id_in(metadata), sequence.request_id)
+    truth = StreamTruth(node.sink, node.config.node, trace_id_of(metadata.get("traceparent")), sequence.request_id)
     sent = 0
     try:
         async for tokens in chunked(generation, node.output.tokens_per_chunk, truth, first_index=0):

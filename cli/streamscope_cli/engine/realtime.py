@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from streamscope import ServerWebSocketResponse
-from streamscope_cli.engine.truth import StreamTruth, chunked, trace_id_in
+from streamscope_cli.engine.truth import StreamTruth, chunked
 from streamscope_cli.engine.words import words
+from streamscope_cli.workload.ground_truth import trace_id_of
 
 if TYPE_CHECKING:
     from streamscope_cli.engine.app import EngineNode
@@ -72,7 +73,7 @@ async def _respond(websocket: WebSocket, node: EngineNode, options: dict[str, An
         node_name=node.config.node,
         tracer_provider=node.tracer_provider,
     )
-    truth = StreamTruth(node.sink, node.config.node, trace_id_in(carrier), sequence.request_id)
+    truth = StreamTruth(node.sink, node.config.node, trace_id_of(carrier.get("traceparent")), sequence.request_id)
 
     async def delta(tokens: int) -> None:
         nonlocal sent

@@ -11,7 +11,7 @@ pace of decoding, not the collapse's doing.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from streamscope_cli.engine.runtime import Delay, TokenBatch
@@ -87,12 +87,6 @@ def _summed(delays: list[Delay]) -> list[Delay]:
     for cause, (end_ns, seconds) in totals.items():
         kept.append(Delay(cause, end_ns - round(seconds * 1e9), end_ns, seconds, adds_up=True))
     return kept
-
-
-def trace_id_in(carrier: Mapping[str, str]) -> str:
-    """The trace id of the ``traceparent`` in ``carrier`` (headers, gRPC metadata, a request's metadata), or ""."""
-    parts = str(carrier.get("traceparent", "")).split("-")
-    return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else ""
 
 
 async def chunked(

@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import re
 import ssl
 import time
 import uuid
@@ -50,7 +49,7 @@ from streamscope_cli.proxy.impairments import (
     StreamPlan,
     Write,
 )
-from streamscope_cli.workload.ground_truth import GroundTruth, GroundTruthSink
+from streamscope_cli.workload.ground_truth import GroundTruth, GroundTruthSink, trace_id_of
 from streamscope_ingest.blocks.stalls import EXPLAINING_SHARE, StallRule
 
 log = logging.getLogger("streamscope_cli.proxy")
@@ -70,7 +69,6 @@ PAUSE_RECORDED_S = EXPLAINING_SHARE * StallRule.configured().shortest_us / 1e6
 as ``connection`` ground truth of each (``detail.kind = paused``, source ``watchdog``), which scoring counts apart.
 It is the share of the shortest stall a record must hold to have made it: a shorter pause made no stall, and a
 longer one may have (all streams held together at once read as their endpoint's hold, whatever its length)."""
-_TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$")
 
 
 def create_app(config: ProxyConfig, sink: GroundTruthSink | None = None) -> Starlette:
@@ -84,16 +82,6 @@ def create_app(config: ProxyConfig, sink: GroundTruthSink | None = None) -> Star
     )
     app.state.proxy = proxy
     return app
-
-
-def trace_id_of(traceparent: str | None) -> str:
-    """The trace id of a W3C traceparent header, or "" when it is absent or malformed."""
-    match = _TRACEPARENT.match((traceparent or "").strip().lower())
-    if match is None or match[1] == "ff" or match[2] == "0" * 32 or match[3] == "0" * 16:
-        return ""
-    if match[1] == "00" and match[5]:
-        return ""  # version 00 has exactly four fields
-    return match[2]
 
 
 class _Proxy:

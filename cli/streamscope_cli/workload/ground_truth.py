@@ -8,6 +8,7 @@ inject, so attribution can be scored by joining its verdicts with these rows. A 
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -65,3 +66,17 @@ class MemorySink:
     def snapshot(self) -> list[GroundTruth]:
         with self._lock:
             return list(self._records)
+
+
+_TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$")
+
+
+def trace_id_of(traceparent: str | None) -> str:
+    """The trace id of a W3C traceparent (a header, a gRPC call's metadata, a request's metadata), or "" when it is
+    absent or malformed: the trace a record of what was done to a stream belongs to."""
+    match = _TRACEPARENT.match((traceparent or "").strip().lower())
+    if match is None or match[1] == "ff" or match[2] == "0" * 32 or match[3] == "0" * 16:
+        return ""
+    if match[1] == "00" and match[5]:
+        return ""  # version 00 has exactly four fields
+    return match[2]
