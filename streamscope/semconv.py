@@ -256,7 +256,7 @@ STREAMSCOPE_CHUNK_RETRACTED_TOKENS: Final = "streamscope.chunk.retracted_tokens"
 """Tokens of the content this chunk withdrew; an event without it reads 0. type int; unit {token}; recommended (on streamscope.chunk events that withdrew content already shown); sides: client, server, browser, gateway; streamscope extension."""
 
 STREAMSCOPE_TRUTH_CAUSE: Final = "streamscope.truth.cause"
-"""The cause, from the stall taxonomy (plus chunking_regression, a change in tokens per chunk). type string; required; sides: simulator; streamscope extension."""
+"""The cause, from the stall taxonomy (plus queue, a request waiting for a free slot before its first token, and chunking_regression, a change in tokens per chunk). type string; required; sides: simulator; streamscope extension."""
 STREAMSCOPE_TRUTH_CAUSE_VALUES: Final = (
     "prefill_interference",
     "kv_pressure",
@@ -268,6 +268,7 @@ STREAMSCOPE_TRUTH_CAUSE_VALUES: Final = (
     "client_render",
     "client_host",
     "server_host",
+    "queue",
     "chunking_regression",
 )
 
@@ -285,6 +286,7 @@ class StreamscopeTruthCauseValues:
     CLIENT_RENDER: Final = "client_render"
     CLIENT_HOST: Final = "client_host"
     SERVER_HOST: Final = "server_host"
+    QUEUE: Final = "queue"
     CHUNKING_REGRESSION: Final = "chunking_regression"
 
 

@@ -209,6 +209,23 @@ def test_metrics_parse_and_preemptions_rise_under_kv_pressure(running):
     assert len(kv) >= after["vllm:num_preemptions_total"] * 0.5 and all(t.chunk_indices for t in kv)
 
 
+def test_a_request_left_waiting_for_a_slot_is_ground_truth_for_its_first_token(running):
+    node = running(scheduler=SchedulerConfig(max_running=2), output=OutputConfig(tokens_per_chunk=1))
+
+    async def load() -> None:
+        async with httpx.AsyncClient(base_url=node.url, timeout=60) as client:
+            running_two = [asyncio.create_task(client.post("/v1/chat/completions", json=chat(60))) for _ in range(2)]
+            await asyncio.sleep(0.2)
+            await client.post("/v1/chat/completions", json=chat(5))
+            await asyncio.gather(*running_two)
+
+    asyncio.run(load())
+    (queued,) = [t for t in node.sink.snapshot() if t.cause == "queue"]
+    # the third waited until a slot freed: one record, on the event that carried its first token (after the role's)
+    assert queued.chunk_indices == (1,) and queued.detail == {"kind": "first_token"}
+    assert queued.magnitude == pytest.approx((queued.end_ns - queued.start_ns) / 1e9) and queued.magnitude > 0.1
+
+
 def test_sglang_flavor_exposes_sglang_names(running):
     node = running(flavor="sglang")
     httpx.post(f"{node.url}/v1/chat/completions", json=chat(5))

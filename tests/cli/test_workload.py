@@ -19,7 +19,7 @@ from tests.support import wait_for_rows
 EXPECTED = {
     "steady": set(),
     "prefill-storm": {"prefill_interference"},
-    "kv-pressure": {"kv_pressure"},
+    "kv-pressure": {"kv_pressure", "queue"},  # a full KV cache leaves new requests waiting too
     "spec-collapse": {"spec_decode"},
     "gateway-buffering": {"network_buffering"},
     "flaky-network": {"connection"},
@@ -32,6 +32,7 @@ EXPECTED = {
         "network_buffering",
         "connection",
         "chunking_regression",
+        "queue",
     },
 }
 QUICK_STREAMS = 60  # every scenario but mixed runs shortened; its causes still occur many times over

@@ -1,6 +1,7 @@
 """Run the scheduler in real time: each step sleeps for its computed duration, then hands out tokens.
 
-Every token batch carries the delays that really hit it, as the scheduler saw them: a preemption (from
+Every token batch carries the delays that really hit it, as the scheduler saw them: a request's wait for its
+first admission, when a step left it waiting (its first batch: the first token's wait), a preemption (from
 the moment the request lost its KV to this batch), a prefill sharing its step (when the prefill part of the
 step exceeds a threshold), collapsed speculative decoding, a throttled GPU (the part of the step its
 slowdown added) or a faulted one (the time it ran nothing, before this step). The app turns them into ground
@@ -52,6 +53,9 @@ class _Request:
     arrival_ns: int
     last_tokens_ns: int = 0
     preempted_ns: int = 0
+    queued: bool = False
+    """A step left it waiting before it was first admitted."""
+    admitted_ns: int = 0
     abandoned: bool = False
 
 
@@ -153,6 +157,12 @@ class Engine:
         for request_id in step.preempted:
             if request_id in self._requests:
                 self._requests[request_id].preempted_ns = self._requests[request_id].preempted_ns or start_ns
+        for request_id in step.left_waiting:
+            if request_id in self._requests:
+                self._requests[request_id].queued = True
+        for request_id in step.admitted:
+            if request_id in self._requests:
+                self._requests[request_id].admitted_ns = start_ns
         gaps: dict[str, float] = {}
         interference = step.prefill_s >= self.interference_threshold_s
         decoded = set(step.decoded)
@@ -162,6 +172,9 @@ class Engine:
             if request is None:
                 continue
             delays = []
+            if request.queued and not request.last_tokens_ns:
+                wait_ns = request.admitted_ns - request.arrival_ns
+                delays.append(Delay("queue", request.arrival_ns, request.admitted_ns, wait_ns / 1e9))
             if request.preempted_ns:
                 delays.append(Delay("kv_pressure", request.preempted_ns, end_ns, (end_ns - request.preempted_ns) / 1e9))
                 request.preempted_ns = 0

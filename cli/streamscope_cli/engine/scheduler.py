@@ -106,6 +106,10 @@ class StepResult:
     many), the extra steps normal acceptance would not have needed for those tokens."""
     finished: list[str] = field(default_factory=list)
     preempted: list[str] = field(default_factory=list)
+    admitted: list[str] = field(default_factory=list)
+    """Requests admitted for the first time in this step."""
+    left_waiting: list[str] = field(default_factory=list)
+    """Requests never admitted yet that this step left waiting (no free slot, KV blocks or budget): queued."""
     prefill_tokens: int = 0
     decode_tokens: int = 0
     prefix_queries: int = 0
@@ -215,8 +219,10 @@ class Scheduler:
             if first_admission:
                 result.new_prompt_tokens += sequence.prompt_tokens
                 result.new_cached_tokens += hit
+                result.admitted.append(sequence.request_id)
             budget -= tokens
             work.append((sequence, tokens))
+        result.left_waiting = [s.request_id for s in self.waiting if s.computed == 0 and s.preemptions == 0]
 
         decoding = 0
         for sequence, tokens in work:
