@@ -45,10 +45,12 @@ STREAM_QUALITY = Board(
 ATTRIBUTION = Board(
     "streamscope-attribution",
     "Jitter attribution",
-    "Where each stall came from: causes over time, the nodes' KV pressure, preemptions and step sizes against "
-    "them, the client's gap next to the server's, and where a browser's first token spent its time.",
+    "Where each stall and slow first token came from: causes over time, the nodes' KV pressure, preemptions and "
+    "step sizes against them, the client's gap next to the server's, and where a browser's first token spent its "
+    "time.",
     (
         ((attribution.STALLS_BY_CAUSE, 16), (attribution.STALL_CAUSES, 8)),
+        ((attribution.SLOW_STARTS, 24),),
         ((nodes.KV_USAGE, 8), (nodes.PREEMPTIONS, 8), (nodes.STEP_TOKENS, 8)),
         ((attribution.CLIENT_VS_SERVER, 14), (nodes.ENGINE_EVENTS, 10)),
         ((attribution.GPU_TO_GLASS, 24),),

@@ -593,3 +593,38 @@ def test_the_terminal_report_at_80_columns_cuts_nothing_and_prints_the_worst_tra
     assert report.stalled_traces[0] == longest
     assert longest in text.splitlines()  # whole, on a line of its own, to paste into `streamscope replay`
     assert "nothing in this range" in text and "\nnone" not in text
+
+
+def test_slow_first_tokens_by_cause_with_the_wait_split_where_it_was_spent(store_client):
+    """Three streams queued 2.4 to 3.0 s for a slot behind a gateway (the node's agent saw requests waiting), one on
+    time: the panel lists the queue's three, with the engine's part of the wait apart from the path's."""
+    spans = []
+    for n, (first_ms, at_s) in enumerate([(2_400, 0), (3_000, 2), (2_600, 4), (100, 8)]):
+        gateway = [first_ms + 20 * i for i in range(10)]
+        node = {sc.STREAMSCOPE_NODE_NAME: "llama-0"}
+        start = T0 + at_s * S
+        spans.append(
+            stream_span(
+                n + 1,
+                2,
+                side="gateway",
+                offsets_ms=gateway,
+                tokens=[1] * 10,
+                start_ns=start + 3_000_000,
+                attributes=node,
+            )
+        )
+        client = [o + 10 for o in gateway]  # the gateway 3 ms from the client, each way, and its own 4 ms
+        spans.append(stream_span(n + 1, 1, side="client", offsets_ms=client, tokens=[1] * 10, start_ns=start))
+    store_spans(store_client, spans)
+    waiting = [
+        ["t", datetime.fromtimestamp((T0 + k * S // 4) / 1e9, UTC), "llama-0", "requests_waiting", 3.0]
+        for k in range(1, 20)
+    ]
+    store_client.insert("engine_samples", waiting, column_names=["tenant", "time", "node_name", "metric", "value"])
+    AttributionJob(store_client, settle_s=0).run_once(until=datetime.now(UTC))
+
+    result = build_report(run_on(store_client), START, END, slo_us=400_000).result("slow_starts")
+    (row,) = [dict(zip(result.names, row)) for row in result.rows]
+    assert (row["cause"], row["slow_starts"], row["worst_ttft_ms"]) == ("queue", 3, 3_010)
+    assert row["median_engine_ms"] == 2_600 and row["median_path_ms"] == 10 and row["median_host_ms"] == 0

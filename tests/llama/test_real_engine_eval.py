@@ -12,7 +12,7 @@ from pathlib import Path
 
 from streamscope.semconv import StreamscopeTruthCauseValues as Cause
 from streamscope_cli.workload.evaluate import evaluate_named, render
-from streamscope_cli.workload.llama_clients import Received, prefill_truths
+from streamscope_cli.workload.llama_clients import Received, first_token_truths, prefill_truths
 
 MS = 1_000_000
 INJECTED = (Cause.PREFILL_INTERFERENCE, Cause.NETWORK_BUFFERING, Cause.CONNECTION, Cause.CLIENT_HOST)
@@ -23,8 +23,8 @@ read right 0.67-0.81 of the time quiet on llama-server, so a run of 15-20 such s
 chain works (a missing part gives 0)."""
 
 
-def stream(trace: str, arrivals_ms: list[int], content: list[bool] | None = None) -> Received:
-    return Received(trace, [t * MS for t in arrivals_ms], content or [True] * len(arrivals_ms))
+def stream(trace: str, arrivals_ms: list[int], content: list[bool] | None = None, sent_ms: int = 0) -> Received:
+    return Received(trace, [t * MS for t in arrivals_ms], content or [True] * len(arrivals_ms), sent_ms * MS)
 
 
 def test_a_prefill_is_the_truth_of_every_stream_mid_answer_across_it_and_names_the_events_it_delayed():
@@ -67,3 +67,24 @@ def test_attribution_on_llama_server_finds_each_injected_cause(storage_dsn: str,
         assert result.support(cause) >= 5, report
         assert (result.f1(cause) or 0.0) >= FLOORS.get(cause, FLOOR), report
     assert result.blamed_on_injected() <= 2, report  # a stall no record explains is rarely put on the engine or path
+
+
+def test_a_stream_sent_while_every_slot_ran_waited_in_the_queue_for_its_first_token():
+    busy = [(0, 3_000 * MS), (10 * MS, 3_100 * MS), (20 * MS, 2_500 * MS), (900 * MS, 1_200 * MS)]
+    queued = stream("a" * 32, [2_520, 2_530, 2_540], [False, True, True], sent_ms=100)  # three of three running
+    free = stream("b" * 32, [2_610, 2_620], sent_ms=2_600)  # two running
+    prefilled = stream("c" * 32, [3_820, 3_830], sent_ms=3_500)  # sent during a long prompt's prefill
+    truths = first_token_truths("llama-0", 3, busy, [(3_400 * MS, 3_800 * MS)], [queued, free, prefilled])
+    assert [(t.trace_id, t.cause, t.start_ns, t.end_ns, t.chunk_indices, t.magnitude) for t in truths] == [
+        ("a" * 32, Cause.QUEUE, 100 * MS, 2_530 * MS, (1,), 2.43),
+        ("c" * 32, Cause.PREFILL_INTERFERENCE, 3_500 * MS, 3_800 * MS, (0,), 0.32),
+    ]
+    assert all(t.detail["kind"] == "first_token" for t in truths)
+
+
+def test_attribution_on_llama_server_finds_streams_queued_for_a_slot(storage_dsn: str, llama_server_binary: Path):
+    result = evaluate_named("llama-queue", storage_dsn, streams=32)
+    report = render("llama-queue", result)
+    assert result.support(Cause.QUEUE) >= 5, report
+    assert (result.f1(Cause.QUEUE) or 0.0) >= FLOOR, report
+    assert result.blamed_on_injected() == 0, report

@@ -57,6 +57,16 @@ class LongPrompt:
 
 
 @dataclass(frozen=True)
+class SlotFill:
+    """``requests`` long generations sent at once, to take every slot of the engine for a while."""
+
+    at_s: float
+    url: str
+    requests: int
+    max_tokens: int
+
+
+@dataclass(frozen=True)
 class ClientPlan:
     scenario: str
     seed: int
@@ -67,6 +77,9 @@ class ClientPlan:
     long_prompts: list[LongPrompt] = field(default_factory=list)
     host_load: list[HostLoad] = field(default_factory=list)
     concurrency: int = 8
+    slot_fills: list[SlotFill] = field(default_factory=list)
+    slots: int = 8
+    """The engine's slots (``--parallel``): a request sent while this many of the process's are running waits."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -80,17 +93,25 @@ class ClientPlan:
                 "streams": [PlannedRequest(**s) for s in raw["streams"]],
                 "long_prompts": [LongPrompt(**p) for p in raw["long_prompts"]],
                 "host_load": [HostLoad(**h) for h in raw["host_load"]],
+                "slot_fills": [SlotFill(**f) for f in raw["slot_fills"]],
             }
         )
 
 
 @dataclass
 class Received:
-    """One stream as its client saw it: its trace, and when each event arrived (wall clock, ns)."""
+    """One stream as its client saw it: its trace, when each event arrived and whether it carried content (wall
+    clock, ns)."""
 
     trace_id: str
     arrivals_ns: list[int] = field(default_factory=list)
     content: list[bool] = field(default_factory=list)
+    sent_ns: int = 0
+    """When its request was sent."""
+
+    def first_content(self) -> int | None:
+        """The index of the first event that carried content, if any did."""
+        return next((i for i, has in enumerate(self.content) if has), None)
 
 
 def prefill_truths(
@@ -132,13 +153,48 @@ def prefill_truths(
     return truths
 
 
+def first_token_truths(
+    node: str, slots: int, busy: list[tuple[int, int]], prefills: list[tuple[int, int]], streams: list[Received]
+) -> list[GroundTruth]:
+    """What kept each stream from its first token, from what this process sent the engine (``busy``: each request's
+    sent and done, wall ns, the streams' own among them) and the long prompts' prefills (sent, answered).
+
+    A stream sent while ``slots`` of the other requests were running waited for a slot: ``queue``, from its request
+    to its first content. One sent while a long prompt's prefill was under way (and not queued) waited for that
+    step: ``prefill_interference``, from its request (or the prompt's) to its first content (or the answer). Each is
+    a first token's wait (``detail.kind = first_token``), its magnitude the stream's whole wait."""
+    truths = []
+    for stream in streams:
+        first = stream.first_content()
+        if first is None:
+            continue
+        got, sent = stream.arrivals_ns[first], stream.sent_ns
+        wait = (got - sent) / 1e9
+        running = sum(1 for start, done in busy if start < sent < done)
+        if running >= slots:
+            cause, window = Cause.QUEUE, (sent, got)
+            detail = {"kind": "first_token", "running": str(running)}
+        else:
+            prefill = next(((p, a) for p, a in prefills if p <= sent < a and got > p), None)
+            if prefill is None:
+                continue
+            cause, window = Cause.PREFILL_INTERFERENCE, (max(sent, prefill[0]), min(got, prefill[1]))
+            detail = {"kind": "first_token", "prefill_ms": f"{(prefill[1] - prefill[0]) / 1e6:.1f}"}
+        truths.append(
+            GroundTruth(
+                cause, node, *window, trace_id=stream.trace_id, chunk_indices=(first,), magnitude=wait, detail=detail
+            )
+        )
+    return truths
+
+
 async def _stream(client: httpx.AsyncClient, request: PlannedRequest, provider: Any, received: list[Received]) -> str:
     trace_id = secrets.randbits(128) or 1
     parent = trace.NonRecordingSpan(
         trace.SpanContext(trace_id, secrets.randbits(64) or 1, is_remote=True, trace_flags=trace.TraceFlags(1))
     )
     token = otel_context.attach(trace.set_span_in_context(parent))
-    seen = Received(f"{trace_id:032x}")
+    seen = Received(f"{trace_id:032x}", sent_ns=time.time_ns())
     received.append(seen)
     reader = make_format("openai-chat")  # what carried content, as the SDK's recording tells it
     body = {
@@ -169,13 +225,24 @@ async def _long_prompt(client: httpx.AsyncClient, prompt: LongPrompt, windows: l
         windows.append((sent, time.time_ns()))
 
 
+async def _fill(client: httpx.AsyncClient, fill: SlotFill, busy: list[tuple[int, int]]) -> None:
+    """One long generation of a slot fill, kept in ``busy`` (sent, done) once answered."""
+    body = {"messages": [{"role": "user", "content": "fill"}], "max_tokens": fill.max_tokens, "ignore_eos": True}
+    sent = time.time_ns()
+    response = await client.post(fill.url, json=body)
+    if response.status_code == 200:
+        busy.append((sent, time.time_ns()))
+
+
 async def run(plan: ClientPlan, sink: GroundTruthSink, provider: Any) -> Counter[str]:
     outcomes: Counter[str] = Counter()
     received: list[Received] = []
     windows: list[tuple[int, int]] = []
+    busy: list[tuple[int, int]] = []
     gate = asyncio.Semaphore(plan.concurrency)
     started = time.monotonic()
-    limits = httpx.Limits(max_connections=plan.concurrency * 2 + len(plan.long_prompts))
+    fills = sum(f.requests for f in plan.slot_fills)
+    limits = httpx.Limits(max_connections=plan.concurrency * 2 + len(plan.long_prompts) + fills)
     host = HostActivity(plan.host_load, seed=plan.seed, sink=sink, node=CLIENT_SERVICE)
     async with host, httpx.AsyncClient(timeout=httpx.Timeout(300.0, connect=10.0), limits=limits) as client:
 
@@ -188,10 +255,23 @@ async def run(plan: ClientPlan, sink: GroundTruthSink, provider: Any) -> Counter
             await asyncio.sleep(max(0.0, prompt.at_s - (time.monotonic() - started)))
             await _long_prompt(client, prompt, windows)
 
-        await asyncio.gather(*(one(r) for r in plan.streams), *(inject(p) for p in plan.long_prompts))
-    for truth in prefill_truths(plan.node, windows, received):
+        async def fill(slots: SlotFill) -> None:
+            await asyncio.sleep(max(0.0, slots.at_s - (time.monotonic() - started)))
+            await asyncio.gather(*(_fill(client, slots, busy) for _ in range(slots.requests)))
+
+        await asyncio.gather(
+            *(one(r) for r in plan.streams),
+            *(inject(p) for p in plan.long_prompts),
+            *(fill(f) for f in plan.slot_fills),
+        )
+    busy += windows
+    busy += ((r.sent_ns, r.arrivals_ns[-1]) for r in received if r.arrivals_ns)
+    truths = prefill_truths(plan.node, windows, received)
+    truths += first_token_truths(plan.node, plan.slots, busy, windows, received)
+    for truth in truths:
         sink.record(truth)
     outcomes["long prompts answered"] = len(windows)
+    outcomes["slot fills answered"] = len(busy) - len(windows) - sum(1 for r in received if r.arrivals_ns)
     return outcomes
 
 

@@ -16,6 +16,7 @@ A scenario file says ``engine: llama-server``:
     engine_options: {parallel: 8, step_tokens: 8192}    # slots (-np); tokens a step takes (-b, -ub)
     inject:
       long_prompts: {every_s: 4, prompt_tokens: 5000}   # prefilled in one step with the streams' decoding
+      fill_slots: {every_s: 6, tokens: 1000}             # every slot taken: streams sent meanwhile queue
       host_load: {target: client, period_s: 2, busy_ms: 450}
     proxy: {impairments: [{kind: stall, after_event: 300, duration_ms: 900, probability: 0.3}]}
 """
@@ -37,7 +38,7 @@ from streamscope_cli.llama.build import ensure_server
 from streamscope_cli.llama.models import TINY, ensure_model
 from streamscope_cli.llama.server import LlamaServer, ServerOptions
 from streamscope_cli.proxy.process import ProxyProcess
-from streamscope_cli.workload.llama_clients import CLIENT_SERVICE, ClientPlan, LongPrompt, PlannedRequest
+from streamscope_cli.workload.llama_clients import CLIENT_SERVICE, ClientPlan, LongPrompt, PlannedRequest, SlotFill
 from streamscope_cli.workload.load import attribute_settled, wait_until_stored
 from streamscope_cli.workload.scenario import (
     HostLoad,
@@ -69,6 +70,14 @@ class LongPrompts:
 
 
 @dataclass(frozen=True)
+class FillSlots:
+    every_s: float
+    tokens: int = 1000
+    """Each filling request's generation: it holds its slot while it decodes this many tokens."""
+    start_s: float = 1.0
+
+
+@dataclass(frozen=True)
 class LlamaScenario:
     name: str
     seed: int
@@ -79,6 +88,9 @@ class LlamaScenario:
     """The most tokens one engine step takes (llama.cpp's default when None): a prompt up to this long is prefilled
     in one step, as an engine without chunked prefill does, and every stream decoding beside it waits for it all."""
     long_prompts: LongPrompts | None = None
+    fill_slots: FillSlots | None = None
+    """As many long generations as the engine has slots, sent together every so often: streams sent meanwhile
+    wait for a slot (``queue``)."""
     host_load: tuple[HostLoad, ...] = ()
     impairments: tuple[dict[str, Any], ...] = ()
     timeout_s: float = 600.0
@@ -100,7 +112,10 @@ def parse(document: dict[str, Any], where: str) -> LlamaScenario:
     if step_tokens is not None and (not isinstance(step_tokens, int) or not 64 <= step_tokens <= CONTEXT):
         raise ScenarioError(f"{where}: engine_options.step_tokens must be an integer from 64 to {CONTEXT}")
     inject = document.get("inject") or {}
-    known_keys(inject, {"long_prompts", "host_load"}, f"{where}: inject")
+    known_keys(inject, {"long_prompts", "fill_slots", "host_load"}, f"{where}: inject")
+    fill_slots = parse_dataclass(FillSlots, inject.get("fill_slots"), f"{where}: inject.fill_slots")
+    if fill_slots is not None and (fill_slots.every_s <= 0 or not 1 <= fill_slots.tokens < CONTEXT):
+        raise ScenarioError(f"{where}: inject.fill_slots needs every_s > 0 and tokens from 1 to {CONTEXT - 1}")
     long_prompts = parse_dataclass(LongPrompts, inject.get("long_prompts"), f"{where}: inject.long_prompts")
     if long_prompts is not None and (long_prompts.every_s <= 0 or not 0 < long_prompts.prompt_tokens < CONTEXT - 64):
         raise ScenarioError(f"{where}: inject.long_prompts needs every_s > 0 and prompt_tokens below {CONTEXT}")
@@ -120,6 +135,7 @@ def parse(document: dict[str, Any], where: str) -> LlamaScenario:
         parallel,
         step_tokens,
         long_prompts,
+        fill_slots,
         host_load,
         tuple(impairments),
     )
@@ -145,6 +161,14 @@ def client_plan(scenario: LlamaScenario, gateway_url: str, proxy_url: str | None
             prompt = f"{index} {rng.random():.6f} " + "ab " * (injected.prompt_tokens // 2)  # no cached prefix
             url = f"{gateway_url}/v1/chat/completions"
             prompts.append(LongPrompt(injected.start_s + index * injected.every_s, url, prompt))
+    fills = []
+    if (filling := scenario.fill_slots) is not None:
+        url = f"{gateway_url}/v1/chat/completions"
+        count = math.floor(max(at - filling.start_s, 0.0) / filling.every_s) + 1
+        fills = [
+            SlotFill(filling.start_s + i * filling.every_s, url, scenario.parallel, filling.tokens)
+            for i in range(count)
+        ]
     return ClientPlan(
         scenario.name,
         scenario.seed,
@@ -154,6 +178,8 @@ def client_plan(scenario: LlamaScenario, gateway_url: str, proxy_url: str | None
         prompts,
         list(scenario.host_load),
         load.concurrency,
+        fills,
+        scenario.parallel,
     )
 
 

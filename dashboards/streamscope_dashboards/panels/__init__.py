@@ -7,7 +7,7 @@ One module per board (``boards`` lays them out), and ``common`` for what they sh
 
 from __future__ import annotations
 
-from streamscope_dashboards.panels.attribution import GPU_TO_GLASS, STALL_CAUSES, STALLS_BY_CAUSE
+from streamscope_dashboards.panels.attribution import GPU_TO_GLASS, SLOW_STARTS, STALL_CAUSES, STALLS_BY_CAUSE
 from streamscope_dashboards.panels.common import Panel
 from streamscope_dashboards.panels.cost import (
     BROWSER_RENDER,
@@ -36,6 +36,7 @@ PANELS: tuple[Panel, ...] = (
     STALLS_BY_CAUSE,
     TOKENS_PER_CHUNK,
     STALL_CAUSES,
+    SLOW_STARTS,
     STREAM_SHAPE,
     MODEL_TEXTURE,
     STREAM_QUALITY,

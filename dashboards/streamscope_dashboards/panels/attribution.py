@@ -1,4 +1,5 @@
-"""The Jitter attribution board's own panels: where each stall came from (the node metrics beside them are in nodes)."""
+"""The Jitter attribution board's own panels: where each stall and slow first token came from (the node metrics
+beside them are in nodes)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,24 @@ FROM stalls
 WHERE $__timeFilter(start_time) AND {STALL_FILTERS}
 GROUP BY cause
 ORDER BY stalls DESC, cause""",
+)
+
+SLOW_STARTS = Panel(
+    "slow_starts",
+    "Slow first tokens",
+    "Client streams whose first token came a second or more after the request, by the cause attribution gave "
+    "them: the engine's queue (every slot busy), another request's prefill, the serving process's host, the "
+    "client's host or the path. Each wait is split where it was spent: at the engine (its server's or gateway's "
+    "own wait for its first token), on the path, and in the client's host.",
+    "table",
+    f"""SELECT cause, count() AS slow_starts, round(slow_starts / sum(slow_starts) OVER (), 3) AS share,
+    quantileExact(0.5)(ttft_us) / 1000 AS median_ttft_ms, max(ttft_us) / 1000 AS worst_ttft_ms,
+    quantileExact(0.5)(upstream_us) / 1000 AS median_engine_ms, quantileExact(0.5)(path_us) / 1000 AS median_path_ms,
+    quantileExact(0.5)(host_us) / 1000 AS median_host_ms, round(avg(confidence), 2) AS mean_confidence
+FROM slow_starts
+WHERE $__timeFilter(start_time) AND {STALL_FILTERS}
+GROUP BY cause
+ORDER BY slow_starts DESC, cause""",
 )
 
 CLIENT_VS_SERVER = Panel(

@@ -224,6 +224,8 @@ class NodeEvent:
     kind: str
     start_us: int
     end_us: int
+    magnitude: float | None = None
+    """How much (tokens in a prefill burst, requests waiting), when told."""
 
 
 @dataclass

@@ -1,6 +1,6 @@
-"""The attribution job: attribute the stalls of streams that have settled and write them to ``stalls``, their
-quality indices to ``stream_quality``, and what smoothing buffers would have made of them to ``stream_smoothing``
-(counted, for the fleet panel, in ``smoothing_histograms``).
+"""The attribution job: attribute the stalls of streams that have settled and write them to ``stalls`` (a slow first
+token to ``slow_starts``), their quality indices to ``stream_quality``, and what smoothing buffers would have made
+of them to ``stream_smoothing`` (counted, for the fleet panel, in ``smoothing_histograms``).
 
 Why a periodic job rather than materialized views: a stall's cause needs both sides of the stream and the
 node's engine events, which arrive in separate requests, seconds apart; a view fires on one insert into one
@@ -10,7 +10,7 @@ stored since its watermark in passes of a few queries, and advances the watermar
 stream writes nothing: an idle store is not given parts to merge every few seconds. A pass holds at most
 ``pass_streams`` streams (and their chunks) in memory, however far behind the job is after an outage.
 
-A pass writes four tables and then its progress, and the store can fail between any two. So a pass records where
+A pass writes up to five tables and then its progress, and the store can fail between any two. So a pass records where
 it ends before it writes (``BEGUN``), and each of its inserts carries a deduplication token named by the pass and
 the table: the next attempt, here or in another collector, repeats exactly that pass, and what the failed one
 stored is not counted again, even when more streams have settled meanwhile.
@@ -147,6 +147,8 @@ class AttributionJob:
         insert = partial(self._insert_once, pass_name=pass_name)
         if verdicts.stalls:
             insert("stalls", pa.Table.from_pylist(verdicts.stalls, schema=columns.STALLS))
+        if verdicts.slow_starts:
+            insert("slow_starts", pa.Table.from_pylist(verdicts.slow_starts, schema=columns.SLOW_STARTS))
         if verdicts.quality:
             insert("stream_quality", pa.Table.from_pylist(verdicts.quality, schema=columns.STREAM_QUALITY))
         if verdicts.smoothing:

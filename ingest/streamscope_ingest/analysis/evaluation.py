@@ -7,11 +7,12 @@ held, all of them sent after the content that ended the stall (a connection that
 delivering it, the client reading that content late), held back nothing of the stall and does not label it.
 (A record that ended just before the stall began, or began just after it ended, did not delay the content
 that ended it; it still counts as found, within ``MATCH_SLACK_US``, for ``undetected`` below.) Precision and
-recall are computed over stalls; ground truth that delayed a content chunk after the first by as much as a
-stall, yet met no stall, is counted apart as ``undetected`` (and included in recall), so a silent detector
-cannot score well. (Ground truth that held the stream's first content chunk delayed its time to first token,
-not a gap; and a server delay that began and ended while the path held the stream anyway, inside a gateway's
-hold or a stalled connection, changed nothing the client received: the content made the same release.)
+recall are computed over stalls and slow starts; ground truth that delayed a content chunk after the first by as
+much as a stall, yet met no stall, is counted apart as ``undetected`` (and included in recall), so a silent
+detector cannot score well. (Ground truth that held the stream's first content chunk delayed its time to first
+token, not a gap: see slow starts below. A server delay that began and ended while the path held the stream
+anyway, inside a gateway's hold or a stalled connection, changed nothing the client received: the content made
+the same release.)
 
 A record that overlaps a stall for less than a third of it did not make the stall (``EXPLAINING_SHARE``).
 
@@ -38,6 +39,11 @@ received before it began and after it ended). A ``server_host`` record of a serv
 late: no trace id) is a candidate, by time, for the stalls of the streams that node served. Host records of
 other causes are not scored.
 
+A slow start (``analysis.first_token``: a first token a second or more after the request) is scored as a stall is,
+its window the client's wait from the request to its first content. Ground truth of a first token's wait
+(``detail.kind = first_token``: a request queued behind busy slots, a prefill it waited for) that made a wait that
+long and met no slow start is undetected.
+
 Attribution may name a second cause in ``evidence['secondary_cause']`` (a cause, or ``network`` for either
 path cause). It is counted apart, without changing the primary score: right when another record than the one
 that labelled the stall overlaps the stall with that cause.
@@ -55,7 +61,10 @@ from clickhouse_connect.driver.client import Client
 from streamscope import semconv as sc
 from streamscope.semconv import StreamscopeTruthCauseValues as Cause
 from streamscope_ingest import store
+from streamscope_ingest.analysis.first_token import FirstTokenRules
 from streamscope_ingest.blocks.stalls import EXPLAINING_SHARE, StallRule
+
+SLOW_START_US = FirstTokenRules().slow_start_us
 
 STALL_CAUSES = tuple(c for c in sc.STREAMSCOPE_TRUTH_CAUSE_VALUES if c != "chunking_regression")
 DELAY_CAUSES = (
@@ -66,6 +75,7 @@ DELAY_CAUSES = (
     Cause.GPU_FAULT,
     Cause.NETWORK_BUFFERING,
     Cause.CONNECTION,
+    Cause.QUEUE,
 )
 """Causes whose ground-truth magnitude is the delay they added (others measure something else): the network's and
 the engine's."""
@@ -86,12 +96,17 @@ STALLS_SQL = """
 SELECT trace_id, seq, toUnixTimestamp64Micro(start_time), toUnixTimestamp64Micro(end_time), cause,
        evidence['secondary_cause'], server_seq
 FROM stalls WHERE start_time >= {since:DateTime64(6)} AND side IN ('client', 'browser')
+UNION ALL
+SELECT trace_id, NULL, toUnixTimestamp64Micro(start_time), toUnixTimestamp64Micro(end_time), cause, '', NULL
+FROM slow_starts WHERE start_time >= {since:DateTime64(6)} AND side IN ('client', 'browser')
 """
+"""The stalls attributed, and the slow starts (a first token's wait, whose ``seq`` is NULL)."""
 TRUTH_SQL = """
 SELECT g.trace_id, g.cause, toUnixTimestamp64Micro(g.start_time), toUnixTimestamp64Micro(g.end_time), g.magnitude,
        hasAny(g.chunk_indices, c.content_seqs) AND NOT has(g.chunk_indices, c.first_seq) AS delayed_content,
        if(empty(g.chunk_indices), NULL, arrayMin(g.chunk_indices)) AS first_held,
-       g.attributes['streamscope.truth.detail.kind'] = 'paused' AS own_pause
+       g.attributes['streamscope.truth.detail.kind'] = 'paused' AS own_pause,
+       g.attributes['streamscope.truth.detail.kind'] = 'first_token' AS first_token
 FROM ground_truth AS g
 LEFT JOIN (
     SELECT trace_id, groupUniqArrayIf(seq, kind = 'content') AS content_seqs, anyIf(seq, kind = 'first') AS first_seq
@@ -147,6 +162,8 @@ class Score:
     made_a_stall: Counter[str] = field(default_factory=Counter)
     """Of those, the records that labelled at least one stall: the others slowed content by less than a stall,
     or delayed what a stall of another cause already held."""
+    slow_starts: int = 0
+    """Of the cases in ``confusion``, the slow starts (the rest are stalls)."""
     host_records: Counter[tuple[str, bool]] = field(default_factory=Counter)
     """Host records (``client_host``, ``server_host``) by (cause, whether the scenario injected it): the others are
     the machine's own pauses, which its watchdog saw."""
@@ -218,15 +235,18 @@ class Record(NamedTuple):
     """Whether it delayed content after the first chunk."""
     first_held: int | None = None
     """The first server chunk it held, when it names the chunks it held."""
+    first_token: bool = False
+    """Whether it delayed the stream's first token (its magnitude the wait it made, from the request)."""
 
     def held_before(self, server_seq: int | None) -> bool:
         """Whether it held nothing up to server chunk ``server_seq``: every chunk it held came after it."""
         return self.first_held is not None and server_seq is not None and self.first_held > server_seq
 
 
-def score(client: Client, since: datetime, stall: StallRule | None = None) -> Score:
-    """How the stalls attributed since ``since`` match the ground truth; an injected delay is one attribution had
-    to find when ``stall`` (default: as configured) calls it a stall."""
+def score(client: Client, since: datetime, stall: StallRule | None = None, slow_start_us: int = SLOW_START_US) -> Score:
+    """How the stalls and slow starts attributed since ``since`` match the ground truth; an injected delay is one
+    attribution had to find when ``stall`` (default: as configured) calls it a stall, or, of a first token, when it
+    made a wait of ``slow_start_us`` (the attribution job's, by default)."""
     stall = stall or StallRule.configured()
     with store.translated_errors():
         stalls = client.query(STALLS_SQL, parameters={"since": since}).result_rows
@@ -240,9 +260,10 @@ def score(client: Client, since: datetime, stall: StallRule | None = None) -> Sc
         host_sources = client.query(HOST_SOURCES_SQL, parameters={"since": since}).result_rows
     served_by: dict[str, str] = {trace: node for trace, node in served}
     by_trace: dict[str, list[Record]] = {}
-    for trace, cause, start, end, magnitude, delayed_content, first_held, own_pause in truths:
+    for trace, cause, start, end, magnitude, delayed_content, first_held, own_pause, first_token in truths:
         label = OWN_PAUSE if own_pause else cause
-        by_trace.setdefault(trace, []).append(Record(label, start, end, magnitude, bool(delayed_content), first_held))
+        record = Record(label, start, end, magnitude, bool(delayed_content), first_held, bool(first_token))
+        by_trace.setdefault(trace, []).append(record)
     host_records = [Record(cause, start, end, (end - start) / 1e6, False) for cause, start, end in host]
     host_candidates = [("", record) for record in host_records]  # candidates for every stall
     node_candidates: dict[str, list[tuple[str, Record]]] = {}  # candidates for the stalls of a node's streams
@@ -256,7 +277,8 @@ def score(client: Client, since: datetime, stall: StallRule | None = None) -> Sc
     result.injected.update(record.cause for candidates in node_candidates.values() for _, record in candidates)
     hit: set[tuple[str, int, int]] = set()
     labelling: set[tuple[str, Record]] = set()
-    for trace, _, start, end, predicted, secondary, server_seq in stalls:
+    for trace, seq, start, end, predicted, secondary, server_seq in stalls:
+        result.slow_starts += seq is None
         best, best_match, labelled_by = "none", -1.0, -1
         records = by_trace.get(trace, [])
         candidates = [(trace, r) for r in records] + host_candidates + node_candidates.get(served_by.get(trace, ""), [])
@@ -291,7 +313,9 @@ def score(client: Client, since: datetime, stall: StallRule | None = None) -> Sc
             )
     for trace, records in by_trace.items():
         for r in records:
-            detectable = r.cause in DELAY_CAUSES and r.delayed_content and stall.over_threshold(r.magnitude_s * 1e6)
+            delayed = stall.over_threshold(r.magnitude_s * 1e6) if r.delayed_content else False
+            delayed |= r.first_token and r.magnitude_s * 1e6 >= slow_start_us
+            detectable = r.cause in DELAY_CAUSES and delayed
             masked = r.cause not in PATH_HOLDS and any(s <= r.start_us and r.end_us <= e for s, e in holds[trace])
             if detectable and not masked and (trace, r.start_us, r.end_us) not in hit:
                 result.undetected[r.cause] += 1

@@ -1,5 +1,6 @@
 """What one pass of the attribution job reads from the store, as typed inputs: the streams settled since the
-watermark, the spans of their traces, their chunks, and their nodes' engine events.
+watermark, the spans of their traces, their chunks, and their nodes' engine events (requests waiting for a slot
+among them, from the agent's samples).
 
 Every query of a pass lives here, and nothing of the verdicts (``analysis.verdicts``): the SQL can change with the
 schema while the judging stays a pure function of these inputs, tested without a store.
@@ -8,8 +9,10 @@ schema while the judging stays a pure function of these inputs, tested without a
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +20,7 @@ import pyarrow.compute as pc
 from clickhouse_connect.driver.client import Client
 
 from streamscope_ingest.analysis.attribution import NodeEvent, Timeline
+from streamscope_ingest.analysis.first_token import WAITING
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 Key = tuple[str, str, str]
@@ -29,7 +33,8 @@ away; its node, ``streamscope gateway --node``, is the engine's)."""
 
 STREAMS_SQL = """
 SELECT tenant, trace_id, span_id, service, side, if(response_model != '', response_model, request_model),
-       resource_attributes['service.instance.id'], toUnixTimestamp64Micro(start_time), duration_us, ingested_at
+       resource_attributes['service.instance.id'], toUnixTimestamp64Micro(start_time), duration_us, input_tokens,
+       ingested_at
 FROM streams
 WHERE ingested_at > {since:DateTime64(3)} AND ingested_at <= {until:DateTime64(3)}
 ORDER BY ingested_at
@@ -60,11 +65,20 @@ arrays: the view's window over one row per chunk costs three times as much. A st
 start time, so the spans' first and last start bound what is read (the table's partitions and index). An array the
 store keeps empty is zeros (migrations 0036 and 0038)."""
 EVENTS_SQL = """
-SELECT node_name, kind, toUnixTimestamp64Micro(start_time), toUnixTimestamp64Micro(ifNull(end_time, now64(6)))
+SELECT node_name, kind, toUnixTimestamp64Micro(start_time), toUnixTimestamp64Micro(ifNull(end_time, now64(6))),
+       magnitude
 FROM engine_events
 WHERE node_name IN {nodes:Array(String)} AND start_time <= {high:DateTime64(6)}
   AND (end_time IS NULL OR end_time >= {low:DateTime64(6)})
 """
+WAITING_SQL = """
+SELECT node_name, toUnixTimestamp64Micro(time), value
+FROM engine_samples
+WHERE metric = 'requests_waiting' AND value > 0 AND node_name IN {nodes:Array(String)}
+  AND time BETWEEN {low:DateTime64(6)} AND {high:DateTime64(6)}
+ORDER BY node_name, time
+"""
+"""The agent's samples that saw requests waiting for a free slot (``first_token.WAITING``)."""
 SPEC_SQL = """
 SELECT node_name, maxIf(value, metric = 'spec_accept_length'), countIf(metric = 'spec_accept_length')
 FROM engine_samples
@@ -92,6 +106,8 @@ class SettledStream:
     """The client process (``service.instance.id``) that read it, or empty."""
     start_us: int
     duration_us: int
+    prompt_tokens: int | None = None
+    """The prompt's tokens, as the stream's usage or request told them."""
 
     @property
     def key(self) -> Key:
@@ -193,14 +209,31 @@ def read_inputs(client: Client, streams: list[SettledStream], event_slack_us: in
         high = max(s.start_us + s.duration_us for s in streams) + event_slack_us
         window = {"nodes": nodes, "low": _time(low), "high": _time(high)}
         events: dict[str, list[NodeEvent]] = defaultdict(list)
-        for node, kind, start, end in client.query(EVENTS_SQL, parameters=window).result_rows:
-            events[node].append(NodeEvent(kind, start, end))
+        for node, kind, start, end, magnitude in client.query(EVENTS_SQL, parameters=window).result_rows:
+            events[node].append(NodeEvent(kind, start, end, magnitude))
+        waiting = client.query(WAITING_SQL, parameters=window).result_rows
+        for node, runs in _runs(waiting, event_slack_us).items():
+            events[node].extend(runs)
         inputs.events = dict(events)
         inputs.spec_nodes = {
             node: length if reported else None
             for node, length, reported in client.query(SPEC_SQL, parameters=window).result_rows
         }
     return inputs
+
+
+def _runs(samples: Sequence[Sequence[Any]], apart_us: int) -> dict[str, list[NodeEvent]]:
+    """Per node, the stretches in which its samples saw requests waiting (samples of one node, in order; those at
+    most ``apart_us`` apart are one stretch), each with the most seen waiting."""
+    runs: dict[str, list[NodeEvent]] = defaultdict(list)
+    for node, at, waiting in samples:
+        stretches = runs[node]
+        if stretches and at - stretches[-1].end_us <= apart_us:
+            last = stretches[-1]
+            stretches[-1] = NodeEvent(WAITING, last.start_us, at, max(last.magnitude or 0.0, waiting))
+        else:
+            stretches.append(NodeEvent(WAITING, at, at, waiting))
+    return runs
 
 
 def _rows(column: pa.ChunkedArray) -> list[np.ndarray]:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from streamscope_ingest.analysis.attribution import Arrivals, SharedHost, Stall, StallRules, Timeline, attribute
+from streamscope_ingest.analysis.first_token import FirstTokenRules, SlowStart, attribute_start
 from streamscope_ingest.analysis.pass_inputs import UPSTREAM_SIDES, Key, PassInputs, SettledStream, TraceSpan
 from streamscope_ingest.analysis.quality import andes_qoe, fluidity_index
 from streamscope_ingest.analysis.smoothing import Buffer, Smoothed, Targets, smooth_each
@@ -53,6 +54,7 @@ class Verdicts:
     """A pass's rows, one list per table."""
 
     stalls: list[Row] = field(default_factory=list)
+    slow_starts: list[Row] = field(default_factory=list)
     quality: list[Row] = field(default_factory=list)
     smoothing: list[Row] = field(default_factory=list)
 
@@ -70,10 +72,12 @@ class _Sides:
 
 
 def judge(inputs: PassInputs, rules: StallRules, buffers: Sequence[Buffer], quality: QualityTargets) -> Verdicts:
-    """Every stream of the pass judged: its stalls attributed, its quality and smoothing measured."""
+    """Every stream of the pass judged: its stalls and a slow start attributed, its quality and smoothing
+    measured."""
     sides = {s.key: found for s in inputs.streams if (found := _sides(s, inputs)) is not None}
     peers = _Peers(inputs.streams, sides, inputs.endpoints)
     targets = quality.in_us()
+    first_token = FirstTokenRules(slow_start_us=round(quality.first_deadline_ms * 1000))
     settings = {
         "first_deadline_ms": quality.first_deadline_ms,
         "token_deadline_ms": quality.token_deadline_ms,
@@ -103,6 +107,16 @@ def judge(inputs: PassInputs, rules: StallRules, buffers: Sequence[Buffer], qual
             "node_name": both.node,
         }
         verdicts.stalls.extend(_row(stall, identity) for stall in stalls)
+        if stream.side in ("client", "browser") and (
+            start := attribute_start(
+                both.client,
+                both.server,
+                inputs.events.get(both.node, []),
+                prompt_tokens=stream.prompt_tokens,
+                rules=first_token,
+            )
+        ):
+            verdicts.slow_starts.append(_start_row(start, identity))
         tokens = inputs.chunks[stream.key].tokens
         (fluidity, andes), smoothed = measured(both.client, tokens, buffers, rules, targets)
         at = {**identity, "start_time": both.client.start_us}
@@ -195,6 +209,21 @@ class _Peers:
             usable = server is not None and server.content()[0].size > 0 and client.content()[0].size > 0
             self._arrivals[key] = Arrivals.of(client, server) if server is not None and usable else None
         return self._arrivals[key]
+
+
+def _start_row(start: SlowStart, identity: dict[str, str]) -> Row:
+    return {
+        **identity,
+        "start_time": start.start_us,
+        "end_time": start.end_us,
+        "ttft_us": min(start.ttft_us, 2**32 - 1),
+        "upstream_us": start.upstream_us,
+        "path_us": start.path_us,
+        "host_us": start.host_us,
+        "cause": start.cause,
+        "confidence": start.confidence,
+        "evidence": list(start.evidence.items()),
+    }
 
 
 def _row(stall: Stall, identity: dict[str, str]) -> Row:

@@ -337,27 +337,6 @@ ENGINE_EVENTS = pa.schema(
     ]
 )
 
-STALLS = pa.schema(
-    [
-        ("tenant", _LC),
-        ("start_time", _TIME),
-        ("end_time", _TIME),
-        ("trace_id", pa.string()),
-        ("span_id", pa.string()),
-        ("service", _LC),
-        ("side", _LC),
-        ("model", _LC),
-        ("node_name", _LC),
-        ("seq", pa.uint32()),
-        ("gap_us", pa.uint32()),
-        ("server_gap_us", pa.uint32()),
-        ("server_seq", pa.uint32()),
-        ("cause", _LC),
-        ("confidence", pa.float32()),
-        ("evidence", _ATTRS),
-    ]
-)
-
 _ANALYSED_STREAM = [
     ("tenant", _LC),
     ("start_time", _TIME),
@@ -369,6 +348,31 @@ _ANALYSED_STREAM = [
     ("node_name", _LC),
 ]
 """The columns that name a stream in the attribution job's per-stream tables (stream_quality, stream_smoothing)."""
+_WAIT = [*_ANALYSED_STREAM[:2], ("end_time", _TIME), *_ANALYSED_STREAM[2:]]
+"""The columns that name a wait the attribution job judged (a stall, a slow start): its stream and its window."""
+_VERDICT = [("cause", _LC), ("confidence", pa.float32()), ("evidence", _ATTRS)]
+
+STALLS = pa.schema(
+    [
+        *_WAIT,
+        ("seq", pa.uint32()),
+        ("gap_us", pa.uint32()),
+        ("server_gap_us", pa.uint32()),
+        ("server_seq", pa.uint32()),
+        *_VERDICT,
+    ]
+)
+
+SLOW_STARTS = pa.schema(
+    [
+        *_WAIT,
+        ("ttft_us", pa.uint32()),
+        ("upstream_us", pa.uint32()),
+        ("path_us", pa.uint32()),
+        ("host_us", pa.uint32()),
+        *_VERDICT,
+    ]
+)
 
 STREAM_QUALITY = pa.schema(
     [
@@ -494,6 +498,7 @@ TABLES: dict[str, pa.Schema] = {  # in write order (ingest/streamscope_ingest/st
     "genai_metrics": GENAI_METRICS,
     "engine_events": ENGINE_EVENTS,
     "stalls": STALLS,
+    "slow_starts": SLOW_STARTS,
     "stream_quality": STREAM_QUALITY,
     "stream_smoothing": STREAM_SMOOTHING,
     "smoothing_histograms": SMOOTHING_HISTOGRAMS,  # counted by the attribution job from stream_smoothing

@@ -41,6 +41,7 @@ RETAINED: tuple[Retained, ...] = (
     Retained("stream_totals", "interval_start", 30),
     Retained("smoothing_histograms", "interval_start", 30),
     Retained("stalls", "start_time", 30),
+    Retained("slow_starts", "start_time", 30),
     Retained("stream_quality", "start_time", 30),
     Retained("stream_smoothing", "start_time", 30),
     Retained("engine_samples", "time", 14),

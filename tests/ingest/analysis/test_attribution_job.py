@@ -55,10 +55,12 @@ def span(
     node: str = "",
     host_delays_ms: dict[int, float] | None = None,
     endpoint: tuple[str, int] | None = None,
+    first_ms: float = 100,
 ) -> Span:
-    """A stream span; ``host_delays_ms`` (chunk -> ms) marks its host as watched, with those delays; ``endpoint``
-    is the server.address and server.port a client streamed from."""
-    offsets = np.cumsum([100, *gaps_ms]).astype(np.int64) * 1000  # µs, first content after 100 ms
+    """A stream span whose first content came ``first_ms`` after its start; ``host_delays_ms`` (chunk -> ms) marks
+    its host as watched, with those delays; ``endpoint`` is the server.address and server.port a client streamed
+    from."""
+    offsets = (np.cumsum([first_ms, *gaps_ms]) * 1000).astype(np.int64)  # µs
     attributes = [
         kv(sc.STREAMSCOPE_SIDE, side),
         kv(sc.STREAMSCOPE_CHUNKS_OFFSET_US, offsets.tolist()),
@@ -464,3 +466,28 @@ def test_with_server_and_gateway_spans_the_server_is_the_upstream_and_the_gatewa
     AttributionJob(store_client, settle_s=0).run_once(until=datetime.now(UTC) + timedelta(seconds=1))
     rows = store_client.query("SELECT cause, server_gap_us, evidence['held_at'] FROM stalls").result_rows
     assert rows == [("connection", 20_000, "gateway")]
+
+
+def test_a_first_token_a_queue_held_is_a_slow_start_of_its_own_cause(store_client):
+    """Behind a gateway, a stream whose first token came 2.4 s after its request while the node's agent saw requests
+    waiting for a slot: a slow start, ``queue``, with its wait split by the sides; a stream on time is none."""
+    spans = [
+        span(31, 1, "client", T0, steady(), first_ms=2_406),
+        span(31, 2, "gateway", T0 + 3 * MS, steady(), node="node-1", first_ms=2_400),
+        span(32, 1, "client", T0 + 3_000 * MS, steady(), first_ms=106),
+        span(32, 2, "gateway", T0 + 3_003 * MS, steady(), node="node-1", first_ms=100),
+    ]
+    write(store_client, spans, [])
+    samples = [
+        ["t", datetime.fromtimestamp((T0 + k * 250 * MS) / 1e9, UTC), "node-1", "requests_waiting", waiting]
+        for k, waiting in enumerate([0, 2, 3, 3, 3, 3, 3, 3, 1, 0, 0])
+    ]
+    store_client.insert("engine_samples", samples, column_names=["tenant", "time", "node_name", "metric", "value"])
+
+    AttributionJob(store_client, settle_s=0).run_once(until=datetime.now(UTC) + timedelta(seconds=1))
+    rows = store_client.query(
+        "SELECT trace_id, side, node_name, ttft_us, upstream_us, path_us, host_us, cause, evidence['node_events'] "
+        "FROM slow_starts"
+    ).result_rows
+    assert rows == [(trace_hex(31), "client", "node-1", 2_406_000, 2_400_000, 6_000, 0, "queue", "requests_waiting")]
+    assert store_client.query("SELECT count() FROM stalls").result_rows == [(0,)]

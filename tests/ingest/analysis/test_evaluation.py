@@ -264,3 +264,51 @@ def test_host_records_are_told_apart_by_who_made_them(store_client):
     both = score(store_client, SINCE)
     assert both.host_records == {("client_host", False): 1, ("client_host", True): 1}
     assert not both.machine_own("client_host") and both.machine_own_stalls() == 0
+
+
+SLOW_START_COLUMNS = ["tenant", "start_time", "end_time", "trace_id", "span_id", "service", "side", "ttft_us"]
+SLOW_START_COLUMNS += ["host_us", "cause", "confidence", "evidence"]
+
+
+def slow_start(trace: str, start_ms: float, end_ms: float, cause: str) -> list:
+    ttft_us = round((end_ms - start_ms) * 1000)
+    return ["t", at(start_ms), at(end_ms), trace, "00" * 8, "sim-client", "client", ttft_us, 0, cause, 0.85, {}]
+
+
+def first_token(cause: str, start_ms: float, end_ms: float, trace: str) -> list:
+    """A first token's wait, as the real-engine clients record one (the stream's first event held)."""
+    row = truth(cause, start_ms, end_ms, trace, held=[1])
+    row[8] = {"streamscope.truth.detail.kind": "first_token"}
+    return row
+
+
+def test_slow_starts_are_scored_by_the_first_token_truth_of_their_trace(store_client):
+    store_client.insert(
+        "slow_starts",
+        [
+            slow_start("aa" * 16, 0, 2500, "queue"),
+            slow_start("bb" * 16, 0, 1800, "queue"),  # truth says a prefill held it
+            slow_start("cc" * 16, 0, 1200, "prefill_interference"),  # nothing injected
+        ],
+        column_names=SLOW_START_COLUMNS,
+    )
+    result = scored(
+        store_client,
+        [stall("aa" * 16, 4000, 4600, "connection")],
+        [
+            first_token("queue", 0, 2500, "aa" * 16),
+            first_token("prefill_interference", 300, 1800, "bb" * 16),
+            truth("connection", 4000, 4600, "aa" * 16, held=[40]),
+            first_token("queue", 0, 3000, "dd" * 16),  # a queued stream attribution missed
+            first_token("queue", 0, 400, "ee" * 16),  # queued briefly: no slow start to find
+        ],
+    )
+    assert result.confusion == {
+        ("queue", "queue"): 1,
+        ("prefill_interference", "queue"): 1,
+        ("none", "prefill_interference"): 1,
+        ("connection", "connection"): 1,
+    }
+    assert result.slow_starts == 3
+    assert result.undetected == {"queue": 1}
+    assert result.recall("queue") == 0.5 and result.precision("queue") == 0.5

@@ -55,7 +55,15 @@ def test_each_table_is_replicated_behind_a_distributed_table_sharded_by_its_trac
         over = f"Distributed({CLUSTER}, currentDatabase(), {name}{LOCAL_SUFFIX}, {table.shard_key})"
         assert [sql for sql in made if sql not in local][-1].endswith(over)
     by_trace = {name for name, table in schema.tables.items() if table.shard_key in TRACE_KEYS.values()}
-    assert by_trace == {"streams", "chunk_arrays", "stalls", "stream_quality", "stream_smoothing", "ground_truth"}
+    assert by_trace == {
+        "streams",
+        "chunk_arrays",
+        "stalls",
+        "slow_starts",
+        "stream_quality",
+        "stream_smoothing",
+        "ground_truth",
+    }
     assert schema.tables["engine_events"].shard_key == "cityHash64((tenant, node_name, kind, start_time))"
 
 
