@@ -74,10 +74,14 @@ def test_a_stream_sent_while_every_slot_ran_waited_in_the_queue_for_its_first_to
     queued = stream("a" * 32, [2_520, 2_530, 2_540], [False, True, True], sent_ms=100)  # three of three running
     free = stream("b" * 32, [2_610, 2_620], sent_ms=2_600)  # two running
     prefilled = stream("c" * 32, [3_820, 3_830], sent_ms=3_500)  # sent during a long prompt's prefill
-    truths = first_token_truths("llama-0", 3, busy, [(3_400 * MS, 3_800 * MS)], [queued, free, prefilled])
+    before = stream("d" * 32, [3_810, 3_830], sent_ms=3_390)  # sent just before it, its first token not out yet
+    done_before = stream("e" * 32, [3_395, 3_830], sent_ms=3_380)  # its first token out before the prompt came
+    streams = [queued, free, prefilled, before, done_before]
+    truths = first_token_truths("llama-0", 3, busy, [(3_400 * MS, 3_800 * MS)], streams)
     assert [(t.trace_id, t.cause, t.start_ns, t.end_ns, t.chunk_indices, t.magnitude) for t in truths] == [
         ("a" * 32, Cause.QUEUE, 100 * MS, 2_530 * MS, (1,), 2.43),
         ("c" * 32, Cause.PREFILL_INTERFERENCE, 3_500 * MS, 3_800 * MS, (0,), 0.32),
+        ("d" * 32, Cause.PREFILL_INTERFERENCE, 3_400 * MS, 3_800 * MS, (0,), 0.42),
     ]
     assert all(t.detail["kind"] == "first_token" for t in truths)
 

@@ -37,6 +37,9 @@ from streamscope_cli.workload.scenario import HostLoad
 from streamscope_cli.workload.truth_export import OtlpGroundTruthSink, ground_truth_logger
 
 CLIENT_SERVICE = "llama-client"
+ARRIVALS = "arrivals"
+"""``detail.indices`` of a record whose chunks are those the client received in its window (through a proxy that
+held them, the engine may have emitted them before): scoring prefers the path's own record of what it held."""
 INJECTOR_SERVICE = "llama-injector"
 
 
@@ -147,7 +150,7 @@ def prefill_truths(
                     trace_id=stream.trace_id,
                     chunk_indices=held,
                     magnitude=longest / 1e9,
-                    detail={"kind": "long_prompt", "prefill_ms": f"{(answered - sent) / 1e6:.1f}"},
+                    detail={"kind": "long_prompt", "prefill_ms": f"{(answered - sent) / 1e6:.1f}", "indices": ARRIVALS},
                 )
             )
     return truths
@@ -160,8 +163,9 @@ def first_token_truths(
     sent and done, wall ns, the streams' own among them) and the long prompts' prefills (sent, answered).
 
     A stream sent while ``slots`` of the other requests were running waited for a slot: ``queue``, from its request
-    to its first content. One sent while a long prompt's prefill was under way (and not queued) waited for that
-    step: ``prefill_interference``, from its request (or the prompt's) to its first content (or the answer). Each is
+    to its first content. One that had not had it when a long prompt was sent, and was sent before that was
+    answered (and not queued), waited for the prompt's prefill: ``prefill_interference``, from its request (or the
+    prompt's) to its first content (or the answer). Each is
     a first token's wait (``detail.kind = first_token``), its magnitude the stream's whole wait."""
     truths = []
     for stream in streams:
@@ -175,7 +179,7 @@ def first_token_truths(
             cause, window = Cause.QUEUE, (sent, got)
             detail = {"kind": "first_token", "running": str(running)}
         else:
-            prefill = next(((p, a) for p, a in prefills if p <= sent < a and got > p), None)
+            prefill = next(((p, a) for p, a in prefills if sent < a and got > p), None)
             if prefill is None:
                 continue
             cause, window = Cause.PREFILL_INTERFERENCE, (max(sent, prefill[0]), min(got, prefill[1]))

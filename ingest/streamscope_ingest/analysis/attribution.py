@@ -361,16 +361,23 @@ class Arrivals:
     def caught_up(self, k: int, rules: StallRules) -> float:
         """How late the freshest chunk of the release that content chunk ``k`` began was on the path, as a share of
         how late ``k`` was: near 0 when the release handed over everything held (a flush), near 1 when the
-        client stayed behind."""
-        return self.freshest(k, rules.release_us) / max(float(self.path_us[k]), 1.0)
+        client stayed behind. A large flush can reach the reader in several reads a little further apart than
+        ``release_us``: the release goes on through such a pause while what follows it was still held."""
+        read_apart = (2 * rules.release_us, rules.held_chunk_us)
+        return self.freshest(k, rules.release_us, read_apart) / max(float(self.path_us[k]), 1.0)
 
-    def freshest(self, k: int, apart_us: int) -> int:
+    def freshest(self, k: int, apart_us: int, read_apart: tuple[int, int] | None = None) -> int:
         """How late the freshest chunk of the release that content chunk ``k`` began (chunks at most ``apart_us``
-        apart) was on the path. A gateway hands over only what it holds when it flushes: content sent after its
+        apart, or, with ``read_apart`` (gap, lateness), at most that gap apart when the next chunk was at least
+        that late) was on the path. A gateway hands over only what it holds when it flushes: content sent after its
         flush waits for the next one, so the release's freshest chunk dates the flush, however long the client's
         host took to read it."""
+        gap_us, late_us = read_apart or (apart_us, 0)
         end = k + 1
-        while end < self.times_us.size and self.times_us[end] - self.times_us[end - 1] <= apart_us:
+        while end < self.times_us.size and (
+            (apart := self.times_us[end] - self.times_us[end - 1]) <= apart_us
+            or (apart <= gap_us and self.path_us[end] >= late_us)
+        ):
             end += 1
         return int(self.path_us[k:end].min())
 

@@ -14,7 +14,10 @@ token, not a gap: see slow starts below. A server delay that began and ended whi
 anyway, inside a gateway's hold or a stalled connection, changed nothing the client received: the content made
 the same release.)
 
-A record that overlaps a stall for less than a third of it did not make the stall (``EXPLAINING_SHARE``).
+A record that overlaps a stall for less than a third of it did not make the stall (``EXPLAINING_SHARE``). A
+record whose chunks are those the client received in its window (``detail.indices = arrivals``: an injector
+beside the clients cannot see when the engine emitted them) yields to a record of the path that names the chunks it
+held: the arrivals it counted may be the path's doing.
 
 When two injected causes touch one stall (the engine preempted the request and a gateway then held what it
 emitted), the label is the one that held the stall's content for most of the stall: every record's window
@@ -106,7 +109,8 @@ SELECT g.trace_id, g.cause, toUnixTimestamp64Micro(g.start_time), toUnixTimestam
        hasAny(g.chunk_indices, c.content_seqs) AND NOT has(g.chunk_indices, c.first_seq) AS delayed_content,
        if(empty(g.chunk_indices), NULL, arrayMin(g.chunk_indices)) AS first_held,
        g.attributes['streamscope.truth.detail.kind'] = 'paused' AS own_pause,
-       g.attributes['streamscope.truth.detail.kind'] = 'first_token' AS first_token
+       g.attributes['streamscope.truth.detail.kind'] = 'first_token' AS first_token,
+       g.attributes['streamscope.truth.detail.indices'] = 'arrivals' AS from_arrivals
 FROM ground_truth AS g
 LEFT JOIN (
     SELECT trace_id, groupUniqArrayIf(seq, kind = 'content') AS content_seqs, anyIf(seq, kind = 'first') AS first_seq
@@ -237,10 +241,18 @@ class Record(NamedTuple):
     """The first server chunk it held, when it names the chunks it held."""
     first_token: bool = False
     """Whether it delayed the stream's first token (its magnitude the wait it made, from the request)."""
+    from_arrivals: bool = False
+    """Whether the chunks it names are those the client received in its window, not those the engine emitted late
+    (an injector beside the clients cannot see the engine's emissions)."""
 
     def held_before(self, server_seq: int | None) -> bool:
         """Whether it held nothing up to server chunk ``server_seq``: every chunk it held came after it."""
         return self.first_held is not None and server_seq is not None and self.first_held > server_seq
+
+
+def _names_its_chunks_on_the_path(record: Record) -> bool:
+    """Whether ``record`` is the path's own account of what it held (a proxy's hold, naming the chunks)."""
+    return record.cause in PATH_HOLDS and record.first_held is not None
 
 
 def score(client: Client, since: datetime, stall: StallRule | None = None, slow_start_us: int = SLOW_START_US) -> Score:
@@ -260,9 +272,11 @@ def score(client: Client, since: datetime, stall: StallRule | None = None, slow_
         host_sources = client.query(HOST_SOURCES_SQL, parameters={"since": since}).result_rows
     served_by: dict[str, str] = {trace: node for trace, node in served}
     by_trace: dict[str, list[Record]] = {}
-    for trace, cause, start, end, magnitude, delayed_content, first_held, own_pause, first_token in truths:
+    for trace, cause, start, end, magnitude, delayed_content, first_held, own_pause, first_token, arrivals in truths:
         label = OWN_PAUSE if own_pause else cause
-        record = Record(label, start, end, magnitude, bool(delayed_content), first_held, bool(first_token))
+        record = Record(
+            label, start, end, magnitude, bool(delayed_content), first_held, bool(first_token), bool(arrivals)
+        )
         by_trace.setdefault(trace, []).append(record)
     host_records = [Record(cause, start, end, (end - start) / 1e6, False) for cause, start, end in host]
     host_candidates = [("", record) for record in host_records]  # candidates for every stall
@@ -279,9 +293,10 @@ def score(client: Client, since: datetime, stall: StallRule | None = None, slow_
     labelling: set[tuple[str, Record]] = set()
     for trace, seq, start, end, predicted, secondary, server_seq in stalls:
         result.slow_starts += seq is None
-        best, best_match, labelled_by = "none", -1.0, -1
+        best, labelled_by = "none", -1
         records = by_trace.get(trace, [])
         candidates = [(trace, r) for r in records] + host_candidates + node_candidates.get(served_by.get(trace, ""), [])
+        fits: list[tuple[float, int]] = []  # (match, index) of the records that explain the stall
         for index, (key, record) in enumerate(candidates):
             cause, t_start, t_end = record.cause, record.start_us, record.end_us
             overlap = min(end, t_end) - max(start, t_start)
@@ -294,9 +309,14 @@ def score(client: Client, since: datetime, stall: StallRule | None = None, slow_
                 pass
             elif record.held_before(server_seq):
                 continue
-            match = overlap / (max(end, t_end) - min(start, t_start) + 1)
-            if overlap >= EXPLAINING_SHARE * (end - start) and match > best_match:
-                best, best_match, labelled_by = cause, match, index
+            if overlap >= EXPLAINING_SHARE * (end - start):
+                fits.append((overlap / (max(end, t_end) - min(start, t_start) + 1), index))
+        if fits:
+            _, labelled_by = max(fits)
+            told = [fit for fit in fits if _names_its_chunks_on_the_path(candidates[fit[1]][1])]
+            if candidates[labelled_by][1].from_arrivals and told:
+                _, labelled_by = max(told)  # the path's own record says what it held
+            best = candidates[labelled_by][1].cause
         if best == OWN_PAUSE:
             result.own_pauses[predicted] += 1
         else:

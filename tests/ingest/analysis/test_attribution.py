@@ -463,6 +463,22 @@ def test_one_stall_in_a_stream_a_gateway_handed_over_in_flushes_is_the_gateways(
     assert stall.evidence["held_all_along"] == "true" and stall.evidence["network_stalls_in_stream"] == "1"
 
 
+def test_a_flush_read_in_two_goes_a_few_milliseconds_apart_still_caught_the_client_up():
+    """A fast engine (2 ms a chunk) behind a gateway flushing on bytes (every 130 ms, under a stall's floor): one
+    flush comes 60 ms late, the stream's one stall, and a busy reader takes it in two reads 7 ms apart, the second
+    still of content the gateway held. The release caught the client up: the gateway's, not a connection that
+    stayed behind."""
+    server = timeline([2.0] * 400)
+    client = gateway(server, 128)
+    releases = np.unique(client.offsets_us)
+    offsets = client.offsets_us + (client.offsets_us >= releases[3]) * 60 * MS
+    flush = np.flatnonzero(client.offsets_us == releases[3])
+    offsets[flush[len(flush) // 3 :]] += 7 * MS
+    client = Timeline(client.start_us, offsets, client.content_bytes)
+    stall = only(attribute(client, server, [], spec_active=False, rules=RULES))
+    assert stall.cause == "network_buffering", stall.evidence
+
+
 def test_a_short_hold_on_a_prompt_path_is_no_stalled_connection():
     stall = only(attribute(held(timeline(STEADY), (12, 180)), timeline(STEADY), [], spec_active=False, rules=RULES))
     assert stall.cause == "unknown" and "retransmission" in stall.evidence["network"]

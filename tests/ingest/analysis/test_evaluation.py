@@ -162,6 +162,36 @@ def test_a_record_that_held_only_content_sent_after_the_stall_ended_does_not_lab
     assert result.made_a_stall == {"client_host": 1, "connection": 2}
 
 
+def test_a_record_told_from_the_clients_arrivals_yields_to_the_paths_own_record_of_what_it_held(store_client):
+    """A long prompt's prefill (its chunks told from what the client received meanwhile) and a proxy's stall (the
+    chunks it held) both cover a stall; the prefill's window fits it a little better, but the proxy held the chunk
+    that ended it. Without the proxy's record, or with a prefill record the engine's own numbering names, the
+    better fit labels it."""
+    seen, engine, alone = "f1" * 16, "f2" * 16, "f3" * 16
+    prefill = {"streamscope.truth.detail.kind": "long_prompt", "streamscope.truth.detail.indices": "arrivals"}
+    told = truth("prefill_interference", 1027, 1869, trace=seen, held=[251, 252])
+    told[8] = prefill
+    result = scored(
+        store_client,
+        [
+            stall(seen, 1000, 1841, "connection", server_seq=251),
+            stall(engine, 1000, 1841, "connection", server_seq=251),
+            stall(alone, 1000, 1841, "connection", server_seq=251),
+        ],
+        [
+            told,
+            truth("connection", 940, 1840, trace=seen, held=[251, 252]),
+            truth("prefill_interference", 1027, 1869, trace=engine, held=[251, 252]),
+            truth("connection", 940, 1840, trace=engine, held=[251, 252]),
+            [*told[:6], alone, *told[7:]],
+        ],
+    )
+    assert result.confusion == {
+        ("connection", "connection"): 1,
+        ("prefill_interference", "connection"): 2,
+    }
+
+
 def test_an_undetected_host_record_is_one_that_held_a_stream_mid_answer_and_met_no_stall(store_client):
     result = scored(
         store_client,
