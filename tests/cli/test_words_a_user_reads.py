@@ -22,7 +22,11 @@ def test_the_eval_table_shows_whole_labels_and_explains_its_footnotes():
     assert rows["prefill_interference"][:5] == ["0.00", "-", "-", "0", "1"]  # one attributed, none injected
     header = next(line for line in table.splitlines() if line.startswith(" " * 22))
     assert header.split() == ["network_buffering", "none", "prefill_interference"]
-    assert "injected, no stall found: connection 2" in table
+    assert "injected, no stall or slow start found: connection 2" in table
+    assert "slow starts" not in table  # none scored: not a word about them
+
+    score.slow_starts = 4
+    assert "scored: 6 stalls and 4 slow starts" in render("s", score)
     assert "a second cause named in the evidence: 3 stalls; another injected record of that cause overlapped 2" in table
 
 

@@ -19,7 +19,7 @@ INJECTED = (Cause.PREFILL_INTERFERENCE, Cause.NETWORK_BUFFERING, Cause.CONNECTIO
 FLOOR = 0.7
 FLOORS = {Cause.NETWORK_BUFFERING: 0.5}
 """Below FLOOR where the product falls short of its target (docs/benchmarks.md, Targets): the proxy's buffering is
-read right 0.67-0.81 of the time quiet on llama-server, so a run of 15-20 such stalls can fall under 0.7 while the
+found 0.75-0.89 of the time quiet on llama-server, so a run of 15-20 such stalls can fall under 0.7 while the
 chain works (a missing part gives 0)."""
 
 

@@ -123,6 +123,9 @@ def render(name: str, result: Score) -> str:
     labels = sorted({t for t, _ in result.confusion} | {p for _, p in result.confusion})
     column = max((len(label) for label in labels), default=4) + 2
     lines.append("")
+    if result.slow_starts:
+        waits = result.confusion.total()
+        lines.append(f"scored: {waits - result.slow_starts} stalls and {result.slow_starts} slow starts")
     lines.append("confusion (rows: the cause injected, or none; columns: the cause attributed)")
     lines.append(" " * width + "".join(f"{label:>{column}}" for label in labels))
     for truth in labels:
@@ -131,7 +134,10 @@ def render(name: str, result: Score) -> str:
             + "".join(f"{result.confusion[(truth, p)]:>{column}}" for p in labels)
         )
     if result.undetected:
-        lines.append("injected, no stall found: " + ", ".join(f"{c} {n}" for c, n in sorted(result.undetected.items())))
+        lines.append(
+            "injected, no stall or slow start found: "
+            + ", ".join(f"{c} {n}" for c, n in sorted(result.undetected.items()))
+        )
     lines.append(f"stalls no ground truth explains, blamed on the network or an engine: {result.blamed_on_injected()}")
     lines.append(
         f"stalls whose truth is none or the client's host, blamed on the network or an engine: "

@@ -11,12 +11,14 @@ first-token deadline) or more after its request. Its wait splits in three, each 
 
 The largest part names the cause. The upstream's, by what its node and its own host did meanwhile:
 
-1. ``queue``: the node had requests waiting for a free slot while this one waited (the agent's
+1. ``gpu_fault``: the node's GPU stopped running work meanwhile (an XID error, the GPU lost or unavailable):
+   requests pile up behind it, so the queue it made is not the cause.
+2. ``queue``: the node had requests waiting for a free slot while this one waited (the agent's
    ``requests_waiting`` above 0, or a queue spike): every slot was busy, and the request was one of those waiting.
-2. ``prefill_interference``: another request's prefill burst ran in the wait (the node's ``prefill_burst``), and
+3. ``prefill_interference``: another request's prefill burst ran in the wait (the node's ``prefill_burst``), and
    the stream's own prompt was too short to have made it (under half the burst's tokens).
-3. ``server_host``: the serving process's own host did not run it for most of the wait.
-4. otherwise ``unknown``: the stream's own prefill, or an engine slow for reasons nothing seen tells.
+4. ``server_host``: the serving process's own host did not run it for most of the wait.
+5. otherwise ``unknown``: the stream's own prefill, or an engine slow for reasons nothing seen tells.
 
 The client host's part is ``client_host``. The path's is ``connection`` when the first chunk took at least a lost
 segment's retransmission timeout longer than the stream's quickest chunk (``attribution.Arrivals``), ``unknown``
@@ -32,6 +34,7 @@ import numpy as np
 
 from streamscope.semconv import StreamscopeTruthCauseValues as Cause
 from streamscope_ingest.analysis.attribution import (
+    GPU_FAULTS,
     INFERRED,
     SEEN,
     UNEXPLAINED,
@@ -138,11 +141,19 @@ def _upstream_cause(
     rules: FirstTokenRules,
 ) -> tuple[str, float, dict[str, str]]:
     """What kept the upstream from its first content over ``window`` (its clock)."""
-    seen = [e for e in events if e.start_us - rules.event_slack_us <= window[1] and e.end_us >= window[0]]
+    # a GPU fault is reported at an instant but stops the GPU until it recovers (as ``attribution`` reads it)
+    seen = [
+        e
+        for e in events
+        if e.start_us - rules.event_slack_us <= window[1]
+        and e.end_us + (rules.event_slack_us if e.kind in GPU_FAULTS else 0) >= window[0]
+    ]
     kinds = {e.kind for e in seen}
     evidence = {"node_events": ",".join(sorted(kinds))} if kinds else {}
     if server_host_us:
         evidence["server_host_delay_ms"] = _ms(server_host_us)
+    if kinds & GPU_FAULTS:
+        return Cause.GPU_FAULT, SEEN, evidence
     if kinds & QUEUE_EVENTS:
         return Cause.QUEUE, SEEN, evidence
     bursts = [e for e in seen if e.kind == "prefill_burst"]

@@ -48,6 +48,16 @@ def test_a_request_waiting_while_the_node_had_requests_waiting_is_queued() -> No
     assert start.evidence["node_events"] == WAITING
 
 
+def test_a_gpu_that_stopped_is_the_cause_of_the_queue_it_made() -> None:
+    upstream = side(2_400, SERVER_START)
+    events = [
+        NodeEvent("xid", SERVER_START + 100 * MS, SERVER_START + 100 * MS),
+        NodeEvent(WAITING, SERVER_START + 200 * MS, SERVER_START + 2_300 * MS, 6.0),
+    ]
+    start = attribute_start(client_of(upstream), upstream, events)
+    assert start is not None and start.cause == Cause.GPU_FAULT
+
+
 def test_waiting_seen_only_after_the_first_token_is_no_queue() -> None:
     upstream = side(2_400, SERVER_START)
     later = NodeEvent(WAITING, SERVER_START + 3_000 * MS, SERVER_START + 4_000 * MS, 2.0)
