@@ -194,6 +194,9 @@ def test_demo_prints_the_distributions(tmp_path: Path):
     assert "chunking_regression 1" in injected and "client_host" not in injected  # mixed injects no host load
     # stalls, the unit of the attributed row: a cause that slowed content without a stall is not counted as one
     assert re.search(r"kv_pressure \d+ stalls", injected) and not re.search(r"kv_pressure \d+(,|$)", injected)
+    # a slow first token is no stall: counted apart, in its own unit, beside its own attributed row
+    assert not re.search(r"queue [1-9]\d* stalls", injected)
+    assert "attributed slow starts (first token 1 s or more late)" in lines
 
 
 @pytest.fixture

@@ -100,6 +100,11 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> Summary:
             "SELECT cause, count() FROM stalls WHERE start_time >= {since:DateTime64(6)} GROUP BY cause ORDER BY cause",
             parameters=params,
         ).result_rows
+        slow_starts = client.query(
+            "SELECT cause, count() FROM slow_starts WHERE start_time >= {since:DateTime64(6)} "
+            "GROUP BY cause ORDER BY cause",
+            parameters=params,
+        ).result_rows
         engine_events = client.query(
             "SELECT kind, count() FROM engine_events WHERE start_time >= {since:DateTime64(6)} "
             "GROUP BY kind ORDER BY kind",
@@ -117,6 +122,7 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> Summary:
                     "injected causes (ground truth), by the stalls they made": truth,
                     "this machine's own pauses (not injected), by the stalls they made": own,
                     "attributed stalls": stalls,
+                    "attributed slow starts (first token 1 s or more late)": slow_starts,
                     "engine events (GPU agents)": engine_events,
                 },
             )
@@ -130,17 +136,19 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> Summary:
 
 
 def _injected(records: Sequence[Sequence[Any]], scored: Score) -> list[tuple[str, str]]:
-    """Each injected cause with what it did to the client: the stalls it made (the unit of the attributed row
-    beside it) and the records that slowed content by less than a stall; a cause that makes no stalls (a change
-    of chunking) by its records."""
+    """Each injected cause with what it did to the client: the stalls and slow starts it made (the units of the
+    attributed rows beside it) and the records that slowed content by less than either; a cause that makes no
+    stalls (a change of chunking) by its records."""
     found = []
     for cause, n in records:
         if cause not in STALL_CAUSES:
             found.append((cause, str(n)))
             continue
-        made = sum(count for (label, _), count in scored.confusion.items() if label == cause)
+        waits = sum(count for (label, _), count in scored.confusion.items() if label == cause)
+        starts = scored.slow_start_labels[cause]
         slowed = scored.injected[cause] - scored.made_a_stall[cause]
-        found.append((cause, f"{made} stalls" + (f" ({slowed} slowed, no stall)" if slowed else "")))
+        made = f"{waits - starts} stalls" + (f", {starts} slow starts" if starts else "")
+        found.append((cause, made + (f" ({slowed} slowed, no stall)" if slowed else "")))
     return found
 
 

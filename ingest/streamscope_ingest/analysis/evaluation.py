@@ -168,6 +168,8 @@ class Score:
     or delayed what a stall of another cause already held."""
     slow_starts: int = 0
     """Of the cases in ``confusion``, the slow starts (the rest are stalls)."""
+    slow_start_labels: Counter[str] = field(default_factory=Counter)
+    """Those slow starts by their true label."""
     host_records: Counter[tuple[str, bool]] = field(default_factory=Counter)
     """Host records (``client_host``, ``server_host``) by (cause, whether the scenario injected it): the others are
     the machine's own pauses, which its watchdog saw."""
@@ -317,6 +319,8 @@ def score(client: Client, since: datetime, stall: StallRule | None = None, slow_
             if candidates[labelled_by][1].from_arrivals and told:
                 _, labelled_by = max(told)  # the path's own record says what it held
             best = candidates[labelled_by][1].cause
+        if seq is None:
+            result.slow_start_labels[best] += 1
         if best == OWN_PAUSE:
             result.own_pauses[predicted] += 1
         else:
