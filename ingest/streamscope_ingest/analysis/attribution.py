@@ -209,6 +209,15 @@ class Timeline:
         index = np.flatnonzero(self.content_bytes > 0)
         return index, self.offsets_us[index], np.cumsum(self.content_bytes)[index]
 
+    def host_delays(self, content_index: np.ndarray) -> np.ndarray | None:
+        """Per content chunk of ``content_index``, how long this side's own host did not run it while it waited for
+        that chunk (since the previous one of them arrived; for the first, since the request); None when the host
+        was not watched."""
+        if self.host_delay_us is None:
+            return None
+        cumulative = np.cumsum(self.host_delay_us)[content_index]
+        return np.diff(cumulative, prepend=0)
+
     def shown(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Indices of content chunks, their arrivals, and when each was on screen: its arrival, or the frame that
         painted it where that was measured (never before an earlier chunk was shown)."""
@@ -430,7 +439,7 @@ def attribute(
     if not waiting:
         return stalls
     c_index, _, c_cumulative = client.content()
-    host = _host_delays(client, c_index)
+    host = client.host_delays(c_index)
     held = _host_holds(client, c_index)
     if server is None or not server.content()[0].size:
         for stall in waiting:
@@ -439,7 +448,7 @@ def attribute(
                 _host_alone(stall, int(host[np.searchsorted(c_index, stall.seq)]), rules)
         return stalls
     s_index, s_offsets, s_cumulative = server.content()
-    s_host = _host_delays(server, s_index)
+    s_host = server.host_delays(s_index)
     arrivals = Arrivals.of(client, server)
     s_gaps = np.diff(s_offsets)
     network: dict[int, tuple[Stall, int]] = {}  # content position -> the stall and how long the path held it
@@ -565,15 +574,6 @@ def _read_late(host: np.ndarray | None, stalled_at: list[int], k: int) -> int:
     before = bisect.bisect_left(stalled_at, k)
     start = stalled_at[before - 1] if before else 0
     return int(host[start:k].max()) if k > start else 0
-
-
-def _host_delays(client: Timeline, content_index: np.ndarray) -> np.ndarray | None:
-    """Per content chunk, how long the reader's own host did not run it while it waited for that chunk (since the
-    previous content chunk arrived; for the first, since the request); None when the host was not watched."""
-    if client.host_delay_us is None:
-        return None
-    cumulative = np.cumsum(client.host_delay_us)[content_index]
-    return np.diff(cumulative, prepend=0)
 
 
 @dataclass(frozen=True)
@@ -773,6 +773,17 @@ def _not_a_collapse(
     return None
 
 
+def events_during(window: tuple[int, int], events: list[NodeEvent], slack_us: int) -> list[NodeEvent]:
+    """The node's events that may have been under way in ``window`` (its clock): one seen up to ``slack_us`` after
+    it began (a sample closes it), or, a GPU fault, up to ``slack_us`` before it (reported at an instant, it stops
+    the GPU until it recovers: the wait it makes begins once the step in flight has finished)."""
+    return [
+        e
+        for e in events
+        if e.start_us - slack_us <= window[1] and e.end_us + (slack_us if e.kind in GPU_FAULTS else 0) >= window[0]
+    ]
+
+
 def _engine_cause(
     window: tuple[int, int],
     events: list[NodeEvent],
@@ -788,14 +799,7 @@ def _engine_cause(
     slows every step on the node). A KV cache over its high-water mark is a node
     condition that stalls no request by itself (a request waits when it
     is preempted): alone, it is the remaining explanation, with low confidence."""
-    # a GPU fault is reported at an instant but stops the GPU until it recovers: the gap it makes begins once the
-    # step in flight has finished, up to a sampling interval after the report
-    seen = {
-        e.kind
-        for e in events
-        if e.start_us - rules.event_slack_us <= window[1]
-        and e.end_us + (rules.event_slack_us if e.kind in GPU_FAULTS else 0) >= window[0]
-    }
+    seen = {e.kind for e in events_during(window, events, rules.event_slack_us)}
     evidence = {"node_events": ",".join(sorted(seen))} if seen else {}
     if "prefill_burst" in seen:
         return Cause.PREFILL_INTERFERENCE, SEEN, evidence

@@ -30,8 +30,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from streamscope.semconv import StreamscopeTruthCauseValues as Cause
 from streamscope_ingest.analysis.attribution import (
     GPU_FAULTS,
@@ -42,6 +40,7 @@ from streamscope_ingest.analysis.attribution import (
     Arrivals,
     NodeEvent,
     Timeline,
+    events_during,
 )
 
 WAITING = "requests_waiting"
@@ -81,10 +80,14 @@ class SlowStart:
         return self.start_us + self.ttft_us
 
 
-def first_content_us(timeline: Timeline) -> tuple[int, int] | None:
-    """The index and offset of a side's first content chunk; None when it had none."""
-    index = np.flatnonzero(timeline.content_bytes > 0)
-    return (int(index[0]), int(timeline.offsets_us[index[0]])) if index.size else None
+def _first_content(timeline: Timeline) -> tuple[int, int] | None:
+    """When a side's first content came (µs from its start), and how long its own host did not run it before (0
+    when not watched); None when it had none."""
+    index, offsets, _ = timeline.content()
+    if not index.size:
+        return None
+    host = timeline.host_delays(index[:1])
+    return int(offsets[0]), 0 if host is None else int(host[0])
 
 
 def attribute_start(
@@ -100,19 +103,18 @@ def attribute_start(
     ``upstream`` is the stream's server or gateway side, ``events`` its node's, ``prompt_tokens`` the stream's own
     prompt when known."""
     rules = rules or FirstTokenRules()
-    first = first_content_us(client)
-    if first is None or first[1] < rules.slow_start_us:
+    first = _first_content(client)
+    if first is None or first[0] < rules.slow_start_us:
         return None
-    index, ttft = first
-    host = _host_delay_before(client, index)
-    upstream_first = first_content_us(upstream) if upstream is not None else None
+    ttft, host = first
+    upstream_first = _first_content(upstream) if upstream is not None else None
     if upstream is None or upstream_first is None:
         start = SlowStart(client.start_us, ttft, None, host, None)
         start.evidence["host_delay_ms"] = _ms(host)
         if host >= rules.server_host_share * ttft:
             start.cause, start.confidence = Cause.CLIENT_HOST, SEEN
         return start
-    upstream_index, upstream_us = upstream_first
+    upstream_us, server_host = upstream_first
     path = max(ttft - upstream_us - host, 0)
     start = SlowStart(client.start_us, ttft, upstream_us, host, path)
     start.evidence.update(upstream_ms=_ms(upstream_us), host_delay_ms=_ms(host), path_ms=_ms(path))
@@ -121,7 +123,6 @@ def attribute_start(
         start.cause, start.confidence = Cause.CLIENT_HOST, SEEN
     elif largest == upstream_us:
         window = (upstream.start_us, upstream.start_us + upstream_us)
-        server_host = _host_delay_before(upstream, upstream_index)
         start.cause, start.confidence, found = _upstream_cause(window, events, server_host, prompt_tokens, rules)
         start.evidence.update(found)
     else:
@@ -141,13 +142,7 @@ def _upstream_cause(
     rules: FirstTokenRules,
 ) -> tuple[str, float, dict[str, str]]:
     """What kept the upstream from its first content over ``window`` (its clock)."""
-    # a GPU fault is reported at an instant but stops the GPU until it recovers (as ``attribution`` reads it)
-    seen = [
-        e
-        for e in events
-        if e.start_us - rules.event_slack_us <= window[1]
-        and e.end_us + (rules.event_slack_us if e.kind in GPU_FAULTS else 0) >= window[0]
-    ]
+    seen = events_during(window, events, rules.event_slack_us)
     kinds = {e.kind for e in seen}
     evidence = {"node_events": ",".join(sorted(kinds))} if kinds else {}
     if server_host_us:
@@ -165,13 +160,6 @@ def _upstream_cause(
     if server_host_us >= rules.server_host_share * (window[1] - window[0]):
         return Cause.SERVER_HOST, SEEN, evidence
     return UNKNOWN, UNEXPLAINED, {**evidence, "node": "upstream slow to its first content, nothing seen explains it"}
-
-
-def _host_delay_before(timeline: Timeline, index: int) -> int:
-    """How long a side's own host did not run it before chunk ``index`` (0 when not watched)."""
-    if timeline.host_delay_us is None:
-        return 0
-    return int(np.sum(timeline.host_delay_us[: index + 1]))
 
 
 def _ms(us: int) -> str:
