@@ -16,10 +16,7 @@ from dataclasses import dataclass, field
 
 from streamscope.semconv import StreamscopeTruthCauseValues as Cause
 from streamscope_cli.engine.runtime import Delay, TokenBatch
-from streamscope_cli.workload.ground_truth import GroundTruth, GroundTruthSink
-
-FIRST_TOKEN = {"kind": "first_token"}
-"""The detail of a record of a first token's wait (a request queued before its first admission)."""
+from streamscope_cli.workload.ground_truth import FIRST_TOKEN, GroundTruth, GroundTruthSink
 
 
 @dataclass
@@ -76,7 +73,7 @@ class StreamTruth:
                 request_id=self._request_id,
                 chunk_indices=tuple(run.indices),
                 magnitude=run.magnitude,
-                detail=dict(FIRST_TOKEN) if cause == Cause.QUEUE else {},
+                detail={"kind": FIRST_TOKEN} if cause == Cause.QUEUE else {},
             )
         )
 

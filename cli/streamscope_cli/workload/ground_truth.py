@@ -43,6 +43,11 @@ class GroundTruth:
             raise ValueError(f"unknown ground-truth cause {self.cause!r}; one of {', '.join(CAUSES)}")
 
 
+FIRST_TOKEN = "first_token"
+"""``detail.kind`` of a record of a first token's wait (a request queued for a slot, a prefill it waited for):
+scoring matches it with slow starts."""
+
+
 class GroundTruthSink(Protocol):
     def record(self, truth: GroundTruth) -> None: ...
 

@@ -31,7 +31,7 @@ from opentelemetry import trace
 from streamscope import astream_sse, otlp_exporter, setup
 from streamscope.formats import make_format
 from streamscope.semconv import StreamscopeTruthCauseValues as Cause
-from streamscope_cli.workload.ground_truth import GroundTruth, GroundTruthSink
+from streamscope_cli.workload.ground_truth import FIRST_TOKEN, GroundTruth, GroundTruthSink
 from streamscope_cli.workload.host_load import HostActivity
 from streamscope_cli.workload.scenario import HostLoad
 from streamscope_cli.workload.truth_export import OtlpGroundTruthSink, ground_truth_logger
@@ -165,8 +165,8 @@ def first_token_truths(
     A stream sent while ``slots`` of the other requests were running waited for a slot: ``queue``, from its request
     to its first content. One that had not had it when a long prompt was sent, and was sent before that was
     answered (and not queued), waited for the prompt's prefill: ``prefill_interference``, from its request (or the
-    prompt's) to its first content (or the answer). Each is
-    a first token's wait (``detail.kind = first_token``), its magnitude the stream's whole wait."""
+    prompt's) to its first content (or the answer). Each is a first token's wait (``detail.kind = first_token``),
+    its magnitude the stream's whole wait."""
     truths = []
     for stream in streams:
         first = stream.first_content()
@@ -177,13 +177,13 @@ def first_token_truths(
         running = sum(1 for start, done in busy if start < sent < done)
         if running >= slots:
             cause, window = Cause.QUEUE, (sent, got)
-            detail = {"kind": "first_token", "running": str(running)}
+            detail = {"kind": FIRST_TOKEN, "running": str(running)}
         else:
             prefill = next(((p, a) for p, a in prefills if sent < a and got > p), None)
             if prefill is None:
                 continue
             cause, window = Cause.PREFILL_INTERFERENCE, (max(sent, prefill[0]), min(got, prefill[1]))
-            detail = {"kind": "first_token", "prefill_ms": f"{(prefill[1] - prefill[0]) / 1e6:.1f}"}
+            detail = {"kind": FIRST_TOKEN, "prefill_ms": f"{(prefill[1] - prefill[0]) / 1e6:.1f}"}
         truths.append(
             GroundTruth(
                 cause, node, *window, trace_id=stream.trace_id, chunk_indices=(first,), magnitude=wait, detail=detail
@@ -229,20 +229,20 @@ async def _long_prompt(client: httpx.AsyncClient, prompt: LongPrompt, windows: l
         windows.append((sent, time.time_ns()))
 
 
-async def _fill(client: httpx.AsyncClient, fill: SlotFill, busy: list[tuple[int, int]]) -> None:
-    """One long generation of a slot fill, kept in ``busy`` (sent, done) once answered."""
+async def _fill(client: httpx.AsyncClient, fill: SlotFill, filled: list[tuple[int, int]]) -> None:
+    """One long generation of a slot fill, kept in ``filled`` (sent, done) once answered."""
     body = {"messages": [{"role": "user", "content": "fill"}], "max_tokens": fill.max_tokens, "ignore_eos": True}
     sent = time.time_ns()
     response = await client.post(fill.url, json=body)
     if response.status_code == 200:
-        busy.append((sent, time.time_ns()))
+        filled.append((sent, time.time_ns()))
 
 
 async def run(plan: ClientPlan, sink: GroundTruthSink, provider: Any) -> Counter[str]:
     outcomes: Counter[str] = Counter()
     received: list[Received] = []
     windows: list[tuple[int, int]] = []
-    busy: list[tuple[int, int]] = []
+    filled: list[tuple[int, int]] = []
     gate = asyncio.Semaphore(plan.concurrency)
     started = time.monotonic()
     fills = sum(f.requests for f in plan.slot_fills)
@@ -261,21 +261,20 @@ async def run(plan: ClientPlan, sink: GroundTruthSink, provider: Any) -> Counter
 
         async def fill(slots: SlotFill) -> None:
             await asyncio.sleep(max(0.0, slots.at_s - (time.monotonic() - started)))
-            await asyncio.gather(*(_fill(client, slots, busy) for _ in range(slots.requests)))
+            await asyncio.gather(*(_fill(client, slots, filled) for _ in range(slots.requests)))
 
         await asyncio.gather(
             *(one(r) for r in plan.streams),
             *(inject(p) for p in plan.long_prompts),
             *(fill(f) for f in plan.slot_fills),
         )
-    busy += windows
-    busy += ((r.sent_ns, r.arrivals_ns[-1]) for r in received if r.arrivals_ns)
+    busy = filled + windows + [(r.sent_ns, r.arrivals_ns[-1]) for r in received if r.arrivals_ns]
     truths = prefill_truths(plan.node, windows, received)
     truths += first_token_truths(plan.node, plan.slots, busy, windows, received)
     for truth in truths:
         sink.record(truth)
     outcomes["long prompts answered"] = len(windows)
-    outcomes["slot fills answered"] = len(busy) - len(windows) - sum(1 for r in received if r.arrivals_ns)
+    outcomes["slot fills answered"] = len(filled)
     return outcomes
 
 

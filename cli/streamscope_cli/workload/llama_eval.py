@@ -142,7 +142,8 @@ def parse(document: dict[str, Any], where: str) -> LlamaScenario:
 
 
 def client_plan(scenario: LlamaScenario, gateway_url: str, proxy_url: str | None, collector_url: str) -> ClientPlan:
-    """The streams (Poisson arrivals, output lengths, route) and the long prompts, from the scenario's seed."""
+    """The streams (Poisson arrivals, output lengths, route), the long prompts and the slot fills, from the
+    scenario's seed."""
     rng = random.Random(scenario.seed)
     load = scenario.load
     at, requests = 0.0, []
@@ -154,21 +155,16 @@ def client_plan(scenario: LlamaScenario, gateway_url: str, proxy_url: str | None
         requests.append(
             PlannedRequest(round(at, 3), f"{base}/v1/chat/completions", load.output_tokens.sample(rng), words)
         )
+    chat_url = f"{gateway_url}/v1/chat/completions"
     prompts = []
     if (injected := scenario.long_prompts) is not None:
-        count = math.floor(max(at - injected.start_s, 0.0) / injected.every_s) + 1
-        for index in range(count):
+        for index, sent_s in enumerate(_every(injected.start_s, injected.every_s, at)):
             prompt = f"{index} {rng.random():.6f} " + "ab " * (injected.prompt_tokens // 2)  # no cached prefix
-            url = f"{gateway_url}/v1/chat/completions"
-            prompts.append(LongPrompt(injected.start_s + index * injected.every_s, url, prompt))
+            prompts.append(LongPrompt(sent_s, chat_url, prompt))
     fills = []
     if (filling := scenario.fill_slots) is not None:
-        url = f"{gateway_url}/v1/chat/completions"
-        count = math.floor(max(at - filling.start_s, 0.0) / filling.every_s) + 1
-        fills = [
-            SlotFill(filling.start_s + i * filling.every_s, url, scenario.parallel, filling.tokens)
-            for i in range(count)
-        ]
+        times = _every(filling.start_s, filling.every_s, at)
+        fills = [SlotFill(sent_s, chat_url, scenario.parallel, filling.tokens) for sent_s in times]
     return ClientPlan(
         scenario.name,
         scenario.seed,
@@ -181,6 +177,11 @@ def client_plan(scenario: LlamaScenario, gateway_url: str, proxy_url: str | None
         fills,
         scenario.parallel,
     )
+
+
+def _every(start_s: float, every_s: float, until_s: float) -> list[float]:
+    """From ``start_s`` every ``every_s`` up to ``until_s`` (the last stream's arrival), and at least once."""
+    return [start_s + index * every_s for index in range(math.floor(max(until_s - start_s, 0.0) / every_s) + 1)]
 
 
 def evaluate(scenario: LlamaScenario, storage_dsn: str) -> Score:
