@@ -25,7 +25,7 @@ def test_the_eval_table_shows_whole_labels_and_explains_its_footnotes():
     assert "injected, no stall or slow start found: connection 2" in table
     assert "slow starts" not in table  # none scored: not a word about them
 
-    score.slow_starts = 4
+    score.slow_start_labels = Counter({"network_buffering": 4})
     assert "scored: 6 stalls and 4 slow starts" in render("s", score)
     assert "a second cause named in the evidence: 3 stalls; another injected record of that cause overlapped 2" in table
 

@@ -166,13 +166,15 @@ class Score:
     made_a_stall: Counter[str] = field(default_factory=Counter)
     """Of those, the records that labelled at least one stall: the others slowed content by less than a stall,
     or delayed what a stall of another cause already held."""
-    slow_starts: int = 0
-    """Of the cases in ``confusion``, the slow starts (the rest are stalls)."""
     slow_start_labels: Counter[str] = field(default_factory=Counter)
-    """Those slow starts by their true label."""
+    """The slow starts scored (the rest of the cases are stalls), by their true label."""
     host_records: Counter[tuple[str, bool]] = field(default_factory=Counter)
     """Host records (``client_host``, ``server_host``) by (cause, whether the scenario injected it): the others are
     the machine's own pauses, which its watchdog saw."""
+
+    @property
+    def slow_starts(self) -> int:
+        return self.slow_start_labels.total()
 
     def machine_own(self, cause: str) -> bool:
         """Whether every record of ``cause`` is the machine's own (a host's pause no scenario injected)."""
@@ -294,7 +296,6 @@ def score(client: Client, since: datetime, stall: StallRule | None = None, slow_
     hit: set[tuple[str, int, int]] = set()
     labelling: set[tuple[str, Record]] = set()
     for trace, seq, start, end, predicted, secondary, server_seq in stalls:
-        result.slow_starts += seq is None
         best, labelled_by = "none", -1
         records = by_trace.get(trace, [])
         candidates = [(trace, r) for r in records] + host_candidates + node_candidates.get(served_by.get(trace, ""), [])
