@@ -163,11 +163,12 @@ class StallRules:
     hiccup_extra_us: int = 500_000
     """In a buffered stream, a network gap this many times the median network gap, and this much longer, is a
     connection hiccup on top of the gateway (a flush stretched by a slowish server is neither)."""
-    left_behind_us: int = 150_000
+    left_behind_us: int = 50_000
     left_behind_extra_us: int = 100_000
     """In a buffered stream, content already sent this long before the previous chunk arrived, that the path then
     delayed this much more than the gateway holds a chunk, was not held by a flush (a flush releases all it
-    holds): a connection hiccup."""
+    holds): a connection hiccup. What follows a flush was sent after it, give or take how long the reader took to
+    read a large flush (tens of milliseconds for hundreds of events)."""
     release_slack_us: int = 60_000
     """Arrivals this close together (twice as long after) were released by the same event: a host resuming,
     stream after stream."""
@@ -381,6 +382,10 @@ class Arrivals:
         that late) was on the path. A gateway hands over only what it holds when it flushes: content sent after its
         flush waits for the next one, so the release's freshest chunk dates the flush, however long the client's
         host took to read it."""
+        return int(self.path_us[k : self.release_end(k, apart_us, read_apart)].min())
+
+    def release_end(self, k: int, apart_us: int, read_apart: tuple[int, int] | None = None) -> int:
+        """The content position just past the release that content chunk ``k`` began (see ``freshest``)."""
         gap_us, late_us = read_apart or (apart_us, 0)
         end = k + 1
         while end < self.times_us.size and (
@@ -388,7 +393,7 @@ class Arrivals:
             or (apart <= gap_us and self.path_us[end] >= late_us)
         ):
             end += 1
-        return int(self.path_us[k:end].min())
+        return end
 
     def held_from_start(self, before: int, rules: StallRules) -> bool | None:
         """Whether the path held this stream's content from its start, as a gateway that buffers does from the
@@ -529,7 +534,11 @@ def attribute(
             # content before it came late too (then only part of that hold fell in this gap)
             network[k] = (stall, stall.path_delay_us - host_part)
     first_held = int(arrivals.path_us[0]) - (min(int(host[0]), int(arrivals.path_us[0])) if host is not None else 0)
-    behind = _held_all_along(arrivals.read_on_time(host, rules), first_held, list(network), rules)
+    stalled_at = sorted(int(np.searchsorted(c_index, stall.seq)) for stall in waiting)
+    read_late = [_read_late(host, stalled_at, k) for k in network]
+    left_behind = _left_behind(list(network.values()), read_late, first_held, rules)
+    left = {k for k, left_there in zip(network, left_behind, strict=True) if left_there}
+    behind = _held_all_along(arrivals.read_on_time(host, rules), first_held, sorted(network), left, rules)
     if behind:
         network.update(_gateway_held_longer(host_held, arrivals, rules))
     if network and shared_hosts is not None and not behind:
@@ -538,7 +547,6 @@ def attribute(
         for k, (stall, network_us) in list(network.items()):
             if _shared_pause(stall, network_us, hosts, rules, host_watched=host is not None):
                 del network[k]
-    stalled_at = sorted(int(np.searchsorted(c_index, stall.seq)) for stall in waiting)
     late = [_read_late(host, stalled_at, k) for k in network]
     _network_causes(list(network.values()), late, behind, first_held, rules)
     if relay is not None and relay.content()[0].size:
@@ -604,18 +612,50 @@ def _host_alone(stall: Stall, host_us: int, rules: StallRules) -> None:
         stall.cause, stall.confidence = Cause.CLIENT_HOST, SEEN
 
 
-def _held_all_along(arrivals: Arrivals, first_held_us: int, network: list[int], rules: StallRules) -> bool:
+def _held_all_along(
+    arrivals: Arrivals, first_held_us: int, network: list[int], left: set[int], rules: StallRules
+) -> bool:
     """Whether the path held this stream all along, as a gateway that buffers does: it held the first chunk, or
     it held most chunks, its network stalls each ending in a release that caught the client up (a flush hands
     over everything it holds; a connection that resumes after a stall stays behind, its chunks late but not held
     back together), and it handed over next to nothing on its own. One stall is enough when every chunk came so:
     a gateway flushing on bytes makes a stall only when a flush comes a little late. A stream that began on time
-    (``Arrivals.held_from_start``) was held by no gateway."""
+    (``Arrivals.held_from_start``) was held by no gateway. A stall that left content behind (``left``: a
+    connection's, see ``_left_behind``) says nothing of the flushes, nor does the release it cut short; when
+    those are all the stalls there are, the flushes alone tell."""
     if first_held_us >= rules.held_first_chunk_us:
         return True
     if not network or arrivals.held_from_start(min(network), rules) is False or not arrivals.held_in_flushes(rules):
         return False
-    return float(np.median([arrivals.caught_up(k, rules) for k in network])) <= rules.caught_up_share
+    read_apart = (2 * rules.release_us, rules.held_chunk_us)
+    telling = [
+        k
+        for k, after in zip(network, [*network[1:], None], strict=True)
+        if k not in left and not (after in left and arrivals.release_end(k, rules.release_us, read_apart) >= after)
+    ]
+    if not telling:
+        return True
+    return float(np.median([arrivals.caught_up(k, rules) for k in telling])) <= rules.caught_up_share
+
+
+def _left_behind(
+    network: list[tuple[Stall, int]], read_late_us: list[int], first_held_us: int, rules: StallRules
+) -> list[bool]:
+    """Which of a stream's network stalls left content behind, as a connection that stalls in the middle of a
+    release does, where a flush hands over all it holds: the chunk that ended it was sent ``left_behind_us`` or more
+    before the previous chunk arrived (that one read as late as ``read_late_us`` says, by the reader's own host),
+    and the path added ``left_behind_extra_us`` more to the wait than the gateway holds a chunk (its first chunk,
+    or what the path added to the stream's other stalls, typically: the flush after a hiccup is one of the
+    gateway's)."""
+    added = [stall.wait_us - (stall.server_gap_us or 0) for stall, _ in network]  # what the path added in the wait
+    left = []
+    for i, ((stall, _), read_late) in enumerate(zip(network, read_late_us, strict=True)):
+        assert stall.path_delay_us is not None
+        already_sent = stall.path_delay_us - stall.wait_us - read_late
+        others = added[:i] + added[i + 1 :]
+        held = max(first_held_us, float(np.median(others)) if others else 0.0)
+        left.append(already_sent >= rules.left_behind_us and added[i] - held >= rules.left_behind_extra_us)
+    return left
 
 
 def _gateway_held_longer(
@@ -669,21 +709,19 @@ def _network_causes(
     """A buffering gateway or a connection hiccup, for the stalls the path caused (each with how long the path held
     its chunk, and how late the reader's own host let it read the content before): in a stream the path held all
     along (``_held_all_along``) the gateway's, unless a stall stands out from its flushes or left content
-    behind; elsewhere a stalled connection, when the path held the chunk as long as a lost segment takes to be
-    sent again."""
+    behind (``_left_behind``); elsewhere a stalled connection, when the path held the chunk as long as a lost
+    segment takes to be sent again."""
     if not network:
         return
     # what the path made each wait, less the host's part of it (the reader's host held what had arrived)
     waited = [stall.wait_us - max(0, (stall.path_delay_us or 0) - network_us) for stall, network_us in network]
     typical = float(np.median(waited))
-    added = [stall.wait_us - (stall.server_gap_us or 0) for stall, _ in network]  # what the path added in the wait
-    held = max(first_held_us, float(np.median(added)))  # how long the gateway holds: its first chunk, or typically
-    for (stall, network_us), path_added, read_late, path_wait in zip(network, added, read_late_us, waited, strict=True):
+    left = _left_behind(network, read_late_us, first_held_us, rules)
+    for (stall, network_us), read_late, path_wait, left_behind in zip(network, read_late_us, waited, left, strict=True):
         assert stall.path_delay_us is not None
         # before the previous chunk arrived, which the reader read late when its host held it: it came that much
         # sooner, and a flush then may have released this one with it
         already_sent = stall.path_delay_us - stall.wait_us - read_late
-        left_behind = already_sent >= rules.left_behind_us and path_added - held >= rules.left_behind_extra_us
         stands_out = path_wait > rules.hiccup_factor * typical and path_wait - typical >= rules.hiccup_extra_us
         hiccup = not behind or left_behind or (len(network) >= 2 and stands_out)
         stall.evidence["network_stalls_in_stream"] = str(len(network))

@@ -216,7 +216,8 @@ def test_without_a_server_span_the_cause_is_unknown_and_says_why():
 
 def test_a_single_gap_after_a_held_first_chunk_is_still_a_buffering_gateway():
     server = timeline([20.0] * 60)
-    client = held(server, (0, 300), (10, 500))  # the first chunk held 300 ms, one gap later
+    # the first chunk held 300 ms (released with the 15 after it), then one gap: a flush of what came after
+    client = held(server, (0, 300), (16, 500))
     stall = only(attribute(client, server, [], spec_active=False, rules=RULES))
     assert stall.cause == "network_buffering"
     assert stall.evidence["first_chunk_path_delay_ms"] == "300.0"
@@ -439,6 +440,52 @@ def test_one_connection_stall_that_held_most_of_a_short_stream_after_a_start_on_
     client = held(server, (21, 800))
     stall = only(attribute(client, server, [], spec_active=False, rules=RULES))
     assert (stall.seq, stall.cause, stall.evidence["held_all_along"]) == (21, "connection", "false"), stall.evidence
+
+
+def cut(client: Timeline, after: int, ms: float) -> Timeline:
+    """``client`` when the connection stalled ``ms`` right after chunk ``after`` reached it, mid-release, and then
+    handed over at once what the gateway held meanwhile (the rest of the release, and what came since)."""
+    offsets = client.offsets_us.copy()
+    offsets[after + 1 :] = np.maximum(offsets[after + 1 :], offsets[after] + int(ms * MS))
+    return Timeline(client.start_us, offsets, client.content_bytes)
+
+
+def test_a_connection_stall_that_cut_a_release_short_is_a_connection_though_it_is_the_streams_one_stall():
+    """A fast engine (2 ms a chunk) behind a gateway flushing on bytes (every 128 ms, no stall of its own): the
+    connection stalls 900 ms in the middle of a release. What it left behind was sent well before the last
+    chunk the client got, which no flush does; the stall is the stream's only one, so it is compared with how long
+    the gateway held the first chunk, not with itself."""
+    server = timeline([2.0] * 600)
+    releases = np.unique(gateway(server, 128).offsets_us)
+    for after in (200, 230, 260):  # early, middle and late in their releases
+        client = cut(gateway(server, 128), after, 900)
+        stall = only(attribute(client, server, [], spec_active=False, rules=RULES))
+        assert (stall.seq, stall.cause) == (after + 1, "connection"), stall.evidence
+        assert stall.evidence["hiccup"] == "left content behind", stall.evidence
+    # 900 ms between two releases, the second with everything held meanwhile, is a flush that came late
+    base = gateway(server, 128)
+    offsets = np.where(
+        (base.offsets_us >= releases[5]) & (base.offsets_us < releases[5] + 900 * MS),
+        releases[5] + 900 * MS,
+        base.offsets_us,
+    )
+    client = Timeline(base.start_us, offsets, base.content_bytes)
+    assert only(attribute(client, server, [], spec_active=False, rules=RULES)).cause == "network_buffering"
+
+
+def test_a_late_flush_a_connection_stall_then_cut_short_is_still_the_gateways():
+    """The flush that ends one stall is cut short by a connection stall right after it: its release did not catch
+    the client up, and neither did the connection's. Neither says whether the gateway held the stream all along;
+    its flushes do, so the first stall is the gateway's and the second the connection's."""
+    server = timeline([2.0] * 600)
+    base = gateway(server, 128)
+    releases = np.unique(base.offsets_us)
+    offsets = base.offsets_us.copy()
+    late = (base.offsets_us == releases[3]) | (base.offsets_us == releases[4])
+    offsets[late] = releases[4] + 100 * MS  # one flush 230 ms late, with the next one's content
+    client = cut(Timeline(base.start_us, offsets, base.content_bytes), int(np.flatnonzero(late)[-20]), 900)
+    stalls = attribute(client, server, [], spec_active=False, rules=RULES)
+    assert [s.cause for s in stalls] == ["network_buffering", "connection"], [s.evidence for s in stalls]
 
 
 def test_a_gateway_that_flushes_on_bytes_holds_the_first_chunk_briefly_and_is_still_a_gateway():
