@@ -254,9 +254,13 @@ class Record(NamedTuple):
         return self.first_held is not None and server_seq is not None and self.first_held > server_seq
 
 
-def _names_its_chunks_on_the_path(record: Record) -> bool:
-    """Whether ``record`` is the path's own account of what it held (a proxy's hold, naming the chunks)."""
-    return record.cause in PATH_HOLDS and record.first_held is not None
+def _held_most_on_the_path(record: Record, start_us: int, end_us: int) -> bool:
+    """Whether ``record`` is the path's own account of what it held (a proxy's hold, naming the chunks) over most of
+    the stall from ``start_us`` to ``end_us``. A record told from the client's arrivals yields to it: what the
+    proxy held arrived late, as if the other had held it. One that held only the end of the stall (a flush after
+    a long prefill) held the smaller part."""
+    overlap = min(end_us, record.end_us) - max(start_us, record.start_us)
+    return record.cause in PATH_HOLDS and record.first_held is not None and 2 * overlap >= end_us - start_us
 
 
 def score(client: Client, since: datetime, stall: StallRule | None = None, slow_start_us: int = SLOW_START_US) -> Score:
@@ -316,7 +320,7 @@ def score(client: Client, since: datetime, stall: StallRule | None = None, slow_
                 fits.append((overlap / (max(end, t_end) - min(start, t_start) + 1), index))
         if fits:
             _, labelled_by = max(fits)
-            told = [fit for fit in fits if _names_its_chunks_on_the_path(candidates[fit[1]][1])]
+            told = [fit for fit in fits if _held_most_on_the_path(candidates[fit[1]][1], start, end)]
             if candidates[labelled_by][1].from_arrivals and told:
                 _, labelled_by = max(told)  # the path's own record says what it held
             best = candidates[labelled_by][1].cause

@@ -166,8 +166,9 @@ def test_a_record_told_from_the_clients_arrivals_yields_to_the_paths_own_record_
     """A long prompt's prefill (its chunks told from what the client received meanwhile) and a proxy's stall (the
     chunks it held) both cover a stall; the prefill's window fits it a little better, but the proxy held the chunk
     that ended it. Without the proxy's record, or with a prefill record the engine's own numbering names, the
-    better fit labels it."""
-    seen, engine, alone = "f1" * 16, "f2" * 16, "f3" * 16
+    better fit labels it; so it does when the proxy held only the end of the stall (a prefill of 1.7 s, then the
+    proxy's flush 700 ms later): the prefill held the larger part."""
+    seen, engine, alone, both = "f1" * 16, "f2" * 16, "f3" * 16, "f4" * 16
     prefill = {"streamscope.truth.detail.kind": "long_prompt", "streamscope.truth.detail.indices": "arrivals"}
     told = truth("prefill_interference", 1027, 1869, trace=seen, held=[251, 252])
     told[8] = prefill
@@ -177,6 +178,7 @@ def test_a_record_told_from_the_clients_arrivals_yields_to_the_paths_own_record_
             stall(seen, 1000, 1841, "connection", server_seq=251),
             stall(engine, 1000, 1841, "connection", server_seq=251),
             stall(alone, 1000, 1841, "connection", server_seq=251),
+            stall(both, 1000, 3079, "network_buffering", server_seq=440),
         ],
         [
             told,
@@ -184,11 +186,14 @@ def test_a_record_told_from_the_clients_arrivals_yields_to_the_paths_own_record_
             truth("prefill_interference", 1027, 1869, trace=engine, held=[251, 252]),
             truth("connection", 940, 1840, trace=engine, held=[251, 252]),
             [*told[:6], alone, *told[7:]],
+            [*truth("prefill_interference", 746, 2707, trace=both)[:8], prefill, []],
+            truth("network_buffering", 2378, 3079, trace=both, held=[440, 441]),
         ],
     )
     assert result.confusion == {
         ("connection", "connection"): 1,
         ("prefill_interference", "connection"): 2,
+        ("prefill_interference", "network_buffering"): 1,
     }
 
 
