@@ -17,7 +17,7 @@ the same release.)
 A record that overlaps a stall for less than a third of it did not make the stall (``EXPLAINING_SHARE``). A
 record whose chunks are those the client received in its window (``detail.indices = arrivals``: an injector
 beside the clients cannot see when the engine emitted them) yields to a record of the path that names the chunks it
-held: the arrivals it counted may be the path's doing.
+held over at least half the stall: the arrivals it counted may be the path's doing.
 
 When two injected causes touch one stall (the engine preempted the request and a gateway then held what it
 emitted), the label is the one that held the stall's content for most of the stall: every record's window
