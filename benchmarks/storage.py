@@ -1,11 +1,13 @@
-"""Bytes on disk per chunk for the real ``chunks`` table, fed through the real decode and write path, against
-the OpenTelemetry Collector ClickHouse exporter's ``otel_traces`` holding the same streams as span events.
+"""Bytes on disk per chunk for every table a stream writes, fed through the real decode and write path and the
+attribution job, against the OpenTelemetry Collector ClickHouse exporter's ``otel_traces`` holding the same
+streams as span events.
 
 Builds OTLP requests of synthetic streams (the same generator as chunk_codecs.py), decodes them with
-streamscope_ingest.decode.traces, writes them with streamscope_ingest.store.writer into the embedded engine,
-merges, and reports compressed bytes per chunk (all columns, and each column), plus bytes per stream for
-``streams``. The same spans, each chunk turned into a ``streamscope.chunk`` event as the events encoding sends it,
-go into ``otel_traces`` (``benchmarks.otel_traces``) on the same engine.
+streamscope_ingest.decode.traces, writes them with streamscope_ingest.store.writer into the embedded engine (the
+chunks, the streams and the rollups the writer keeps), runs the attribution job over them (stalls, quality,
+smoothing), merges, and reports compressed bytes per chunk: every table, each table, and each column of
+``chunk_arrays``. The same spans, each chunk turned into a ``streamscope.chunk`` event as the events encoding sends
+it, go into ``otel_traces`` (``benchmarks.otel_traces``) on the same engine.
 
 The last lines say how little any lossless store could take: the information the chunks carry, as the
 entropy of the stored values' distribution (ClickHouse's ``entropy``), the gaps on their own and the other
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+from datetime import UTC, datetime
 
 import numpy as np
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -29,6 +32,7 @@ from benchmarks import otel_traces
 from benchmarks.chunk_codecs import synthetic_chunks
 from streamscope import semconv as sc
 from streamscope_ingest import store
+from streamscope_ingest.analysis.attribution_job import AttributionJob
 from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.store import migrations
 from streamscope_ingest.store.writer import ClickHouseWriter
@@ -118,6 +122,21 @@ _ENTROPY = (
 the values' frequencies, which understate it if anything)."""
 
 
+NOT_A_STREAMS = ("otel_traces", migrations.MIGRATIONS_TABLE)
+"""Tables in the store that no stream writes: the baseline's, and the schema's record."""
+
+
+def stream_tables(client) -> list[tuple[str, int, int]]:
+    """Every table with rows but the baseline's and the schema's, with its rows and compressed bytes, largest
+    first."""
+    return client.query(
+        "SELECT table, sum(rows), sum(data_compressed_bytes) AS bytes FROM system.parts "
+        "WHERE database = currentDatabase() AND active AND table NOT IN {skip:Array(String)} "
+        "GROUP BY table HAVING sum(rows) > 0 ORDER BY bytes DESC",
+        parameters={"skip": list(NOT_A_STREAMS)},
+    ).result_rows
+
+
 def on_disk(client, table: str) -> tuple[int, int]:
     """Rows and compressed bytes of ``table``'s active parts."""
     return client.query(
@@ -151,8 +170,11 @@ def main() -> None:
         for request in requests(streams, args.chunks):
             writer.write([decode_traces(request, tenant="default")])
             client.insert_arrow("otel_traces", otel_traces.otel_traces_block(as_events(request)))
-        for table in ("chunk_arrays", "streams", "otel_traces"):
+        AttributionJob(client, settle_s=0).run_once(until=datetime.now(UTC))
+        tables = [name for name, _, _ in stream_tables(client)]
+        for table in [*tables, "otel_traces"]:
             client.command(f"OPTIMIZE TABLE {table} FINAL")
+        every = stream_tables(client)
         total = on_disk(client, "chunk_arrays")[1]
         (rows,) = client.query("SELECT count() FROM chunks").result_rows[0]
         stream_rows, stream_bytes = on_disk(client, "streams")
@@ -165,15 +187,19 @@ def main() -> None:
             "WHERE database = currentDatabase() AND table = 'chunk_arrays' "
             "ORDER BY data_compressed_bytes DESC"
         ).result_rows
+    ours, baseline = sum(size for _, _, size in every) / rows, baseline_bytes / baseline_chunks
     print(f"{rows:,} chunks in {stream_rows:,} streams")
-    print(f"chunks: {total / rows:.3f} bytes per chunk on disk (chunk_arrays, compressed, all columns)")
+    print(f"every table a stream writes: {ours:.3f} bytes per chunk on disk (compressed)")
+    print(f"{'table':22} {'rows':>10} {'bytes/chunk':>12}")
+    for table, table_rows, size in every:
+        print(f"{table:22} {table_rows:10,} {size / rows:12.3f}")
     print(
-        f"streams: {stream_bytes / stream_rows:.1f} bytes per stream; "
-        f"{(total + stream_bytes) / rows:.3f} bytes per chunk counting both tables"
+        f"chunks alone: {total / rows:.3f} bytes per chunk (chunk_arrays, all columns); streams "
+        f"{stream_bytes / stream_rows:.1f} bytes per stream"
     )
-    ours, baseline = (total + stream_bytes) / rows, baseline_bytes / baseline_chunks
     print(
-        f"otel_traces: {baseline:.3f} bytes per chunk ({baseline_chunks:,} chunk events), {baseline / ours:.1f}x ours"
+        f"otel_traces: {baseline:.3f} bytes per chunk ({baseline_chunks:,} chunk events); every table of ours takes "
+        f"{ours / baseline:.2f}x that, chunk_arrays alone {total / rows / baseline:.2f}x"
     )
     print(
         f"information: the gaps carry {gap_bits:.2f} bits a chunk ({gap_bits / 8:.3f} bytes), the other values "
