@@ -175,9 +175,10 @@ def main() -> None:
         for table in [*tables, "otel_traces"]:
             client.command(f"OPTIMIZE TABLE {table} FINAL")
         every = stream_tables(client)
-        total = on_disk(client, "chunk_arrays")[1]
+        sizes = {table: (table_rows, size) for table, table_rows, size in every}
+        total = sizes["chunk_arrays"][1]
         (rows,) = client.query("SELECT count() FROM chunks").result_rows[0]
-        stream_rows, stream_bytes = on_disk(client, "streams")
+        stream_rows, stream_bytes = sizes["streams"]
         (baseline_chunks,) = client.query("SELECT sum(length(Events.Name)) FROM otel_traces").result_rows[0]
         baseline_bytes = on_disk(client, "otel_traces")[1]
         gap_bits, other_bits = client.query(_ENTROPY).result_rows[0]

@@ -140,6 +140,14 @@ class StallRules:
     release_us: int = 5_000
     """Client chunks arriving this close one after the other came out of one release (a flush, a connection
     resuming)."""
+
+    @property
+    def read_apart(self) -> tuple[int, int]:
+        """(gap, lateness): a large flush can reach a busy reader in several reads a little further apart than
+        ``release_us``; the release goes on through a pause of up to twice that while what follows was still this
+        late (see ``Arrivals.release_end``)."""
+        return 2 * self.release_us, self.held_chunk_us
+
     alone_share: float = 0.02
     """A gateway that buffers hands chunks over in flushes, each with the several it held: a stream that got more
     than this share of its chunks on their own (nothing arriving within ``release_us`` before or after) streamed
@@ -373,8 +381,7 @@ class Arrivals:
         how late ``k`` was: near 0 when the release handed over everything held (a flush), near 1 when the
         client stayed behind. A large flush can reach the reader in several reads a little further apart than
         ``release_us``: the release goes on through such a pause while what follows it was still held."""
-        read_apart = (2 * rules.release_us, rules.held_chunk_us)
-        return self.freshest(k, rules.release_us, read_apart) / max(float(self.path_us[k]), 1.0)
+        return self.freshest(k, rules.release_us, rules.read_apart) / max(float(self.path_us[k]), 1.0)
 
     def freshest(self, k: int, apart_us: int, read_apart: tuple[int, int] | None = None) -> int:
         """How late the freshest chunk of the release that content chunk ``k`` began (chunks at most ``apart_us``
@@ -627,11 +634,11 @@ def _held_all_along(
         return True
     if not network or arrivals.held_from_start(min(network), rules) is False or not arrivals.held_in_flushes(rules):
         return False
-    read_apart = (2 * rules.release_us, rules.held_chunk_us)
     telling = [
         k
         for k, after in zip(network, [*network[1:], None], strict=True)
-        if k not in left and not (after in left and arrivals.release_end(k, rules.release_us, read_apart) >= after)
+        if k not in left
+        and not (after in left and arrivals.release_end(k, rules.release_us, rules.read_apart) >= after)
     ]
     if not telling:
         return True
@@ -650,12 +657,19 @@ def _left_behind(
     added = [stall.wait_us - (stall.server_gap_us or 0) for stall, _ in network]  # what the path added in the wait
     left = []
     for i, ((stall, _), read_late) in enumerate(zip(network, read_late_us, strict=True)):
-        assert stall.path_delay_us is not None
-        already_sent = stall.path_delay_us - stall.wait_us - read_late
+        already_sent = _sent_before_previous_arrived(stall, read_late)
         others = added[:i] + added[i + 1 :]
         held = max(first_held_us, float(np.median(others)) if others else 0.0)
         left.append(already_sent >= rules.left_behind_us and added[i] - held >= rules.left_behind_extra_us)
     return left
+
+
+def _sent_before_previous_arrived(stall: Stall, read_late_us: int) -> int:
+    """How long before the previous chunk arrived the chunk that ended ``stall`` had been sent (negative: after),
+    that previous chunk taken as read ``read_late_us`` sooner: the reader's host held it that long, and a flush then
+    may have released this one with it."""
+    assert stall.path_delay_us is not None
+    return stall.path_delay_us - stall.wait_us - read_late_us
 
 
 def _gateway_held_longer(
@@ -718,10 +732,7 @@ def _network_causes(
     typical = float(np.median(waited))
     left = _left_behind(network, read_late_us, first_held_us, rules)
     for (stall, network_us), read_late, path_wait, left_behind in zip(network, read_late_us, waited, left, strict=True):
-        assert stall.path_delay_us is not None
-        # before the previous chunk arrived, which the reader read late when its host held it: it came that much
-        # sooner, and a flush then may have released this one with it
-        already_sent = stall.path_delay_us - stall.wait_us - read_late
+        already_sent = _sent_before_previous_arrived(stall, read_late)
         stands_out = path_wait > rules.hiccup_factor * typical and path_wait - typical >= rules.hiccup_extra_us
         hiccup = not behind or left_behind or (len(network) >= 2 and stands_out)
         stall.evidence["network_stalls_in_stream"] = str(len(network))
