@@ -138,3 +138,25 @@ def test_abort_frees_blocks_and_forgets_the_request():
     assert scheduler.free_blocks < 100
     scheduler.abort("r")
     assert scheduler.free_blocks == 100 and not scheduler.has_work
+
+
+def test_a_request_waiting_for_kv_blocks_stays_waiting_for_its_first_admission():
+    """A request whose prompt finds too few free blocks waits, step after step, as never admitted (its wait is
+    the queue's: ``left_waiting``), and counts as admitted once, when it is: a cached prefix it looked up does
+    not make it look computed while it waits."""
+    scheduler = Scheduler(SchedulerConfig(block_size=16, num_blocks=100, max_step_tokens=4096))
+    scheduler.add(Sequence("warm", 320, 1, prefix_key="sys", prefix_tokens=320))
+    while scheduler.has_work:
+        scheduler.step()
+    scheduler.add(Sequence("holder", 1000, 40))
+    scheduler.step()
+    scheduler.add(Sequence("late", 1000, 2, prefix_key="sys", prefix_tokens=320))
+    waiting_steps, admitted = 0, []
+    while scheduler.has_work:
+        step = scheduler.step()
+        waiting_steps += "late" in step.left_waiting
+        admitted += step.admitted
+        if "late" in step.admitted:
+            assert step.new_cached_tokens == 320 and step.new_prompt_tokens == 1000
+    assert admitted == ["late"]
+    assert waiting_steps >= 38  # every step until the holder finished and freed its blocks

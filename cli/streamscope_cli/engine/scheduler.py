@@ -206,11 +206,11 @@ class Scheduler:
             tokens = min(remaining, budget) if config.chunked_prefill else remaining
             if tokens > budget and work:
                 break  # an unchunked prompt waits for a step of its own
-            sequence.computed = hit
-            needed = self._blocks_for(self._kv_after(sequence, tokens)) - sequence.blocks
+            needed = self._blocks_for(self._kv_after(sequence, tokens, computed=hit)) - sequence.blocks
             if needed > self.free_blocks:
-                break
+                break  # it waits, still never admitted: what it found cached is looked up again next time
             self.waiting.popleft()
+            sequence.computed = hit
             self.free_blocks -= needed
             sequence.blocks += needed
             sequence.cached_tokens = max(sequence.cached_tokens, hit)
@@ -246,10 +246,12 @@ class Scheduler:
         return math.ceil(tokens / self.config.block_size)
 
     @staticmethod
-    def _kv_after(sequence: Sequence, tokens: int) -> int:
-        """KV tokens ``sequence`` holds after computing ``tokens`` more, the token it may sample included."""
-        completes_prefill = sequence.prefilling and sequence.computed + tokens >= sequence.context
-        return sequence.computed + tokens + (1 if completes_prefill else 0)
+    def _kv_after(sequence: Sequence, tokens: int, computed: int | None = None) -> int:
+        """KV tokens ``sequence`` holds after computing ``tokens`` more than ``computed`` (by default what it has
+        computed), the token it may sample included."""
+        computed = sequence.computed if computed is None else computed
+        completes_prefill = computed < sequence.context <= computed + tokens
+        return computed + tokens + (1 if completes_prefill else 0)
 
     def _reserve(self, sequence: Sequence, tokens: int, result: StepResult) -> bool:
         """Grow ``sequence`` to hold ``tokens``, preempting the newest running sequences if blocks run out."""
