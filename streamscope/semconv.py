@@ -127,6 +127,9 @@ STREAMSCOPE_TOKENS_ESTIMATED: Final = "streamscope.tokens_estimated"
 STREAMSCOPE_ENGINE_REQUEST_ID: Final = "streamscope.engine.request_id"
 """The serving engine's request id, to join with engine logs. type string; recommended; sides: server; streamscope extension."""
 
+GEN_AI_LATENCY_TIME_IN_QUEUE: Final = "gen_ai.latency.time_in_queue"
+"""Seconds the request waited from its arrival to its first scheduling (vLLM's name); tells a first token's wait for a slot from what held it after. type double; unit s; recommended; sides: server; vLLM's tracing."""
+
 STREAMSCOPE_NODE_NAME: Final = "streamscope.node.name"
 """The serving node, named as its GPU agent names it, to join stalls with that node's samples. type string; recommended; sides: server; streamscope extension."""
 

@@ -14,9 +14,13 @@ import grpc.aio
 import httpx
 import pytest
 from google.protobuf.struct_pb2 import Struct
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect
 
+from streamscope import semconv as sc
 from streamscope.formats import estimate_tokens
 from streamscope_cli.engine.app import EngineNode, NodeConfig, OutputConfig
 from streamscope_cli.engine.grpc_service import GENERATE, struct
@@ -29,7 +33,10 @@ from tests.support import wait_until
 class RunningNode:
     def __init__(self, config: NodeConfig) -> None:
         self.sink = MemorySink()
-        self.node = EngineNode(config, sink=self.sink)
+        self.spans = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(self.spans))
+        self.node = EngineNode(config, sink=self.sink, tracer_provider=provider)
         self.server = BackgroundServer(self.node.app).start()
         self.url = f"http://127.0.0.1:{self.server.port}"
 
@@ -224,6 +231,9 @@ def test_a_request_left_waiting_for_a_slot_is_ground_truth_for_its_first_token(r
     # the third waited until a slot freed: one record, on the event that carried its first token (after the role's)
     assert queued.chunk_indices == (1,) and queued.detail == {"kind": "first_token"}
     assert queued.magnitude == pytest.approx((queued.end_ns - queued.start_ns) / 1e9) and queued.magnitude > 0.1
+    # its server span says how long it queued, as vLLM's do; the two admitted at once say they did not wait
+    waits = sorted(span.attributes[sc.GEN_AI_LATENCY_TIME_IN_QUEUE] for span in node.spans.get_finished_spans())
+    assert len(waits) == 3 and waits[2] == pytest.approx(queued.magnitude, abs=1e-6) and waits[1] < waits[2]
 
 
 def test_sglang_flavor_exposes_sglang_names(running):

@@ -18,6 +18,7 @@ from streamscope_ingest.store.schema_files import conventions_file
 
 TARGET = Path(streamscope.__file__).resolve().parent / "semconv.py"
 LINE_LENGTH = 120  # pyproject.toml [tool.ruff]
+ORIGINS = {"semconv": "OTel GenAI semconv", "vllm": "vLLM's tracing", "streamscope": "streamscope extension"}
 
 
 def _constant(name: str) -> str:
@@ -34,7 +35,7 @@ def _doc(attr: dict[str, Any]) -> str:
         level += f" ({attr['condition']})"
     facts.append(level)
     facts.append("sides: " + ", ".join(attr["sides"]))
-    facts.append("OTel GenAI semconv" if attr["origin"] == "semconv" else "streamscope extension")
+    facts.append(ORIGINS[attr["origin"]])
     parts.append("; ".join(facts) + ".")
     return " ".join(parts)
 

@@ -28,6 +28,7 @@ from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from streamscope import semconv as sc
 from streamscope.formats import estimate_tokens, json_answer_requested
 from streamscope.server import ServerChunk, ServerStream
 from streamscope_cli.engine.gpu import SimulatedGpu
@@ -385,6 +386,8 @@ class EngineNode:
                 yield ServerChunk(event(""), 0, 0)
                 index += 1
             batch = await anext(generation, None)
+            if batch is not None and batch.time_in_queue_s is not None:
+                stream.recorder.set_attribute(sc.GEN_AI_LATENCY_TIME_IN_QUEUE, batch.time_in_queue_s)
             while batch is not None and drafts:
                 yield verified(batch.tokens, batch.delays)
                 batch = await anext(generation, None)

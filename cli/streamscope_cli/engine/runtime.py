@@ -45,6 +45,9 @@ class TokenBatch:
     at_ns: int
     """Wall-clock end of the step that produced them."""
     delays: tuple[Delay, ...] = ()
+    time_in_queue_s: float | None = None
+    """On a request's first batch: from its arrival to its first admission (what vLLM's spans call its time in
+    queue)."""
 
 
 @dataclass
@@ -188,13 +191,16 @@ class Engine:
                 delays.append(Delay("gpu_throttle", end_ns - throttled_ns, end_ns, throttled_s, adds_up=True))
             if hung_from_ns is not None:
                 delays.append(Delay("gpu_fault", hung_from_ns, end_ns, (end_ns - hung_from_ns) / 1e9))
+            queued_s: float | None = None
             if request.last_tokens_ns:
                 gaps[request_id] = (end_ns - request.last_tokens_ns) / 1e9
             else:
                 self.metrics.record_first_token((end_ns - request.arrival_ns) / 1e9)
+                if request.admitted_ns:
+                    queued_s = max(request.admitted_ns - request.arrival_ns, 0) / 1e9
             request.last_tokens_ns = end_ns
             if not request.abandoned:
-                request.queue.put_nowait(TokenBatch(tokens, end_ns, tuple(delays)))
+                request.queue.put_nowait(TokenBatch(tokens, end_ns, tuple(delays), queued_s))
         for request_id in step.finished:
             request = self._requests.pop(request_id, None)
             if request is not None:

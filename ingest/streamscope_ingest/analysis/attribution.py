@@ -102,6 +102,8 @@ UNEXPLAINED = 0.3
 
 GPU_FAULTS = frozenset({"xid", "gpu_lost", "gpu_unavailable"})
 """Node events of a GPU that stopped running work: an XID error, the GPU lost or unavailable."""
+PREEMPTION = "preemption"
+"""The node event of requests preempted (their KV cache dropped, to be computed again)."""
 HIGH_WATER_ONLY = CIRCUMSTANTIAL
 """The confidence of ``kv_pressure`` from a KV cache over its high-water mark with no preemption seen: a node
 condition, not evidence about the stream, so the client's own host evidence outranks it."""
@@ -859,7 +861,7 @@ def _engine_cause(
                 return Cause.SPEC_DECODE, SEEN, evidence
             return Cause.SPEC_DECODE, INFERRED, {**evidence, "node": "speculative decoding active, its rhythm slowed"}
         evidence["spec_decode_ruled_out"] = ruled_out
-    if "preemption" in seen:
+    if PREEMPTION in seen:
         return Cause.KV_PRESSURE, SEEN, evidence
     if seen & GPU_FAULTS:
         return Cause.GPU_FAULT, SEEN, evidence

@@ -13,8 +13,13 @@ The largest part names the cause. The upstream's, by what its node and its own h
 
 1. ``gpu_fault``: the node's GPU stopped running work meanwhile (an XID error, the GPU lost or unavailable):
    requests pile up behind it, so the queue it made is not the cause.
-2. ``queue``: the node had requests waiting for a free slot while this one waited (the agent's
-   ``requests_waiting`` above 0, or a queue spike): every slot was busy, and the request was one of those waiting.
+2. ``queue``: the request waited to be admitted. Where the engine says how long (its span's
+   ``gen_ai.latency.time_in_queue``, vLLM's name: from the arrival to the first scheduling), for at least half the
+   upstream's wait; otherwise when the node had requests waiting for a free slot meanwhile (the agent's
+   ``requests_waiting`` above 0, or a queue spike), every slot busy and the request one of those waiting.
+   A request the engine admitted sooner waited for something else, though others queued: ``kv_pressure`` when the
+   node preempted requests meanwhile (the request lost its KV cache before its first token, or shared its steps with
+   the re-prefills of those that did), else the causes below.
 3. ``prefill_interference``: another request's prefill burst ran in the wait (the node's ``prefill_burst``), and
    the stream's own prompt was too short to have made it (under half the burst's tokens).
 4. ``server_host``: the serving process's own host did not run it for most of the wait.
@@ -34,6 +39,7 @@ from streamscope.semconv import StreamscopeTruthCauseValues as Cause
 from streamscope_ingest.analysis.attribution import (
     GPU_FAULTS,
     INFERRED,
+    PREEMPTION,
     SEEN,
     UNEXPLAINED,
     UNKNOWN,
@@ -57,6 +63,8 @@ class FirstTokenRules:
     """Engine samples come every 250 ms: a state may have begun this long before the sample that saw it."""
     server_host_share: float = 0.5
     """The serving process's host not running it for this share of the upstream's wait made it."""
+    queue_share: float = 0.5
+    """The engine's own time in queue, this share of the upstream's wait, made it."""
     path_floor_us: int = 200_000
     """A first chunk later on the path than the stream's quickest by less than TCP's minimum retransmission timeout
     was queueing or jitter."""
@@ -96,12 +104,13 @@ def attribute_start(
     events: list[NodeEvent],
     *,
     prompt_tokens: int | None = None,
+    queued_us: int | None = None,
     rules: FirstTokenRules | None = None,
 ) -> SlowStart | None:
     """The slow start of ``client``, with its cause; None when its first content came in time (or never).
 
     ``upstream`` is the stream's server or gateway side, ``events`` its node's, ``prompt_tokens`` the stream's own
-    prompt when known."""
+    prompt and ``queued_us`` the upstream's own time in queue, when known."""
     rules = rules or FirstTokenRules()
     first = _first_content(client)
     if first is None or first[0] < rules.slow_start_us:
@@ -123,7 +132,9 @@ def attribute_start(
         start.cause, start.confidence = Cause.CLIENT_HOST, SEEN
     elif largest == upstream_us:
         window = (upstream.start_us, upstream.start_us + upstream_us)
-        start.cause, start.confidence, found = _upstream_cause(window, events, server_host, prompt_tokens, rules)
+        start.cause, start.confidence, found = _upstream_cause(
+            window, events, server_host, prompt_tokens, queued_us, rules
+        )
         start.evidence.update(found)
     else:
         # the first chunk's lateness over the stream's quickest (both ways), the host's part taken out
@@ -139,6 +150,7 @@ def _upstream_cause(
     events: list[NodeEvent],
     server_host_us: int,
     prompt_tokens: int | None,
+    queued_us: int | None,
     rules: FirstTokenRules,
 ) -> tuple[str, float, dict[str, str]]:
     """What kept the upstream from its first content over ``window`` (its clock)."""
@@ -147,9 +159,16 @@ def _upstream_cause(
     evidence = {"node_events": ",".join(sorted(kinds))} if kinds else {}
     if server_host_us:
         evidence["server_host_delay_ms"] = _ms(server_host_us)
+    if queued_us is not None:
+        evidence["time_in_queue_ms"] = _ms(queued_us)
     if kinds & GPU_FAULTS:
         return Cause.GPU_FAULT, SEEN, evidence
-    if kinds & QUEUE_EVENTS:
+    if queued_us is not None:
+        if queued_us >= rules.queue_share * (window[1] - window[0]):
+            return Cause.QUEUE, SEEN, evidence
+        if PREEMPTION in kinds:
+            return Cause.KV_PRESSURE, INFERRED, evidence
+    elif kinds & QUEUE_EVENTS:
         return Cause.QUEUE, SEEN, evidence
     bursts = [e for e in seen if e.kind == "prefill_burst"]
     if bursts:

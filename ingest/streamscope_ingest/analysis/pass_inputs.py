@@ -8,6 +8,7 @@ schema while the judging stays a pure function of these inputs, tested without a
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from clickhouse_connect.driver.client import Client
 
+from streamscope import semconv as sc
 from streamscope_ingest.analysis.attribution import NodeEvent, Timeline
 from streamscope_ingest.analysis.first_token import WAITING
 
@@ -41,14 +43,16 @@ ORDER BY ingested_at
 LIMIT {limit:UInt32} WITH TIES
 """
 """At most ``limit`` streams, and every stream stored in the same instant as the last: the pass can end there."""
-TRACES_SQL = """
+TRACES_SQL = f"""
 SELECT tenant, trace_id, span_id, side, node_name, toUnixTimestamp64Micro(start_time), host_watch != '',
        if(server_address != '', concat(server_address, ':', toString(server_port)), ''),
-       coverage IN ('full', 'arrivals')
-FROM streams WHERE trace_id IN {traces:Array(String)} AND tenant IN {tenants:Array(String)}
+       coverage IN ('full', 'arrivals'),
+       toFloat64OrNull(attributes['{sc.GEN_AI_LATENCY_TIME_IN_QUEUE}']) AS queued_s
+FROM streams WHERE trace_id IN {{traces:Array(String)}} AND tenant IN {{tenants:Array(String)}}
 """
 """The spans of the pass's traces: each stream is matched with those of its own tenant only, so a span another
-tenant sent in the same trace (it knows the ids from a ``traceparent``) weighs nothing in its verdict."""
+tenant sent in the same trace (it knows the ids from a ``traceparent``) weighs nothing in its verdict. A server
+span's time in queue is its engine's word, in seconds."""
 CHUNKS_SQL = """
 SELECT tenant, lower(hex(trace_id_bytes)), lower(hex(span_id_bytes)),
     arrayMap((gap, k, before) -> before + if(k IN ('lead', 'aside', 'retract'), gap, 0), gap_us, kind,
@@ -122,6 +126,8 @@ class TraceSpan:
     side: str
     node: str
     start_us: int
+    queued_us: int | None = None
+    """How long its engine says the request waited to be scheduled (None: not said, or not a time)."""
 
 
 @dataclass(frozen=True)
@@ -185,10 +191,10 @@ def read_inputs(client: Client, streams: list[SettledStream], event_slack_us: in
     tenants = sorted({s.tenant for s in streams})
     watched: set[Key] = set()
     sides: dict[tuple[str, str], list[TraceSpan]] = defaultdict(list)
-    for tenant, trace, span, side, node, start, host_watched, endpoint, every_arrival_known in client.query(
+    for tenant, trace, span, side, node, start, host_watched, endpoint, every_arrival_known, queued_s in client.query(
         TRACES_SQL, parameters={"traces": traces, "tenants": tenants}
     ).result_rows:
-        sides[(tenant, trace)].append(TraceSpan(span, side, node, start))
+        sides[(tenant, trace)].append(TraceSpan(span, side, node, start, _queued_us(queued_s)))
         inputs.endpoints[(tenant, trace, span)] = endpoint
         if every_arrival_known:
             inputs.timed.add((tenant, trace, span))
@@ -246,3 +252,10 @@ def _rows(column: pa.ChunkedArray) -> list[np.ndarray]:
 
 def _time(microseconds: int) -> datetime:
     return EPOCH + timedelta(microseconds=microseconds)
+
+
+def _queued_us(seconds: float | None) -> int | None:
+    """A time in queue in µs; None for one that is no time (negative, not finite): unknown, not a wrong wait."""
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        return None
+    return round(seconds * 1e6)

@@ -69,6 +69,8 @@ class _Sides:
     node: str
     relay: Timeline | None = None
     """A gateway's side between the server and the client, when both were recorded."""
+    queued_us: int | None = None
+    """The upstream's own time in queue, when its engine said it."""
 
 
 def judge(inputs: PassInputs, rules: StallRules, buffers: Sequence[Buffer], quality: QualityTargets) -> Verdicts:
@@ -113,6 +115,7 @@ def judge(inputs: PassInputs, rules: StallRules, buffers: Sequence[Buffer], qual
                 both.server,
                 inputs.events.get(both.node, []),
                 prompt_tokens=stream.prompt_tokens,
+                queued_us=both.queued_us,
                 rules=first_token,
             )
         ):
@@ -145,7 +148,7 @@ def _sides(stream: SettledStream, inputs: PassInputs) -> _Sides | None:
     if upstream is None:
         return _Sides(client, None, "")
     relay = recorded["gateway"][1] if "server" in recorded and "gateway" in recorded else None
-    return _Sides(client, upstream[1], upstream[0].node, relay)
+    return _Sides(client, upstream[1], upstream[0].node, relay, upstream[0].queued_us)
 
 
 def measured(

@@ -56,6 +56,7 @@ def span(
     host_delays_ms: dict[int, float] | None = None,
     endpoint: tuple[str, int] | None = None,
     first_ms: float = 100,
+    extra: tuple[KeyValue, ...] = (),
 ) -> Span:
     """A stream span whose first content came ``first_ms`` after its start; ``host_delays_ms`` (chunk -> ms) marks
     its host as watched, with those delays; ``endpoint`` is the server.address and server.port a client streamed
@@ -77,6 +78,7 @@ def span(
     if host_delays_ms is not None:
         delays = [int(host_delays_ms.get(i, 0) * 1000) for i in range(offsets.size)]
         attributes += [kv(sc.STREAMSCOPE_HOST_WATCH, "asyncio"), kv(sc.STREAMSCOPE_CHUNKS_HOST_DELAY_US, delays)]
+    attributes += extra
     return Span(
         trace_id=trace_id(trace),
         span_id=bytes([span_byte]) * 8,
@@ -491,3 +493,36 @@ def test_a_first_token_a_queue_held_is_a_slow_start_of_its_own_cause(store_clien
     ).result_rows
     assert rows == [(trace_hex(31), "client", "node-1", 2_406_000, 2_400_000, 6_000, 0, "queue", "requests_waiting")]
     assert store_client.query("SELECT count() FROM stalls").result_rows == [(0,)]
+
+
+@pytest.mark.parametrize(
+    ("time_in_queue", "cause", "said"),
+    [
+        (AnyValue(double_value=0.02), "kv_pressure", "20.0"),
+        (AnyValue(double_value=2.1), "queue", "2100.0"),
+        (None, "queue", ""),
+        (AnyValue(double_value=-1.0), "queue", ""),
+        (AnyValue(string_value="soon"), "queue", ""),
+    ],
+)
+def test_a_servers_own_time_in_queue_tells_whether_the_request_was_one_of_those_waiting(
+    store_client, time_in_queue, cause, said
+):
+    """A first token 2.4 s late while the node had requests waiting and preempted some: the server span's time in
+    queue (vLLM's attribute) says whether this request waited to be admitted (``queue``) or was admitted at once and
+    held after (``kv_pressure``); without it, or with one that is no time, the node's samples speak."""
+    extra = () if time_in_queue is None else (KeyValue(key=sc.GEN_AI_LATENCY_TIME_IN_QUEUE, value=time_in_queue),)
+    spans = [
+        span(33, 1, "client", T0, steady(), first_ms=2_406),
+        span(33, 2, "server", T0 + 3 * MS, steady(), node="node-1", first_ms=2_400, extra=extra),
+    ]
+    write(store_client, spans, [preemption(T0 + 400 * MS, T0 + 600 * MS)])
+    samples = [
+        ["t", datetime.fromtimestamp((T0 + k * 250 * MS) / 1e9, UTC), "node-1", "requests_waiting", waiting]
+        for k, waiting in enumerate([0, 2, 3, 3, 3, 3, 3, 3, 1, 0, 0])
+    ]
+    store_client.insert("engine_samples", samples, column_names=["tenant", "time", "node_name", "metric", "value"])
+
+    AttributionJob(store_client, settle_s=0).run_once(until=datetime.now(UTC) + timedelta(seconds=1))
+    rows = store_client.query("SELECT cause, evidence['time_in_queue_ms'] FROM slow_starts").result_rows
+    assert rows == [(cause, said)]

@@ -48,6 +48,25 @@ def test_a_request_waiting_while_the_node_had_requests_waiting_is_queued() -> No
     assert start.evidence["node_events"] == WAITING
 
 
+@pytest.mark.parametrize(
+    ("queued_ms", "events", "expected"),
+    [
+        (1_900, [], Cause.QUEUE),  # the engine said so, though no sample saw requests waiting
+        (1_900, [(WAITING, 200, 2_300), ("preemption", 300, 400)], Cause.QUEUE),
+        (20, [(WAITING, 200, 2_300), ("preemption", 300, 400)], Cause.KV_PRESSURE),  # admitted, then preempted
+        (20, [(WAITING, 200, 2_300)], UNKNOWN),  # admitted at once: others waited, not this one
+    ],
+)
+def test_the_engines_own_time_in_queue_tells_a_wait_for_a_slot_from_what_held_it_after(
+    queued_ms: float, events: list[tuple[str, float, float]], expected: str
+) -> None:
+    upstream = side(2_400, SERVER_START)
+    seen = [NodeEvent(kind, SERVER_START + round(a * MS), SERVER_START + round(b * MS), 1.0) for kind, a, b in events]
+    start = attribute_start(client_of(upstream), upstream, seen, queued_us=round(queued_ms * MS))
+    assert start is not None and start.cause == expected
+    assert start.evidence["time_in_queue_ms"] == f"{queued_ms:.1f}"
+
+
 def test_a_gpu_that_stopped_is_the_cause_of_the_queue_it_made() -> None:
     upstream = side(2_400, SERVER_START)
     events = [
