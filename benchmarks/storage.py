@@ -31,8 +31,10 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from benchmarks import otel_traces
 from benchmarks.chunk_codecs import synthetic_chunks
 from streamscope import semconv as sc
+from streamscope_dashboards.panels.common import STORED_BYTES_SQL
 from streamscope_ingest import store
 from streamscope_ingest.analysis.attribution_job import AttributionJob
+from streamscope_ingest.blocks.columns import STREAM_TABLES
 from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.store import migrations
 from streamscope_ingest.store.writer import ClickHouseWriter
@@ -188,9 +190,13 @@ def main() -> None:
             "WHERE database = currentDatabase() AND table = 'chunk_arrays' "
             "ORDER BY data_compressed_bytes DESC"
         ).result_rows
-    ours, baseline = sum(size for _, _, size in every) / rows, baseline_bytes / baseline_chunks
+        (ours,) = client.query(STORED_BYTES_SQL).result_rows[0]  # the figure the demo and chunk_economics show
+    baseline = baseline_bytes / baseline_chunks
     print(f"{rows:,} chunks in {stream_rows:,} streams")
     print(f"every table a stream writes: {ours:.3f} bytes per chunk on disk (compressed)")
+    uncounted = [table for table, _, _ in every if table not in STREAM_TABLES]
+    if uncounted:
+        print(f"tables with rows the figure leaves out (not in STREAM_TABLES): {', '.join(uncounted)}")
     print(f"{'table':22} {'rows':>10} {'bytes/chunk':>12}")
     for table, table_rows, size in every:
         print(f"{table:22} {table_rows:10,} {size / rows:12.3f}")

@@ -17,9 +17,9 @@ from streamscope_dashboards.panels.common import (
     SELECTED_CHUNKS,
     SIZED,
     STORED_BYTES_SQL,
-    STORED_PARTS_SQL,
     TABLE_HISTOGRAMS_SELECTED,
     TIMED,
+    UNMERGED_PARTS_SQL,
     chosen,
     gap_histogram,
     gap_quantile_ms,
@@ -97,12 +97,12 @@ class Summary:
     cancel_rate: float | None
     """Over the streams whose outcome is known."""
     stored_bytes_per_chunk: float | None
-    """Over the chunk table's parts as they are now: the store merges small parts into larger ones, which compress
-    better, so the figure falls for a while after a write."""
+    """Over the parts of every table a stream fills as they are now: the store merges small parts into larger ones,
+    which compress better, so the figure falls for a while after a write."""
     incomplete_streams: int = 0
     """Streams without every chunk's time (chunks lost, unreadable, a source that knew none): out of the per-stream
     gap figures."""
-    stored_parts: int = 0
+    unmerged_parts: int = 0
     """The chunk table's active parts: more than one, and merges are still to come."""
     estimated_tokens_per_chunk: float | None = None
     """Over the streams whose chunks' tokens were estimated from their bytes (about 4 a token): never mixed with the
@@ -137,7 +137,7 @@ class Summary:
                 "streams without every chunk's time (left out of goodput and per-stream p99)",
                 f"{self.incomplete_streams}",
             ),
-            ("stored bytes per chunk", _number(self.stored_bytes_per_chunk, ".2f") + self._unmerged()),
+            ("stored bytes per chunk, all tables", _number(self.stored_bytes_per_chunk, ".2f") + self._unmerged()),
         ]
 
     def _tokens_per_chunk(self) -> str:
@@ -148,9 +148,9 @@ class Summary:
         return shown if counted is None else f"{counted:.2f} counted ({shown})"
 
     def _unmerged(self) -> str:
-        parts = self.stored_parts
-        merging = parts > 1 and self.stored_bytes_per_chunk is not None
-        return f" (over {parts} parts not merged yet: falls as they merge)" if merging else ""
+        parts = self.unmerged_parts
+        merging = parts > 0 and self.stored_bytes_per_chunk is not None
+        return f" (over {parts} more parts than merged: falls as they merge)" if merging else ""
 
     def _unknown_ttft(self) -> str:
         n = self.unknown_ttft
@@ -174,7 +174,7 @@ def summarize(
     if not gaps:
         gap50 = gap95 = gap99 = None
     (stored,) = run(STORED_BYTES_SQL).rows[0]
-    (parts,) = run(STORED_PARTS_SQL).rows[0]
+    (unmerged,) = run(UNMERGED_PARTS_SQL).rows[0]
 
     def ms(value: float | None) -> float | None:
         known = _known(value)
@@ -195,7 +195,7 @@ def summarize(
         wire_per_content_byte=_known(envelope),
         cancel_rate=_known(cancels),
         stored_bytes_per_chunk=_known(stored),
-        stored_parts=int(parts),
+        unmerged_parts=int(unmerged),
         incomplete_streams=int(incomplete or 0),
         unknown_outcomes=int(unknown or 0),
         unknown_ttft=int(unknown_ttft or 0),

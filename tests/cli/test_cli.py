@@ -184,12 +184,12 @@ def test_demo_prints_the_distributions(tmp_path: Path):
         "gap p50 / p95 / p99",
         "p99 across streams of per-stream p99",
         "ITL goodput (every gap within 400 ms)",
-        "stored bytes per chunk",
+        "stored bytes per chunk, all tables",
         "injected causes (ground truth), by the stalls they made",
         "this machine's own pauses (not injected), by the stalls they made",
     ):
         assert metric in lines
-    assert float(lines["stored bytes per chunk"].split()[0]) > 0  # (and how many parts, while they merge)
+    assert float(lines["stored bytes per chunk, all tables"].split()[0]) > 0  # (and how many parts, while they merge)
     injected = lines["injected causes (ground truth), by the stalls they made"]
     assert "chunking_regression 1" in injected and "client_host" not in injected  # mixed injects no host load
     # stalls, the unit of the attributed row: a cause that slowed content without a stall is not counted as one

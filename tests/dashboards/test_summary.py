@@ -16,6 +16,7 @@ from streamscope_dashboards.panels.cost import CHUNK_ECONOMICS
 from streamscope_dashboards.panels.quality import FLEET_STATS, MODEL_TEXTURE, STREAM_SOURCES
 from streamscope_ingest import store
 from streamscope_ingest.store import sql
+from streamscope_ingest.store.migrations import MIGRATIONS_TABLE
 from tests.support import T0, any_value, store_spans, stream_span
 
 
@@ -159,7 +160,7 @@ def test_figures_no_stream_can_give_are_unknown_not_zero(store_client):
     assert rows["ITL goodput (every gap within 400 ms)"] == "unknown"
     assert rows["p99 across streams of per-stream p99"] == "unknown"
     assert rows["first byte to first content, median"] == "unknown"
-    assert rows["stored bytes per chunk"] == "unknown"
+    assert rows["stored bytes per chunk, all tables"] == "unknown"
     stats = store_client.query(resolve(FLEET_STATS.sql, ctx, chosen()))  # as the Grafana plugin reads it: NaN is NaN
     figures = dict(zip(stats.column_names, stats.result_rows[0], strict=True))
     # the panel's TTFT is its stream_histograms bucket's middle, within 0.5 %
@@ -194,24 +195,38 @@ def test_a_pause_before_a_tool_call_is_a_stall_of_the_answer_everywhere(store_cl
     assert shown["tool_call_pause_ms_p50"] == pytest.approx(600, rel=0.005)  # a log bucket's middle
 
 
-def test_stored_bytes_per_chunk_says_it_falls_as_parts_merge(store_client, storage_dsn):
-    """Each write is a part of its own until the store merges them, and a merged part compresses better: the figure
-    says how many parts it is over while there are several."""
+def test_stored_bytes_per_chunk_counts_every_table_and_falls_as_parts_merge(store_client, storage_dsn):
+    """What storing a chunk costs is every table its stream fills (its chunks, its row, the rollups counted from
+    them), not the chunks' table alone. Each write is a part of its own until the store merges them, and a merged
+    part compresses better: the figure says how many parts it is over beyond the merged ones while there are."""
     for n in (1, 2):
         store_spans(store_client, [stream(n, [50, 100, 120, 140], [0, 2, 2, 2], [40, 60, 60, 60], "completed")])
     since = datetime.fromtimestamp(T0 / 1e9 - 1, UTC)
     ctx = QueryContext(since, since + timedelta(minutes=1), timedelta(seconds=10))
     run = lambda q: sql.parse_result(sql.query_json(store_client, q))  # noqa: E731
-    unmerged = summarize(run, ctx, slo_us=400_000)
-    assert unmerged.stored_parts == 2
-    assert dict(unmerged.rows(400_000))["stored bytes per chunk"].endswith(
-        "(over 2 parts not merged yet: falls as they merge)"
+
+    def on_disk() -> dict[str, tuple[int, int]]:
+        rows = store_client.query(
+            "SELECT table, sum(data_compressed_bytes), count() - uniqExact(partition_id) FROM system.parts "
+            "WHERE database = currentDatabase() AND active AND rows > 0 AND table != {skip:String} GROUP BY table",
+            parameters={"skip": MIGRATIONS_TABLE},
+        ).result_rows
+        return {table: (size, extra) for table, size, extra in rows}
+
+    unmerged, tables = summarize(run, ctx, slo_us=400_000), on_disk()
+    assert {"chunk_arrays", "streams", "gap_histograms"} <= tables.keys()
+    assert unmerged.stored_bytes_per_chunk == pytest.approx(sum(size for size, _ in tables.values()) / 8)
+    assert unmerged.unmerged_parts == sum(extra for _, extra in tables.values()) >= len(tables)
+    assert dict(unmerged.rows(400_000))["stored bytes per chunk, all tables"].endswith(
+        f"(over {unmerged.unmerged_parts} more parts than merged: falls as they merge)"
     )
     writer = store.connect(store.parse_dsn(storage_dsn))  # (the summary's reads leave the other read-only)
-    writer.command("OPTIMIZE TABLE chunk_arrays FINAL")
+    for table in tables:
+        writer.command(f"OPTIMIZE TABLE {table} FINAL")
     writer.close()
     merged = summarize(run, ctx, slo_us=400_000)
-    assert merged.stored_parts == 1 and "parts" not in dict(merged.rows(400_000))["stored bytes per chunk"]
+    assert merged.unmerged_parts == 0
+    assert "parts" not in dict(merged.rows(400_000))["stored bytes per chunk, all tables"]
     assert merged.stored_bytes_per_chunk < unmerged.stored_bytes_per_chunk
 
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from streamscope_ingest.blocks.columns import STREAM_TABLES
 from streamscope_ingest.blocks.stalls import DEFAULT_THRESHOLD_US
 
 PanelKind = Literal["heatmap", "histogram", "timeseries", "table", "timeline", "stat"]
@@ -265,17 +266,20 @@ STALL_FILTERS = f"{ON_SIDE} AND {filters('tenant', 'service', 'model', *BY_TRACE
 
 TENANT_FILTER = filters("tenant")
 
-STORED_BYTES_SQL = """
+_STREAM_PARTS = (
+    "system.parts WHERE database = currentDatabase() AND active "
+    f"AND table IN ({', '.join(repr(table) for table in STREAM_TABLES)})"
+)
+STORED_BYTES_SQL = f"""
 SELECT sum(data_compressed_bytes) / nullIf((SELECT sum(length(gap_us)) FROM chunk_arrays), 0)
-FROM system.parts
-WHERE database = currentDatabase() AND table = 'chunk_arrays' AND active
+FROM {_STREAM_PARTS}
 """
-"""Bytes on disk per stored chunk, over the whole table (parts do not split by time or tenant); NULL while no
-chunk is stored (streams of sources without chunks still take rows)."""
-STORED_PARTS_SQL = """
-SELECT count() FROM system.parts WHERE database = currentDatabase() AND table = 'chunk_arrays' AND active
-"""
-"""How many parts that figure is over: merging them compresses better, so it falls as they merge."""
+"""Bytes on disk per stored chunk over every table a stream fills (``STREAM_TABLES``: its chunks, its row, the
+rollups and the verdicts), over the whole store (parts do not split by time or tenant); NULL while no chunk is
+stored (streams of sources without chunks still take rows)."""
+UNMERGED_PARTS_SQL = f"SELECT count() - uniqExact(table, partition_id) FROM {_STREAM_PARTS}"
+"""How many parts that figure is over beyond one per partition: merging them compresses better, so it falls as
+they merge."""
 
 
 def streams_with(*columns: str) -> str:

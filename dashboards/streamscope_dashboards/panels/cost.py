@@ -104,7 +104,8 @@ CHUNK_ECONOMICS = Panel(
     "Chunk economics",
     "What a chunk costs: tokens (the mean) and wire bytes per chunk by provider and model, chunks per second; "
     "OTLP bytes received per stored chunk (the collector's request log) and bytes on disk per chunk "
-    "(ClickHouse parts). Tokens per chunk are over the streams whose provider counted them, chunk by chunk or "
+    "(ClickHouse parts of every table a stream fills: chunks, streams, rollups, verdicts). Tokens per chunk are "
+    "over the streams whose provider counted them, chunk by chunk or "
     "in the answer's total (usage); where it did not, they are estimated from bytes (about 4 a token) and shown "
     "apart (estimated_tokens_per_chunk, over every stream whose chunks' tokens were estimated).",
     "table",
