@@ -25,10 +25,12 @@ The largest part names the cause. The upstream's, by what its node and its own h
 4. ``server_host``: the serving process's own host did not run it for most of the wait.
 5. otherwise ``unknown``: the stream's own prefill, or an engine slow for reasons nothing seen tells.
 
-The client host's part is ``client_host``. The path's is ``connection`` when the first chunk took at least a lost
-segment's retransmission timeout longer than the stream's quickest chunk (``attribution.Arrivals``), ``unknown``
-otherwise. A stream with no upstream side
-is judged by its host alone.
+The client host's part is ``client_host``. The path's is named by the first chunk's own hold on the way back, how
+much longer it took than the stream's quickest chunk (``attribution.Arrivals``), when that hold is at least a lost
+segment's retransmission timeout and a third of the wait (a request slow on its way there is nothing these causes
+name): ``network_buffering`` in a stream whose path held it all along (its stalls a buffering gateway's flushes: the
+first chunk waited for the gateway's first), else ``connection``; ``unknown`` otherwise. A stream with no upstream
+side is judged by its host alone.
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ class FirstTokenRules:
     path_floor_us: int = 200_000
     """A first chunk later on the path than the stream's quickest by less than TCP's minimum retransmission timeout
     was queueing or jitter."""
+    path_share: float = 1 / 3
+    """A first chunk held on the path for less than this share of the wait did not make it."""
 
 
 @dataclass
@@ -105,12 +109,14 @@ def attribute_start(
     *,
     prompt_tokens: int | None = None,
     queued_us: int | None = None,
+    path_buffered: bool = False,
     rules: FirstTokenRules | None = None,
 ) -> SlowStart | None:
     """The slow start of ``client``, with its cause; None when its first content came in time (or never).
 
     ``upstream`` is the stream's server or gateway side, ``events`` its node's, ``prompt_tokens`` the stream's own
-    prompt and ``queued_us`` the upstream's own time in queue, when known."""
+    prompt and ``queued_us`` the upstream's own time in queue, when known; ``path_buffered``: the stream's stalls
+    were a buffering gateway's."""
     rules = rules or FirstTokenRules()
     first = _first_content(client)
     if first is None or first[0] < rules.slow_start_us:
@@ -140,8 +146,9 @@ def attribute_start(
         # the first chunk's lateness over the stream's quickest (both ways), the host's part taken out
         late = max(int(Arrivals.of(client, upstream).path_us[0]) - host, 0)
         start.evidence["path_late_ms"] = _ms(late)
-        if late >= rules.path_floor_us:
-            start.cause, start.confidence = Cause.CONNECTION, INFERRED
+        if late >= max(rules.path_floor_us, rules.path_share * ttft):
+            start.cause = Cause.NETWORK_BUFFERING if path_buffered else Cause.CONNECTION
+            start.confidence = INFERRED
     return start
 
 

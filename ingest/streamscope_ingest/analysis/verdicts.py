@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from streamscope.semconv import StreamscopeTruthCauseValues as Cause
 from streamscope_ingest.analysis.attribution import Arrivals, SharedHost, Stall, StallRules, Timeline, attribute
 from streamscope_ingest.analysis.first_token import FirstTokenRules, SlowStart, attribute_start
 from streamscope_ingest.analysis.pass_inputs import UPSTREAM_SIDES, Key, PassInputs, SettledStream, TraceSpan
@@ -116,6 +117,7 @@ def judge(inputs: PassInputs, rules: StallRules, buffers: Sequence[Buffer], qual
                 inputs.events.get(both.node, []),
                 prompt_tokens=stream.prompt_tokens,
                 queued_us=both.queued_us,
+                path_buffered=any(stall.cause == Cause.NETWORK_BUFFERING for stall in stalls),
                 rules=first_token,
             )
         ):

@@ -526,3 +526,22 @@ def test_a_servers_own_time_in_queue_tells_whether_the_request_was_one_of_those_
     AttributionJob(store_client, settle_s=0).run_once(until=datetime.now(UTC) + timedelta(seconds=1))
     rows = store_client.query("SELECT cause, evidence['time_in_queue_ms'] FROM slow_starts").result_rows
     assert rows == [(cause, said)]
+
+
+def test_a_slow_first_token_in_a_stream_a_gateway_buffered_is_that_gateways(store_client):
+    """A gateway that hands the stream over every 600 ms held its first chunk too: the slow start, 1.1 s, is the
+    gateway's buffering like the stream's stalls, not a stalled connection."""
+    sent = 500 + 20 * np.arange(90)  # ms after the server's start, on its clock
+    flushes = 1_100 + 600 * np.arange(6)
+    flush = np.searchsorted(flushes, sent)
+    in_flush = np.arange(90) - np.searchsorted(flush, flush)  # each chunk's place in its flush
+    arrived = flushes[flush] + 3 + 0.1 * in_flush  # 3 ms on, read in order
+    spans = [
+        span(34, 1, "client", T0, np.diff(arrived).tolist(), first_ms=float(arrived[0])),
+        span(34, 2, "server", T0 + 3 * MS, [20.0] * 89, node="node-1", first_ms=500),
+    ]
+    write(store_client, spans, [])
+    AttributionJob(store_client, settle_s=0).run_once(until=datetime.now(UTC) + timedelta(seconds=1))
+    assert {cause for (cause,) in store_client.query("SELECT cause FROM stalls").result_rows} == {"network_buffering"}
+    rows = store_client.query("SELECT cause, evidence['path_late_ms'] FROM slow_starts").result_rows
+    assert len(rows) == 1 and rows[0][0] == "network_buffering"

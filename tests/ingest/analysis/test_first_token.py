@@ -120,6 +120,26 @@ def test_a_path_that_held_the_first_chunk_is_the_connection() -> None:
     assert start.evidence["path_late_ms"] == "900.0"
 
 
+@pytest.mark.parametrize(("buffered", "expected"), [(True, Cause.NETWORK_BUFFERING), (False, Cause.CONNECTION)])
+def test_a_first_chunk_held_on_a_buffering_path_waited_for_the_gateways_flush(buffered: bool, expected: str) -> None:
+    """A stream whose path held it all along (its stalls a buffering gateway's flushes) had its first chunk held
+    by the same gateway, not by a stalled connection."""
+    upstream = side(500, SERVER_START)
+    start = attribute_start(client_of(upstream, first_late_ms=600), upstream, [], path_buffered=buffered)
+    assert start is not None and start.cause == expected
+
+
+@pytest.mark.parametrize("buffered", [True, False])
+def test_a_first_chunk_held_for_a_small_part_of_a_long_way_there_names_no_path_cause(buffered: bool) -> None:
+    """A request that took a second to reach the server (a starved proxy forwarding it) and a first chunk held
+    400 ms on its way back: the hold is not what made the wait, and the way there is nothing the path's causes
+    name."""
+    upstream = side(100, SERVER_START)
+    start = attribute_start(client_of(upstream, path_ms=1_000, first_late_ms=400), upstream, [], path_buffered=buffered)
+    assert start is not None and start.cause == UNKNOWN
+    assert start.evidence["path_late_ms"] == "400.0"
+
+
 def test_a_path_slow_for_every_chunk_is_no_stalled_connection() -> None:
     """A path 700 ms long for every chunk (a far region) delays the first token by no hold of its own."""
     upstream = side(400, SERVER_START)
