@@ -31,10 +31,9 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from benchmarks import otel_traces
 from benchmarks.chunk_codecs import synthetic_chunks
 from streamscope import semconv as sc
-from streamscope_dashboards.panels.common import STORED_BYTES_SQL
+from streamscope_dashboards.panels.common import STORED_BYTES_SQL, STREAM_TABLES
 from streamscope_ingest import store
 from streamscope_ingest.analysis.attribution_job import AttributionJob
-from streamscope_ingest.blocks.columns import STREAM_TABLES
 from streamscope_ingest.decode.traces import decode_traces
 from streamscope_ingest.store import migrations
 from streamscope_ingest.store.writer import ClickHouseWriter

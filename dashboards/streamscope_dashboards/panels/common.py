@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from streamscope_ingest.blocks.columns import STREAM_TABLES
 from streamscope_ingest.blocks.stalls import DEFAULT_THRESHOLD_US
 
 PanelKind = Literal["heatmap", "histogram", "timeseries", "table", "timeline", "stat"]
@@ -266,6 +265,20 @@ STALL_FILTERS = f"{ON_SIDE} AND {filters('tenant', 'service', 'model', *BY_TRACE
 
 TENANT_FILTER = filters("tenant")
 
+STREAM_TABLES = (
+    "chunk_arrays",
+    "gap_histograms",
+    "stream_histograms",
+    "stream_totals",
+    "streams",
+    "stalls",
+    "slow_starts",
+    "stream_quality",
+    "stream_smoothing",
+    "smoothing_histograms",
+)
+"""The tables a stream fills: its chunks and its row, what the writer counts from them, and the attribution job's
+verdicts. What storing a chunk costs is their size together (``STORED_BYTES_SQL``)."""
 _STREAM_PARTS = (
     "system.parts WHERE database = currentDatabase() AND active "
     f"AND table IN ({', '.join(repr(table) for table in STREAM_TABLES)})"

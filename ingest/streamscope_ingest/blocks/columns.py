@@ -505,18 +505,3 @@ TABLES: dict[str, pa.Schema] = {  # in write order (ingest/streamscope_ingest/st
     "ingest_requests": INGEST_REQUESTS,
     "alerts": ALERTS,  # Grafana's webhook deliveries: never in a batch with OTLP rows or their request log
 }
-
-STREAM_TABLES = (
-    "chunk_arrays",
-    "gap_histograms",
-    "stream_histograms",
-    "stream_totals",
-    "streams",
-    "stalls",
-    "slow_starts",
-    "stream_quality",
-    "stream_smoothing",
-    "smoothing_histograms",
-)
-"""The tables a stream fills: its chunks and its row, what the writer counts from them, and the attribution job's
-verdicts. What storing a chunk costs is their size together (``panels.common.STORED_BYTES_SQL``)."""
