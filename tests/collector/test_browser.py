@@ -295,8 +295,10 @@ def test_an_app_that_feeds_chunks_itself_with_sampling_and_a_beacon_on_page_hide
         "SELECT countIf(paint_delay_us > 0) FROM chunks WHERE trace_id = {t:String}", parameters={"t": ids["trace"]}
     ).result_rows[0][0]
     assert painted == 3
-    beacon = collector.query_client.query("SELECT content_type, content_encoding FROM ingest_requests").result_rows
-    assert beacon == [("json", "identity")]  # text/plain, uncompressed: what sendBeacon sends without a preflight
+    logged = "SELECT content_type, content_encoding FROM ingest_requests"  # written after the spans' tables
+    wait_until(lambda: collector.query_client.query(logged).result_rows, "the beacon's request log", 10, interval_s=0.1)
+    # text/plain, uncompressed: what sendBeacon sends without a preflight
+    assert collector.query_client.query(logged).result_rows == [("json", "identity")]
 
 
 def test_a_websocket_response_is_timed_message_by_message(chromium, chat_stack) -> None:
