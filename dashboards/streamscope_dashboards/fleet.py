@@ -103,7 +103,7 @@ class Summary:
     """Streams without every chunk's time (chunks lost, unreadable, a source that knew none): out of the per-stream
     gap figures."""
     unmerged_parts: int = 0
-    """The chunk table's active parts: more than one, and merges are still to come."""
+    """Active parts of the stream tables beyond one per partition: merges still to come."""
     estimated_tokens_per_chunk: float | None = None
     """Over the streams whose chunks' tokens were estimated from their bytes (about 4 a token): never mixed with the
     other."""
